@@ -1,0 +1,186 @@
+// Command kvxds is an xDS control plane that makes Envoy and proxyless
+// gRPC clients route LLM inference requests for KV-cache locality.
+//
+//	kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT]
+//	kvxds validate FILE...
+//	kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta]
+//	kvxds version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvxds/kvxds/examples"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/xds/bootstrap"
+	"github.com/kvxds/kvxds/xds/controller"
+)
+
+// version is set at link time (-ldflags "-X main.version=...").
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `kvxds routes LLM requests for KV-cache locality by configuring Envoy and
+proxyless gRPC clients over xDS.
+
+Usage:
+  kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT] [--log-format text|json] [--log-level LEVEL]
+  kvxds validate FILE...
+  kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--cluster NAME] [--envoy-admin HOST:PORT]
+  kvxds version
+
+Without --policy, serve runs the embedded example policy (examples/chat.hcl).
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "validate":
+		return validate(args[1:], stdout, stderr)
+	case "bootstrap":
+		return bootstrapCmd(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "kvxds", buildVersion())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "kvxds: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	policyFile := fs.String("policy", "", "policy file (HCL), hot-reloaded; default: the embedded example policy")
+	xdsAddr := fs.String("xds", "", "xDS listen address, overrides the policy's xds block")
+	adminAddr := fs.String("admin", "", "admin listen address (/metrics, /healthz, /readyz), overrides the policy's admin block")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kvxds serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *logFormat != "text" && *logFormat != "json" {
+		fmt.Fprintf(stderr, "kvxds serve: --log-format must be text or json, not %q\n", *logFormat)
+		return 2
+	}
+	level := hclog.LevelFromString(*logLevel)
+	if level == hclog.NoLevel {
+		fmt.Fprintf(stderr, "kvxds serve: unknown --log-level %q\n", *logLevel)
+		return 2
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "kvxds",
+		Level:      level,
+		Output:     stderr,
+		JSONFormat: *logFormat == "json",
+	})
+	opts := controller.Options{
+		PolicyFile:   *policyFile,
+		XDSAddress:   *xdsAddr,
+		AdminAddress: *adminAddr,
+		Logger:       logger,
+		Version:      buildVersion(),
+	}
+	if *policyFile == "" {
+		opts.PolicySource = examples.Chat
+		logger.Info("no --policy given: serving the embedded example policy (examples/chat.hcl)")
+	}
+	c, err := controller.New(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvxds serve: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := c.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		logger.Error("stopped", "error", err)
+		return 1
+	}
+	logger.Info("stopped")
+	return 0
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "kvxds validate: no policy file given\nusage: kvxds validate FILE...")
+		return 2
+	}
+	status := 0
+	for _, name := range args {
+		_, diags := policy.Load(name)
+		if len(diags) > 0 {
+			fmt.Fprint(stderr, policy.Format(diags))
+			status = 1
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", name)
+	}
+	return status
+}
+
+func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	node := fs.String("node", "", "node id (required; any id is served)")
+	xdsAddr := fs.String("xds", "127.0.0.1:18000", "kvxds xDS address as the data plane reaches it")
+	grpcOut := fs.Bool("grpc", false, "print a gRPC xDS bootstrap (JSON) instead of an Envoy bootstrap (YAML)")
+	delta := fs.Bool("delta", false, "Envoy: use incremental (delta) xDS")
+	cluster := fs.String("cluster", "", "node cluster (Envoy service cluster)")
+	envoyAdmin := fs.String("envoy-admin", "127.0.0.1:9901", "Envoy admin address")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *node == "" {
+		fmt.Fprintln(stderr, "kvxds bootstrap: --node is required")
+		return 2
+	}
+	o := bootstrap.Options{NodeID: *node, NodeCluster: *cluster, XDSAddress: *xdsAddr, Delta: *delta, AdminAddress: *envoyAdmin}
+	var out []byte
+	var err error
+	if *grpcOut {
+		out, err = bootstrap.GRPCJSON(o)
+		out = append(out, '\n')
+	} else {
+		out, err = bootstrap.EnvoyYAML(o)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kvxds bootstrap: %v\n", err)
+		return 2
+	}
+	stdout.Write(out)
+	return 0
+}

@@ -1,0 +1,787 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/big"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+)
+
+var (
+	rootSchema = &hcl.BodySchema{
+		Blocks: []hcl.BlockHeaderSchema{
+			{Type: "xds"},
+			{Type: "admin"},
+			{Type: "pool", LabelNames: []string{"name"}},
+		},
+	}
+	serverSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "address"}},
+	}
+	// port is required, but checked by hand so that the diagnostic names
+	// the pool rather than pointing at its opening brace.
+	poolSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "port"},
+			{Name: "listen_address"},
+			{Name: "route_timeout"},
+			{Name: "idle_timeout"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "hash"}, {Type: "static"}},
+	}
+	hashSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "algorithm"},
+			{Name: "table_size"},
+			{Name: "min_ring_size"},
+			{Name: "max_ring_size"},
+			{Name: "balance_factor"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "key"}},
+	}
+	keySchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "header"},
+			{Name: "cookie"},
+			{Name: "query_parameter"},
+		},
+	}
+	staticSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "endpoints"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "endpoint", LabelNames: []string{"address"}}},
+	}
+	endpointSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "weight"},
+			{Name: "hash_key"},
+			{Name: "region"},
+			{Name: "zone"},
+			{Name: "sub_zone"},
+		},
+	}
+)
+
+// decoder turns a parsed body into a Policy, collecting every diagnostic
+// on the way instead of stopping at the first: a user fixing a policy
+// should see all of its problems in one run.
+type decoder struct {
+	diags hcl.Diagnostics
+
+	poolNames map[string]hcl.Range // pool name -> label of its first definition
+	listeners []listener
+}
+
+// listener is a pool's Envoy listener, for the port-clash check.
+type listener struct {
+	pool string
+	addr netip.Addr
+	port uint32
+	rng  hcl.Range // the port expression
+}
+
+func (d *decoder) add(diags hcl.Diagnostics) {
+	d.diags = append(d.diags, diags...)
+}
+
+func (d *decoder) errorf(subject hcl.Range, summary, format string, args ...any) {
+	d.diags = append(d.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  subject.Ptr(),
+	})
+}
+
+func (d *decoder) policy(body hcl.Body) *Policy {
+	content, diags := body.Content(rootSchema)
+	d.add(diags)
+
+	p := &Policy{XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress}
+	d.poolNames = map[string]hcl.Range{}
+	servers := map[string]*server{
+		"xds":   {addr: &p.XDSAddress, hp: mustHostPort(DefaultXDSAddress)},
+		"admin": {addr: &p.AdminAddress, hp: mustHostPort(DefaultAdminAddress)},
+	}
+	for _, blk := range content.Blocks {
+		switch blk.Type {
+		case "xds", "admin":
+			d.server(blk, servers[blk.Type])
+		case "pool":
+			if pool, ok := d.pool(blk); ok {
+				p.Pools = append(p.Pools, pool)
+			}
+		}
+	}
+	d.checkServerClash(servers["xds"], servers["admin"])
+	slices.SortFunc(p.Pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
+	return p
+}
+
+// server is the xds or the admin server's address as decoded so far.
+type server struct {
+	addr  *string        // where the address goes in the Policy
+	hp    hostPort       // parsed *addr
+	block *hcl.Block     // the first block, if any
+	attr  *hcl.Attribute // the address attribute, if set
+	bad   bool           // the address did not decode
+}
+
+func mustHostPort(s string) hostPort {
+	hp, err := parseHostPort(s, true)
+	if err != nil {
+		panic(fmt.Sprintf("policy: bad built-in address %q: %v", s, err))
+	}
+	return hp
+}
+
+// server decodes an xds or admin block into srv.
+func (d *decoder) server(blk *hcl.Block, srv *server) {
+	dup := srv.block != nil
+	if dup {
+		d.errorf(blk.DefRange, fmt.Sprintf("Duplicate %s block", blk.Type),
+			"An %s block is already defined at line %d; keep a single one.", blk.Type, srv.block.DefRange.Start.Line)
+	} else {
+		srv.block = blk
+	}
+	// A duplicate is still decoded so that its own problems show too.
+	content, diags := blk.Body.Content(serverSchema)
+	d.add(diags)
+	a := content.Attributes["address"]
+	if a == nil {
+		return
+	}
+	s, ok := d.str(a.Name, a.Expr)
+	if !ok {
+		srv.bad = srv.bad || !dup
+		return
+	}
+	hp, err := parseHostPort(s, true)
+	if err != nil {
+		ae := err.(*addrError)
+		d.errorf(a.Expr.Range(), ae.summary, "%s", ae.detail)
+		srv.bad = srv.bad || !dup
+		return
+	}
+	if !dup {
+		*srv.addr, srv.hp, srv.attr = s, hp, a
+	}
+}
+
+// checkServerClash rejects an admin address equal to the xds address.
+func (d *decoder) checkServerClash(xds, admin *server) {
+	if xds.bad || admin.bad || xds.hp != admin.hp {
+		return
+	}
+	// Point at whichever of the two the user wrote last; the defaults
+	// differ, so at least one was written.
+	at := admin.attr
+	if at == nil || xds.attr != nil && xds.attr.Range.Start.Byte > at.Range.Start.Byte {
+		at = xds.attr
+	}
+	d.errorf(at.Expr.Range(), "Address conflict",
+		"The xds address %s and the admin address %s are the same; give each server its own port.", *xds.addr, *admin.addr)
+}
+
+func (d *decoder) pool(blk *hcl.Block) (Pool, bool) {
+	name, nameRange := blk.Labels[0], blk.LabelRanges[0]
+	ok := d.checkPoolName(name, nameRange)
+	if prev, dup := d.poolNames[name]; dup {
+		d.errorf(nameRange, "Duplicate pool name",
+			"A pool named %q is already defined at line %d; pool names must be unique.", name, prev.Start.Line)
+		ok = false
+	} else {
+		d.poolNames[name] = nameRange
+	}
+
+	content, diags := blk.Body.Content(poolSchema)
+	d.add(diags)
+	pool := Pool{Name: name, ListenAddress: DefaultListenAddress}
+	listenAddr := netip.IPv4Unspecified()
+	listenOK := true
+
+	if a := content.Attributes["port"]; a == nil {
+		d.errorf(blk.DefRange, "Missing port",
+			"Pool %q needs a port: the port of its Envoy listener, as in port = 10000.", name)
+		ok = false
+	} else if n, good := d.uintIn(a.Name, a.Expr, 1, 65535, "Invalid port"); good {
+		pool.Port = uint32(n)
+	} else {
+		ok = false
+	}
+	if a := content.Attributes["listen_address"]; a != nil {
+		if s, good := d.str(a.Name, a.Expr); !good {
+			listenOK = false
+		} else if ip, err := parseListenAddress(s); err != nil {
+			d.errorf(a.Expr.Range(), "Invalid listen address", "%s.", err)
+			listenOK = false
+		} else {
+			listenAddr, pool.ListenAddress = ip, ip.String()
+		}
+	}
+	ok = ok && listenOK
+	if a := content.Attributes["port"]; a != nil && pool.Port != 0 && listenOK {
+		ok = d.checkListener(listener{pool: name, addr: listenAddr, port: pool.Port, rng: a.Expr.Range()}) && ok
+	}
+	if a := content.Attributes["route_timeout"]; a != nil {
+		dur, good := d.duration(a, true)
+		pool.RouteTimeout, ok = dur, ok && good
+	}
+	if a := content.Attributes["idle_timeout"]; a != nil {
+		dur, good := d.duration(a, false)
+		pool.IdleTimeout, ok = dur, ok && good
+	}
+
+	var hashBlk, staticBlk *hcl.Block
+	for _, b := range content.Blocks {
+		switch b.Type {
+		case "hash":
+			h, good := d.hash(b)
+			if hashBlk != nil {
+				d.errorf(b.DefRange, "Duplicate hash block",
+					"Pool %q already has a hash block at line %d; keep a single one.", name, hashBlk.DefRange.Start.Line)
+				ok = false
+				continue
+			}
+			hashBlk, pool.Hash, ok = b, h, ok && good
+		case "static":
+			eps, good := d.static(b)
+			if staticBlk != nil {
+				d.errorf(b.DefRange, "Duplicate static block",
+					"Pool %q already has a static block at line %d; list all its endpoints in that one.", name, staticBlk.DefRange.Start.Line)
+				ok = false
+				continue
+			}
+			staticBlk, pool.Static, ok = b, eps, ok && good
+		}
+	}
+	if hashBlk == nil {
+		d.errorf(blk.DefRange, "Missing hash block",
+			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)
+		ok = false
+	}
+	return pool, ok
+}
+
+func (d *decoder) checkPoolName(name string, rng hcl.Range) bool {
+	if name == "" {
+		d.errorf(rng, "Invalid pool name",
+			`Pool names must not be empty; name the pool as clients address it, as in pool "chat".`)
+		return false
+	}
+	for i, c := range name {
+		if isAlnum(c) || i > 0 && (c == '.' || c == '_' || c == '-') {
+			continue
+		}
+		what := fmt.Sprintf("%q is not allowed", c)
+		if i == 0 {
+			what = "it must start with a letter or digit"
+		}
+		d.errorf(rng, "Invalid pool name",
+			"Pool name %q is invalid: %s. Use letters, digits, '.', '_' and '-', starting with a letter or digit.", name, what)
+		return false
+	}
+	return true
+}
+
+// checkListener rejects two pools whose Envoy listeners would bind the
+// same socket. A wildcard address overlaps every address on its port.
+func (d *decoder) checkListener(l listener) bool {
+	for _, o := range d.listeners {
+		if o.port != l.port || o.addr != l.addr && !o.addr.IsUnspecified() && !l.addr.IsUnspecified() {
+			continue
+		}
+		d.errorf(l.rng, "Duplicate port",
+			"Port %d on %s is already used by pool %q on %s (line %d); give each pool its own port.",
+			l.port, l.addr, o.pool, o.addr, o.rng.Start.Line)
+		return false
+	}
+	d.listeners = append(d.listeners, l)
+	return true
+}
+
+func (d *decoder) hash(blk *hcl.Block) (Hash, bool) {
+	content, diags := blk.Body.Content(hashSchema)
+	d.add(diags)
+	ok := !diags.HasErrors()
+	h := Hash{Algorithm: DefaultAlgorithm}
+	attrs := content.Attributes
+
+	known := true // whether h.Algorithm is what the user asked for
+	if a := attrs["algorithm"]; a != nil {
+		switch s, good := d.str(a.Name, a.Expr); {
+		case !good:
+			known, ok = false, false
+		case s == Maglev || s == RingHash:
+			h.Algorithm = s
+		default:
+			d.errorf(a.Expr.Range(), "Unknown hash algorithm",
+				"%q is not a hash algorithm; use %q or %q.", s, Maglev, RingHash)
+			known, ok = false, false
+		}
+	}
+
+	if a := attrs["table_size"]; a != nil {
+		if known && h.Algorithm == RingHash {
+			d.errorf(a.NameRange, "Not a ring_hash setting",
+				`table_size sizes a Maglev table; remove it, or set algorithm = %q. A ring_hash ring is sized by min_ring_size and max_ring_size.`, Maglev)
+			ok = false
+		} else if n, good := d.tableSize(a); good {
+			h.TableSize = n
+		} else {
+			ok = false
+		}
+	} else if h.Algorithm == Maglev {
+		h.TableSize = DefaultMaglevTableSize
+	}
+
+	ringAttr := func(name string) (uint64, *hcl.Attribute) {
+		a := attrs[name]
+		if a == nil {
+			return 0, nil
+		}
+		if known && h.Algorithm == Maglev {
+			d.errorf(a.NameRange, "Not a maglev setting",
+				`%s sizes a ring_hash ring; remove it, or set algorithm = %q. A Maglev table is sized by table_size.`, name, RingHash)
+			ok = false
+			return 0, nil
+		}
+		n, good := d.uintIn(a.Name, a.Expr, 1, MaxRingSize, "Invalid ring size")
+		if !good {
+			ok = false
+			return 0, nil
+		}
+		return n, a
+	}
+	minN, minA := ringAttr("min_ring_size")
+	maxN, maxA := ringAttr("max_ring_size")
+	if minA != nil && maxA != nil && minN > maxN {
+		d.errorf(maxA.Expr.Range(), "Invalid ring size",
+			"max_ring_size %d is smaller than min_ring_size %d (line %d); raise max_ring_size or lower min_ring_size.",
+			maxN, minN, minA.Range.Start.Line)
+		ok = false
+	}
+	h.MinRingSize, h.MaxRingSize = minN, maxN
+
+	if a := attrs["balance_factor"]; a != nil {
+		if n, good := d.integer(a.Name, a.Expr); !good {
+			ok = false
+		} else if n.Sign() < 0 || n.Sign() > 0 && n.Cmp(big.NewInt(MinBalanceFactor)) < 0 {
+			d.errorf(a.Expr.Range(), "Invalid balance factor",
+				"balance_factor must be 0 (off) or at least 100 (percent of average load), not %s; 150 lets a replica take 1.5 times the average load before keys spill over.", n)
+			ok = false
+		} else if !n.IsUint64() || n.Uint64() > math.MaxUint32 {
+			d.errorf(a.Expr.Range(), "Invalid balance factor",
+				"balance_factor %s is too large; the maximum is %d.", n, uint64(math.MaxUint32))
+			ok = false
+		} else {
+			h.BalanceFactor = uint32(n.Uint64())
+		}
+	}
+
+	keys, good := d.keys(blk, content.Blocks)
+	h.Keys, ok = keys, ok && good
+	return h, ok
+}
+
+// tableSize decodes a Maglev table size: a prime no larger than Envoy's
+// maximum. Maglev's permutation needs a prime table to fill it evenly.
+func (d *decoder) tableSize(a *hcl.Attribute) (uint64, bool) {
+	n, ok := d.integer(a.Name, a.Expr)
+	if !ok {
+		return 0, false
+	}
+	if n.Sign() < 0 || !n.IsUint64() || n.Uint64() > MaxMaglevTableSize {
+		d.errorf(a.Expr.Range(), "Invalid table size",
+			"table_size %s is out of range; use a prime from 2 to %d (the default is %d).", n, MaxMaglevTableSize, DefaultMaglevTableSize)
+		return 0, false
+	}
+	v := n.Uint64()
+	if isPrime(v) {
+		return v, true
+	}
+	near := fmt.Sprintf("the nearest prime is %d", nextPrime(v))
+	if v > 2 {
+		near = fmt.Sprintf("the nearest primes are %d and %d", prevPrime(v), nextPrime(v))
+	}
+	d.errorf(a.Expr.Range(), "Table size not prime", "table_size %d is not prime; %s.", v, near)
+	return 0, false
+}
+
+func (d *decoder) keys(hashBlk *hcl.Block, blocks hcl.Blocks) ([]HashKey, bool) {
+	if len(blocks) == 0 {
+		d.errorf(hashBlk.DefRange, "Missing hash key",
+			`The hash block has no key; add one, as in key { header = "x-session-id" }. Keys are tried in order and the first one present in a request wins.`)
+		return nil, false
+	}
+	ok := true
+	var keys []HashKey
+	seen := map[HashKey]hcl.Range{}
+	for _, kb := range blocks {
+		content, diags := kb.Body.Content(keySchema)
+		d.add(diags)
+		ok = ok && !diags.HasErrors()
+		set := attributesInOrder(content.Attributes)
+		if len(set) == 0 {
+			d.errorf(kb.DefRange, "Empty hash key",
+				`A key block needs exactly one of header, cookie or query_parameter, as in key { header = "x-session-id" }.`)
+			ok = false
+			continue
+		}
+		for _, a := range set[1:] {
+			d.errorf(a.NameRange, "Conflicting hash key sources",
+				"This key already takes its value from %s (line %d); a key has exactly one source. Move %s into a key block of its own: keys are tried in order.",
+				set[0].Name, set[0].Range.Start.Line, a.Name)
+			ok = false
+		}
+		a := set[0]
+		s, good := d.str(a.Name, a.Expr)
+		if !good {
+			ok = false
+			continue
+		}
+		var k HashKey
+		var err error
+		switch a.Name {
+		case "header":
+			s = strings.ToLower(s)
+			k.Header, err = checkHeaderName(s)
+		case "cookie":
+			k.Cookie, err = checkCookieName(s)
+		case "query_parameter":
+			k.QueryParameter, err = checkQueryParameter(s)
+		}
+		if err != nil {
+			d.errorf(a.Expr.Range(), "Invalid hash key", "%s.", err)
+			ok = false
+			continue
+		}
+		if prev, dup := seen[k]; dup {
+			d.errorf(a.Expr.Range(), "Duplicate hash key",
+				"%s %q is already a key at line %d; remove one of them.", a.Name, s, prev.Start.Line)
+			ok = false
+			continue
+		}
+		seen[k] = a.Expr.Range()
+		if len(set) == 1 {
+			keys = append(keys, k)
+		}
+	}
+	return keys, ok
+}
+
+// tchars are the characters of an HTTP token (RFC 9110), which header
+// and cookie names are.
+const tchars = "!#$%&'*+-.^_`|~"
+
+func firstNonToken(s string) (rune, bool) {
+	for _, c := range s {
+		if !isAlnum(c) && !strings.ContainsRune(tchars, c) {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+func checkHeaderName(s string) (string, error) {
+	switch {
+	case s == "":
+		return "", fmt.Errorf(`header must not be empty; name the request header that carries the session, as in "x-session-id"`)
+	case s[0] == ':':
+		return "", fmt.Errorf(`%q is an HTTP/2 pseudo-header, which cannot be a hash key; hash on a regular request header such as "x-session-id"`, s)
+	}
+	if c, bad := firstNonToken(s); bad {
+		return "", fmt.Errorf("%q is not a valid HTTP header name: %q is not allowed; use letters, digits and %s", s, c, tchars)
+	}
+	return s, nil
+}
+
+func checkCookieName(s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf(`cookie must not be empty; name the cookie that carries the session, as in "session"`)
+	}
+	if c, bad := firstNonToken(s); bad {
+		return "", fmt.Errorf("%q is not a valid cookie name: %q is not allowed; use letters, digits and %s", s, c, tchars)
+	}
+	return s, nil
+}
+
+func checkQueryParameter(s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf(`query_parameter must not be empty; name the URL query parameter that carries the session, as in "session_id"`)
+	}
+	for _, c := range s {
+		if c <= ' ' || c == 0x7f || strings.ContainsRune("&=#?", c) {
+			return "", fmt.Errorf("%q is not a valid query parameter name: %q is not allowed", s, c)
+		}
+	}
+	return s, nil
+}
+
+func (d *decoder) static(blk *hcl.Block) ([]StaticEndpoint, bool) {
+	content, diags := blk.Body.Content(staticSchema)
+	d.add(diags)
+	ok := !diags.HasErrors()
+	var eps []StaticEndpoint
+	addrs := map[hostPort]hcl.Range{} // canonical address -> first occurrence
+	ids := map[string]hcl.Range{}     // hash identity -> first occurrence
+
+	// add registers an endpoint, rejecting a repeated address or identity.
+	add := func(hp hostPort, addrRange hcl.Range, ep StaticEndpoint, idRange hcl.Range) bool {
+		if prev, dup := addrs[hp]; dup {
+			d.errorf(addrRange, "Duplicate endpoint",
+				"%s is already listed at line %d; list each endpoint once (an endpoint block can give it a weight).", hp, prev.Start.Line)
+			return false
+		}
+		addrs[hp] = addrRange
+		id := cmp.Or(ep.HashKey, hp.String())
+		if prev, dup := ids[id]; dup {
+			d.errorf(idRange, "Duplicate hash_key",
+				"Hash key %q is already used at line %d; every endpoint needs its own identity on the hash ring.", id, prev.Start.Line)
+			return false
+		}
+		ids[id] = idRange
+		return true
+	}
+
+	if a := content.Attributes["endpoints"]; a != nil {
+		exprs, diags := hcl.ExprList(a.Expr)
+		d.add(diags)
+		ok = ok && !diags.HasErrors()
+		for _, e := range exprs {
+			hp, good := d.endpointAddress(e.Range(), "endpoints element", e)
+			if !good {
+				ok = false
+				continue
+			}
+			ep := StaticEndpoint{Host: hp.host, Port: hp.port, Weight: 1}
+			if !add(hp, e.Range(), ep, e.Range()) {
+				ok = false
+				continue
+			}
+			eps = append(eps, ep)
+		}
+	}
+
+	for _, b := range content.Blocks {
+		labelRange := b.LabelRanges[0]
+		hp, addrOK := d.parseEndpointLabel(b.Labels[0], labelRange)
+		ec, diags := b.Body.Content(endpointSchema)
+		d.add(diags)
+		good := addrOK && !diags.HasErrors()
+		ep := StaticEndpoint{Host: hp.host, Port: hp.port, Weight: 1}
+		idRange := labelRange
+		if a := ec.Attributes["weight"]; a != nil {
+			n, g := d.uintIn(a.Name, a.Expr, 1, MaxEndpointWeight, "Invalid weight")
+			ep.Weight, good = uint32(n), good && g
+		}
+		if a := ec.Attributes["hash_key"]; a != nil {
+			s, g := d.str(a.Name, a.Expr)
+			if g && s == "" {
+				d.errorf(a.Expr.Range(), "Invalid hash_key",
+					"hash_key must not be empty; omit it to use the endpoint's host:port as its identity.")
+				g = false
+			}
+			ep.HashKey, good, idRange = s, good && g, a.Expr.Range()
+		}
+		for _, f := range []struct {
+			name string
+			dst  *string
+		}{{"region", &ep.Region}, {"zone", &ep.Zone}, {"sub_zone", &ep.SubZone}} {
+			if a := ec.Attributes[f.name]; a != nil {
+				s, g := d.str(a.Name, a.Expr)
+				*f.dst, good = s, good && g
+			}
+		}
+		if !addrOK || !add(hp, labelRange, ep, idRange) {
+			ok = false
+			continue
+		}
+		if !good {
+			ok = false
+			continue
+		}
+		eps = append(eps, ep)
+	}
+	return eps, ok
+}
+
+func (d *decoder) endpointAddress(rng hcl.Range, name string, e hcl.Expression) (hostPort, bool) {
+	s, ok := d.str(name, e)
+	if !ok {
+		return hostPort{}, false
+	}
+	return d.parseEndpointLabel(s, rng)
+}
+
+func (d *decoder) parseEndpointLabel(s string, rng hcl.Range) (hostPort, bool) {
+	hp, err := parseHostPort(s, false)
+	if err != nil {
+		ae := err.(*addrError)
+		d.errorf(rng, ae.summary, "%s", ae.detail)
+		return hostPort{}, false
+	}
+	return hp, true
+}
+
+// value evaluates expr as data (no variables, no functions) and converts
+// it to ty; what names ty for messages, as in "a number".
+func (d *decoder) value(name string, expr hcl.Expression, ty cty.Type, what string) (cty.Value, bool) {
+	v, diags := expr.Value(nil)
+	d.add(diags)
+	if diags.HasErrors() {
+		return cty.NilVal, false
+	}
+	if v.IsNull() {
+		d.errorf(expr.Range(), "Invalid value", "%s must be %s, not null.", name, what)
+		return cty.NilVal, false
+	}
+	cv, err := convert.Convert(v, ty)
+	if err != nil || !cv.IsKnown() {
+		d.errorf(expr.Range(), "Incorrect value type", "%s must be %s, not %s.", name, what, withArticle(v.Type().FriendlyName()))
+		return cty.NilVal, false
+	}
+	return cv, true
+}
+
+func withArticle(noun string) string {
+	if noun != "" && strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an " + noun
+	}
+	return "a " + noun
+}
+
+func (d *decoder) str(name string, expr hcl.Expression) (string, bool) {
+	v, ok := d.value(name, expr, cty.String, "a string")
+	if !ok {
+		return "", false
+	}
+	return v.AsString(), true
+}
+
+// integer evaluates expr as a whole number of any size.
+func (d *decoder) integer(name string, expr hcl.Expression) (*big.Int, bool) {
+	v, ok := d.value(name, expr, cty.Number, "a number")
+	if !ok {
+		return nil, false
+	}
+	f := v.AsBigFloat()
+	if !f.IsInt() {
+		d.errorf(expr.Range(), "Invalid value", "%s must be a whole number, not %s.", name, f.Text('g', -1))
+		return nil, false
+	}
+	i, _ := f.Int(nil)
+	return i, true
+}
+
+// uintIn evaluates expr as a whole number in lo..hi.
+func (d *decoder) uintIn(name string, expr hcl.Expression, lo, hi uint64, summary string) (uint64, bool) {
+	n, ok := d.integer(name, expr)
+	if !ok {
+		return 0, false
+	}
+	if n.Sign() < 0 || !n.IsUint64() || n.Uint64() < lo || n.Uint64() > hi {
+		d.errorf(expr.Range(), summary, "%s %s is out of range; use %d to %d.", name, n, lo, hi)
+		return 0, false
+	}
+	return n.Uint64(), true
+}
+
+// duration decodes a Go duration string; "" means the default. zeroOK says
+// whether "0s" is allowed: it means "no timeout" for route_timeout, but
+// idle_timeout has no way to say "off" (zero keeps Envoy's default), so
+// there "0s" would silently not mean what it says.
+func (d *decoder) duration(a *hcl.Attribute, zeroOK bool) (time.Duration, bool) {
+	s, ok := d.str(a.Name, a.Expr)
+	if !ok {
+		return 0, false
+	}
+	if s == "" {
+		return 0, true // the default, as if omitted
+	}
+	dur, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		hint := ""
+		if zeroOK {
+			hint = ` "0s" means no timeout.`
+		}
+		d.errorf(a.Expr.Range(), "Invalid duration",
+			`%s %q is not a duration; write a number with a unit, such as "30s", "10m" or "1h30m".%s`, a.Name, s, hint)
+	case dur < 0:
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s %q must not be negative.", a.Name, s)
+	case dur == 0 && !zeroOK:
+		d.errorf(a.Expr.Range(), "Invalid duration",
+			"%s must be positive; omit it to keep Envoy's default.", a.Name)
+	default:
+		return dur, true
+	}
+	return 0, false
+}
+
+// attributesInOrder returns attrs in source order; HCL hands them over as
+// a map.
+func attributesInOrder(attrs hcl.Attributes) []*hcl.Attribute {
+	out := make([]*hcl.Attribute, 0, len(attrs))
+	for _, a := range attrs {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b *hcl.Attribute) int { return cmp.Compare(a.Range.Start.Byte, b.Range.Start.Byte) })
+	return out
+}
+
+// sortDiagnostics orders diagnostics by position (those without one last),
+// keeping the order of diagnostics at the same position. HCL reports
+// unexpected attributes in map order, and golden files need a stable one.
+func sortDiagnostics(diags hcl.Diagnostics) hcl.Diagnostics {
+	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
+		switch {
+		case a.Subject == nil || b.Subject == nil:
+			return cmp.Compare(boolInt(a.Subject == nil), boolInt(b.Subject == nil))
+		}
+		return cmp.Or(
+			cmp.Compare(a.Subject.Filename, b.Subject.Filename),
+			cmp.Compare(a.Subject.Start.Byte, b.Subject.Start.Byte),
+		)
+	})
+	return diags
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func isPrime(n uint64) bool {
+	if n < 2 {
+		return false
+	}
+	for i := uint64(2); i*i <= n; i++ {
+		if n%i == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// prevPrime returns the largest prime below n; n must be above 2.
+func prevPrime(n uint64) uint64 {
+	for n--; !isPrime(n); n-- {
+	}
+	return n
+}
+
+func nextPrime(n uint64) uint64 {
+	for n++; !isPrime(n); n++ {
+	}
+	return n
+}

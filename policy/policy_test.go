@@ -1,0 +1,318 @@
+package policy
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/invalid/*.diag from the current output")
+
+func TestValidFiles(t *testing.T) {
+	files, err := filepath.Glob("testdata/valid/*.hcl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no valid test files: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			p, diags := Load(file)
+			if len(diags) > 0 {
+				t.Fatalf("unexpected diagnostics:\n%s", Format(diags))
+			}
+			if p == nil || p.Filename != file {
+				t.Fatalf("Load returned %+v", p)
+			}
+		})
+	}
+}
+
+// TestInvalidFiles compares Format's output for each invalid file with its
+// golden .diag file; run `go test ./policy -update` to rewrite them, then
+// review that every line:col points at the offending token.
+func TestInvalidFiles(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid/*.hcl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no invalid test files: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".hcl"), func(t *testing.T) {
+			p, diags := Load(file)
+			if p != nil {
+				t.Errorf("Load returned a policy despite errors")
+			}
+			if !diags.HasErrors() {
+				t.Fatalf("no errors")
+			}
+			for _, d := range diags {
+				if d.Subject == nil {
+					t.Errorf("diagnostic without a location: %s: %s", d.Summary, d.Detail)
+				}
+			}
+			got := Format(diags)
+			golden := strings.TrimSuffix(file, ".hcl") + ".diag"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("reading golden file (run with -update to create it): %v", err)
+			}
+			if got != string(want) {
+				t.Errorf("diagnostics differ from %s\n--- got\n%s--- want\n%s", golden, got, want)
+			}
+		})
+	}
+}
+
+func TestDecodedValues(t *testing.T) {
+	maglevKey := func(headers ...string) Hash {
+		h := Hash{Algorithm: Maglev, TableSize: DefaultMaglevTableSize}
+		for _, name := range headers {
+			h.Keys = append(h.Keys, HashKey{Header: name})
+		}
+		return h
+	}
+	tests := []struct {
+		file string
+		want *Policy
+	}{
+		{"chat.hcl", &Policy{
+			XDSAddress:   "127.0.0.1:18000",
+			AdminAddress: "127.0.0.1:19000",
+			Pools: []Pool{{
+				Name:          "chat",
+				Port:          10000,
+				ListenAddress: "0.0.0.0",
+				Hash: Hash{
+					Algorithm:     Maglev,
+					TableSize:     65537,
+					BalanceFactor: 150,
+					Keys:          []HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}},
+				},
+				Static: []StaticEndpoint{
+					{Host: "127.0.0.1", Port: 8001, Weight: 1},
+					{Host: "127.0.0.1", Port: 8002, Weight: 1},
+				},
+			}},
+		}},
+		{"ring_hash.hcl", &Policy{
+			XDSAddress:   DefaultXDSAddress,
+			AdminAddress: DefaultAdminAddress,
+			Pools: []Pool{{
+				Name:          "embed",
+				Port:          10001,
+				ListenAddress: "127.0.0.1",
+				RouteTimeout:  10 * time.Minute,
+				IdleTimeout:   time.Hour,
+				Hash: Hash{
+					Algorithm:   RingHash,
+					MinRingSize: 1024,
+					MaxRingSize: MaxRingSize,
+					Keys: []HashKey{
+						{Cookie: "session"},
+						{QueryParameter: "session_id"},
+						{Header: "x-session-id"},
+					},
+				},
+				Static: []StaticEndpoint{
+					{Host: "::1", Port: 8001, Weight: 1},
+					{Host: "embed-0.embed.svc.cluster.local", Port: 8001, Weight: 1},
+				},
+			}},
+		}},
+		{"weighted.hcl", &Policy{
+			XDSAddress:   DefaultXDSAddress,
+			AdminAddress: DefaultAdminAddress,
+			Pools: []Pool{{
+				Name:          "code",
+				Port:          10002,
+				ListenAddress: "0.0.0.0",
+				Hash:          maglevKey("x-session-id"),
+				Static: []StaticEndpoint{
+					{Host: "10.0.0.1", Port: 8000, Weight: 1},
+					{Host: "10.0.0.2", Port: 8000, Weight: 3, HashKey: "replica-a",
+						Region: "eu-west-1", Zone: "eu-west-1a", SubZone: "rack-1"},
+					{Host: "2001:db8::2", Port: 8000, Weight: 128, HashKey: "replica-b"},
+					{Host: "gpu-3.example.com", Port: 8000, Weight: 1},
+				},
+			}},
+		}},
+		{"multi_pool.hcl", &Policy{
+			XDSAddress:   ":18000",
+			AdminAddress: "localhost:19000",
+			Pools: []Pool{
+				{Name: "a.small_pool-1", Port: 10011, ListenAddress: "0.0.0.0",
+					Hash: Hash{Algorithm: Maglev, TableSize: 251, Keys: []HashKey{{Header: "x-session-id"}}}},
+				{Name: "m-loopback", Port: 10012, ListenAddress: "127.0.0.1", Hash: maglevKey("x-session-id")},
+				{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
+					Hash: Hash{Algorithm: RingHash, Keys: []HashKey{{Header: "x-session-id"}}}},
+				{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
+					Hash: Hash{Algorithm: Maglev, TableSize: MaxMaglevTableSize, Keys: []HashKey{{Header: "x-session-id"}}},
+					Static: []StaticEndpoint{
+						{Host: "10.1.0.1", Port: 8000, Weight: 1},
+						{Host: "10.1.0.2", Port: 8000, Weight: 1},
+						{Host: "10.1.0.3", Port: 8000, Weight: 1},
+					}},
+			},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			file := filepath.Join("testdata", "valid", tt.file)
+			got, diags := Load(file)
+			if len(diags) > 0 {
+				t.Fatalf("unexpected diagnostics:\n%s", Format(diags))
+			}
+			tt.want.Filename = file
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	p, diags := Parse(nil, "empty.hcl")
+	if len(diags) > 0 {
+		t.Fatalf("unexpected diagnostics:\n%s", Format(diags))
+	}
+	want := &Policy{Filename: "empty.hcl", XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress}
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("got %+v, want %+v", p, want)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "nope.hcl")
+	p, diags := Load(name)
+	if p != nil || !diags.HasErrors() {
+		t.Fatalf("Load(%q) = %v, %v; want an error", name, p, diags)
+	}
+	if got := Format(diags); !strings.Contains(got, name) || !strings.HasPrefix(got, "Cannot read policy file: ") {
+		t.Errorf("Format = %q; want the file name and the cause", got)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	rng := &hcl.Range{Filename: "p.hcl", Start: hcl.Pos{Line: 3, Column: 7, Byte: 30}}
+	diags := hcl.Diagnostics{
+		{Severity: hcl.DiagError, Summary: "Bad thing", Detail: "Fix it\nlike this.", Subject: rng},
+		{Severity: hcl.DiagWarning, Summary: "Odd thing", Detail: "Consider it.", Subject: rng},
+		{Severity: hcl.DiagError, Summary: "No place"},
+	}
+	want := "p.hcl:3:7: Bad thing: Fix it like this.\n" +
+		"p.hcl:3:7: warning: Odd thing: Consider it.\n" +
+		"No place\n"
+	if got := Format(diags); got != want {
+		t.Errorf("Format =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestParseHostPort(t *testing.T) {
+	tests := []struct {
+		in        string
+		emptyHost bool
+		want      string // canonical form, or "" for an error
+		summary   string // expected error summary
+	}{
+		{"127.0.0.1:8001", false, "127.0.0.1:8001", ""},
+		{"[::1]:8001", false, "[::1]:8001", ""},
+		{"[0:0::1]:8001", false, "[::1]:8001", ""},
+		{"Host.Example:80", false, "host.example:80", ""},
+		{"svc_name:80", false, "svc_name:80", ""},
+		{":18000", true, ":18000", ""},
+		{":18000", false, "", "Invalid address"},
+		{"127.0.0.1", false, "", "Invalid address"},
+		{"[::1]", false, "", "Invalid address"},
+		{"::1:8001", false, "", "Invalid address"},
+		{"[10.0.0.1]:80", false, "", "Invalid address"},
+		{"[fe80::1%eth0]:80", false, "", "Invalid address"},
+		{"10.0.0.300:80", false, "", "Invalid address"},
+		{"-bad.example:80", false, "", "Invalid address"},
+		{"a..b:80", false, "", "Invalid address"},
+		{"127.0.0.1:0", false, "", "Invalid port"},
+		{"127.0.0.1:65536", false, "", "Invalid port"},
+		{"127.0.0.1:http", false, "", "Invalid port"},
+		{"127.0.0.1:", false, "", "Invalid port"},
+	}
+	for _, tt := range tests {
+		hp, err := parseHostPort(tt.in, tt.emptyHost)
+		switch {
+		case tt.want != "" && err != nil:
+			t.Errorf("parseHostPort(%q) failed: %v", tt.in, err)
+		case tt.want != "" && hp.String() != tt.want:
+			t.Errorf("parseHostPort(%q) = %s, want %s", tt.in, hp, tt.want)
+		case tt.want == "" && err == nil:
+			t.Errorf("parseHostPort(%q) = %s, want an error", tt.in, hp)
+		case tt.want == "" && err.(*addrError).summary != tt.summary:
+			t.Errorf("parseHostPort(%q) error %v, want summary %q", tt.in, err, tt.summary)
+		}
+	}
+}
+
+func TestPrimes(t *testing.T) {
+	for _, tt := range []struct {
+		n          uint64
+		prime      bool
+		prev, next uint64
+	}{
+		{65536, false, 65521, 65537},
+		{65537, true, 65521, 65539},
+		{4, false, 3, 5},
+		{MaxMaglevTableSize, true, 4999999, 5000077},
+	} {
+		if isPrime(tt.n) != tt.prime || prevPrime(tt.n) != tt.prev || nextPrime(tt.n) != tt.next {
+			t.Errorf("%d: prime=%v prev=%d next=%d, want %v %d %d",
+				tt.n, isPrime(tt.n), prevPrime(tt.n), nextPrime(tt.n), tt.prime, tt.prev, tt.next)
+		}
+	}
+}
+
+// FuzzParse checks that Parse never panics, and that a policy it accepts
+// holds its invariants.
+func FuzzParse(f *testing.F) {
+	for _, pattern := range []string{"testdata/valid/*.hcl", "testdata/invalid/*.hcl"} {
+		files, _ := filepath.Glob(pattern)
+		for _, file := range files {
+			src, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(src)
+		}
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		p, diags := Parse(src, "fuzz.hcl")
+		if diags.HasErrors() {
+			if p != nil {
+				t.Fatal("policy returned with errors")
+			}
+			return
+		}
+		for i, pool := range p.Pools {
+			if i > 0 && p.Pools[i-1].Name >= pool.Name {
+				t.Fatalf("pools not sorted or not unique: %q, %q", p.Pools[i-1].Name, pool.Name)
+			}
+			if pool.Port == 0 || pool.Port > 65535 || len(pool.Hash.Keys) == 0 {
+				t.Fatalf("invalid pool accepted: %+v", pool)
+			}
+			if (pool.Hash.Algorithm == Maglev) != isPrime(pool.Hash.TableSize) {
+				t.Fatalf("bad table size accepted: %+v", pool.Hash)
+			}
+			for _, ep := range pool.Static {
+				if ep.Weight < 1 || ep.Weight > MaxEndpointWeight || ep.Port == 0 || ep.Host == "" {
+					t.Fatalf("invalid endpoint accepted: %+v", ep)
+				}
+			}
+		}
+	})
+}

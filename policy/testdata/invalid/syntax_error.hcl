@@ -1,0 +1,6 @@
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" 
+  }
+}

@@ -1,0 +1,21 @@
+xds   { address = "127.0.0.1:18000" }
+admin { address = "127.0.0.1:19000" }
+
+pool "chat" {
+  port          = 10000   # Envoy listener; gRPC clients dial xds:///chat
+  route_timeout = "0s"    # no timeout: generations stream for minutes
+  hash {
+    algorithm      = "maglev" # or "ring_hash" (min_ring_size, max_ring_size)
+    table_size     = 65537    # prime
+    balance_factor = 150      # bounded load, percent; 0 = off
+    key { header = "x-session-id" } # tried in order; first present wins
+    key { cookie = "session" }
+  }
+  static {
+    endpoints = ["127.0.0.1:8001"]
+    endpoint "127.0.0.1:8002" {
+      weight   = 3           # 1..128
+      hash_key = "replica-b" # stable ring identity; default host:port
+    }
+  }
+}

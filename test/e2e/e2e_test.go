@@ -1,0 +1,228 @@
+// Package e2e runs kvxds against real data planes: grpc-go's own xDS
+// client (proxyless gRPC) in every run, and Envoy when it is installed.
+// Backends are real gRPC servers on loopback; kvxds runs in-process and as
+// the built binary.
+package e2e
+
+import (
+	"bufio"
+	"math"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const numSessions = 2000
+
+// shareTolerance bounds how far a replica's share of sessions may stray
+// from its share of the total weight. gRPC clients place hosts on a ring of
+// at most 4096 entries, so shares are close to, not exactly, the weights.
+const shareTolerance = 0.05
+
+// moveTolerance is the slack, as a fraction of all sessions, allowed above
+// the ideal 1/(N+1) when a replica joins.
+const moveTolerance = 0.05
+
+func TestAffinityAndWeights(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			bs := startBackends(t, 4)
+			members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 2}, {bs[3], 4}}
+			dir := t.TempDir()
+			path := filepath.Join(dir, "policy.hcl")
+			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
+			k := m.start(t, path, xdsAddr, adminAddr)
+			defer k.stop()
+
+			ss := sessions(numSessions)
+			cl := newClient(t, xdsAddr)
+			first := route(t, cl, ss)
+			// Three passes, and a second, independent client: a session
+			// never splits across replicas.
+			for pass := range 2 {
+				if n, _, _ := moved(first, route(t, cl, ss)); n != 0 {
+					t.Fatalf("pass %d: %d sessions changed replica with no change in the fleet", pass+2, n)
+				}
+			}
+			other := newClient(t, xdsAddr)
+			if n, _, _ := moved(first, route(t, other, ss)); n != 0 {
+				t.Fatalf("a second client routed %d sessions differently: clients disagree on the hash table", n)
+			}
+
+			got := shares(first)
+			total := 0
+			for _, mb := range members {
+				total += mb.weight
+			}
+			for _, mb := range members {
+				want := float64(mb.weight) / float64(total)
+				share := float64(got[mb.b.id]) / numSessions
+				t.Logf("%s weight %d: %.3f of sessions (weight share %.3f)", mb.b.id, mb.weight, share, want)
+				if math.Abs(share-want) > shareTolerance {
+					t.Errorf("%s: share %.3f, want %.3f ± %.2f", mb.b.id, share, want, shareTolerance)
+				}
+			}
+		})
+	}
+}
+
+func TestMembershipChanges(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			const n = 4
+			bs := startBackends(t, n+1)
+			var members []member
+			for _, b := range bs[:n] {
+				members = append(members, member{b, 1})
+			}
+			dir := t.TempDir()
+			path := filepath.Join(dir, "policy.hcl")
+			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
+			k := m.start(t, path, xdsAddr, adminAddr)
+			defer k.stop()
+
+			ss := sessions(numSessions)
+			cl := newClient(t, xdsAddr)
+			before := route(t, cl, ss)
+
+			// Add one replica to N.
+			added := bs[n]
+			writeAtomic(t, path, policyText(xdsAddr, adminAddr, append(members, member{added, 1})))
+			var after map[string]string
+			eventually(t, "the new replica to receive sessions", func() bool {
+				after = route(t, cl, ss)
+				return shares(after)[added.id] > 0
+			})
+			mv, _, to := moved(before, after)
+			limit := int(float64(numSessions) * (1.0/float64(n+1) + moveTolerance))
+			t.Logf("adding 1 replica to %d moved %d of %d sessions (ideal %d, limit %d)", n, mv, numSessions, numSessions/(n+1), limit)
+			if mv > limit {
+				t.Errorf("adding a replica moved %d sessions, more than %d", mv, limit)
+			}
+			if to[added.id] != mv {
+				t.Errorf("sessions moved between old replicas: moved %v, want all to %s", to, added.id)
+			}
+
+			// Remove one: only its sessions move.
+			removed := bs[1]
+			var rest []member
+			for _, mb := range append(members, member{added, 1}) {
+				if mb.b != removed {
+					rest = append(rest, mb)
+				}
+			}
+			writeAtomic(t, path, policyText(xdsAddr, adminAddr, rest))
+			var final map[string]string
+			eventually(t, "the removed replica to stop receiving sessions", func() bool {
+				final = route(t, cl, ss)
+				return shares(final)[removed.id] == 0
+			})
+			mv, from, _ := moved(after, final)
+			t.Logf("removing %s moved %d sessions (it had %d)", removed.id, mv, shares(after)[removed.id])
+			if from[removed.id] != mv || mv != shares(after)[removed.id] {
+				t.Errorf("removing %s moved sessions from %v; want exactly its %d sessions", removed.id, from, shares(after)[removed.id])
+			}
+		})
+	}
+}
+
+func TestBrokenEditKeepsServing(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			bs := startBackends(t, 3)
+			members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}}
+			dir := t.TempDir()
+			path := filepath.Join(dir, "policy.hcl")
+			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			good := policyText(xdsAddr, adminAddr, members)
+			writeAtomic(t, path, good)
+			k := m.start(t, path, xdsAddr, adminAddr)
+			defer k.stop()
+
+			ss := sessions(500)
+			cl := newClient(t, xdsAddr)
+			before := route(t, cl, ss)
+
+			// A typo, and a semantically invalid value.
+			for i, broken := range []string{
+				strings.Replace(good, "static {", "static {{", 1),
+				strings.Replace(good, "table_size     = 65537", "table_size     = 65536", 1),
+			} {
+				writeAtomic(t, path, broken)
+				eventually(t, "the reload error to be counted", func() bool {
+					return metric(t, adminAddr, "kvxds_policy_reload_errors_total") >= float64(i+1)
+				})
+				if n, _, _ := moved(before, route(t, cl, ss)); n != 0 {
+					t.Fatalf("broken edit %d moved %d sessions", i+1, n)
+				}
+			}
+
+			// A good edit after the broken ones takes effect.
+			writeAtomic(t, path, policyText(xdsAddr, adminAddr, members[:2]))
+			eventually(t, "the fixed policy to take effect", func() bool {
+				return shares(route(t, cl, ss))[bs[2].id] == 0
+			})
+		})
+	}
+}
+
+func TestClientsSurviveRestart(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			bs := startBackends(t, 4)
+			members := []member{{bs[0], 1}, {bs[1], 2}, {bs[2], 1}, {bs[3], 3}}
+			dir := t.TempDir()
+			path := filepath.Join(dir, "policy.hcl")
+			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
+			k := m.start(t, path, xdsAddr, adminAddr)
+
+			ss := sessions(1000)
+			cl := newClient(t, xdsAddr)
+			before := route(t, cl, ss)
+
+			k.stop()
+			if n, _, _ := moved(before, route(t, cl, ss)); n != 0 {
+				t.Fatalf("with kvxds stopped, %d sessions moved", n)
+			}
+
+			k = m.start(t, path, xdsAddr, adminAddr)
+			defer k.stop()
+			eventually(t, "the client to reconnect", func() bool {
+				return metric(t, adminAddr, "kvxds_xds_streams") >= 1
+			})
+			if n, _, _ := moved(before, route(t, cl, ss)); n != 0 {
+				t.Fatalf("after restart, %d sessions moved", n)
+			}
+			// A new client after the restart agrees with the old one.
+			if n, _, _ := moved(before, route(t, newClient(t, xdsAddr), ss)); n != 0 {
+				t.Fatalf("a client connected after the restart routes %d sessions differently", n)
+			}
+		})
+	}
+}
+
+// metric reads one unlabelled sample from kvxds's /metrics.
+func metric(t *testing.T, adminAddr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		return math.NaN()
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return math.NaN()
+}

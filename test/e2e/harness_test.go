@@ -1,0 +1,321 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/xds"
+
+	"github.com/kvxds/kvxds/xds/bootstrap"
+	"github.com/kvxds/kvxds/xds/controller"
+)
+
+// kvxdsBinary is built once by TestMain.
+var kvxdsBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kvxds-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	kvxdsBinary = filepath.Join(dir, "kvxds")
+	build := exec.Command("go", "build", "-o", kvxdsBinary, "github.com/kvxds/kvxds/cmd/kvxds")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building kvxds:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// backend is one real gRPC replica on loopback that answers with its id.
+type backend struct {
+	testgrpc.UnimplementedTestServiceServer
+	id    string
+	addr  string
+	calls atomic.Int64
+	srv   *grpc.Server
+}
+
+func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	b.calls.Add(1)
+	return &testgrpc.SimpleResponse{ServerId: b.id}, nil
+}
+
+func startBackends(t *testing.T, n int) []*backend {
+	t.Helper()
+	out := make([]*backend, n)
+	for i := range out {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &backend{id: fmt.Sprintf("replica-%d", i), addr: lis.Addr().String(), srv: grpc.NewServer()}
+		testgrpc.RegisterTestServiceServer(b.srv, b)
+		go b.srv.Serve(lis)
+		t.Cleanup(b.srv.Stop)
+		out[i] = b
+	}
+	return out
+}
+
+// member is a backend as written in the policy.
+type member struct {
+	b      *backend
+	weight int
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// policyText renders the pool "chat" with the given members, as an
+// operator would write it.
+func policyText(xdsAddr, adminAddr string, members []member) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "xds   { address = %q }\nadmin { address = %q }\n\n", xdsAddr, adminAddr)
+	b.WriteString(`pool "chat" {
+  port = 10000
+  hash {
+    algorithm      = "maglev"
+    table_size     = 65537
+    balance_factor = 150
+    key { header = "x-session-id" }
+    key { header = "x-tenant-id" }
+  }
+  static {
+`)
+	for _, m := range members {
+		fmt.Fprintf(&b, "    endpoint %q {\n      weight   = %d\n      hash_key = %q\n    }\n", m.b.addr, m.weight, m.b.id)
+	}
+	b.WriteString("  }\n}\n")
+	return b.String()
+}
+
+// writeAtomic replaces path the way editors and ConfigMap volumes do.
+func writeAtomic(t *testing.T, path, text string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// instance is a running kvxds.
+type instance interface {
+	stop()
+}
+
+type mode struct {
+	name  string
+	start func(t *testing.T, policyPath, xdsAddr, adminAddr string) instance
+}
+
+var modes = []mode{
+	{"in-process", startInProcess},
+	{"binary", startBinary},
+}
+
+type inProcess struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (p *inProcess) stop() {
+	p.cancel()
+	<-p.done
+}
+
+func startInProcess(t *testing.T, policyPath, xdsAddr, adminAddr string) instance {
+	t.Helper()
+	c, err := controller.New(controller.Options{
+		PolicyFile: policyPath,
+		XDSAddress: xdsAddr, AdminAddress: adminAddr,
+		Logger:  hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.Warn, Output: testWriter{t}}),
+		Version: "e2e",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &inProcess{cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- c.Run(ctx) }()
+	waitReady(t, c.AdminAddr())
+	return p
+}
+
+type binary struct{ cmd *exec.Cmd }
+
+func (b *binary) stop() {
+	b.cmd.Process.Signal(os.Interrupt)
+	b.cmd.Wait()
+}
+
+func startBinary(t *testing.T, policyPath, xdsAddr, adminAddr string) instance {
+	t.Helper()
+	cmd := exec.Command(kvxdsBinary, "serve", "--policy", policyPath, "--xds", xdsAddr, "--admin", adminAddr, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := &binary{cmd: cmd}
+	waitReady(t, adminAddr)
+	return b
+}
+
+func waitReady(t *testing.T, adminAddr string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("kvxds on %s never became ready", adminAddr)
+}
+
+// testWriter sends a child's output to the test log while the test runs.
+type testWriter struct{ t *testing.T }
+
+var logMu sync.Mutex
+
+func (w testWriter) Write(p []byte) (int, error) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	defer func() { recover() }() // the test may have finished
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newClient is a proxyless gRPC client of pool "chat" whose bootstrap is
+// what `kvxds bootstrap --grpc` prints.
+func newClient(t *testing.T, xdsAddr string) testgrpc.TestServiceClient {
+	t.Helper()
+	cfg, err := bootstrap.GRPCJSON(bootstrap.Options{NodeID: "e2e-" + t.Name(), XDSAddress: xdsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := xds.NewXDSResolverWithConfigForTesting(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient("xds:///chat", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return testgrpc.NewTestServiceClient(cc)
+}
+
+// call sends one request of a session and returns the replica that served it.
+func call(cl testgrpc.TestServiceClient, session string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-session-id", session)
+	resp, err := cl.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return "", err
+	}
+	return resp.GetServerId(), nil
+}
+
+func sessions(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("conversation-%05d", i)
+	}
+	return out
+}
+
+// route sends one request per session and returns where each landed;
+// every failure fails the test.
+func route(t *testing.T, cl testgrpc.TestServiceClient, ss []string) map[string]string {
+	t.Helper()
+	out := make(map[string]string, len(ss))
+	failed := 0
+	for _, s := range ss {
+		id, err := call(cl, s)
+		if err != nil {
+			failed++
+			if failed <= 3 {
+				t.Errorf("session %s: %v", s, err)
+			}
+			continue
+		}
+		out[s] = id
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d requests failed", failed, len(ss))
+	}
+	return out
+}
+
+// shares counts sessions per replica.
+func shares(m map[string]string) map[string]int {
+	out := map[string]int{}
+	for _, id := range m {
+		out[id]++
+	}
+	return out
+}
+
+// moved counts sessions whose replica differs between two routings.
+func moved(before, after map[string]string) (n int, from, to map[string]int) {
+	from, to = map[string]int{}, map[string]int{}
+	for s, a := range before {
+		if b := after[s]; b != a {
+			n++
+			from[a]++
+			to[b]++
+		}
+	}
+	return n, from, to
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}

@@ -1,0 +1,276 @@
+// Package controller is the kvxds process: it loads and watches the
+// policy, joins it with discovery into the fleet model, hands the model to
+// the xDS server, and serves the admin endpoints (/metrics, /healthz,
+// /readyz, /debug/fleet).
+//
+// It fails static: an invalid policy edit or a fleet that does not
+// translate is logged and counted, and the last good configuration keeps
+// serving. Only the first policy must be valid, or the process does not
+// start.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/server"
+)
+
+// Options configure a Controller.
+type Options struct {
+	// PolicyFile is watched and hot-reloaded. If empty, PolicySource is
+	// served as it is, without reloads.
+	PolicyFile   string
+	PolicySource []byte
+	// XDSAddress and AdminAddress override the policy's addresses.
+	XDSAddress   string
+	AdminAddress string
+	Logger       hclog.Logger
+	// Version is reported on /debug/fleet and the build info metric.
+	Version string
+}
+
+// Controller runs one kvxds instance.
+type Controller struct {
+	opts     Options
+	log      hclog.Logger
+	registry *prometheus.Registry
+	xds      *server.Server
+
+	xdsLis, adminLis net.Listener
+
+	mu      sync.Mutex
+	policy  *policy.Policy
+	fleet   fleet.Fleet
+	updates prometheus.Counter
+}
+
+// New loads the initial policy and prepares the server. It returns the
+// policy's diagnostics as an error if the policy is invalid.
+func New(opts Options) (*Controller, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	var p *policy.Policy
+	var diags hcl.Diagnostics
+	if opts.PolicyFile != "" {
+		p, diags = policy.Load(opts.PolicyFile)
+	} else {
+		p, diags = policy.Parse(opts.PolicySource, "default.hcl")
+	}
+	if diags.HasErrors() {
+		return nil, &PolicyError{Diagnostics: diags}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "kvxds_build_info",
+		Help:        "kvxds build information.",
+		ConstLabels: prometheus.Labels{"version": opts.Version},
+	})
+	buildInfo.Set(1)
+	c := &Controller{
+		opts:     opts,
+		log:      logger,
+		registry: reg,
+		xds:      server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg}),
+		policy:   p,
+		updates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvxds_fleet_updates_total",
+			Help: "Fleet models built from a new policy or discovery result.",
+		}),
+	}
+	reg.MustRegister(buildInfo, c.updates)
+	return c, nil
+}
+
+// PolicyError is an invalid initial policy.
+type PolicyError struct{ Diagnostics hcl.Diagnostics }
+
+func (e *PolicyError) Error() string {
+	return "invalid policy:\n" + strings.TrimRight(policy.Format(e.Diagnostics), "\n")
+}
+
+// Listen binds the xDS and admin addresses. Run calls it if needed; call
+// it first to learn the addresses when they use port 0.
+func (c *Controller) Listen() error {
+	if c.xdsLis != nil {
+		return nil
+	}
+	xdsAddr := firstNonEmpty(c.opts.XDSAddress, c.policy.XDSAddress)
+	adminAddr := firstNonEmpty(c.opts.AdminAddress, c.policy.AdminAddress)
+	xl, err := net.Listen("tcp", xdsAddr)
+	if err != nil {
+		return fmt.Errorf("listening for xDS on %s: %w", xdsAddr, err)
+	}
+	al, err := net.Listen("tcp", adminAddr)
+	if err != nil {
+		xl.Close()
+		return fmt.Errorf("listening for admin on %s: %w", adminAddr, err)
+	}
+	c.xdsLis, c.adminLis = xl, al
+	return nil
+}
+
+// XDSAddr is the bound xDS address (after Listen).
+func (c *Controller) XDSAddr() string { return c.xdsLis.Addr().String() }
+
+// AdminAddr is the bound admin address (after Listen).
+func (c *Controller) AdminAddr() string { return c.adminLis.Addr().String() }
+
+// Registry holds kvxds's own metrics.
+func (c *Controller) Registry() *prometheus.Registry { return c.registry }
+
+// Server is the xDS server.
+func (c *Controller) Server() *server.Server { return c.xds }
+
+// Fleet returns the fleet model currently served.
+func (c *Controller) Fleet() fleet.Fleet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fleet
+}
+
+// Run serves until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	if err := c.Listen(); err != nil {
+		return err
+	}
+	if err := c.apply(ctx, c.policy); err != nil {
+		return fmt.Errorf("initial configuration: %w", err)
+	}
+
+	g := grpc.NewServer(
+		// Data planes keep their ADS stream for days: probe dead peers,
+		// and let clients ping as often as Envoy's defaults do.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	c.xds.Register(g)
+	admin := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := g.Serve(c.xdsLis); err != nil {
+			errc <- fmt.Errorf("xDS server: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := admin.Serve(c.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	}()
+	if c.opts.PolicyFile != "" {
+		w, err := policy.NewWatcher(c.opts.PolicyFile, policy.WatcherOptions{
+			Logger:     c.log.Named("policy"),
+			Registerer: c.registry,
+			OnReload: func(p *policy.Policy) {
+				if err := c.apply(ctx, p); err != nil {
+					c.log.Error("policy reload not applied; last good configuration keeps serving", "error", err)
+				}
+			},
+		})
+		if err != nil {
+			g.Stop()
+			admin.Close()
+			return fmt.Errorf("watching policy: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("policy watcher: %w", err)
+			}
+		}()
+	}
+	c.log.Info("serving", "xds", c.XDSAddr(), "admin", c.AdminAddr(), "policy", firstNonEmpty(c.opts.PolicyFile, "(embedded)"))
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	admin.Shutdown(shutdown)
+	// Stop, not GracefulStop: ADS streams never end on their own.
+	g.Stop()
+	wg.Wait()
+	return err
+}
+
+// apply joins a policy into a fleet and pushes it.
+func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
+	c.mu.Lock()
+	old := c.policy
+	c.mu.Unlock()
+	if old != nil && p != old && (p.XDSAddress != old.XDSAddress || p.AdminAddress != old.AdminAddress) {
+		c.log.Warn("xds/admin address changes take effect on restart", "xds", p.XDSAddress, "admin", p.AdminAddress)
+	}
+	f := Join(p, StaticGroups(p))
+	if err := c.xds.Update(ctx, f); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.policy, c.fleet = p, f
+	c.mu.Unlock()
+	c.updates.Inc()
+	c.log.Info("configuration applied", "pools", len(f.Pools), "policy", p.Filename)
+	return nil
+}
+
+func (c *Controller) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{Registry: c.registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !c.xds.Ready() {
+			http.Error(w, "no configuration yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /debug/fleet", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(c.Fleet())
+	})
+	return mux
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// StaticGroups returns the endpoints written in a policy as discovery
+// groups, one per pool (a pool without a static block has an empty group).
+func StaticGroups(p *policy.Policy) discovery.Static {
+	out := make(discovery.Static, 0, len(p.Pools))
+	for _, pool := range p.Pools {
+		g := discovery.Group{Pool: pool.Name}
+		for _, e := range pool.Static {
+			g.Targets = append(g.Targets, discovery.Target{
+				Host: e.Host, Port: e.Port, Weight: e.Weight, HashKey: e.HashKey,
+				Region: e.Region, Zone: e.Zone, SubZone: e.SubZone,
+			})
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// Join builds the fleet model from a policy and the discovered targets of
+// each pool. It is the only place where the inputs meet; the result is
+// normalised.
+func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
+	targets := map[string][]discovery.Target{}
+	for _, g := range groups {
+		targets[g.Pool] = append(targets[g.Pool], g.Targets...)
+	}
+	f := fleet.Fleet{Pools: make([]fleet.Pool, 0, len(p.Pools))}
+	for _, pp := range p.Pools {
+		fp := fleet.Pool{
+			Name:          pp.Name,
+			ListenAddress: pp.ListenAddress,
+			Port:          pp.Port,
+			RouteTimeout:  pp.RouteTimeout,
+			IdleTimeout:   pp.IdleTimeout,
+			Hash: fleet.Hash{
+				Algorithm:     fleet.Algorithm(pp.Hash.Algorithm),
+				TableSize:     pp.Hash.TableSize,
+				MinRingSize:   pp.Hash.MinRingSize,
+				MaxRingSize:   pp.Hash.MaxRingSize,
+				BalanceFactor: pp.Hash.BalanceFactor,
+			},
+		}
+		for _, k := range pp.Hash.Keys {
+			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter})
+		}
+		for _, t := range targets[pp.Name] {
+			fp.Endpoints = append(fp.Endpoints, fleet.Endpoint{
+				Host: t.Host, Port: t.Port, Weight: t.Weight, HashKey: t.HashKey,
+				Health:   fleet.Healthy,
+				Locality: fleet.Locality{Region: t.Region, Zone: t.Zone, SubZone: t.SubZone},
+			})
+		}
+		f.Pools = append(f.Pools, fp)
+	}
+	return f.Normalize()
+}

@@ -1,0 +1,256 @@
+// Package fleet is kvxds's in-memory model of the inference fleet: pools of
+// replicas with their hashing settings, and each replica's address, weight,
+// health, locality and stable hash identity.
+//
+// The model is the only input of the xDS translator. Policy, discovery and
+// metric-driven weights never talk to the translator directly: they are
+// joined into a Fleet, which is normalised (sorted, defaulted) and validated
+// before anything is translated. A Fleet is plain data: it is compared,
+// copied and serialised freely, and two equal Fleets always translate to
+// byte-identical resources.
+package fleet
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Algorithm names the consistent-hashing load balancer of a pool.
+type Algorithm string
+
+const (
+	// Maglev is Envoy's Maglev table. Proxyless gRPC clients, which do not
+	// implement Maglev, fall back to ring hash on the same keys.
+	Maglev Algorithm = "maglev"
+	// RingHash is the Ketama-style ring used by Envoy and gRPC.
+	RingHash Algorithm = "ring_hash"
+)
+
+// Defaults shared by the policy and the translator.
+const (
+	DefaultMaglevTableSize = 65537
+	MaxMaglevTableSize     = 5000011
+	DefaultListenAddress   = "0.0.0.0"
+)
+
+// Health is an endpoint's health as pushed to the data plane.
+type Health int
+
+const (
+	// Healthy endpoints are in the hash table.
+	Healthy Health = iota
+	// Draining endpoints leave the hash table for new keys; Envoy lets
+	// existing connections finish.
+	Draining
+	// Degraded endpoints are used by Envoy only when too few healthy ones
+	// remain; proxyless gRPC treats them as unusable.
+	Degraded
+	// Unhealthy endpoints receive no traffic.
+	Unhealthy
+)
+
+func (h Health) String() string {
+	switch h {
+	case Healthy:
+		return "healthy"
+	case Draining:
+		return "draining"
+	case Degraded:
+		return "degraded"
+	case Unhealthy:
+		return "unhealthy"
+	}
+	return "health(" + strconv.Itoa(int(h)) + ")"
+}
+
+// Fleet is the whole model: every pool kvxds serves.
+type Fleet struct {
+	Pools []Pool
+}
+
+// Pool is one group of interchangeable replicas behind one listener.
+type Pool struct {
+	// Name names the pool's Envoy listener, route configuration and
+	// cluster; proxyless gRPC clients dial xds:///<Name>.
+	Name string
+	// ListenAddress and Port are where Envoy listens for this pool.
+	ListenAddress string
+	Port          uint32
+	// RouteTimeout bounds a whole request at Envoy. Zero disables it,
+	// which is the default: streamed generations can run for minutes.
+	RouteTimeout time.Duration
+	// IdleTimeout bounds the silence on a stream; zero keeps Envoy's
+	// default.
+	IdleTimeout time.Duration
+	Hash        Hash
+	Endpoints   []Endpoint
+}
+
+// Hash is how requests of a pool map to endpoints.
+type Hash struct {
+	Algorithm Algorithm
+	// TableSize is the Maglev table size (prime).
+	TableSize uint64
+	// MinRingSize and MaxRingSize bound the ring; zero keeps the
+	// client's default.
+	MinRingSize uint64
+	MaxRingSize uint64
+	// BalanceFactor is bounded-load hashing in percent (>= 100); zero
+	// turns it off.
+	BalanceFactor uint32
+	// Keys are tried in order; the first one present in a request wins.
+	Keys []HashKey
+}
+
+// HashKey is one source of a request's hash. Exactly one field is set.
+type HashKey struct {
+	Header         string
+	Cookie         string
+	QueryParameter string
+}
+
+// Locality places an endpoint; proxyless gRPC requires every endpoint to
+// belong to one.
+type Locality struct {
+	Region  string
+	Zone    string
+	SubZone string
+}
+
+// Endpoint is one replica of a pool.
+type Endpoint struct {
+	// Host is an IP address or a DNS name; Port its serving port.
+	Host string
+	Port uint32
+	// Weight is the endpoint's share of the hash table (>= 1).
+	Weight   uint32
+	Health   Health
+	Locality Locality
+	// HashKey is the endpoint's stable identity on the hash ring. Every
+	// data-plane instance must build the same table, and a replica that
+	// changes address while keeping its identity keeps its keys. Defaults
+	// to host:port.
+	HashKey string
+}
+
+// Address returns host:port.
+func (e Endpoint) Address() string {
+	return joinHostPort(e.Host, e.Port)
+}
+
+func joinHostPort(host string, port uint32) string {
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+		return "[" + host + "]:" + strconv.FormatUint(uint64(port), 10)
+	}
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// Normalize returns a copy of f with defaults filled in and everything
+// sorted: pools by name, endpoints by hash key then address. Translating
+// a normalised fleet is deterministic.
+func (f Fleet) Normalize() Fleet {
+	out := Fleet{Pools: make([]Pool, len(f.Pools))}
+	for i, p := range f.Pools {
+		p.Hash.Keys = slices.Clone(p.Hash.Keys)
+		if p.ListenAddress == "" {
+			p.ListenAddress = DefaultListenAddress
+		}
+		if p.Hash.Algorithm == "" {
+			p.Hash.Algorithm = Maglev
+		}
+		if p.Hash.Algorithm == Maglev && p.Hash.TableSize == 0 {
+			p.Hash.TableSize = DefaultMaglevTableSize
+		}
+		eps := make([]Endpoint, len(p.Endpoints))
+		for j, e := range p.Endpoints {
+			if e.Weight == 0 {
+				e.Weight = 1
+			}
+			if e.HashKey == "" {
+				e.HashKey = e.Address()
+			}
+			eps[j] = e
+		}
+		slices.SortFunc(eps, func(a, b Endpoint) int {
+			return cmp.Or(cmp.Compare(a.HashKey, b.HashKey), cmp.Compare(a.Address(), b.Address()))
+		})
+		p.Endpoints = eps
+		out.Pools[i] = p
+	}
+	slices.SortFunc(out.Pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Validate reports every inconsistency of a normalised fleet. The policy
+// package reports user errors with source locations; this is the last
+// line of defence before anything is pushed.
+func (f Fleet) Validate() error {
+	var errs []error
+	names := map[string]bool{}
+	ports := map[string]string{}
+	for _, p := range f.Pools {
+		if p.Name == "" {
+			errs = append(errs, errors.New("pool with empty name"))
+		}
+		if names[p.Name] {
+			errs = append(errs, fmt.Errorf("pool %q: duplicate name", p.Name))
+		}
+		names[p.Name] = true
+		if p.Port == 0 || p.Port > 65535 {
+			errs = append(errs, fmt.Errorf("pool %q: port %d out of range", p.Name, p.Port))
+		}
+		la := joinHostPort(p.ListenAddress, p.Port)
+		if other, ok := ports[la]; ok {
+			errs = append(errs, fmt.Errorf("pool %q: listener %s already used by pool %q", p.Name, la, other))
+		}
+		ports[la] = p.Name
+		switch p.Hash.Algorithm {
+		case Maglev:
+			if p.Hash.TableSize == 0 || p.Hash.TableSize > MaxMaglevTableSize {
+				errs = append(errs, fmt.Errorf("pool %q: maglev table size %d out of range", p.Name, p.Hash.TableSize))
+			}
+		case RingHash:
+			if p.Hash.MaxRingSize != 0 && p.Hash.MinRingSize > p.Hash.MaxRingSize {
+				errs = append(errs, fmt.Errorf("pool %q: min ring size above max ring size", p.Name))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("pool %q: unknown hash algorithm %q", p.Name, p.Hash.Algorithm))
+		}
+		if p.Hash.BalanceFactor != 0 && p.Hash.BalanceFactor < 100 {
+			errs = append(errs, fmt.Errorf("pool %q: balance factor %d below 100", p.Name, p.Hash.BalanceFactor))
+		}
+		if len(p.Hash.Keys) == 0 {
+			errs = append(errs, fmt.Errorf("pool %q: no hash key", p.Name))
+		}
+		for i, k := range p.Hash.Keys {
+			n := 0
+			for _, s := range []string{k.Header, k.Cookie, k.QueryParameter} {
+				if s != "" {
+					n++
+				}
+			}
+			if n != 1 {
+				errs = append(errs, fmt.Errorf("pool %q: hash key %d must set exactly one source", p.Name, i))
+			}
+		}
+		ids := map[string]bool{}
+		for _, e := range p.Endpoints {
+			if e.Host == "" || e.Port == 0 || e.Port > 65535 {
+				errs = append(errs, fmt.Errorf("pool %q: bad endpoint address %q", p.Name, e.Address()))
+			}
+			if e.Weight == 0 {
+				errs = append(errs, fmt.Errorf("pool %q: endpoint %s has weight 0", p.Name, e.Address()))
+			}
+			if ids[e.HashKey] {
+				errs = append(errs, fmt.Errorf("pool %q: duplicate endpoint identity %q", p.Name, e.HashKey))
+			}
+			ids[e.HashKey] = true
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,45 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	nacks        *prometheus.CounterVec
+	pushes       *prometheus.CounterVec
+	streams      prometheus.Gauge
+	updateErrors prometheus.Counter
+	pools        prometheus.Gauge
+	endpoints    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_xds_nacks_total",
+			Help: "xDS responses rejected by clients, by client kind and resource type.",
+		}, []string{"clients", "type"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_xds_versions_total",
+			Help: "New resource versions made available, by client kind and resource type.",
+		}, []string{"clients", "type"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvxds_xds_streams",
+			Help: "Open xDS streams.",
+		}),
+		updateErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvxds_xds_update_errors_total",
+			Help: "Fleet updates rejected before being pushed; the last good snapshot kept serving.",
+		}),
+		pools: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvxds_fleet_pools",
+			Help: "Pools in the snapshot being served.",
+		}),
+		endpoints: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvxds_fleet_endpoints",
+			Help: "Endpoints in the snapshot being served.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.nacks, m.pushes, m.streams, m.updateErrors, m.pools, m.endpoints)
+	}
+	return m
+}

@@ -1,0 +1,224 @@
+// Package server serves kvxds's translated fleet to Envoy and proxyless
+// gRPC clients over xDS: ADS (state of the world and delta) plus the
+// separate CDS, EDS, LDS and RDS services.
+//
+// Clients are grouped by kind, not by node id: every Envoy receives the
+// same snapshot and every proxyless gRPC client receives the other one, so
+// any node id is served and every client of a kind builds the same hash
+// table. See Classify for how a node's kind is recognised.
+//
+// The server fails static: Update validates a new fleet completely before
+// anything is swapped in, and a fleet that fails keeps the last good
+// snapshot serving.
+package server
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+// Options configure a Server.
+type Options struct {
+	Logger hclog.Logger
+	// Registerer receives the server's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Server holds the current snapshots and the xDS gRPC services.
+type Server struct {
+	log     hclog.Logger
+	cache   cachev3.SnapshotCache
+	xds     serverv3.Server
+	metrics *metrics
+	streams *streamTracker
+
+	mu      sync.Mutex
+	last    *fleet.Fleet // last fleet that was pushed (normalised)
+	current map[translate.Flavor]*translate.Resources
+	ready   bool
+}
+
+// New returns a Server with no snapshot yet: clients that connect before
+// the first Update wait for one.
+func New(opts Options) *Server {
+	logger := opts.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	m := newMetrics(opts.Registerer)
+	s := &Server{
+		log:     logger,
+		metrics: m,
+		current: map[translate.Flavor]*translate.Resources{},
+	}
+	s.streams = newStreamTracker(logger.Named("stream"), m)
+	// ads=false: go-control-plane's ADS mode withholds a response until the
+	// requested names cover every resource of the type, so a gRPC client
+	// that asks for one pool's listener would never get it. Without it the
+	// cache answers with exactly the requested resources.
+	s.cache = cachev3.NewSnapshotCache(false, nodeKindHash{}, cacheLogger{logger.Named("cache")})
+	s.xds = serverv3.NewServer(context.Background(), s.cache, s.streams)
+	return s
+}
+
+// Register adds the ADS, CDS, EDS, LDS and RDS services to g.
+func (s *Server) Register(g *grpc.Server) {
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(g, s.xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)
+}
+
+// Ready reports whether a snapshot has been set.
+func (s *Server) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+// Versions returns the per-type versions currently served to a flavor,
+// keyed by type URL.
+func (s *Server) Versions(flavor translate.Flavor) map[string]string {
+	snap, err := s.cache.GetSnapshot(flavorKey(flavor))
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, t := range []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType} {
+		out[t] = snap.GetVersion(t)
+	}
+	return out
+}
+
+// Update translates f and, if it is valid and differs from what is being
+// served, swaps the new snapshots in. On error nothing changes.
+func (s *Server) Update(ctx context.Context, f fleet.Fleet) error {
+	f = f.Normalize()
+	if err := f.Validate(); err != nil {
+		s.metrics.updateErrors.Inc()
+		return fmt.Errorf("invalid fleet: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last != nil && reflect.DeepEqual(*s.last, f) {
+		return nil
+	}
+	next := map[translate.Flavor]*translate.Resources{}
+	endpointsOnly := s.last != nil && sameShape(*s.last, f)
+	var eps []*endpointv3.ClusterLoadAssignment
+	if endpointsOnly {
+		// Membership, weight and health changes only touch EDS: reuse the
+		// other resources as they are, so their versions cannot move.
+		cla, err := translate.TranslateEndpoints(f)
+		if err != nil {
+			s.metrics.updateErrors.Inc()
+			return fmt.Errorf("translating endpoints: %w", err)
+		}
+		eps = cla
+	}
+	for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
+		var r *translate.Resources
+		if endpointsOnly {
+			r = s.current[flavor].WithEndpoints(eps)
+		} else {
+			var err error
+			if r, err = translate.Translate(f, flavor); err != nil {
+				s.metrics.updateErrors.Inc()
+				return fmt.Errorf("translating for %s: %w", flavorKey(flavor), err)
+			}
+		}
+		next[flavor] = r
+	}
+	snaps := map[translate.Flavor]*cachev3.Snapshot{}
+	for flavor, r := range next {
+		snap, err := r.Snapshot()
+		if err != nil {
+			s.metrics.updateErrors.Inc()
+			return fmt.Errorf("building %s snapshot: %w", flavorKey(flavor), err)
+		}
+		snaps[flavor] = snap
+	}
+	for _, flavor := range slices.Sorted(maps.Keys(snaps)) {
+		snap := snaps[flavor]
+		key := flavorKey(flavor)
+		prev, _ := s.cache.GetSnapshot(key)
+		if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
+			return fmt.Errorf("setting %s snapshot: %w", key, err)
+		}
+		for _, t := range []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType} {
+			if prev == nil || prev.GetVersion(t) != snap.GetVersion(t) {
+				s.metrics.pushes.WithLabelValues(key, shortType(t)).Inc()
+				s.log.Debug("new version", "clients", key, "type", shortType(t), "version", snap.GetVersion(t))
+			}
+		}
+	}
+	s.current = next
+	s.last = &f
+	s.ready = true
+	s.metrics.pools.Set(float64(len(f.Pools)))
+	n := 0
+	for _, p := range f.Pools {
+		n += len(p.Endpoints)
+	}
+	s.metrics.endpoints.Set(float64(n))
+	return nil
+}
+
+// sameShape reports whether a and b differ at most in their endpoints.
+func sameShape(a, b fleet.Fleet) bool {
+	if len(a.Pools) != len(b.Pools) {
+		return false
+	}
+	for i := range a.Pools {
+		pa, pb := a.Pools[i], b.Pools[i]
+		pa.Endpoints, pb.Endpoints = nil, nil
+		if !reflect.DeepEqual(pa, pb) {
+			return false
+		}
+	}
+	return true
+}
+
+func shortType(t string) string {
+	switch t {
+	case resourcev3.ListenerType:
+		return "lds"
+	case resourcev3.RouteType:
+		return "rds"
+	case resourcev3.ClusterType:
+		return "cds"
+	case resourcev3.EndpointType:
+		return "eds"
+	}
+	return t
+}
+
+// cacheLogger adapts hclog to go-control-plane's logger. The cache is
+// chatty at info level, so everything but errors goes to debug.
+type cacheLogger struct{ l hclog.Logger }
+
+func (c cacheLogger) Debugf(f string, a ...any) { c.l.Trace(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }

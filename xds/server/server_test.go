@@ -1,0 +1,317 @@
+package server
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+func testFleet(weights ...uint32) fleet.Fleet {
+	pool := func(name string, port uint32) fleet.Pool {
+		p := fleet.Pool{
+			Name: name, Port: port,
+			Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+		}
+		for i, w := range weights {
+			p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: "127.0.0.1", Port: 8001 + uint32(i), Weight: w})
+		}
+		return p
+	}
+	return fleet.Fleet{Pools: []fleet.Pool{pool("chat", 10000), pool("code", 10001)}}
+}
+
+type harness struct {
+	srv *Server
+	reg *prometheus.Registry
+	cc  *grpc.ClientConn
+}
+
+func start(t *testing.T, f fleet.Fleet) *harness {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	s := New(Options{Registerer: reg})
+	if err := s.Update(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return &harness{srv: s, reg: reg, cc: cc}
+}
+
+func grpcNode() *core.Node { return &core.Node{Id: "any-id-at-all", UserAgentName: "gRPC Go"} }
+
+// receive reads a stream on one goroutine; next waits for its next
+// message, or reports false after d.
+func receive[T any](t *testing.T, recvFn func() (T, error)) <-chan T {
+	ch := make(chan T, 16)
+	go func() {
+		defer close(ch)
+		for {
+			v, err := recvFn()
+			if err != nil {
+				return
+			}
+			ch <- v
+		}
+	}()
+	return ch
+}
+
+func next[T any](ch <-chan T, d time.Duration) (T, bool) {
+	select {
+	case v, ok := <-ch:
+		return v, ok
+	case <-time.After(d):
+		var zero T
+		return zero, false
+	}
+}
+
+func TestClassify(t *testing.T) {
+	meta := func(v string) *structpb.Struct {
+		s, _ := structpb.NewStruct(map[string]any{"kvxds.client": v})
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		node *core.Node
+		want translate.Flavor
+	}{
+		{"envoy", &core.Node{Id: "e", UserAgentName: "envoy"}, translate.Envoy},
+		{"nothing", &core.Node{}, translate.Envoy},
+		{"nil", nil, translate.Envoy},
+		{"grpc-go", &core.Node{UserAgentName: "gRPC Go"}, translate.GRPC},
+		{"grpc-java", &core.Node{UserAgentName: "gRPC Java"}, translate.GRPC},
+		{"grpc-js", &core.Node{UserAgentName: "gRPC Node"}, translate.GRPC},
+		{"override to grpc", &core.Node{UserAgentName: "envoy", Metadata: meta("grpc")}, translate.GRPC},
+		{"override to envoy", &core.Node{UserAgentName: "gRPC Go", Metadata: meta("Envoy")}, translate.Envoy},
+		{"bad override ignored", &core.Node{UserAgentName: "gRPC Go", Metadata: meta("nginx")}, translate.GRPC},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Classify(tc.node); got != tc.want {
+				t.Errorf("Classify = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWeightChangeBumpsOnlyEDS(t *testing.T) {
+	s := New(Options{})
+	ctx := context.Background()
+	if err := s.Update(ctx, testFleet(1, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		fleet  fleet.Fleet
+		change map[string]bool // type URL → must change
+	}{
+		{"weights", testFleet(1, 3, 1), map[string]bool{resourcev3.EndpointType: true}},
+		{"membership", testFleet(1, 3, 1, 1), map[string]bool{resourcev3.EndpointType: true}},
+		{"same", testFleet(1, 3, 1, 1), map[string]bool{}},
+		{"balance factor", func() fleet.Fleet {
+			f := testFleet(1, 3, 1, 1)
+			f.Pools[0].Hash.BalanceFactor = 200
+			return f
+		}(), map[string]bool{resourcev3.ClusterType: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
+				before := s.Versions(flavor)
+				if err := s.Update(ctx, tc.fleet); err != nil {
+					t.Fatal(err)
+				}
+				after := s.Versions(flavor)
+				for typ, v := range after {
+					if changed := v != before[typ]; changed != tc.change[typ] {
+						t.Errorf("%s %s: changed=%v, want %v", flavorKey(flavor), shortType(typ), changed, tc.change[typ])
+					}
+				}
+				// Update is idempotent: the second flavor sees no change.
+				tc.change = map[string]bool{}
+			}
+		})
+	}
+}
+
+func TestInvalidFleetKeepsLastGood(t *testing.T) {
+	s := New(Options{})
+	ctx := context.Background()
+	if err := s.Update(ctx, testFleet(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Versions(translate.Envoy)
+	bad := testFleet(1, 1)
+	bad.Pools[1].Port = bad.Pools[0].Port
+	if err := s.Update(ctx, bad); err == nil {
+		t.Fatal("a fleet with two pools on one port was accepted")
+	}
+	if after := s.Versions(translate.Envoy); len(after) != len(before) || after[resourcev3.ListenerType] != before[resourcev3.ListenerType] {
+		t.Fatalf("versions changed after a rejected update: %v → %v", before, after)
+	}
+}
+
+// A proxyless gRPC client subscribes to one pool's listener; it must get
+// it even though the snapshot holds more.
+func TestSinglePoolSubscription(t *testing.T) {
+	h := start(t, testFleet(1, 1))
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(h.cc).StreamAggregatedResources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, stream.Recv)
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: grpcNode(), TypeUrl: resourcev3.ListenerType, ResourceNames: []string{"code"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, ok := next(msgs, 5*time.Second)
+	if !ok {
+		t.Fatal("no listener sent for a single-pool subscription")
+	}
+	if len(resp.GetResources()) != 1 {
+		t.Fatalf("got %d listeners, want 1", len(resp.GetResources()))
+	}
+	var l listenerv3.Listener
+	if err := resp.GetResources()[0].UnmarshalTo(&l); err != nil {
+		t.Fatal(err)
+	}
+	if l.GetName() != "code" || l.GetApiListener() == nil {
+		t.Fatalf("got listener %q (api listener %v), want the gRPC listener \"code\"", l.GetName(), l.GetApiListener() != nil)
+	}
+}
+
+// A client that rejects a version must not receive it again until the
+// configuration changes.
+func TestNACKIsNotResentInALoop(t *testing.T) {
+	h := start(t, testFleet(1, 1))
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(h.cc).StreamAggregatedResources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, stream.Recv)
+	req := &discovery.DiscoveryRequest{Node: grpcNode(), TypeUrl: resourcev3.ClusterType}
+	if err := stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	first, ok := next(msgs, 5*time.Second)
+	if !ok {
+		t.Fatal("no clusters sent")
+	}
+	nack := &discovery.DiscoveryRequest{
+		TypeUrl: resourcev3.ClusterType, ResponseNonce: first.GetNonce(),
+		ErrorDetail: &status.Status{Code: 3, Message: "test rejects everything"},
+	}
+	if err := stream.Send(nack); err != nil {
+		t.Fatal(err)
+	}
+	if resp, ok := next(msgs, time.Second); ok {
+		t.Fatalf("rejected version %s re-sent as %s", first.GetVersionInfo(), resp.GetVersionInfo())
+	}
+	if got := testutil.ToFloat64(h.srv.metrics.nacks.WithLabelValues("grpc", "cds")); got != 1 {
+		t.Errorf("kvxds_xds_nacks_total = %v, want 1", got)
+	}
+	// A new configuration is sent.
+	f := testFleet(1, 1)
+	f.Pools[0].Hash.BalanceFactor = 300
+	if err := h.srv.Update(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	next, ok := next(msgs, 5*time.Second)
+	if !ok {
+		t.Fatal("new version not sent after a NACK")
+	}
+	if next.GetVersionInfo() == first.GetVersionInfo() {
+		t.Fatalf("re-sent the rejected version %s", next.GetVersionInfo())
+	}
+}
+
+func TestDeltaNACKIsNotResent(t *testing.T) {
+	h := start(t, testFleet(1, 1))
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(h.cc).DeltaAggregatedResources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, stream.Recv)
+	if err := stream.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "envoy-delta", UserAgentName: "envoy"}, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	first, ok := next(msgs, 5*time.Second)
+	if !ok {
+		t.Fatal("no delta response")
+	}
+	if len(first.GetResources()) != 2 {
+		t.Fatalf("got %d clusters, want 2", len(first.GetResources()))
+	}
+	if err := stream.Send(&discovery.DeltaDiscoveryRequest{
+		TypeUrl: resourcev3.ClusterType, ResponseNonce: first.GetNonce(),
+		ErrorDetail: &status.Status{Code: 3, Message: "rejected"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, ok := next(msgs, time.Second); ok {
+		t.Fatalf("rejected resources re-sent: %v", resp.GetResources())
+	}
+	if got := testutil.ToFloat64(h.srv.metrics.nacks.WithLabelValues("envoy", "cds")); got != 1 {
+		t.Errorf("kvxds_xds_nacks_total = %v, want 1", got)
+	}
+}
+
+// Adopters that only take endpoints from kvxds use the plain EDS service.
+func TestStandaloneEDS(t *testing.T) {
+	h := start(t, testFleet(2, 5))
+	stream, err := endpointservice.NewEndpointDiscoveryServiceClient(h.cc).StreamEndpoints(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, stream.Recv)
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "mesh-sidecar"}, ResourceNames: []string{"chat"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, ok := next(msgs, 5*time.Second)
+	if !ok {
+		t.Fatal("no endpoints sent")
+	}
+	if len(resp.GetResources()) != 1 {
+		t.Fatalf("got %d assignments, want 1", len(resp.GetResources()))
+	}
+	var cla endpointv3.ClusterLoadAssignment
+	if err := resp.GetResources()[0].UnmarshalTo(&cla); err != nil {
+		t.Fatal(err)
+	}
+	var weights []uint32
+	for _, l := range cla.GetEndpoints() {
+		for _, e := range l.GetLbEndpoints() {
+			weights = append(weights, e.GetLoadBalancingWeight().GetValue())
+		}
+	}
+	if cla.GetClusterName() != "chat" || len(weights) != 2 || weights[0]+weights[1] != 7 {
+		t.Fatalf("got %s with weights %v, want chat with weights 2 and 5", cla.GetClusterName(), weights)
+	}
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"sync"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/hashicorp/go-hclog"
+)
+
+// streamTracker implements go-control-plane's server callbacks: it counts
+// streams, and detects and contains NACKs.
+//
+// go-control-plane has no NACK hook, and its snapshot cache answers a NACK
+// (a request that still carries the previously accepted version) by
+// sending the rejected version straight back, which a client rejects
+// again, in a tight loop. The tracker remembers the version last sent on
+// each stream for each type; when a request rejects it, the request is
+// rewritten to claim that version before the cache sees it, so the cache
+// holds the watch open until a different version exists.
+type streamTracker struct {
+	log hclog.Logger
+	m   *metrics
+
+	mu      sync.Mutex
+	streams map[int64]*streamState
+}
+
+type streamState struct {
+	node     *core.Node
+	lastSent map[string]string // type URL → version last sent
+}
+
+func newStreamTracker(log hclog.Logger, m *metrics) *streamTracker {
+	return &streamTracker{log: log, m: m, streams: map[int64]*streamState{}}
+}
+
+func (t *streamTracker) open(id int64) {
+	t.mu.Lock()
+	t.streams[id] = &streamState{lastSent: map[string]string{}}
+	t.mu.Unlock()
+	t.m.streams.Inc()
+}
+
+func (t *streamTracker) closed(id int64, node *core.Node) {
+	t.mu.Lock()
+	delete(t.streams, id)
+	t.mu.Unlock()
+	t.m.streams.Dec()
+	t.log.Debug("stream closed", "stream", id, "node", node.GetId())
+}
+
+func (t *streamTracker) nack(id int64, node *core.Node, typeURL, version, nonce, detail string) {
+	clients := flavorKey(Classify(node))
+	t.m.nacks.WithLabelValues(clients, shortType(typeURL)).Inc()
+	t.log.Warn("client rejected configuration; not re-sending it until it changes",
+		"node", node.GetId(), "clients", clients, "type", shortType(typeURL),
+		"version", version, "nonce", nonce, "error", detail)
+}
+
+func (t *streamTracker) OnStreamOpen(_ context.Context, id int64, typeURL string) error {
+	t.open(id)
+	t.log.Debug("stream opened", "stream", id, "type", typeURL)
+	return nil
+}
+
+func (t *streamTracker) OnStreamClosed(id int64, node *core.Node) { t.closed(id, node) }
+
+func (t *streamTracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	t.mu.Lock()
+	st := t.streams[id]
+	if st == nil {
+		t.mu.Unlock()
+		return nil
+	}
+	if req.GetNode() != nil {
+		st.node = req.GetNode()
+	}
+	node := st.node
+	rejected := ""
+	if req.GetErrorDetail() != nil {
+		rejected = st.lastSent[req.GetTypeUrl()]
+		if rejected != "" {
+			// The cache only answers a request whose version differs
+			// from the snapshot's: claim the rejected one.
+			req.VersionInfo = rejected
+		}
+	}
+	t.mu.Unlock()
+	if req.GetErrorDetail() != nil {
+		t.nack(id, node, req.GetTypeUrl(), rejected, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+	}
+	return nil
+}
+
+func (t *streamTracker) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.streams[id]; st != nil {
+		st.lastSent[resp.GetTypeUrl()] = resp.GetVersionInfo()
+	}
+}
+
+func (t *streamTracker) OnDeltaStreamOpen(_ context.Context, id int64, typeURL string) error {
+	t.open(id)
+	t.log.Debug("delta stream opened", "stream", id, "type", typeURL)
+	return nil
+}
+
+func (t *streamTracker) OnDeltaStreamClosed(id int64, node *core.Node) { t.closed(id, node) }
+
+// OnStreamDeltaRequest only reports NACKs: the delta cache compares
+// per-resource versions with what it already sent, so it does not re-send
+// a rejected resource by itself.
+func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	t.mu.Lock()
+	st := t.streams[id]
+	if st != nil && req.GetNode() != nil {
+		st.node = req.GetNode()
+	}
+	var node *core.Node
+	if st != nil {
+		node = st.node
+	}
+	t.mu.Unlock()
+	if req.GetErrorDetail() != nil {
+		t.nack(id, node, req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+	}
+	return nil
+}
+
+func (t *streamTracker) OnStreamDeltaResponse(int64, *discovery.DeltaDiscoveryRequest, *discovery.DeltaDiscoveryResponse) {
+}
+
+func (t *streamTracker) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {
+	return nil
+}
+
+func (t *streamTracker) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}

@@ -1,0 +1,60 @@
+package translate
+
+import (
+	"testing"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// benchFleets returns the benchmark fleet (10 pools × 100 endpoints) and
+// the same fleet with every endpoint weight changed.
+func benchFleets() (fleet.Fleet, fleet.Fleet) {
+	a, b := genFleet(10, 100), genFleet(10, 100)
+	for i := range b.Pools {
+		for j := range b.Pools[i].Endpoints {
+			b.Pools[i].Endpoints[j].Weight += 1 + uint32(j%3)
+		}
+	}
+	return a, b
+}
+
+// BenchmarkFullRebuild: Translate + Snapshot for both flavors.
+func BenchmarkFullRebuild(b *testing.B) {
+	f, _ := benchFleets()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, flavor := range []Flavor{Envoy, GRPC} {
+			r, err := Translate(f, flavor)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := r.Snapshot(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkWeightsOnly: rebuild only the endpoints of a weight change and
+// a new snapshot reusing the previous listeners, routes and clusters, for
+// one flavor (the CLAs are shared between flavors).
+func BenchmarkWeightsOnly(b *testing.B) {
+	f0, f1 := benchFleets()
+	prev, err := Translate(f0, Envoy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fleets := [2]fleet.Fleet{f0, f1}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		eps, err := TranslateEndpoints(fleets[i%2])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := prev.WithEndpoints(eps).Snapshot(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

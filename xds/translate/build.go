@@ -1,0 +1,370 @@
+package translate
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	lbcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
+	maglevv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
+	ringhashv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// Names of the typed extensions of the load-balancing policies.
+const (
+	maglevPolicyName   = "envoy.load_balancing_policies.maglev"
+	ringHashPolicyName = "envoy.load_balancing_policies.ring_hash"
+)
+
+// connectTimeout bounds TCP connection set-up to a replica (Envoy only;
+// gRPC ignores it).
+const connectTimeout = 5 * time.Second
+
+// validator is what protoc-gen-validate generates on every message.
+type validator interface {
+	proto.Message
+	ValidateAll() error
+}
+
+// typed validates m (ValidateAll does not descend into Any) and packs it
+// deterministically.
+func typed(m validator) (*anypb.Any, error) {
+	if err := m.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	a := new(anypb.Any)
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// adsSource is "fetch it on the same ADS stream, xDS v3", the only config
+// source proxyless gRPC accepts besides self.
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
+}
+
+// httpConnectionManager is the HCM shared by both flavors: routes over
+// ADS and the router filter.
+//
+// request_timeout (whole downstream request) and max_stream_duration are
+// left unset, i.e. disabled: long prompts and long streamed generations
+// are legitimate, and the route timeout is the one knob for them.
+// stream_idle_timeout keeps Envoy's default (5m) until the route is
+// chosen; the route's idle_timeout overrides it when the pool sets one.
+func httpConnectionManager(p *fleet.Pool) (*hcmv3.HttpConnectionManager, error) {
+	router, err := typed(&routerv3.Router{})
+	if err != nil {
+		return nil, err
+	}
+	return &hcmv3.HttpConnectionManager{
+		StatPrefix: p.Name,
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: p.Name,
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       wellknown.Router,
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
+		}},
+	}, nil
+}
+
+func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
+	hcm, err := httpConnectionManager(p)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := typed(hcm)
+	if err != nil {
+		return nil, err
+	}
+	var l *listenerv3.Listener
+	switch flavor {
+	case Envoy:
+		l = &listenerv3.Listener{
+			Name: p.Name,
+			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+				Protocol:      corev3.SocketAddress_TCP,
+				Address:       p.ListenAddress,
+				PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p.Port},
+			}}},
+			FilterChains: []*listenerv3.FilterChain{{
+				Filters: []*listenerv3.Filter{{
+					Name:       wellknown.HTTPConnectionManager,
+					ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: cfg},
+				}},
+			}},
+		}
+	case GRPC:
+		// A client-side API listener: no address, named after the
+		// target the client dials (xds:///P).
+		l = &listenerv3.Listener{
+			Name:        p.Name,
+			ApiListener: &listenerv3.ApiListener{ApiListener: cfg},
+		}
+	default:
+		return nil, fmt.Errorf("unknown flavor %v", flavor)
+	}
+	if err := l.ValidateAll(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func buildRoute(p *fleet.Pool) (*routev3.RouteConfiguration, error) {
+	// Every key is terminal: the first one present in the request decides
+	// the hash, later ones are only fallbacks (Envoy and gRPC both stop at
+	// the first terminal policy that produced a hash). gRPC ignores
+	// cookie and query-parameter policies.
+	hp := make([]*routev3.RouteAction_HashPolicy, 0, len(p.Hash.Keys))
+	for _, k := range p.Hash.Keys {
+		h := &routev3.RouteAction_HashPolicy{Terminal: true}
+		switch {
+		case k.Header != "":
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: k.Header}}
+		case k.Cookie != "":
+			// No ttl: Envoy then only reads the cookie, never sets one.
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}
+		case k.QueryParameter != "":
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: k.QueryParameter}}
+		}
+		hp = append(hp, h)
+	}
+	action := &routev3.RouteAction{
+		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.Name},
+		HashPolicy:       hp,
+		// Always explicit: an unset timeout is Envoy's 15s default, which
+		// would cut streamed generations; 0s disables it.
+		Timeout: durationpb.New(p.RouteTimeout),
+	}
+	if p.IdleTimeout > 0 {
+		action.IdleTimeout = durationpb.New(p.IdleTimeout)
+	}
+	rc := &routev3.RouteConfiguration{
+		Name: p.Name,
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    p.Name,
+			Domains: []string{"*"},
+			Routes: []*routev3.Route{{
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: action},
+			}},
+		}},
+	}
+	if err := rc.ValidateAll(); err != nil {
+		return nil, err
+	}
+	return rc, nil
+}
+
+// buildCluster uses load_balancing_policy, not the legacy lb_policy enum
+// (gRPC NACKs lb_policy MAGLEV). Each client takes the first policy of the
+// list it supports: Envoy takes Maglev, gRPC (which has no Maglev) takes
+// RingHash on the same keys and the same endpoint hash keys.
+func buildCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
+	var chc *lbcommonv3.ConsistentHashingLbConfig
+	if p.Hash.BalanceFactor != 0 {
+		chc = &lbcommonv3.ConsistentHashingLbConfig{HashBalanceFactor: wrapperspb.UInt32(p.Hash.BalanceFactor)}
+	}
+	var policies []*clusterv3.LoadBalancingPolicy_Policy
+	if p.Hash.Algorithm == fleet.Maglev {
+		mg, err := typed(&maglevv3.Maglev{
+			TableSize:                 wrapperspb.UInt64(p.Hash.TableSize),
+			ConsistentHashingLbConfig: chc,
+		})
+		if err != nil {
+			return nil, err
+		}
+		policies = append(policies, &clusterv3.LoadBalancingPolicy_Policy{
+			TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: maglevPolicyName, TypedConfig: mg},
+		})
+	}
+	// XX_HASH: gRPC NACKs anything else (DEFAULT_HASH included). Ring
+	// sizes only when the pool sets them: some gRPC implementations reject
+	// an explicit minimum.
+	rh := &ringhashv3.RingHash{
+		HashFunction:              ringhashv3.RingHash_XX_HASH,
+		ConsistentHashingLbConfig: chc,
+	}
+	if p.Hash.MinRingSize != 0 {
+		rh.MinimumRingSize = wrapperspb.UInt64(p.Hash.MinRingSize)
+	}
+	if p.Hash.MaxRingSize != 0 {
+		rh.MaximumRingSize = wrapperspb.UInt64(p.Hash.MaxRingSize)
+	}
+	rha, err := typed(rh)
+	if err != nil {
+		return nil, err
+	}
+	policies = append(policies, &clusterv3.LoadBalancingPolicy_Policy{
+		TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: ringHashPolicyName, TypedConfig: rha},
+	})
+
+	c := &clusterv3.Cluster{
+		Name:                 p.Name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
+		ConnectTimeout:       durationpb.New(connectTimeout),
+		LoadBalancingPolicy:  &clusterv3.LoadBalancingPolicy{Policies: policies},
+	}
+	if err := c.ValidateAll(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var healthStatus = [...]corev3.HealthStatus{
+	fleet.Healthy:   corev3.HealthStatus_HEALTHY,
+	fleet.Draining:  corev3.HealthStatus_DRAINING,
+	fleet.Degraded:  corev3.HealthStatus_DEGRADED,
+	fleet.Unhealthy: corev3.HealthStatus_UNHEALTHY,
+}
+
+// buildEndpoints groups p's endpoints by locality (gRPC requires every
+// endpoint to be in a locality, and each locality once per priority).
+// Localities are sorted; inside one, endpoints keep the normalised (hash
+// key) order.
+//
+// Each endpoint carries its identity as envoy.lb hash_key metadata: Envoy's
+// Maglev and ring hash and gRPC's ring hash (gRFC A76) then place it on the
+// ring by identity, not by address, so every client builds the same table
+// and a replica that moves keeps its keys.
+//
+// A locality's weight is the sum of its endpoints' weights. Envoy's
+// consistent hashing ignores locality weights (locality_weighted_lb_config
+// is not set), so each endpoint's share is weight/total. gRPC-Go (gRFC
+// A113) gives each endpoint (weight/locality sum) × (locality weight /
+// locality total), which with this choice is weight/total as well: both
+// data planes size every endpoint alike however uneven the localities.
+func buildEndpoints(p *fleet.Pool) (*endpointv3.ClusterLoadAssignment, error) {
+	// Bucket endpoints by locality. Pools have few localities: scan a
+	// slice, and switch to a map if there are many.
+	var locs []fleet.Locality
+	var byLoc map[fleet.Locality]int
+	idx := make([]int, len(p.Endpoints)) // endpoint -> bucket
+	for i := range p.Endpoints {
+		l := p.Endpoints[i].Locality
+		var b int
+		if byLoc != nil {
+			var ok bool
+			if b, ok = byLoc[l]; !ok {
+				b = -1
+			}
+		} else {
+			b = slices.Index(locs, l)
+		}
+		if b < 0 {
+			b = len(locs)
+			locs = append(locs, l)
+			if byLoc != nil {
+				byLoc[l] = b
+			} else if len(locs) > 16 {
+				byLoc = make(map[fleet.Locality]int)
+				for j, l := range locs {
+					byLoc[l] = j
+				}
+			}
+		}
+		idx[i] = b
+	}
+	order := make([]int, len(locs)) // sorted position -> bucket
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmpLocality(locs[a], locs[b]) })
+
+	// Allocate the messages of all endpoints in a few slabs: this path runs
+	// on every weight or health change.
+	n := len(p.Endpoints)
+	var (
+		lbEps   = make([]endpointv3.LbEndpoint, n)
+		hostIDs = make([]endpointv3.LbEndpoint_Endpoint, n)
+		eps     = make([]endpointv3.Endpoint, n)
+		addrs   = make([]corev3.Address, n)
+		sockets = make([]corev3.Address_SocketAddress, n)
+		sas     = make([]corev3.SocketAddress, n)
+		ports   = make([]corev3.SocketAddress_PortValue, n)
+		weights = make([]wrapperspb.UInt32Value, n)
+		mds     = make([]corev3.Metadata, n)
+		structs = make([]structpb.Struct, n)
+		values  = make([]structpb.Value, n)
+		strs    = make([]structpb.Value_StringValue, n)
+	)
+	lles := make([]endpointv3.LocalityLbEndpoints, len(locs))
+	llocs := make([]corev3.Locality, len(locs))
+	lweights := make([]wrapperspb.UInt32Value, len(locs))
+	cla := &endpointv3.ClusterLoadAssignment{
+		ClusterName: p.Name,
+		Endpoints:   make([]*endpointv3.LocalityLbEndpoints, len(locs)),
+	}
+	pos := make([]int, len(locs)) // bucket -> sorted position
+	for i, b := range order {
+		pos[b] = i
+		l := locs[b]
+		llocs[i] = corev3.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone}
+		lles[i].Locality = &llocs[i]
+		cla.Endpoints[i] = &lles[i]
+	}
+	sums := make([]uint32, len(locs)) // fits: prepare checked the pool total
+	for i := range p.Endpoints {
+		e := &p.Endpoints[i]
+		ports[i].PortValue = e.Port
+		sas[i] = corev3.SocketAddress{Protocol: corev3.SocketAddress_TCP, Address: e.Host, PortSpecifier: &ports[i]}
+		sockets[i].SocketAddress = &sas[i]
+		addrs[i].Address = &sockets[i]
+		eps[i].Address = &addrs[i]
+		hostIDs[i].Endpoint = &eps[i]
+		weights[i].Value = e.Weight
+		strs[i].StringValue = e.HashKey
+		values[i].Kind = &strs[i]
+		structs[i].Fields = map[string]*structpb.Value{"hash_key": &values[i]}
+		mds[i].FilterMetadata = map[string]*structpb.Struct{"envoy.lb": &structs[i]}
+		lbEps[i] = endpointv3.LbEndpoint{
+			HostIdentifier:      &hostIDs[i],
+			HealthStatus:        healthStatus[e.Health],
+			LoadBalancingWeight: &weights[i],
+			Metadata:            &mds[i],
+		}
+		k := pos[idx[i]]
+		lles[k].LbEndpoints = append(lles[k].LbEndpoints, &lbEps[i])
+		sums[k] += e.Weight
+	}
+	for i := range lles {
+		lweights[i].Value = sums[i]
+		lles[i].LoadBalancingWeight = &lweights[i]
+	}
+	if err := cla.ValidateAll(); err != nil {
+		return nil, err
+	}
+	return cla, nil
+}
+
+func cmpLocality(a, b fleet.Locality) int {
+	return cmp.Or(
+		cmp.Compare(a.Region, b.Region),
+		cmp.Compare(a.Zone, b.Zone),
+		cmp.Compare(a.SubZone, b.SubZone),
+	)
+}

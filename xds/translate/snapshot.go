@@ -1,0 +1,240 @@
+package translate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
+)
+
+// Version returns a deterministic content hash of items, as 16 hex digits:
+// a SHA-256 over the SHA-256 digests of each item's deterministic
+// marshalling (proto.MarshalOptions{Deterministic: true}), in order. Equal
+// lists give equal versions, across processes and restarts; the empty list
+// has a fixed version. Items that cannot be marshalled (Translate's output
+// always can) are hashed by their error, so Version never panics and stays
+// deterministic. Snapshot's per-type versions are Version of each type's
+// items.
+func Version[T proto.Message](items []T) string {
+	digests := make([][sha256.Size]byte, len(items))
+	var buf []byte
+	for i, m := range items {
+		var err error
+		buf, err = marshalOpts.MarshalAppend(buf[:0], m)
+		if err != nil {
+			buf = append(buf[:0], "error: "+err.Error()...)
+		}
+		digests[i] = sha256.Sum256(buf)
+	}
+	return combine(digests)
+}
+
+var marshalOpts = proto.MarshalOptions{Deterministic: true}
+
+func combine(digests [][sha256.Size]byte) string {
+	h := sha256.New()
+	for i := range digests {
+		h.Write(digests[i][:])
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:8])
+}
+
+// Snapshot builds a go-control-plane snapshot of r in which every resource
+// type carries its own version, Version of its items: a change confined to
+// endpoints changes only the EDS version, so clients are not sent
+// listeners, routes or clusters again.
+//
+// The snapshot's VersionMap (per-resource hashes, for delta xDS) is filled
+// in exactly as cache.Snapshot.ConstructVersionMap would, from the same
+// single deterministic marshalling that gives the type versions, so
+// resources are marshalled once.
+//
+// Snapshot checks that references resolve (listener → route → cluster →
+// endpoints); cache.Snapshot.Consistent cannot, since it does not follow
+// the routes of gRPC API listeners.
+func (r *Resources) Snapshot() (*cache.Snapshot, error) {
+	if err := r.checkReferences(); err != nil {
+		return nil, fmt.Errorf("translate: snapshot: %w", err)
+	}
+	s := &cache.Snapshot{VersionMap: make(map[string]map[string]string, int(types.UnknownType))}
+	for i := range types.UnknownType {
+		url, err := cache.GetResponseTypeURL(i)
+		if err != nil {
+			return nil, fmt.Errorf("translate: snapshot: %w", err)
+		}
+		s.VersionMap[url] = map[string]string{}
+	}
+	var err error
+	if s.Resources[types.Listener], err = group(r.Listeners, s.VersionMap[resource.ListenerType]); err != nil {
+		return nil, fmt.Errorf("translate: snapshot: listeners: %w", err)
+	}
+	if s.Resources[types.Route], err = group(r.Routes, s.VersionMap[resource.RouteType]); err != nil {
+		return nil, fmt.Errorf("translate: snapshot: routes: %w", err)
+	}
+	if s.Resources[types.Cluster], err = group(r.Clusters, s.VersionMap[resource.ClusterType]); err != nil {
+		return nil, fmt.Errorf("translate: snapshot: clusters: %w", err)
+	}
+	if s.Resources[types.Endpoint], err = group(r.Endpoints, s.VersionMap[resource.EndpointType]); err != nil {
+		return nil, fmt.Errorf("translate: snapshot: endpoints: %w", err)
+	}
+	// A no-op now that VersionMap is filled, kept so that a future
+	// go-control-plane needing more than VersionMap still gets it.
+	if err := s.ConstructVersionMap(); err != nil {
+		return nil, fmt.Errorf("translate: snapshot: %w", err)
+	}
+	return s, nil
+}
+
+// group marshals each item once, in parallel, to build its
+// cache.Resources (versioned with Version(items)) and its per-resource
+// hashes, as cache.Snapshot.ConstructVersionMap computes them, into vm.
+func group[T types.Resource](items []T, vm map[string]string) (cache.Resources, error) {
+	digests := make([][sha256.Size]byte, len(items))
+	err := parallel(len(items), func(i int) error {
+		b, err := marshalOpts.Marshal(items[i])
+		if err != nil {
+			return err
+		}
+		// cache.HashResource is the hex of this digest.
+		digests[i] = sha256.Sum256(b)
+		return nil
+	})
+	if err != nil {
+		return cache.Resources{}, err
+	}
+	res := make([]types.Resource, len(items))
+	for i, m := range items {
+		vm[cache.GetResourceName(m)] = hex.EncodeToString(digests[i][:])
+		res[i] = m
+	}
+	return cache.NewResources(combine(digests), res), nil
+}
+
+// checkReferences reports names that are duplicated or that reference
+// nothing: every listener's route configuration, every route's cluster and
+// every cluster's load assignment must exist.
+func (r *Resources) checkReferences() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	routes := map[string]bool{}
+	for _, rc := range r.Routes {
+		if routes[rc.GetName()] {
+			bad("duplicate route configuration %q", rc.GetName())
+		}
+		routes[rc.GetName()] = true
+	}
+	clusters := map[string]bool{}
+	for _, c := range r.Clusters {
+		if clusters[c.GetName()] {
+			bad("duplicate cluster %q", c.GetName())
+		}
+		clusters[c.GetName()] = true
+	}
+	clas := map[string]bool{}
+	for _, cla := range r.Endpoints {
+		if clas[cla.GetClusterName()] {
+			bad("duplicate cluster load assignment %q", cla.GetClusterName())
+		}
+		clas[cla.GetClusterName()] = true
+	}
+	listeners := map[string]bool{}
+	for _, l := range r.Listeners {
+		if listeners[l.GetName()] {
+			bad("duplicate listener %q", l.GetName())
+		}
+		listeners[l.GetName()] = true
+		names, err := listenerRoutes(l)
+		if err != nil {
+			bad("listener %q: %v", l.GetName(), err)
+		}
+		for _, n := range names {
+			if !routes[n] {
+				bad("listener %q: route configuration %q does not exist", l.GetName(), n)
+			}
+		}
+	}
+	for _, rc := range r.Routes {
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, rt := range vh.GetRoutes() {
+				a := rt.GetRoute()
+				if a == nil {
+					continue
+				}
+				var names []string
+				if c := a.GetCluster(); c != "" {
+					names = append(names, c)
+				}
+				for _, wc := range a.GetWeightedClusters().GetClusters() {
+					names = append(names, wc.GetName())
+				}
+				for _, n := range names {
+					if !clusters[n] {
+						bad("route configuration %q: cluster %q does not exist", rc.GetName(), n)
+					}
+				}
+			}
+		}
+	}
+	used := map[string]bool{}
+	for _, c := range r.Clusters {
+		n := c.GetName()
+		if sn := c.GetEdsClusterConfig().GetServiceName(); sn != "" {
+			n = sn
+		}
+		used[n] = true
+		if !clas[n] {
+			bad("cluster %q: cluster load assignment %q does not exist", c.GetName(), n)
+		}
+	}
+	// An unused CLA means endpoints and clusters come from different
+	// fleets (e.g. WithEndpoints after a pool was added).
+	for _, cla := range r.Endpoints {
+		if !used[cla.GetClusterName()] {
+			bad("cluster load assignment %q: no such cluster", cla.GetClusterName())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listenerRoutes returns the RDS route configuration names of l, from its
+// API listener (gRPC) or its HTTP connection managers (Envoy).
+func listenerRoutes(l *listenerv3.Listener) ([]string, error) {
+	var names []string
+	add := func(a interface {
+		UnmarshalTo(proto.Message) error
+	}) error {
+		hcm := new(hcmv3.HttpConnectionManager)
+		if err := a.UnmarshalTo(hcm); err != nil {
+			return err
+		}
+		if n := hcm.GetRds().GetRouteConfigName(); n != "" {
+			names = append(names, n)
+		}
+		return nil
+	}
+	if a := l.GetApiListener().GetApiListener(); a != nil {
+		if err := add(a); err != nil {
+			return nil, err
+		}
+	}
+	for _, fc := range l.GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			if f.GetName() != wellknown.HTTPConnectionManager || f.GetTypedConfig() == nil {
+				continue
+			}
+			if err := add(f.GetTypedConfig()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return names, nil
+}

@@ -1,0 +1,299 @@
+// Package translate turns kvxds's fleet model into xDS resources for stock
+// Envoy and for proxyless gRPC clients.
+//
+// Contract:
+//
+//   - Translate is a pure function of its input: it normalises and validates
+//     the fleet (fleet.Fleet.Normalize, fleet.Fleet.Validate, plus the few
+//     extra checks that keep every client from NACKing), then builds, per
+//     pool P, one Listener, one RouteConfiguration, one Cluster and one
+//     ClusterLoadAssignment, all named P. It never does I/O and never
+//     panics; an invalid fleet or a resource failing its ValidateAll gives
+//     an error naming the pool and resource.
+//   - Output is deterministic: equal fleets, whatever the order of their
+//     pools and endpoints, give byte-identical resources under
+//     proto.MarshalOptions{Deterministic: true}, and so equal Versions.
+//   - The two flavors differ only in their Listeners: Envoy gets a real
+//     listener on the pool's address, gRPC gets an API listener named P
+//     (clients dial xds:///P). Routes, clusters and endpoints are shared.
+//   - Snapshot gives each resource type its own content version, so a
+//     change of endpoint weights or health only bumps the EDS version.
+//     TranslateEndpoints and Resources.WithEndpoints are the fast path for
+//     such changes.
+//   - Resources are treated as immutable once returned: callers must not
+//     modify them (they may be shared between snapshots).
+//
+// Clients are expected to fetch everything over ADS (xDS v3).
+package translate
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// Flavor is the kind of xDS client: they differ only in their Listeners.
+type Flavor int
+
+const (
+	// Envoy is a stock Envoy proxy: one TCP listener per pool.
+	Envoy Flavor = iota
+	// GRPC is a proxyless gRPC client: one API listener per pool.
+	GRPC
+)
+
+func (f Flavor) String() string {
+	switch f {
+	case Envoy:
+		return "envoy"
+	case GRPC:
+		return "grpc"
+	}
+	return fmt.Sprintf("flavor(%d)", int(f))
+}
+
+// Resources is everything one flavor of client needs. Each slice is
+// sorted by resource name. Resources must not be modified once built.
+type Resources struct {
+	Listeners []*listenerv3.Listener
+	Routes    []*routev3.RouteConfiguration
+	Clusters  []*clusterv3.Cluster
+	Endpoints []*endpointv3.ClusterLoadAssignment
+}
+
+// Options is reserved for future translation options.
+type Options struct{}
+
+// Translate normalises and validates f and returns the resources for the
+// given flavor, each of which passes its ValidateAll.
+func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
+	if flavor != Envoy && flavor != GRPC {
+		return nil, fmt.Errorf("translate: unknown flavor %v", flavor)
+	}
+	n, err := prepare(f)
+	if err != nil {
+		return nil, err
+	}
+	r := &Resources{
+		Listeners: make([]*listenerv3.Listener, len(n.Pools)),
+		Routes:    make([]*routev3.RouteConfiguration, len(n.Pools)),
+		Clusters:  make([]*clusterv3.Cluster, len(n.Pools)),
+		Endpoints: make([]*endpointv3.ClusterLoadAssignment, len(n.Pools)),
+	}
+	err = parallel(len(n.Pools), func(i int) error {
+		p := &n.Pools[i]
+		var err error
+		if r.Listeners[i], err = buildListener(p, flavor); err != nil {
+			return resErr(p, "listener", err)
+		}
+		if r.Routes[i], err = buildRoute(p); err != nil {
+			return resErr(p, "route configuration", err)
+		}
+		if r.Clusters[i], err = buildCluster(p); err != nil {
+			return resErr(p, "cluster", err)
+		}
+		if r.Endpoints[i], err = buildEndpoints(p); err != nil {
+			return resErr(p, "cluster load assignment", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// TranslateEndpoints is the fast path of Translate for changes that only
+// touch endpoints (weights, health, membership): it normalises and
+// validates f like Translate and returns only the ClusterLoadAssignments,
+// identical to Translate(f, ...).Endpoints. Combine it with
+// Resources.WithEndpoints; if anything else may have changed, use
+// Translate.
+func TranslateEndpoints(f fleet.Fleet) ([]*endpointv3.ClusterLoadAssignment, error) {
+	n, err := prepare(f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*endpointv3.ClusterLoadAssignment, len(n.Pools))
+	err = parallel(len(n.Pools), func(i int) error {
+		var err error
+		if out[i], err = buildEndpoints(&n.Pools[i]); err != nil {
+			return resErr(&n.Pools[i], "cluster load assignment", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WithEndpoints returns a copy of r whose endpoints are eps, sharing r's
+// listeners, routes and clusters; r is not modified. eps must come from a
+// fleet with the same pools as r's, sorted by cluster name as
+// TranslateEndpoints returns them; Snapshot rejects endpoints of unknown
+// or missing clusters.
+func (r *Resources) WithEndpoints(eps []*endpointv3.ClusterLoadAssignment) *Resources {
+	return &Resources{
+		Listeners: r.Listeners,
+		Routes:    r.Routes,
+		Clusters:  r.Clusters,
+		Endpoints: eps,
+	}
+}
+
+func resErr(p *fleet.Pool, what string, err error) error {
+	return fmt.Errorf("translate: pool %q: %s: %w", p.Name, what, err)
+}
+
+// Limits of the clients we serve, beyond fleet.Validate.
+const (
+	// Both Envoy and gRPC default the minimum ring size to 1024 and reject
+	// a maximum below the minimum.
+	defaultMinRingSize = 1024
+	// Envoy's proto validation and gRPC's both cap ring sizes at 8M.
+	maxRingSize = 8 * 1024 * 1024
+)
+
+// prepare normalises and validates f, adding the checks fleet.Validate
+// leaves to the translator because they come from the data planes.
+func prepare(f fleet.Fleet) (fleet.Fleet, error) {
+	n := f.Normalize()
+	if err := n.Validate(); err != nil {
+		return fleet.Fleet{}, fmt.Errorf("translate: invalid fleet: %w", err)
+	}
+	var errs []error
+	for i := range n.Pools {
+		if err := checkPool(&n.Pools[i]); err != nil {
+			errs = append(errs, fmt.Errorf("pool %q: %w", n.Pools[i].Name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fleet.Fleet{}, fmt.Errorf("translate: invalid fleet: %w", err)
+	}
+	return n, nil
+}
+
+func checkPool(p *fleet.Pool) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	// Protobuf refuses to marshal strings that are not UTF-8.
+	strs := []string{p.Name, p.ListenAddress}
+	for _, k := range p.Hash.Keys {
+		strs = append(strs, k.Header, k.Cookie, k.QueryParameter)
+	}
+	for _, s := range strs {
+		if !utf8.ValidString(s) {
+			bad("invalid UTF-8 in %q", s)
+		}
+	}
+	if p.RouteTimeout < 0 || p.IdleTimeout < 0 {
+		bad("negative timeout")
+	}
+	h := p.Hash
+	if h.Algorithm == fleet.Maglev && !isPrime(h.TableSize) {
+		// Envoy rejects a Maglev table whose size is not prime.
+		bad("maglev table size %d is not prime", h.TableSize)
+	}
+	// Both algorithms emit a RingHash policy (Maglev's is the fallback for
+	// gRPC), so ring sizes are checked for both.
+	if h.MinRingSize > maxRingSize || h.MaxRingSize > maxRingSize {
+		bad("ring size above %d", maxRingSize)
+	}
+	if minRing := cmp.Or(h.MinRingSize, defaultMinRingSize); h.MaxRingSize != 0 && minRing > h.MaxRingSize {
+		bad("max ring size %d below the effective min ring size %d (clients default it to %d)",
+			h.MaxRingSize, minRing, defaultMinRingSize)
+	}
+
+	// gRPC NACKs a ClusterLoadAssignment with two endpoints of the same
+	// address, or whose weights overflow uint32. Locality weights are the
+	// sum of their endpoints' weights, so the pool total must fit.
+	type hostPort struct {
+		host string
+		port uint32
+	}
+	addrs := make(map[hostPort]bool, len(p.Endpoints))
+	var total uint64
+	for i := range p.Endpoints {
+		e := &p.Endpoints[i]
+		for _, s := range []string{e.Host, e.HashKey, e.Locality.Region, e.Locality.Zone, e.Locality.SubZone} {
+			if !utf8.ValidString(s) {
+				bad("invalid UTF-8 in %q", s)
+			}
+		}
+		a := hostPort{e.Host, e.Port}
+		if addrs[a] {
+			bad("duplicate endpoint address %s", e.Address())
+		}
+		addrs[a] = true
+		if e.Health < fleet.Healthy || e.Health > fleet.Unhealthy {
+			bad("endpoint %s: unknown %v", e.Address(), e.Health)
+		}
+		total += uint64(e.Weight)
+	}
+	if total > math.MaxUint32 {
+		bad("sum of endpoint weights %d exceeds %d", total, uint64(math.MaxUint32))
+	}
+	return errors.Join(errs...)
+}
+
+func isPrime(n uint64) bool {
+	if n < 2 {
+		return false
+	}
+	for d := uint64(2); d*d <= n; d++ {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines and returns the
+// error of the lowest failing index, so errors are deterministic too. The
+// work items are independent: each writes only its own slot.
+func parallel(n int, fn func(i int) error) error {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			if err := fn(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				errs[i] = fn(i)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
