@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -13,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Version returns a deterministic content hash of items, as 16 hex digits:
@@ -100,7 +103,14 @@ func (r *Resources) Snapshot() (*cache.Snapshot, error) {
 func group[T types.Resource](items []T, vm map[string]string) (cache.Resources, error) {
 	digests := make([][sha256.Size]byte, len(items))
 	err := parallel(len(items), func(i int) error {
-		b, err := marshalOpts.Marshal(items[i])
+		opts := marshalOpts
+		if singleEntryMaps(items[i]) {
+			// Same bytes (maps of one entry have one order), without
+			// sorting every map's keys: this is the hot path of endpoint
+			// updates.
+			opts.Deterministic = false
+		}
+		b, err := opts.Marshal(items[i])
 		if err != nil {
 			return err
 		}
@@ -117,6 +127,49 @@ func group[T types.Resource](items []T, vm map[string]string) (cache.Resources, 
 		res[i] = m
 	}
 	return cache.NewResources(combine(digests), res), nil
+}
+
+// singleEntryMaps reports whether m is a ClusterLoadAssignment whose maps
+// (endpoint and locality metadata, and the Structs in it) all have at most
+// one entry, as buildEndpoints makes them; for anything else it reports
+// false.
+func singleEntryMaps(m proto.Message) bool {
+	cla, ok := m.(*endpointv3.ClusterLoadAssignment)
+	if !ok {
+		return false
+	}
+	for _, lle := range cla.GetEndpoints() {
+		if !singleEntryMetadata(lle.GetMetadata()) {
+			return false
+		}
+		for _, ep := range lle.GetLbEndpoints() {
+			if !singleEntryMetadata(ep.GetMetadata()) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func singleEntryMetadata(md *corev3.Metadata) bool {
+	if md == nil {
+		return true
+	}
+	if len(md.GetFilterMetadata()) > 1 || len(md.GetTypedFilterMetadata()) > 0 {
+		return false
+	}
+	for _, st := range md.GetFilterMetadata() {
+		if len(st.GetFields()) > 1 {
+			return false
+		}
+		for _, v := range st.GetFields() {
+			switch v.GetKind().(type) {
+			case *structpb.Value_StructValue, *structpb.Value_ListValue:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkReferences reports names that are duplicated or that reference

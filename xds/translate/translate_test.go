@@ -13,6 +13,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -23,6 +24,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvxds/kvxds/xds/fleet"
 )
@@ -247,6 +249,47 @@ func TestDeterminism(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMarshalShortcut: Snapshot marshals the CLAs it built without
+// sorting map keys; the bytes must be those of a deterministic marshal,
+// and a CLA with larger maps must not take the shortcut.
+func TestMarshalShortcut(t *testing.T) {
+	for name, f := range allFixtures(t) {
+		for _, cla := range mustTranslate(t, f, Envoy).Endpoints {
+			if !singleEntryMaps(cla) {
+				t.Fatalf("%s: %q: shortcut not taken", name, cla.ClusterName)
+			}
+			det, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				b, err := proto.Marshal(cla)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(b, det) {
+					t.Fatalf("%s: %q: bytes differ", name, cla.ClusterName)
+				}
+			}
+		}
+	}
+	cla := mustTranslate(t, genFleet(1, 2), Envoy).Endpoints[0]
+	cla = proto.Clone(cla).(*endpointv3.ClusterLoadAssignment)
+	fm := cla.Endpoints[0].LbEndpoints[0].Metadata.FilterMetadata
+	fm["envoy.lb"].Fields["other"] = structpb.NewStringValue("x")
+	if singleEntryMaps(cla) {
+		t.Error("two-entry struct: shortcut taken")
+	}
+	delete(fm["envoy.lb"].Fields, "other")
+	fm["another"] = &structpb.Struct{}
+	if singleEntryMaps(cla) {
+		t.Error("two-entry filter_metadata: shortcut taken")
+	}
+	if singleEntryMaps(&clusterv3.Cluster{}) {
+		t.Error("cluster: shortcut taken")
 	}
 }
 
