@@ -65,6 +65,9 @@ func combine(digests [][sha256.Size]byte) string {
 // endpoints); cache.Snapshot.Consistent cannot, since it does not follow
 // the routes of gRPC API listeners.
 func (r *Resources) Snapshot() (*cache.Snapshot, error) {
+	if r == nil {
+		return nil, errors.New("translate: snapshot of nil resources")
+	}
 	if err := r.checkReferences(); err != nil {
 		return nil, fmt.Errorf("translate: snapshot: %w", err)
 	}

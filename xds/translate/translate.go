@@ -9,7 +9,8 @@
 //     pool P, one Listener, one RouteConfiguration, one Cluster and one
 //     ClusterLoadAssignment, all named P. It never does I/O and never
 //     panics; an invalid fleet or a resource failing its ValidateAll gives
-//     an error naming the pool and resource.
+//     an error naming the pool and resource. Independent pools may be
+//     built on several goroutines; nothing is shared between calls.
 //   - Output is deterministic: equal fleets, whatever the order of their
 //     pools and endpoints, give byte-identical resources under
 //     proto.MarshalOptions{Deterministic: true}, and so equal Versions.

@@ -197,6 +197,19 @@ func TestAllResourcesValidate(t *testing.T) {
 
 // TestFlavorsDifferOnlyInListeners: routes, clusters and endpoints are
 // shared; Envoy listeners have an address, gRPC ones an API listener.
+func TestEmptyFleet(t *testing.T) {
+	for _, flavor := range []Flavor{Envoy, GRPC} {
+		r := mustTranslate(t, fleet.Fleet{}, flavor)
+		if len(r.Listeners)+len(r.Routes)+len(r.Clusters)+len(r.Endpoints) != 0 {
+			t.Errorf("%v: resources from an empty fleet", flavor)
+		}
+		s := mustSnapshot(t, r)
+		if v := s.GetVersion(resource.ClusterType); len(v) != 16 {
+			t.Errorf("%v: empty cluster version %q", flavor, v)
+		}
+	}
+}
+
 func TestFlavorsDifferOnlyInListeners(t *testing.T) {
 	f := genFleet(3, 10)
 	e, g := mustTranslate(t, f, Envoy), mustTranslate(t, f, GRPC)

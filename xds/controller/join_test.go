@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+func TestJoin(t *testing.T) {
+	src := []byte(`
+pool "zeta" {
+  port = 10001
+  hash {
+    algorithm = "ring_hash"
+    key { cookie = "sid" }
+  }
+}
+pool "chat" {
+  port          = 10000
+  route_timeout = "10m"
+  hash {
+    balance_factor = 150
+    key { header = "x-session-id" }
+    key { query_parameter = "session" }
+  }
+  static {
+    endpoints = ["127.0.0.1:8002"]
+    endpoint "127.0.0.1:8001" {
+      weight   = 3
+      hash_key = "a"
+      zone     = "z1"
+    }
+  }
+}
+`)
+	p, diags := policy.Parse(src, "join.hcl")
+	if diags.HasErrors() {
+		t.Fatal(policy.Format(diags))
+	}
+	want := fleet.Fleet{Pools: []fleet.Pool{
+		{
+			Name: "chat", ListenAddress: "0.0.0.0", Port: 10000, RouteTimeout: 10 * time.Minute,
+			Hash: fleet.Hash{
+				Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150,
+				Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}},
+			},
+			Endpoints: []fleet.Endpoint{
+				{Host: "127.0.0.1", Port: 8002, Weight: 1, HashKey: "127.0.0.1:8002"},
+				{Host: "127.0.0.1", Port: 8001, Weight: 3, HashKey: "a", Locality: fleet.Locality{Zone: "z1"}},
+			},
+		},
+		{
+			Name: "zeta", ListenAddress: "0.0.0.0", Port: 10001,
+			Hash:      fleet.Hash{Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Cookie: "sid"}}},
+			Endpoints: []fleet.Endpoint{},
+		},
+	}}
+	// Endpoints sort by identity: "127.0.0.1:8002" < "a".
+	got := Join(p, StaticGroups(p))
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Join:\n got %+v\nwant %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Discovered targets of unknown pools are ignored; pools without
+	// targets are empty.
+	got = Join(p, []discovery.Group{{Pool: "ghost", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 1}}}})
+	for _, pool := range got.Pools {
+		if len(pool.Endpoints) != 0 {
+			t.Fatalf("pool %s has endpoints %v", pool.Name, pool.Endpoints)
+		}
+	}
+}
