@@ -1,0 +1,63 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+)
+
+func pool(name string, port uint32, eps ...Endpoint) Pool {
+	return Pool{Name: name, Port: port, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}}, Endpoints: eps}
+}
+
+func TestNormalize(t *testing.T) {
+	in := Fleet{Pools: []Pool{
+		pool("b", 2, Endpoint{Host: "10.0.0.2", Port: 80}, Endpoint{Host: "::1", Port: 80, HashKey: "a"}),
+		pool("a", 1),
+	}}
+	out := in.Normalize()
+	if out.Pools[0].Name != "a" || out.Pools[1].Name != "b" {
+		t.Fatalf("pools not sorted: %s, %s", out.Pools[0].Name, out.Pools[1].Name)
+	}
+	b := out.Pools[1]
+	if b.ListenAddress != DefaultListenAddress || b.Hash.Algorithm != Maglev || b.Hash.TableSize != DefaultMaglevTableSize {
+		t.Errorf("defaults not applied: %+v", b)
+	}
+	if b.Endpoints[0].HashKey != "10.0.0.2:80" || b.Endpoints[1].HashKey != "a" || b.Endpoints[0].Weight != 1 {
+		t.Errorf("endpoints not defaulted and sorted by identity: %+v", b.Endpoints)
+	}
+	if in.Pools[0].Name != "b" || in.Pools[0].Endpoints[0].HashKey != "" {
+		t.Error("Normalize modified its receiver")
+	}
+	if got := (Endpoint{Host: "::1", Port: 80}).Address(); got != "[::1]:80" {
+		t.Errorf("IPv6 address = %s", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    Fleet
+		want string // "" = valid
+	}{
+		{"valid", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "h", Port: 1})}}, ""},
+		{"empty pool", Fleet{Pools: []Pool{pool("a", 1)}}, ""},
+		{"duplicate name", Fleet{Pools: []Pool{pool("a", 1), pool("a", 2)}}, "duplicate name"},
+		{"duplicate port", Fleet{Pools: []Pool{pool("a", 1), pool("b", 1)}}, "already used"},
+		{"bad port", Fleet{Pools: []Pool{pool("a", 0)}}, "out of range"},
+		{"no key", Fleet{Pools: []Pool{{Name: "a", Port: 1}}}, "no hash key"},
+		{"two sources", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keys: []HashKey{{Header: "h", Cookie: "c"}}}}}}, "exactly one source"},
+		{"low balance", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}, "below 100"},
+		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "h", Port: 1, HashKey: "x"}, Endpoint{Host: "h", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
+		{"bad algorithm", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Algorithm: "random", Keys: []HashKey{{Header: "h"}}}}}}, "unknown hash algorithm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.f.Normalize().Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
