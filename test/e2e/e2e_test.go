@@ -58,6 +58,10 @@ func TestAffinityAndWeights(t *testing.T) {
 				t.Fatalf("a second client routed %d sessions differently: clients disagree on the hash table", n)
 			}
 
+			if n := metric(t, adminAddr, "kvxds_xds_nacks_total"); n != 0 {
+				t.Errorf("gRPC clients rejected %v responses", n)
+			}
+
 			got := shares(first)
 			total := 0
 			for _, mb := range members {
@@ -220,7 +224,8 @@ func TestClientsSurviveRestart(t *testing.T) {
 	}
 }
 
-// metric reads one unlabelled sample from kvxds's /metrics.
+// metric sums the samples of one metric, whatever their labels, from
+// kvxds's /metrics; NaN if kvxds does not answer.
 func metric(t *testing.T, adminAddr, name string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + adminAddr + "/metrics")
@@ -228,15 +233,21 @@ func metric(t *testing.T, adminAddr, name string) float64 {
 		return math.NaN()
 	}
 	defer resp.Body.Close()
+	sum := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, name+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err == nil {
-				return v
-			}
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+			sum += v
 		}
 	}
-	return math.NaN()
+	return sum
 }

@@ -177,7 +177,12 @@ func (f Fleet) Normalize() Fleet {
 			eps[j] = e
 		}
 		slices.SortFunc(eps, func(a, b Endpoint) int {
-			return cmp.Or(cmp.Compare(a.HashKey, b.HashKey), cmp.Compare(a.Address(), b.Address()))
+			if c := cmp.Compare(a.HashKey, b.HashKey); c != 0 {
+				return c
+			}
+			// Identities are unique in a valid fleet; this only keeps
+			// invalid ones deterministic until Validate rejects them.
+			return cmp.Compare(a.Address(), b.Address())
 		})
 		p.Endpoints = eps
 		out.Pools[i] = p

@@ -20,7 +20,6 @@ import (
 	"slices"
 	"sync"
 
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -125,30 +124,26 @@ func (s *Server) Update(ctx context.Context, f fleet.Fleet) error {
 		return nil
 	}
 	next := map[translate.Flavor]*translate.Resources{}
-	endpointsOnly := s.last != nil && sameShape(*s.last, f)
-	var eps []*endpointv3.ClusterLoadAssignment
-	if endpointsOnly {
+	if s.last != nil && sameShape(*s.last, f) {
 		// Membership, weight and health changes only touch EDS: reuse the
-		// other resources as they are, so their versions cannot move.
-		cla, err := translate.TranslateEndpoints(f)
+		// other resources as they are, so their versions cannot move,
+		// and version the new endpoints once for both kinds of client.
+		eps, err := translate.TranslateEndpoints(f)
 		if err != nil {
 			s.metrics.updateErrors.Inc()
 			return fmt.Errorf("translating endpoints: %w", err)
 		}
-		eps = cla
-	}
-	for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
-		var r *translate.Resources
-		if endpointsOnly {
-			r = s.current[flavor].WithEndpoints(eps)
-		} else {
-			var err error
-			if r, err = translate.Translate(f, flavor); err != nil {
+		next[translate.Envoy] = s.current[translate.Envoy].WithEndpoints(eps)
+		next[translate.GRPC] = next[translate.Envoy].WithListeners(s.current[translate.GRPC])
+	} else {
+		for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
+			r, err := translate.Translate(f, flavor)
+			if err != nil {
 				s.metrics.updateErrors.Inc()
 				return fmt.Errorf("translating for %s: %w", flavorKey(flavor), err)
 			}
+			next[flavor] = r
 		}
-		next[flavor] = r
 	}
 	snaps := map[translate.Flavor]*cachev3.Snapshot{}
 	for flavor, r := range next {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -79,18 +80,24 @@ func (r *Resources) Snapshot() (*cache.Snapshot, error) {
 		}
 		s.VersionMap[url] = map[string]string{}
 	}
-	var err error
-	if s.Resources[types.Listener], err = group(r.Listeners, s.VersionMap[resource.ListenerType]); err != nil {
-		return nil, fmt.Errorf("translate: snapshot: listeners: %w", err)
+	lists := [...]struct {
+		t     types.ResponseType
+		url   string
+		build func() (*typeGroup, error)
+	}{
+		{types.Listener, resource.ListenerType, func() (*typeGroup, error) { return group(r.Listeners) }},
+		{types.Route, resource.RouteType, func() (*typeGroup, error) { return group(r.Routes) }},
+		{types.Cluster, resource.ClusterType, func() (*typeGroup, error) { return group(r.Clusters) }},
+		{types.Endpoint, resource.EndpointType, func() (*typeGroup, error) { return group(r.Endpoints) }},
 	}
-	if s.Resources[types.Route], err = group(r.Routes, s.VersionMap[resource.RouteType]); err != nil {
-		return nil, fmt.Errorf("translate: snapshot: routes: %w", err)
-	}
-	if s.Resources[types.Cluster], err = group(r.Clusters, s.VersionMap[resource.ClusterType]); err != nil {
-		return nil, fmt.Errorf("translate: snapshot: clusters: %w", err)
-	}
-	if s.Resources[types.Endpoint], err = group(r.Endpoints, s.VersionMap[resource.EndpointType]); err != nil {
-		return nil, fmt.Errorf("translate: snapshot: endpoints: %w", err)
+	for _, l := range lists {
+		c := r.groups.cell(l.t)
+		c.once.Do(func() { c.group, c.err = l.build() })
+		if c.err != nil {
+			return nil, fmt.Errorf("translate: snapshot: %s: %w", l.url, c.err)
+		}
+		s.Resources[l.t] = c.group.resources
+		s.VersionMap[l.url] = c.group.versions
 	}
 	// A no-op now that VersionMap is filled, kept so that a future
 	// go-control-plane needing more than VersionMap still gets it.
@@ -100,10 +107,39 @@ func (r *Resources) Snapshot() (*cache.Snapshot, error) {
 	return s, nil
 }
 
+// groupMemo holds the typeGroups of a Resources, each built at most once
+// and shared with the copies that hold the same resources.
+type groupMemo struct {
+	mu    sync.Mutex
+	cells [types.UnknownType]*lazyGroup
+}
+
+type lazyGroup struct {
+	once  sync.Once
+	group *typeGroup
+	err   error
+}
+
+func (m *groupMemo) cell(t types.ResponseType) *lazyGroup {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cells[t] == nil {
+		m.cells[t] = &lazyGroup{}
+	}
+	return m.cells[t]
+}
+
+// typeGroup is one resource type, ready for a snapshot. It is shared by
+// every snapshot that holds the same resources and must not be modified.
+type typeGroup struct {
+	resources cache.Resources
+	versions  map[string]string // resource name → hash, for delta xDS
+}
+
 // group marshals each item once, in parallel, to build its
 // cache.Resources (versioned with Version(items)) and its per-resource
-// hashes, as cache.Snapshot.ConstructVersionMap computes them, into vm.
-func group[T types.Resource](items []T, vm map[string]string) (cache.Resources, error) {
+// hashes, as cache.Snapshot.ConstructVersionMap computes them.
+func group[T types.Resource](items []T) (*typeGroup, error) {
 	digests := make([][sha256.Size]byte, len(items))
 	err := parallel(len(items), func(i int) error {
 		opts := marshalOpts
@@ -122,14 +158,15 @@ func group[T types.Resource](items []T, vm map[string]string) (cache.Resources, 
 		return nil
 	})
 	if err != nil {
-		return cache.Resources{}, err
+		return nil, err
 	}
 	res := make([]types.Resource, len(items))
+	vm := make(map[string]string, len(items))
 	for i, m := range items {
 		vm[cache.GetResourceName(m)] = hex.EncodeToString(digests[i][:])
 		res[i] = m
 	}
-	return cache.NewResources(combine(digests), res), nil
+	return &typeGroup{resources: cache.NewResources(combine(digests), res), versions: vm}, nil
 }
 
 // singleEntryMaps reports whether m is a ClusterLoadAssignment whose maps

@@ -31,6 +31,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"math"
 	"runtime"
 	"sync"
@@ -72,6 +73,10 @@ type Resources struct {
 	Routes    []*routev3.RouteConfiguration
 	Clusters  []*clusterv3.Cluster
 	Endpoints []*endpointv3.ClusterLoadAssignment
+
+	// groups memoises Snapshot's per-type work, which is almost all
+	// marshalling; WithEndpoints carries the unchanged types over.
+	groups groupMemo
 }
 
 // Options is reserved for future translation options.
@@ -147,12 +152,33 @@ func TranslateEndpoints(f fleet.Fleet) ([]*endpointv3.ClusterLoadAssignment, err
 // TranslateEndpoints returns them; Snapshot rejects endpoints of unknown
 // or missing clusters.
 func (r *Resources) WithEndpoints(eps []*endpointv3.ClusterLoadAssignment) *Resources {
-	return &Resources{
+	out := &Resources{
 		Listeners: r.Listeners,
 		Routes:    r.Routes,
 		Clusters:  r.Clusters,
 		Endpoints: eps,
 	}
+	for _, t := range []types.ResponseType{types.Listener, types.Route, types.Cluster} {
+		out.groups.cells[t] = r.groups.cell(t)
+	}
+	return out
+}
+
+// WithListeners returns a copy of r whose listeners are those of from:
+// the resources of the other flavor with the same routes, clusters and
+// endpoints. Everything already versioned in either is reused.
+func (r *Resources) WithListeners(from *Resources) *Resources {
+	out := &Resources{
+		Listeners: from.Listeners,
+		Routes:    r.Routes,
+		Clusters:  r.Clusters,
+		Endpoints: r.Endpoints,
+	}
+	out.groups.cells[types.Listener] = from.groups.cell(types.Listener)
+	for _, t := range []types.ResponseType{types.Route, types.Cluster, types.Endpoint} {
+		out.groups.cells[t] = r.groups.cell(t)
+	}
+	return out
 }
 
 func resErr(p *fleet.Pool, what string, err error) error {
