@@ -3,6 +3,7 @@
 //
 //	kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT]
 //	kvxds validate FILE...
+//	kvxds render [--grpc] FILE
 //	kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta]
 //	kvxds version
 package main
@@ -24,6 +25,7 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
@@ -39,6 +41,7 @@ proxyless gRPC clients over xDS.
 Usage:
   kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT] [--log-format text|json] [--log-level LEVEL]
   kvxds validate FILE...
+  kvxds render [--grpc] FILE
   kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--cluster NAME] [--envoy-admin HOST:PORT]
   kvxds version
 
@@ -57,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args[1:], stdout, stderr)
 	case "bootstrap":
 		return bootstrapCmd(args[1:], stdout, stderr)
+	case "render":
+		return render(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "kvxds", buildVersion())
 		return 0
@@ -150,6 +155,36 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: ok\n", name)
 	}
 	return status
+}
+
+// render prints the resources a policy's static fleet translates to.
+func render(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grpcOut := fs.Bool("grpc", false, "render what proxyless gRPC clients receive instead of Envoy")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: kvxds render [--grpc] FILE")
+		return 2
+	}
+	p, diags := policy.Load(fs.Arg(0))
+	if diags.HasErrors() {
+		fmt.Fprint(stderr, policy.Format(diags))
+		return 1
+	}
+	flavor := translate.Envoy
+	if *grpcOut {
+		flavor = translate.GRPC
+	}
+	out, err := controller.Render(p, flavor)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvxds render: %v\n", err)
+		return 1
+	}
+	stdout.Write(out)
+	return 0
 }
 
 func bootstrapCmd(args []string, stdout, stderr io.Writer) int {

@@ -4,6 +4,7 @@ import (
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // StaticGroups returns the endpoints written in a policy as discovery
@@ -60,4 +61,14 @@ func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
 		f.Pools = append(f.Pools, fp)
 	}
 	return f.Normalize()
+}
+
+// Render returns, as YAML, the resources a kind of client receives for a
+// policy and its static endpoints.
+func Render(p *policy.Policy, flavor translate.Flavor) ([]byte, error) {
+	r, err := translate.Translate(Join(p, StaticGroups(p)), flavor)
+	if err != nil {
+		return nil, err
+	}
+	return r.YAML()
 }

@@ -124,7 +124,8 @@ type Locality struct {
 
 // Endpoint is one replica of a pool.
 type Endpoint struct {
-	// Host is an IP address or a DNS name; Port its serving port.
+	// Host is an IP address (names are resolved before the model);
+	// Port its serving port.
 	Host string
 	Port uint32
 	// Weight is the endpoint's share of the hash table (>= 1).
@@ -245,8 +246,13 @@ func (f Fleet) Validate() error {
 		}
 		ids := map[string]bool{}
 		for _, e := range p.Endpoints {
-			if e.Host == "" || e.Port == 0 || e.Port > 65535 {
+			if e.Port == 0 || e.Port > 65535 {
 				errs = append(errs, fmt.Errorf("pool %q: bad endpoint address %q", p.Name, e.Address()))
+			}
+			// Envoy rejects EDS endpoints that are not IP addresses; names
+			// are resolved by discovery before they reach the model.
+			if _, err := netip.ParseAddr(e.Host); err != nil {
+				errs = append(errs, fmt.Errorf("pool %q: endpoint host %q is not an IP address", p.Name, e.Host))
 			}
 			if e.Weight == 0 {
 				errs = append(errs, fmt.Errorf("pool %q: endpoint %s has weight 0", p.Name, e.Address()))

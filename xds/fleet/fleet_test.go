@@ -39,7 +39,8 @@ func TestValidate(t *testing.T) {
 		f    Fleet
 		want string // "" = valid
 	}{
-		{"valid", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "h", Port: 1})}}, ""},
+		{"valid", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "10.0.0.1", Port: 1})}}, ""},
+		{"hostname", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "vllm.svc", Port: 1})}}, "not an IP address"},
 		{"empty pool", Fleet{Pools: []Pool{pool("a", 1)}}, ""},
 		{"duplicate name", Fleet{Pools: []Pool{pool("a", 1), pool("a", 2)}}, "duplicate name"},
 		{"duplicate port", Fleet{Pools: []Pool{pool("a", 1), pool("b", 1)}}, "already used"},
@@ -47,7 +48,7 @@ func TestValidate(t *testing.T) {
 		{"no key", Fleet{Pools: []Pool{{Name: "a", Port: 1}}}, "no hash key"},
 		{"two sources", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keys: []HashKey{{Header: "h", Cookie: "c"}}}}}}, "exactly one source"},
 		{"low balance", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}, "below 100"},
-		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "h", Port: 1, HashKey: "x"}, Endpoint{Host: "h", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
+		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "10.0.0.1", Port: 1, HashKey: "x"}, Endpoint{Host: "10.0.0.1", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
 		{"bad algorithm", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Algorithm: "random", Keys: []HashKey{{Header: "h"}}}}}}, "unknown hash algorithm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

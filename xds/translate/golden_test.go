@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
@@ -132,20 +131,11 @@ func loadFleet(t testing.TB, path string) fleet.Fleet {
 // whitespace is deliberately unstable.
 func toYAML[T proto.Message](t testing.TB, items []T) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	b.WriteString("[")
-	for i, m := range items {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		j, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(j)
+	j, err := jsonList(items)
+	if err != nil {
+		t.Fatal(err)
 	}
-	b.WriteString("]")
-	y, err := yaml.JSONToYAML(b.Bytes())
+	y, err := yaml.JSONToYAML(j)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,65 @@
+package controller
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestRenderGolden pins what each policy in testdata/render turns into,
+// for both kinds of client. Regenerate with go test -update.
+func TestRenderGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/render/*.hcl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no policies: %v", err)
+	}
+	for _, file := range files {
+		p, diags := policy.Load(file)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %s", file, policy.Format(diags))
+		}
+		for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
+			golden := strings.TrimSuffix(file, ".hcl") + "." + flavor.String() + ".yaml"
+			t.Run(filepath.Base(golden), func(t *testing.T) {
+				got, err := Render(p, flavor)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if *update {
+					if err := os.WriteFile(golden, got, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("%v (run go test -update)", err)
+				}
+				if string(got) != string(want) {
+					t.Errorf("%s changed; if intended, run go test ./xds/controller -update and review the diff\ngot:\n%s", golden, got)
+				}
+			})
+		}
+	}
+}
+
+// The shipped example must match the copy pinned here.
+func TestExampleIsPinned(t *testing.T) {
+	a, err := os.ReadFile("../../examples/chat.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("testdata/render/chat.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Fatal("examples/chat.hcl differs from xds/controller/testdata/render/chat.hcl; copy it and run go test -update")
+	}
+}
