@@ -11,67 +11,90 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 )
 
-var (
-	rootSchema = &hcl.BodySchema{
-		Blocks: []hcl.BlockHeaderSchema{
-			{Type: "xds"},
-			{Type: "admin"},
-			{Type: "pool", LabelNames: []string{"name"}},
-		},
-	}
-	serverSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "address"}},
-	}
-	// port is required, but checked by hand so that the diagnostic names
-	// the pool rather than pointing at its opening brace.
-	poolSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{
-			{Name: "port"},
-			{Name: "listen_address"},
-			{Name: "route_timeout"},
-			{Name: "idle_timeout"},
-		},
-		Blocks: []hcl.BlockHeaderSchema{{Type: "hash"}, {Type: "static"}},
-	}
-	hashSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{
-			{Name: "algorithm"},
-			{Name: "table_size"},
-			{Name: "min_ring_size"},
-			{Name: "max_ring_size"},
-			{Name: "balance_factor"},
-		},
-		Blocks: []hcl.BlockHeaderSchema{{Type: "key"}},
-	}
-	keySchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{
-			{Name: "header"},
-			{Name: "cookie"},
-			{Name: "query_parameter"},
-		},
-	}
-	staticSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "endpoints"}},
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "endpoint", LabelNames: []string{"address"}}},
-	}
-	endpointSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{
-			{Name: "weight"},
-			{Name: "hash_key"},
-			{Name: "region"},
-			{Name: "zone"},
-			{Name: "sub_zone"},
-		},
-	}
-)
+// The policy file's structure, decoded by gohcl. Every attribute is an
+// *hcl.Attribute rather than a typed Go value: nil tells "unset" apart
+// from zero, the attribute carries the exact ranges of its name and value,
+// and the values are evaluated afterwards by decoder.value and friends,
+// whose diagnostics name the attribute and say how to fix it. (gohcl's own
+// conversion reports "Unsuitable value type" without the attribute's name,
+// adds a second error after "Variables not allowed", and reads null as
+// unset.) Blocks that may appear once are still slices, so that a duplicate
+// is reported with the line of the first and its contents are checked too.
+
+// fileSpec is the whole policy file.
+type fileSpec struct {
+	XDS   []serverSpec `hcl:"xds,block"`
+	Admin []serverSpec `hcl:"admin,block"`
+	Pools []poolSpec   `hcl:"pool,block"`
+}
+
+// serverSpec is an xds or admin block.
+type serverSpec struct {
+	DefRange hcl.Range      `hcl:",def_range"`
+	Address  *hcl.Attribute `hcl:"address,optional"`
+}
+
+// poolSpec is a pool block. port is required, but checked by hand so that
+// the diagnostic names the pool rather than pointing at its closing brace.
+type poolSpec struct {
+	Name          string         `hcl:"name,label"`
+	NameRange     hcl.Range      `hcl:"name,label_range"`
+	DefRange      hcl.Range      `hcl:",def_range"`
+	Port          *hcl.Attribute `hcl:"port,optional"`
+	ListenAddress *hcl.Attribute `hcl:"listen_address,optional"`
+	RouteTimeout  *hcl.Attribute `hcl:"route_timeout,optional"`
+	IdleTimeout   *hcl.Attribute `hcl:"idle_timeout,optional"`
+	Hash          []hashSpec     `hcl:"hash,block"`
+	Static        []staticSpec   `hcl:"static,block"`
+}
+
+type hashSpec struct {
+	DefRange      hcl.Range      `hcl:",def_range"`
+	Algorithm     *hcl.Attribute `hcl:"algorithm,optional"`
+	TableSize     *hcl.Attribute `hcl:"table_size,optional"`
+	MinRingSize   *hcl.Attribute `hcl:"min_ring_size,optional"`
+	MaxRingSize   *hcl.Attribute `hcl:"max_ring_size,optional"`
+	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
+	Keys          []keySpec      `hcl:"key,block"`
+}
+
+// keySpec is a key block; exactly one source must be set, which is
+// checked by hand to explain how to split a key with several.
+type keySpec struct {
+	DefRange       hcl.Range      `hcl:",def_range"`
+	Header         *hcl.Attribute `hcl:"header,optional"`
+	Cookie         *hcl.Attribute `hcl:"cookie,optional"`
+	QueryParameter *hcl.Attribute `hcl:"query_parameter,optional"`
+}
+
+type staticSpec struct {
+	DefRange  hcl.Range      `hcl:",def_range"`
+	Endpoints *hcl.Attribute `hcl:"endpoints,optional"`
+	Endpoint  []endpointSpec `hcl:"endpoint,block"`
+}
+
+type endpointSpec struct {
+	Address      string         `hcl:"address,label"`
+	AddressRange hcl.Range      `hcl:"address,label_range"`
+	Weight       *hcl.Attribute `hcl:"weight,optional"`
+	HashKey      *hcl.Attribute `hcl:"hash_key,optional"`
+	Region       *hcl.Attribute `hcl:"region,optional"`
+	Zone         *hcl.Attribute `hcl:"zone,optional"`
+	SubZone      *hcl.Attribute `hcl:"sub_zone,optional"`
+}
 
 // decoder turns a parsed body into a Policy, collecting every diagnostic
 // on the way instead of stopping at the first: a user fixing a policy
-// should see all of its problems in one run.
+// should see all of its problems in one run. gohcl decodes the structure
+// (reporting unknown attributes and blocks, and wrong labels); the checks
+// of values and of how they fit together run on the decoded specs. Every
+// error lands in diags, and any error discards the Policy, so the checks
+// only track validity where a later check depends on it.
 type decoder struct {
 	diags hcl.Diagnostics
 
@@ -101,26 +124,25 @@ func (d *decoder) errorf(subject hcl.Range, summary, format string, args ...any)
 }
 
 func (d *decoder) policy(body hcl.Body) *Policy {
-	content, diags := body.Content(rootSchema)
-	d.add(diags)
+	var spec fileSpec
+	// A nil EvalContext: a policy file is data, so variables and function
+	// calls are rejected when the values are evaluated.
+	d.add(gohcl.DecodeBody(body, nil, &spec))
 
 	p := &Policy{XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress}
 	d.poolNames = map[string]hcl.Range{}
-	servers := map[string]*server{
-		"xds":   {addr: &p.XDSAddress, hp: mustHostPort(DefaultXDSAddress)},
-		"admin": {addr: &p.AdminAddress, hp: mustHostPort(DefaultAdminAddress)},
+	xds := &server{addr: &p.XDSAddress, hp: mustHostPort(DefaultXDSAddress)}
+	admin := &server{addr: &p.AdminAddress, hp: mustHostPort(DefaultAdminAddress)}
+	for i := range spec.XDS {
+		d.server("xds", &spec.XDS[i], xds)
 	}
-	for _, blk := range content.Blocks {
-		switch blk.Type {
-		case "xds", "admin":
-			d.server(blk, servers[blk.Type])
-		case "pool":
-			if pool, ok := d.pool(blk); ok {
-				p.Pools = append(p.Pools, pool)
-			}
-		}
+	for i := range spec.Admin {
+		d.server("admin", &spec.Admin[i], admin)
 	}
-	d.checkServerClash(servers["xds"], servers["admin"])
+	for i := range spec.Pools {
+		p.Pools = append(p.Pools, d.pool(&spec.Pools[i]))
+	}
+	d.checkServerClash(xds, admin)
 	slices.SortFunc(p.Pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
 	return p
 }
@@ -129,7 +151,7 @@ func (d *decoder) policy(body hcl.Body) *Policy {
 type server struct {
 	addr  *string        // where the address goes in the Policy
 	hp    hostPort       // parsed *addr
-	block *hcl.Block     // the first block, if any
+	block *serverSpec    // the first block, if any
 	attr  *hcl.Attribute // the address attribute, if set
 	bad   bool           // the address did not decode
 }
@@ -142,19 +164,17 @@ func mustHostPort(s string) hostPort {
 	return hp
 }
 
-// server decodes an xds or admin block into srv.
-func (d *decoder) server(blk *hcl.Block, srv *server) {
+// server decodes an xds or admin block (of type typ) into srv.
+func (d *decoder) server(typ string, blk *serverSpec, srv *server) {
 	dup := srv.block != nil
 	if dup {
-		d.errorf(blk.DefRange, fmt.Sprintf("Duplicate %s block", blk.Type),
-			"An %s block is already defined at line %d; keep a single one.", blk.Type, srv.block.DefRange.Start.Line)
+		d.errorf(blk.DefRange, fmt.Sprintf("Duplicate %s block", typ),
+			"An %s block is already defined at line %d; keep a single one.", typ, srv.block.DefRange.Start.Line)
 	} else {
 		srv.block = blk
 	}
-	// A duplicate is still decoded so that its own problems show too.
-	content, diags := blk.Body.Content(serverSchema)
-	d.add(diags)
-	a := content.Attributes["address"]
+	// A duplicate is still checked so that its own problems show too.
+	a := blk.Address
 	if a == nil {
 		return
 	}
@@ -190,33 +210,27 @@ func (d *decoder) checkServerClash(xds, admin *server) {
 		"The xds address %s and the admin address %s are the same; give each server its own port.", *xds.addr, *admin.addr)
 }
 
-func (d *decoder) pool(blk *hcl.Block) (Pool, bool) {
-	name, nameRange := blk.Labels[0], blk.LabelRanges[0]
-	ok := d.checkPoolName(name, nameRange)
+func (d *decoder) pool(spec *poolSpec) Pool {
+	name := spec.Name
+	d.checkPoolName(name, spec.NameRange)
 	if prev, dup := d.poolNames[name]; dup {
-		d.errorf(nameRange, "Duplicate pool name",
+		d.errorf(spec.NameRange, "Duplicate pool name",
 			"A pool named %q is already defined at line %d; pool names must be unique.", name, prev.Start.Line)
-		ok = false
 	} else {
-		d.poolNames[name] = nameRange
+		d.poolNames[name] = spec.NameRange
 	}
 
-	content, diags := blk.Body.Content(poolSchema)
-	d.add(diags)
 	pool := Pool{Name: name, ListenAddress: DefaultListenAddress}
 	listenAddr := netip.IPv4Unspecified()
 	listenOK := true
 
-	if a := content.Attributes["port"]; a == nil {
-		d.errorf(blk.DefRange, "Missing port",
+	if a := spec.Port; a == nil {
+		d.errorf(spec.DefRange, "Missing port",
 			"Pool %q needs a port: the port of its Envoy listener, as in port = 10000.", name)
-		ok = false
 	} else if n, good := d.uintIn(a.Name, a.Expr, 1, 65535, "Invalid port"); good {
 		pool.Port = uint32(n)
-	} else {
-		ok = false
 	}
-	if a := content.Attributes["listen_address"]; a != nil {
+	if a := spec.ListenAddress; a != nil {
 		if s, good := d.str(a.Name, a.Expr); !good {
 			listenOK = false
 		} else if ip, err := parseListenAddress(s); err != nil {
@@ -226,55 +240,47 @@ func (d *decoder) pool(blk *hcl.Block) (Pool, bool) {
 			listenAddr, pool.ListenAddress = ip, ip.String()
 		}
 	}
-	ok = ok && listenOK
-	if a := content.Attributes["port"]; a != nil && pool.Port != 0 && listenOK {
-		ok = d.checkListener(listener{pool: name, addr: listenAddr, port: pool.Port, rng: a.Expr.Range()}) && ok
+	if pool.Port != 0 && listenOK {
+		d.checkListener(listener{pool: name, addr: listenAddr, port: pool.Port, rng: spec.Port.Expr.Range()})
 	}
-	if a := content.Attributes["route_timeout"]; a != nil {
-		dur, good := d.duration(a, true)
-		pool.RouteTimeout, ok = dur, ok && good
+	if a := spec.RouteTimeout; a != nil {
+		pool.RouteTimeout = d.duration(a, true)
 	}
-	if a := content.Attributes["idle_timeout"]; a != nil {
-		dur, good := d.duration(a, false)
-		pool.IdleTimeout, ok = dur, ok && good
+	if a := spec.IdleTimeout; a != nil {
+		pool.IdleTimeout = d.duration(a, false)
 	}
 
-	var hashBlk, staticBlk *hcl.Block
-	for _, b := range content.Blocks {
-		switch b.Type {
-		case "hash":
-			h, good := d.hash(b)
-			if hashBlk != nil {
-				d.errorf(b.DefRange, "Duplicate hash block",
-					"Pool %q already has a hash block at line %d; keep a single one.", name, hashBlk.DefRange.Start.Line)
-				ok = false
-				continue
-			}
-			hashBlk, pool.Hash, ok = b, h, ok && good
-		case "static":
-			eps, good := d.static(b)
-			if staticBlk != nil {
-				d.errorf(b.DefRange, "Duplicate static block",
-					"Pool %q already has a static block at line %d; list all its endpoints in that one.", name, staticBlk.DefRange.Start.Line)
-				ok = false
-				continue
-			}
-			staticBlk, pool.Static, ok = b, eps, ok && good
+	// A duplicate block is still checked so that its own problems show too.
+	for i := range spec.Hash {
+		h := d.hash(&spec.Hash[i])
+		if i == 0 {
+			pool.Hash = h
+			continue
 		}
+		d.errorf(spec.Hash[i].DefRange, "Duplicate hash block",
+			"Pool %q already has a hash block at line %d; keep a single one.", name, spec.Hash[0].DefRange.Start.Line)
 	}
-	if hashBlk == nil {
-		d.errorf(blk.DefRange, "Missing hash block",
+	for i := range spec.Static {
+		eps := d.static(&spec.Static[i])
+		if i == 0 {
+			pool.Static = eps
+			continue
+		}
+		d.errorf(spec.Static[i].DefRange, "Duplicate static block",
+			"Pool %q already has a static block at line %d; list all its endpoints in that one.", name, spec.Static[0].DefRange.Start.Line)
+	}
+	if len(spec.Hash) == 0 {
+		d.errorf(spec.DefRange, "Missing hash block",
 			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)
-		ok = false
 	}
-	return pool, ok
+	return pool
 }
 
-func (d *decoder) checkPoolName(name string, rng hcl.Range) bool {
+func (d *decoder) checkPoolName(name string, rng hcl.Range) {
 	if name == "" {
 		d.errorf(rng, "Invalid pool name",
 			`Pool names must not be empty; name the pool as clients address it, as in pool "chat".`)
-		return false
+		return
 	}
 	for i, c := range name {
 		if isAlnum(c) || i > 0 && (c == '.' || c == '_' || c == '-') {
@@ -286,14 +292,13 @@ func (d *decoder) checkPoolName(name string, rng hcl.Range) bool {
 		}
 		d.errorf(rng, "Invalid pool name",
 			"Pool name %q is invalid: %s. Use letters, digits, '.', '_' and '-', starting with a letter or digit.", name, what)
-		return false
+		return
 	}
-	return true
 }
 
 // checkListener rejects two pools whose Envoy listeners would bind the
 // same socket. A wildcard address overlaps every address on its port.
-func (d *decoder) checkListener(l listener) bool {
+func (d *decoder) checkListener(l listener) {
 	for _, o := range d.listeners {
 		if o.port != l.port || o.addr != l.addr && !o.addr.IsUnspecified() && !l.addr.IsUnspecified() {
 			continue
@@ -301,94 +306,81 @@ func (d *decoder) checkListener(l listener) bool {
 		d.errorf(l.rng, "Duplicate port",
 			"Port %d on %s is already used by pool %q on %s (line %d); give each pool its own port.",
 			l.port, l.addr, o.pool, o.addr, o.rng.Start.Line)
-		return false
+		return
 	}
 	d.listeners = append(d.listeners, l)
-	return true
 }
 
-func (d *decoder) hash(blk *hcl.Block) (Hash, bool) {
-	content, diags := blk.Body.Content(hashSchema)
-	d.add(diags)
-	ok := !diags.HasErrors()
+func (d *decoder) hash(spec *hashSpec) Hash {
 	h := Hash{Algorithm: DefaultAlgorithm}
-	attrs := content.Attributes
 
 	known := true // whether h.Algorithm is what the user asked for
-	if a := attrs["algorithm"]; a != nil {
+	if a := spec.Algorithm; a != nil {
 		switch s, good := d.str(a.Name, a.Expr); {
-		case !good:
-			known, ok = false, false
+		case !good: // already reported
+			known = false
 		case s == Maglev || s == RingHash:
 			h.Algorithm = s
 		default:
 			d.errorf(a.Expr.Range(), "Unknown hash algorithm",
 				"%q is not a hash algorithm; use %q or %q.", s, Maglev, RingHash)
-			known, ok = false, false
+			known = false
 		}
 	}
 
-	if a := attrs["table_size"]; a != nil {
+	if a := spec.TableSize; a != nil {
 		if known && h.Algorithm == RingHash {
 			d.errorf(a.NameRange, "Not a ring_hash setting",
 				`table_size sizes a Maglev table; remove it, or set algorithm = %q. A ring_hash ring is sized by min_ring_size and max_ring_size.`, Maglev)
-			ok = false
 		} else if n, good := d.tableSize(a); good {
 			h.TableSize = n
-		} else {
-			ok = false
 		}
 	} else if h.Algorithm == Maglev {
 		h.TableSize = DefaultMaglevTableSize
 	}
 
-	ringAttr := func(name string) (uint64, *hcl.Attribute) {
-		a := attrs[name]
+	// ringSize returns a valid ring size setting, or nil.
+	ringSize := func(a *hcl.Attribute) (uint64, *hcl.Attribute) {
 		if a == nil {
 			return 0, nil
 		}
 		if known && h.Algorithm == Maglev {
 			d.errorf(a.NameRange, "Not a maglev setting",
-				`%s sizes a ring_hash ring; remove it, or set algorithm = %q. A Maglev table is sized by table_size.`, name, RingHash)
-			ok = false
+				`%s sizes a ring_hash ring; remove it, or set algorithm = %q. A Maglev table is sized by table_size.`, a.Name, RingHash)
 			return 0, nil
 		}
 		n, good := d.uintIn(a.Name, a.Expr, 1, MaxRingSize, "Invalid ring size")
 		if !good {
-			ok = false
 			return 0, nil
 		}
 		return n, a
 	}
-	minN, minA := ringAttr("min_ring_size")
-	maxN, maxA := ringAttr("max_ring_size")
+	minN, minA := ringSize(spec.MinRingSize)
+	maxN, maxA := ringSize(spec.MaxRingSize)
 	if minA != nil && maxA != nil && minN > maxN {
 		d.errorf(maxA.Expr.Range(), "Invalid ring size",
 			"max_ring_size %d is smaller than min_ring_size %d (line %d); raise max_ring_size or lower min_ring_size.",
 			maxN, minN, minA.Range.Start.Line)
-		ok = false
 	}
 	h.MinRingSize, h.MaxRingSize = minN, maxN
 
-	if a := attrs["balance_factor"]; a != nil {
-		if n, good := d.integer(a.Name, a.Expr); !good {
-			ok = false
-		} else if n.Sign() < 0 || n.Sign() > 0 && n.Cmp(big.NewInt(MinBalanceFactor)) < 0 {
+	if a := spec.BalanceFactor; a != nil {
+		n, good := d.integer(a.Name, a.Expr)
+		switch {
+		case !good: // already reported
+		case n.Sign() < 0 || n.Sign() > 0 && n.Cmp(big.NewInt(MinBalanceFactor)) < 0:
 			d.errorf(a.Expr.Range(), "Invalid balance factor",
 				"balance_factor must be 0 (off) or at least 100 (percent of average load), not %s; 150 lets a replica take 1.5 times the average load before keys spill over.", n)
-			ok = false
-		} else if !n.IsUint64() || n.Uint64() > math.MaxUint32 {
+		case !n.IsUint64() || n.Uint64() > math.MaxUint32:
 			d.errorf(a.Expr.Range(), "Invalid balance factor",
 				"balance_factor %s is too large; the maximum is %d.", n, uint64(math.MaxUint32))
-			ok = false
-		} else {
+		default:
 			h.BalanceFactor = uint32(n.Uint64())
 		}
 	}
 
-	keys, good := d.keys(blk, content.Blocks)
-	h.Keys, ok = keys, ok && good
-	return h, ok
+	h.Keys = d.keys(spec)
+	return h
 }
 
 // tableSize decodes a Maglev table size: a prime no larger than Envoy's
@@ -415,58 +407,50 @@ func (d *decoder) tableSize(a *hcl.Attribute) (uint64, bool) {
 	return 0, false
 }
 
-func (d *decoder) keys(hashBlk *hcl.Block, blocks hcl.Blocks) ([]HashKey, bool) {
-	if len(blocks) == 0 {
-		d.errorf(hashBlk.DefRange, "Missing hash key",
+// keys decodes the key chain of a hash block.
+func (d *decoder) keys(hash *hashSpec) []HashKey {
+	if len(hash.Keys) == 0 {
+		d.errorf(hash.DefRange, "Missing hash key",
 			`The hash block has no key; add one, as in key { header = "x-session-id" }. Keys are tried in order and the first one present in a request wins.`)
-		return nil, false
+		return nil
 	}
-	ok := true
 	var keys []HashKey
 	seen := map[HashKey]hcl.Range{}
-	for _, kb := range blocks {
-		content, diags := kb.Body.Content(keySchema)
-		d.add(diags)
-		ok = ok && !diags.HasErrors()
-		set := attributesInOrder(content.Attributes)
+	for _, kb := range hash.Keys {
+		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter)
 		if len(set) == 0 {
 			d.errorf(kb.DefRange, "Empty hash key",
 				`A key block needs exactly one of header, cookie or query_parameter, as in key { header = "x-session-id" }.`)
-			ok = false
 			continue
 		}
 		for _, a := range set[1:] {
 			d.errorf(a.NameRange, "Conflicting hash key sources",
 				"This key already takes its value from %s (line %d); a key has exactly one source. Move %s into a key block of its own: keys are tried in order.",
 				set[0].Name, set[0].Range.Start.Line, a.Name)
-			ok = false
 		}
 		a := set[0]
 		s, good := d.str(a.Name, a.Expr)
 		if !good {
-			ok = false
 			continue
 		}
 		var k HashKey
 		var err error
-		switch a.Name {
-		case "header":
+		switch a {
+		case kb.Header:
 			s = strings.ToLower(s)
 			k.Header, err = checkHeaderName(s)
-		case "cookie":
+		case kb.Cookie:
 			k.Cookie, err = checkCookieName(s)
-		case "query_parameter":
+		case kb.QueryParameter:
 			k.QueryParameter, err = checkQueryParameter(s)
 		}
 		if err != nil {
 			d.errorf(a.Expr.Range(), "Invalid hash key", "%s.", err)
-			ok = false
 			continue
 		}
 		if prev, dup := seen[k]; dup {
 			d.errorf(a.Expr.Range(), "Duplicate hash key",
 				"%s %q is already a key at line %d; remove one of them.", a.Name, s, prev.Start.Line)
-			ok = false
 			continue
 		}
 		seen[k] = a.Expr.Range()
@@ -474,7 +458,7 @@ func (d *decoder) keys(hashBlk *hcl.Block, blocks hcl.Blocks) ([]HashKey, bool) 
 			keys = append(keys, k)
 		}
 	}
-	return keys, ok
+	return keys
 }
 
 // tchars are the characters of an HTTP token (RFC 9110), which header
@@ -525,10 +509,7 @@ func checkQueryParameter(s string) (string, error) {
 	return s, nil
 }
 
-func (d *decoder) static(blk *hcl.Block) ([]StaticEndpoint, bool) {
-	content, diags := blk.Body.Content(staticSchema)
-	d.add(diags)
-	ok := !diags.HasErrors()
+func (d *decoder) static(spec *staticSpec) []StaticEndpoint {
 	var eps []StaticEndpoint
 	addrs := map[hostPort]hcl.Range{} // canonical address -> first occurrence
 	ids := map[string]hcl.Range{}     // hash identity -> first occurrence
@@ -551,38 +532,32 @@ func (d *decoder) static(blk *hcl.Block) ([]StaticEndpoint, bool) {
 		return true
 	}
 
-	if a := content.Attributes["endpoints"]; a != nil {
+	if a := spec.Endpoints; a != nil {
 		exprs, diags := hcl.ExprList(a.Expr)
 		d.add(diags)
-		ok = ok && !diags.HasErrors()
 		for _, e := range exprs {
 			hp, good := d.endpointAddress(e.Range(), "endpoints element", e)
 			if !good {
-				ok = false
 				continue
 			}
 			ep := StaticEndpoint{Host: hp.host, Port: hp.port, Weight: 1}
-			if !add(hp, e.Range(), ep, e.Range()) {
-				ok = false
-				continue
+			if add(hp, e.Range(), ep, e.Range()) {
+				eps = append(eps, ep)
 			}
-			eps = append(eps, ep)
 		}
 	}
 
-	for _, b := range content.Blocks {
-		labelRange := b.LabelRanges[0]
-		hp, addrOK := d.parseEndpointLabel(b.Labels[0], labelRange)
-		ec, diags := b.Body.Content(endpointSchema)
-		d.add(diags)
-		good := addrOK && !diags.HasErrors()
+	for i := range spec.Endpoint {
+		b := &spec.Endpoint[i]
+		hp, addrOK := d.parseEndpointLabel(b.Address, b.AddressRange)
+		good := addrOK
 		ep := StaticEndpoint{Host: hp.host, Port: hp.port, Weight: 1}
-		idRange := labelRange
-		if a := ec.Attributes["weight"]; a != nil {
+		idRange := b.AddressRange
+		if a := b.Weight; a != nil {
 			n, g := d.uintIn(a.Name, a.Expr, 1, MaxEndpointWeight, "Invalid weight")
 			ep.Weight, good = uint32(n), good && g
 		}
-		if a := ec.Attributes["hash_key"]; a != nil {
+		if a := b.HashKey; a != nil {
 			s, g := d.str(a.Name, a.Expr)
 			if g && s == "" {
 				d.errorf(a.Expr.Range(), "Invalid hash_key",
@@ -592,25 +567,19 @@ func (d *decoder) static(blk *hcl.Block) ([]StaticEndpoint, bool) {
 			ep.HashKey, good, idRange = s, good && g, a.Expr.Range()
 		}
 		for _, f := range []struct {
-			name string
+			attr *hcl.Attribute
 			dst  *string
-		}{{"region", &ep.Region}, {"zone", &ep.Zone}, {"sub_zone", &ep.SubZone}} {
-			if a := ec.Attributes[f.name]; a != nil {
+		}{{b.Region, &ep.Region}, {b.Zone, &ep.Zone}, {b.SubZone, &ep.SubZone}} {
+			if a := f.attr; a != nil {
 				s, g := d.str(a.Name, a.Expr)
 				*f.dst, good = s, good && g
 			}
 		}
-		if !addrOK || !add(hp, labelRange, ep, idRange) {
-			ok = false
-			continue
+		if addrOK && add(hp, b.AddressRange, ep, idRange) && good {
+			eps = append(eps, ep)
 		}
-		if !good {
-			ok = false
-			continue
-		}
-		eps = append(eps, ep)
 	}
-	return eps, ok
+	return eps
 }
 
 func (d *decoder) endpointAddress(rng hcl.Range, name string, e hcl.Expression) (hostPort, bool) {
@@ -698,13 +667,10 @@ func (d *decoder) uintIn(name string, expr hcl.Expression, lo, hi uint64, summar
 // whether "0s" is allowed: it means "no timeout" for route_timeout, but
 // idle_timeout has no way to say "off" (zero keeps Envoy's default), so
 // there "0s" would silently not mean what it says.
-func (d *decoder) duration(a *hcl.Attribute, zeroOK bool) (time.Duration, bool) {
+func (d *decoder) duration(a *hcl.Attribute, zeroOK bool) time.Duration {
 	s, ok := d.str(a.Name, a.Expr)
-	if !ok {
-		return 0, false
-	}
-	if s == "" {
-		return 0, true // the default, as if omitted
+	if !ok || s == "" {
+		return 0 // "" is the default, as if omitted
 	}
 	dur, err := time.ParseDuration(s)
 	switch {
@@ -721,17 +687,19 @@ func (d *decoder) duration(a *hcl.Attribute, zeroOK bool) (time.Duration, bool) 
 		d.errorf(a.Expr.Range(), "Invalid duration",
 			"%s must be positive; omit it to keep Envoy's default.", a.Name)
 	default:
-		return dur, true
+		return dur
 	}
-	return 0, false
+	return 0
 }
 
-// attributesInOrder returns attrs in source order; HCL hands them over as
-// a map.
-func attributesInOrder(attrs hcl.Attributes) []*hcl.Attribute {
+// attributesInOrder returns the set attributes among attrs in source
+// order.
+func attributesInOrder(attrs ...*hcl.Attribute) []*hcl.Attribute {
 	out := make([]*hcl.Attribute, 0, len(attrs))
 	for _, a := range attrs {
-		out = append(out, a)
+		if a != nil {
+			out = append(out, a)
+		}
 	}
 	slices.SortFunc(out, func(a, b *hcl.Attribute) int { return cmp.Compare(a.Range.Start.Byte, b.Range.Start.Byte) })
 	return out
