@@ -597,6 +597,13 @@ func (d *decoder) parseEndpointLabel(s string, rng hcl.Range) (hostPort, bool) {
 		d.errorf(rng, ae.summary, "%s", ae.detail)
 		return hostPort{}, false
 	}
+	// Envoy only accepts IP addresses in endpoint assignments, and a name
+	// resolved once here would go stale.
+	if _, err := netip.ParseAddr(hp.host); err != nil {
+		d.errorf(rng, "Endpoint is not an IP address",
+			"Static endpoints must be IP addresses, as in \"10.0.0.7:%d\"; %q is a name. Envoy only accepts IP addresses for endpoints.", hp.port, hp.host)
+		return hostPort{}, false
+	}
 	return hp, true
 }
 

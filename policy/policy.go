@@ -133,7 +133,7 @@ type HashKey struct {
 
 // StaticEndpoint is one replica listed in the policy file.
 type StaticEndpoint struct {
-	// Host is an IP address (without brackets) or a lower-cased DNS name.
+	// Host is an IP address (without brackets), in canonical form.
 	Host string
 	Port uint32
 	// Weight is the endpoint's share of the hash table, at least 1.

@@ -125,7 +125,7 @@ func TestDecodedValues(t *testing.T) {
 				},
 				Static: []StaticEndpoint{
 					{Host: "::1", Port: 8001, Weight: 1},
-					{Host: "embed-0.embed.svc.cluster.local", Port: 8001, Weight: 1},
+					{Host: "10.8.0.12", Port: 8001, Weight: 1},
 				},
 			}},
 		}},
@@ -142,7 +142,7 @@ func TestDecodedValues(t *testing.T) {
 					{Host: "10.0.0.2", Port: 8000, Weight: 3, HashKey: "replica-a",
 						Region: "eu-west-1", Zone: "eu-west-1a", SubZone: "rack-1"},
 					{Host: "2001:db8::2", Port: 8000, Weight: 128, HashKey: "replica-b"},
-					{Host: "gpu-3.example.com", Port: 8000, Weight: 1},
+					{Host: "10.0.0.3", Port: 8000, Weight: 1},
 				},
 			}},
 		}},

@@ -13,8 +13,8 @@ pool "chat" {
       hash_key = "replica-a"
     }
     endpoint "[0:0::1]:8001" {}
-    endpoint "Replica.local:8001" {}
-    endpoint "replica.local:8001" {}
+    endpoint "10.0.0.9:8001" {}
+    endpoint "10.0.0.9:8001" {}
     endpoint "10.0.0.1:8001" {
       hash_key = "replica-a"
     }

@@ -15,6 +15,6 @@ pool "embed" {
   }
 
   static {
-    endpoints = ["[::1]:8001", "embed-0.embed.svc.cluster.local:8001"]
+    endpoints = ["[::1]:8001", "10.8.0.12:8001"]
   }
 }

@@ -22,6 +22,6 @@ pool "code" {
       hash_key = "replica-b"
     }
 
-    endpoint "Gpu-3.Example.com:8000" {}
+    endpoint "10.0.0.3:8000" {}
   }
 }
