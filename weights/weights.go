@@ -1,0 +1,171 @@
+// Package weights turns each replica's own engine metrics into endpoint
+// weights and health for the fleet model.
+//
+// Three stages, each usable alone:
+//
+//   - Profiles map an engine's metric names (vLLM, SGLang, TGI,
+//     TensorRT-LLM, or names given in the policy) to normalised Signals;
+//     Extract applies one to a parsed exposition page.
+//   - A Scraper fetches every replica's metrics page concurrently, with a
+//     per-scrape timeout, a bounded worker pool and jitter, and reports an
+//     Observation per replica and scrape, good or failed.
+//   - Step is a pure function from (Config, previous State, Observations,
+//     now) to the next State and a Decision per replica: a weight that
+//     follows free capacity, damped so that noise never moves hash keys,
+//     and the escape hatch that takes a saturated replica out of the hash
+//     table until it recovers.
+//
+// The package knows nothing of policy files or xDS: the controller builds
+// a Config from the policy and folds Decisions into the fleet model.
+package weights
+
+import (
+	"errors"
+	"time"
+)
+
+// Signals is one replica's normalised state at one scrape. A signal the
+// engine does not export is NaN.
+type Signals struct {
+	// QueueDepth is the number of requests waiting to be scheduled.
+	QueueDepth float64
+	// Running is the number of requests being processed.
+	Running float64
+	// KVOccupancy is the fraction of KV-cache blocks in use, 0..1.
+	KVOccupancy float64
+	// Preemptions is a cumulative counter of preempted (or retracted,
+	// swapped) sequences; Step turns it into a rate.
+	Preemptions float64
+	// PrefixQueries and PrefixHits are cumulative counters (tokens or
+	// blocks) of prefix-cache lookups and hits; Step turns them into a
+	// hit rate.
+	PrefixQueries float64
+	PrefixHits    float64
+	// PrefixHitRate is a hit rate the engine computes itself (0..1), for
+	// engines that export no counters.
+	PrefixHitRate float64
+	// TTFT is the time-to-first-token histogram, if exported.
+	TTFT *Histogram
+}
+
+// Histogram is a cumulative Prometheus histogram.
+type Histogram struct {
+	Count   float64
+	Sum     float64
+	Buckets []Bucket // sorted by UpperBound, cumulative counts
+}
+
+// Bucket is one cumulative bucket of a Histogram.
+type Bucket struct {
+	UpperBound float64
+	Count      float64
+}
+
+// FailureKind classifies why a scrape gave no usable signals.
+type FailureKind string
+
+const (
+	FailTimeout    FailureKind = "timeout"
+	FailRefused    FailureKind = "connection_refused"
+	FailHTTPStatus FailureKind = "http_status"
+	FailParse      FailureKind = "parse"
+	FailMissing    FailureKind = "missing_series"
+	FailInvalid    FailureKind = "invalid_value" // NaN, Inf, negative, occupancy > 1
+	FailOther      FailureKind = "other"
+)
+
+// ScrapeError is a failed scrape.
+type ScrapeError struct {
+	Kind FailureKind
+	Err  error
+}
+
+func (e *ScrapeError) Error() string { return string(e.Kind) + ": " + e.Err.Error() }
+func (e *ScrapeError) Unwrap() error { return e.Err }
+
+// KindOf returns the FailureKind of err, FailOther if it carries none.
+func KindOf(err error) FailureKind {
+	var se *ScrapeError
+	if errors.As(err, &se) {
+		return se.Kind
+	}
+	return FailOther
+}
+
+// Observation is the outcome of one scrape of one replica.
+type Observation struct {
+	// ID is the replica's stable identity (its hash key).
+	ID   string
+	Time time.Time
+	// Signals is valid when Err is nil.
+	Signals Signals
+	Err     error
+}
+
+// Health is what Step decides for a replica's place in the hash table.
+type Health int
+
+const (
+	// Serving replicas are in the hash table.
+	Serving Health = iota
+	// Saturated replicas are out of the hash table for new keys until
+	// they recover.
+	Saturated
+)
+
+func (h Health) String() string {
+	if h == Saturated {
+		return "saturated"
+	}
+	return "serving"
+}
+
+// Decision is Step's verdict for one replica.
+type Decision struct {
+	// Weight multiplies the replica's static weight; it lies within
+	// [Config.MinWeight, Config.MaxWeight].
+	Weight uint32
+	Health Health
+	// Stale is set when the replica's metrics are older than the
+	// staleness window and Weight is the neutral weight.
+	Stale bool
+}
+
+// Config tunes Step for one pool. The policy package fills in defaults;
+// Validate reports inconsistent values.
+type Config struct {
+	// MinWeight and MaxWeight bound the weight multiplier; Levels is the
+	// number of distinct weights between them (inclusive), so that small
+	// changes in load never change a weight.
+	MinWeight uint32
+	MaxWeight uint32
+	Levels    int
+	// Smoothing is the EWMA weight of a new observation, in (0, 1].
+	Smoothing float64
+	// Hysteresis is how far, as a fraction of one level's width, the
+	// smoothed free capacity must cross a level boundary before the
+	// weight follows.
+	Hysteresis float64
+	// MinChangeInterval is the shortest time between two weight changes
+	// of one replica.
+	MinChangeInterval time.Duration
+
+	// A replica is saturated when its queue depth or KV occupancy reaches
+	// its maximum, or its preemption rate (per second) exceeds
+	// MaxPreemptionRate. It recovers once both are below their Resume
+	// values and it has not preempted, continuously for Hold.
+	MaxQueueDepth     float64
+	MaxKVOccupancy    float64
+	MaxPreemptionRate float64
+	ResumeQueueDepth  float64
+	ResumeKVOccupancy float64
+	Hold              time.Duration
+	// MaxSaturatedFraction is the largest fraction of a pool that may be
+	// out of the hash table at once; beyond it every replica stays in
+	// (pure affinity), so the rest are not swamped.
+	MaxSaturatedFraction float64
+
+	// StaleAfter is how long a replica's last good signals are used
+	// after its scrapes start failing; then it gets the neutral weight.
+	StaleAfter time.Duration
+}
