@@ -51,6 +51,9 @@ type poolSpec struct {
 	IdleTimeout   *hcl.Attribute `hcl:"idle_timeout,optional"`
 	Hash          []hashSpec     `hcl:"hash,block"`
 	Static        []staticSpec   `hcl:"static,block"`
+	Metrics       []metricsSpec  `hcl:"metrics,block"`
+	Escape        []escapeSpec   `hcl:"escape,block"`
+	Weights       []weightsSpec  `hcl:"weights,block"`
 }
 
 type hashSpec struct {
@@ -88,6 +91,52 @@ type endpointSpec struct {
 	SubZone      *hcl.Attribute `hcl:"sub_zone,optional"`
 }
 
+// metricsSpec is a metrics block; its presence turns scraping on.
+type metricsSpec struct {
+	DefRange   hcl.Range      `hcl:",def_range"`
+	Engine     *hcl.Attribute `hcl:"engine,optional"`
+	Interval   *hcl.Attribute `hcl:"interval,optional"`
+	Timeout    *hcl.Attribute `hcl:"timeout,optional"`
+	StaleAfter *hcl.Attribute `hcl:"stale_after,optional"`
+	Path       *hcl.Attribute `hcl:"path,optional"`
+	Port       *hcl.Attribute `hcl:"port,optional"`
+	Scheme     *hcl.Attribute `hcl:"scheme,optional"`
+	Model      *hcl.Attribute `hcl:"model,optional"`
+	Signals    []signalSpec   `hcl:"signal,block"`
+}
+
+// signalSpec is a signal block of a custom engine. metric is required,
+// but checked by hand so that the diagnostic names the signal.
+type signalSpec struct {
+	Name      string         `hcl:"name,label"`
+	NameRange hcl.Range      `hcl:"name,label_range"`
+	DefRange  hcl.Range      `hcl:",def_range"`
+	Metric    *hcl.Attribute `hcl:"metric,optional"`
+	Labels    *hcl.Attribute `hcl:"labels,optional"`
+	Scale     *hcl.Attribute `hcl:"scale,optional"`
+}
+
+type escapeSpec struct {
+	DefRange             hcl.Range      `hcl:",def_range"`
+	MaxQueueDepth        *hcl.Attribute `hcl:"max_queue_depth,optional"`
+	MaxKVOccupancy       *hcl.Attribute `hcl:"max_kv_occupancy,optional"`
+	MaxPreemptionRate    *hcl.Attribute `hcl:"max_preemption_rate,optional"`
+	ResumeQueueDepth     *hcl.Attribute `hcl:"resume_queue_depth,optional"`
+	ResumeKVOccupancy    *hcl.Attribute `hcl:"resume_kv_occupancy,optional"`
+	Hold                 *hcl.Attribute `hcl:"hold,optional"`
+	MaxSaturatedFraction *hcl.Attribute `hcl:"max_saturated_fraction,optional"`
+}
+
+type weightsSpec struct {
+	DefRange    hcl.Range      `hcl:",def_range"`
+	Min         *hcl.Attribute `hcl:"min,optional"`
+	Max         *hcl.Attribute `hcl:"max,optional"`
+	Levels      *hcl.Attribute `hcl:"levels,optional"`
+	Smoothing   *hcl.Attribute `hcl:"smoothing,optional"`
+	Hysteresis  *hcl.Attribute `hcl:"hysteresis,optional"`
+	MinInterval *hcl.Attribute `hcl:"min_interval,optional"`
+}
+
 // decoder turns a parsed body into a Policy, collecting every diagnostic
 // on the way instead of stopping at the first: a user fixing a policy
 // should see all of its problems in one run. gohcl decodes the structure
@@ -117,6 +166,17 @@ func (d *decoder) add(diags hcl.Diagnostics) {
 func (d *decoder) errorf(subject hcl.Range, summary, format string, args ...any) {
 	d.diags = append(d.diags, &hcl.Diagnostic{
 		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  subject.Ptr(),
+	})
+}
+
+// warnf reports something that is valid but likely not what the user
+// meant; warnings do not discard the Policy.
+func (d *decoder) warnf(subject hcl.Range, summary, format string, args ...any) {
+	d.diags = append(d.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagWarning,
 		Summary:  summary,
 		Detail:   fmt.Sprintf(format, args...),
 		Subject:  subject.Ptr(),
@@ -272,6 +332,49 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	if len(spec.Hash) == 0 {
 		d.errorf(spec.DefRange, "Missing hash block",
 			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)
+	}
+
+	for i := range spec.Metrics {
+		m := d.metrics(&spec.Metrics[i])
+		if i == 0 {
+			pool.Metrics = m
+			continue
+		}
+		d.errorf(spec.Metrics[i].DefRange, "Duplicate metrics block",
+			"Pool %q already has a metrics block at line %d; keep a single one.", name, spec.Metrics[0].DefRange.Start.Line)
+	}
+	pool.Escape = defaultEscape()
+	for i := range spec.Escape {
+		e := d.escape(&spec.Escape[i])
+		if i == 0 {
+			pool.Escape = e
+			continue
+		}
+		d.errorf(spec.Escape[i].DefRange, "Duplicate escape block",
+			"Pool %q already has an escape block at line %d; keep a single one.", name, spec.Escape[0].DefRange.Start.Line)
+	}
+	pool.Weights = defaultWeights()
+	for i := range spec.Weights {
+		w := d.weights(&spec.Weights[i])
+		if i == 0 {
+			pool.Weights = w
+			continue
+		}
+		d.errorf(spec.Weights[i].DefRange, "Duplicate weights block",
+			"Pool %q already has a weights block at line %d; keep a single one.", name, spec.Weights[0].DefRange.Start.Line)
+	}
+	// Escape and weights act on scraped signals; without a metrics block
+	// they are valid but inert, which is worth saying.
+	noEffect := func(typ string, rng hcl.Range) {
+		d.warnf(rng, fmt.Sprintf("%s block has no effect", strings.ToUpper(typ[:1])+typ[1:]),
+			"Pool %q has no metrics block, so kvxds never sees its replicas' load and the %s block changes nothing; add metrics {} to scrape them (vLLM by default), or remove the %s block.",
+			name, typ, typ)
+	}
+	if len(spec.Metrics) == 0 && len(spec.Escape) > 0 {
+		noEffect("escape", spec.Escape[0].DefRange)
+	}
+	if len(spec.Metrics) == 0 && len(spec.Weights) > 0 {
+		noEffect("weights", spec.Weights[0].DefRange)
 	}
 	return pool
 }
@@ -675,28 +778,58 @@ func (d *decoder) uintIn(name string, expr hcl.Expression, lo, hi uint64, summar
 // idle_timeout has no way to say "off" (zero keeps Envoy's default), so
 // there "0s" would silently not mean what it says.
 func (d *decoder) duration(a *hcl.Attribute, zeroOK bool) time.Duration {
+	hint := ""
+	if zeroOK {
+		hint = `"0s" means no timeout.`
+	}
+	dur, set, ok := d.durationValue(a, hint)
+	if ok && set && dur == 0 && !zeroOK {
+		d.errorf(a.Expr.Range(), "Invalid duration",
+			"%s must be positive; omit it to keep Envoy's default.", a.Name)
+	}
+	return dur
+}
+
+// durationOr decodes an optional duration attribute (a may be nil),
+// returning def when it is unset or "". ok is false after a diagnostic,
+// and the duration is then def. hint is as for durationValue.
+func (d *decoder) durationOr(a *hcl.Attribute, def time.Duration, hint string) (dur time.Duration, ok bool) {
+	if a == nil {
+		return def, true
+	}
+	dur, set, ok := d.durationValue(a, hint)
+	if !set {
+		return def, ok
+	}
+	return dur, true
+}
+
+// durationValue decodes a non-negative Go duration string. set is false
+// for "", which means the default, as if omitted; ok is false after a
+// diagnostic (set is then false and dur zero). hint, if any, ends the
+// diagnostic of a string that is not a duration.
+func (d *decoder) durationValue(a *hcl.Attribute, hint string) (dur time.Duration, set, ok bool) {
 	s, ok := d.str(a.Name, a.Expr)
-	if !ok || s == "" {
-		return 0 // "" is the default, as if omitted
+	if !ok {
+		return 0, false, false
+	}
+	if s == "" {
+		return 0, false, true
 	}
 	dur, err := time.ParseDuration(s)
 	switch {
 	case err != nil:
-		hint := ""
-		if zeroOK {
-			hint = ` "0s" means no timeout.`
+		if hint != "" {
+			hint = " " + hint
 		}
 		d.errorf(a.Expr.Range(), "Invalid duration",
 			`%s %q is not a duration; write a number with a unit, such as "30s", "10m" or "1h30m".%s`, a.Name, s, hint)
 	case dur < 0:
 		d.errorf(a.Expr.Range(), "Invalid duration", "%s %q must not be negative.", a.Name, s)
-	case dur == 0 && !zeroOK:
-		d.errorf(a.Expr.Range(), "Invalid duration",
-			"%s must be positive; omit it to keep Envoy's default.", a.Name)
 	default:
-		return dur
+		return dur, true, true
 	}
-	return 0
+	return 0, false, false
 }
 
 // attributesInOrder returns the set attributes among attrs in source

@@ -25,7 +25,57 @@
 //	      hash_key = "replica-b" # stable ring identity; default host:port
 //	    }
 //	  }
+//	  metrics {                  # scrape each replica; omit for static weights
+//	    engine = "vllm"          # or "sglang", "tgi", "trtllm", "custom"
+//	    model  = "meta-llama/Llama-3.1-8B-Instruct" # only this model's series
+//	  }
+//	  escape  { max_kv_occupancy = 0.95 } # when a replica leaves the hash table
+//	  weights { max = 8 }                  # weight multiplier from free capacity
 //	}
+//
+// The metrics, escape and weights blocks (at most one each per pool) make
+// endpoint weights follow each replica's own engine metrics. Every setting
+// in them but a signal's metric is optional; these are the defaults, by
+// constant:
+//
+//	metrics {                  # presence turns scraping on; Pool.Metrics nil without
+//	  engine      = "vllm"     # DefaultEngine: vllm (V1 and V0 names), sglang, tgi, trtllm, custom
+//	  interval    = "2s"       # DefaultScrapeInterval; at least MinScrapeInterval (100ms)
+//	  timeout     = "1s"       # DefaultScrapeTimeout; shorter than interval
+//	  stale_after = "10s"      # DefaultStaleAfterIntervals (5) x interval; at least interval
+//	  path        = "/metrics" # DefaultMetricsPath; starts with "/"
+//	  port        = 8000       # default: the endpoint's serving port (Metrics.Port 0)
+//	  scheme      = "http"     # DefaultMetricsScheme; or "https"
+//	  model       = "..."      # keep only series with this model_name; default all
+//	  signal "kv_occupancy" {  # engine = "custom" only: where each signal comes from
+//	    metric = "my_engine_kv_used_ratio" # Prometheus metric name
+//	    labels = { device = "gpu" }        # exact label matches; default none
+//	    scale  = 1                         # DefaultSignalScale; > 0
+//	  }
+//	}
+//	escape {                        # when a replica is saturated and leaves the hash table
+//	  max_queue_depth        = 8    # DefaultMaxQueueDepth; saturated at or above; > 0
+//	  max_kv_occupancy       = 0.9  # DefaultMaxKVOccupancy; in (0, 1]
+//	  max_preemption_rate    = 0    # DefaultMaxPreemptionRate; per second, saturated above; >= 0
+//	  resume_queue_depth     = 4    # max_queue_depth / 2; >= 0, < max_queue_depth
+//	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - DefaultResumeKVMargin (0.1), >= 0; < max_kv_occupancy
+//	  hold                   = "30s" # DefaultHold; below both resume values this long to recover
+//	  max_saturated_fraction = 0.5  # DefaultMaxSaturatedFraction; in [0, 1]; beyond it, pure affinity
+//	}
+//	weights {                # the multiplier of each endpoint's static weight
+//	  min          = 1       # DefaultWeightMin; >= 1
+//	  max          = 4       # DefaultWeightMax; min..MaxWeightMultiplier (128)
+//	  levels       = 4       # min(DefaultWeightLevels, max - min + 1); 1..max - min + 1
+//	  smoothing    = 0.3     # DefaultWeightSmoothing; EWMA weight of a new observation, in (0, 1]
+//	  hysteresis   = 0.5     # DefaultWeightHysteresis; fraction of a level's width, in [0, 1]
+//	  min_interval = "30s"   # DefaultWeightMinInterval; between two changes of one replica; >= 0
+//	}
+//
+// The signals of a custom engine are queue_depth, running, kv_occupancy,
+// preemptions, prefix_queries, prefix_hits, prefix_hit_rate and ttft (the
+// histogram's name, without _bucket); it needs at least one of
+// queue_depth, running and kv_occupancy. An escape or weights block
+// without a metrics block has no effect, and draws a warning.
 //
 // The contract:
 //
@@ -81,6 +131,69 @@ const (
 	MinBalanceFactor   = 100
 )
 
+// Engines a metrics block may name. Each but EngineCustom has a built-in
+// profile of metric names; a custom engine names its metrics in signal
+// blocks.
+const (
+	EngineVLLM   = "vllm" // V1 and V0 metric names
+	EngineSGLang = "sglang"
+	EngineTGI    = "tgi"
+	EngineTRTLLM = "trtllm"
+	EngineCustom = "custom"
+)
+
+// Signals, the labels of a custom engine's signal blocks.
+const (
+	SignalQueueDepth    = "queue_depth"
+	SignalRunning       = "running"
+	SignalKVOccupancy   = "kv_occupancy"
+	SignalPreemptions   = "preemptions"
+	SignalPrefixQueries = "prefix_queries"
+	SignalPrefixHits    = "prefix_hits"
+	SignalPrefixHitRate = "prefix_hit_rate"
+	SignalTTFT          = "ttft"
+)
+
+// Defaults and limits of the metrics block.
+const (
+	DefaultEngine         = EngineVLLM
+	DefaultScrapeInterval = 2 * time.Second
+	DefaultScrapeTimeout  = time.Second
+	// DefaultStaleAfterIntervals is stale_after's default in scrape
+	// intervals.
+	DefaultStaleAfterIntervals = 5
+	DefaultMetricsPath         = "/metrics"
+	DefaultMetricsScheme       = "http"
+	DefaultSignalScale         = 1.0
+	MinScrapeInterval          = 100 * time.Millisecond
+)
+
+// Defaults of the escape block. resume_queue_depth defaults to half of
+// max_queue_depth, and resume_kv_occupancy to max_kv_occupancy minus
+// DefaultResumeKVMargin (but at least 0).
+const (
+	DefaultMaxQueueDepth        = 8.0
+	DefaultMaxKVOccupancy       = 0.9
+	DefaultMaxPreemptionRate    = 0.0
+	DefaultResumeKVMargin       = 0.1
+	DefaultHold                 = 30 * time.Second
+	DefaultMaxSaturatedFraction = 0.5
+)
+
+// Defaults and limits of the weights block. levels defaults to
+// DefaultWeightLevels, or max - min + 1 if that is fewer.
+const (
+	DefaultWeightMin         = 1
+	DefaultWeightMax         = 4
+	DefaultWeightLevels      = 4
+	DefaultWeightSmoothing   = 0.3
+	DefaultWeightHysteresis  = 0.5
+	DefaultWeightMinInterval = 30 * time.Second
+	// MaxWeightMultiplier bounds weights.max: Envoy's endpoint weight is
+	// the static weight (at most MaxEndpointWeight) times the multiplier.
+	MaxWeightMultiplier = 128
+)
+
 // Policy is a decoded, validated policy file.
 type Policy struct {
 	// Filename is the name the policy was parsed under.
@@ -107,6 +220,83 @@ type Pool struct {
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
 	Static []StaticEndpoint
+	// Metrics is how replicas are scraped; nil means no scraping and
+	// static weights only.
+	Metrics *Metrics
+	// Escape and Weights are always filled in, with defaults where the
+	// file says nothing; they only take effect with Metrics.
+	Escape  Escape
+	Weights Weights
+}
+
+// Metrics is how a pool's replicas are scraped for load signals.
+type Metrics struct {
+	// Engine is one of the Engine constants.
+	Engine string
+	// Interval is the time between two scrapes of a replica, at least
+	// MinScrapeInterval; Timeout bounds one scrape and is shorter.
+	Interval, Timeout time.Duration
+	// StaleAfter is how long a replica's last good values are kept after
+	// its scrapes start failing; at least Interval.
+	StaleAfter time.Duration
+	// Path starts with "/".
+	Path string
+	// Port is the metrics port; zero means the endpoint's serving port.
+	Port uint32
+	// Scheme is "http" or "https".
+	Scheme string
+	// Model, if set, keeps only series whose model_name label is Model.
+	Model string
+	// Signals maps signal names (the Signal constants) to their source.
+	// Set for EngineCustom only, with at least one of queue_depth,
+	// running and kv_occupancy.
+	Signals map[string]SignalSource
+}
+
+// SignalSource is where a custom engine exports one signal.
+type SignalSource struct {
+	// Metric is a Prometheus metric name; for ttft, a histogram's name
+	// without the _bucket suffix.
+	Metric string
+	// Labels are exact label matches a series must have; nil for none.
+	Labels map[string]string
+	// Scale multiplies the metric's value (> 0).
+	Scale float64
+}
+
+// Escape is when a replica counts as saturated and leaves the hash table
+// for new keys, and when it comes back.
+type Escape struct {
+	// A replica is saturated when its queue depth or KV occupancy (a
+	// fraction in (0, 1]) reaches its maximum, or its preemptions per
+	// second exceed MaxPreemptionRate.
+	MaxQueueDepth, MaxKVOccupancy, MaxPreemptionRate float64
+	// It recovers after staying below both resume values (each below its
+	// maximum), without preempting, for Hold.
+	ResumeQueueDepth, ResumeKVOccupancy float64
+	Hold                                time.Duration
+	// MaxSaturatedFraction, in [0, 1], is the largest fraction of the
+	// pool that may be out at once; beyond it kvxds falls back to pure
+	// affinity.
+	MaxSaturatedFraction float64
+}
+
+// Weights is how a replica's weight multiplier follows its free capacity.
+type Weights struct {
+	// Min and Max bound the multiplier: 1 <= Min <= Max <=
+	// MaxWeightMultiplier. Levels, 1..Max-Min+1, is the number of
+	// distinct multipliers between them, inclusive.
+	Min, Max uint32
+	Levels   int
+	// Smoothing, in (0, 1], is the EWMA weight of a new observation.
+	Smoothing float64
+	// Hysteresis, in [0, 1], is how far past a level boundary, as a
+	// fraction of a level's width, the smoothed value must move before
+	// the multiplier follows.
+	Hysteresis float64
+	// MinInterval is the shortest time between two changes of one
+	// replica's multiplier.
+	MinInterval time.Duration
 }
 
 // Hash is how a pool maps requests to endpoints.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,8 @@ func TestValidFiles(t *testing.T) {
 
 // TestInvalidFiles compares Format's output for each invalid file with its
 // golden .diag file; run `go test ./policy -update` to rewrite them, then
-// review that every line:col points at the offending token.
+// review that every line:col points at the offending token. A file may
+// draw only warnings; its policy must then be returned.
 func TestInvalidFiles(t *testing.T) {
 	files, err := filepath.Glob("testdata/invalid/*.hcl")
 	if err != nil || len(files) == 0 {
@@ -43,11 +45,13 @@ func TestInvalidFiles(t *testing.T) {
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".hcl"), func(t *testing.T) {
 			p, diags := Load(file)
-			if p != nil {
+			switch {
+			case len(diags) == 0:
+				t.Fatalf("no diagnostics")
+			case diags.HasErrors() && p != nil:
 				t.Errorf("Load returned a policy despite errors")
-			}
-			if !diags.HasErrors() {
-				t.Fatalf("no errors")
+			case !diags.HasErrors() && p == nil:
+				t.Errorf("Load returned no policy for warnings only")
 			}
 			for _, d := range diags {
 				if d.Subject == nil {
@@ -73,6 +77,42 @@ func TestInvalidFiles(t *testing.T) {
 	}
 }
 
+// The documented defaults, spelled out rather than built from the
+// constants, so that a changed constant fails here.
+var (
+	defaultEscapeValues = Escape{
+		MaxQueueDepth:        8,
+		MaxKVOccupancy:       0.9,
+		MaxPreemptionRate:    0,
+		ResumeQueueDepth:     4,
+		ResumeKVOccupancy:    0.8,
+		Hold:                 30 * time.Second,
+		MaxSaturatedFraction: 0.5,
+	}
+	defaultWeightsValues = Weights{Min: 1, Max: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinInterval: 30 * time.Second}
+	defaultMetricsValues = Metrics{
+		Engine:     "vllm",
+		Interval:   2 * time.Second,
+		Timeout:    time.Second,
+		StaleAfter: 10 * time.Second,
+		Path:       "/metrics",
+		Scheme:     "http",
+	}
+)
+
+// withDefaults fills in the escape and weights blocks every pool has.
+func withDefaults(pools ...Pool) []Pool {
+	for i := range pools {
+		if pools[i].Escape == (Escape{}) {
+			pools[i].Escape = defaultEscapeValues
+		}
+		if pools[i].Weights == (Weights{}) {
+			pools[i].Weights = defaultWeightsValues
+		}
+	}
+	return pools
+}
+
 func TestDecodedValues(t *testing.T) {
 	maglevKey := func(headers ...string) Hash {
 		h := Hash{Algorithm: Maglev, TableSize: DefaultMaglevTableSize}
@@ -81,6 +121,12 @@ func TestDecodedValues(t *testing.T) {
 		}
 		return h
 	}
+	// metrics returns the default metrics block changed by edit.
+	metrics := func(edit func(m *Metrics)) *Metrics {
+		m := defaultMetricsValues
+		edit(&m)
+		return &m
+	}
 	tests := []struct {
 		file string
 		want *Policy
@@ -88,7 +134,7 @@ func TestDecodedValues(t *testing.T) {
 		{"chat.hcl", &Policy{
 			XDSAddress:   "127.0.0.1:18000",
 			AdminAddress: "127.0.0.1:19000",
-			Pools: []Pool{{
+			Pools: withDefaults(Pool{
 				Name:          "chat",
 				Port:          10000,
 				ListenAddress: "0.0.0.0",
@@ -102,12 +148,12 @@ func TestDecodedValues(t *testing.T) {
 					{Host: "127.0.0.1", Port: 8001, Weight: 1},
 					{Host: "127.0.0.1", Port: 8002, Weight: 1},
 				},
-			}},
+			}),
 		}},
 		{"ring_hash.hcl", &Policy{
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
-			Pools: []Pool{{
+			Pools: withDefaults(Pool{
 				Name:          "embed",
 				Port:          10001,
 				ListenAddress: "127.0.0.1",
@@ -127,12 +173,12 @@ func TestDecodedValues(t *testing.T) {
 					{Host: "::1", Port: 8001, Weight: 1},
 					{Host: "10.8.0.12", Port: 8001, Weight: 1},
 				},
-			}},
+			}),
 		}},
 		{"weighted.hcl", &Policy{
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
-			Pools: []Pool{{
+			Pools: withDefaults(Pool{
 				Name:          "code",
 				Port:          10002,
 				ListenAddress: "0.0.0.0",
@@ -144,25 +190,101 @@ func TestDecodedValues(t *testing.T) {
 					{Host: "2001:db8::2", Port: 8000, Weight: 128, HashKey: "replica-b"},
 					{Host: "10.0.0.3", Port: 8000, Weight: 1},
 				},
-			}},
+			}),
 		}},
 		{"multi_pool.hcl", &Policy{
 			XDSAddress:   ":18000",
 			AdminAddress: "localhost:19000",
-			Pools: []Pool{
-				{Name: "a.small_pool-1", Port: 10011, ListenAddress: "0.0.0.0",
+			Pools: withDefaults(
+				Pool{Name: "a.small_pool-1", Port: 10011, ListenAddress: "0.0.0.0",
 					Hash: Hash{Algorithm: Maglev, TableSize: 251, Keys: []HashKey{{Header: "x-session-id"}}}},
-				{Name: "m-loopback", Port: 10012, ListenAddress: "127.0.0.1", Hash: maglevKey("x-session-id")},
-				{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
+				Pool{Name: "m-loopback", Port: 10012, ListenAddress: "127.0.0.1", Hash: maglevKey("x-session-id")},
+				Pool{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
 					Hash: Hash{Algorithm: RingHash, Keys: []HashKey{{Header: "x-session-id"}}}},
-				{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
+				Pool{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
 					Hash: Hash{Algorithm: Maglev, TableSize: MaxMaglevTableSize, Keys: []HashKey{{Header: "x-session-id"}}},
 					Static: []StaticEndpoint{
 						{Host: "10.1.0.1", Port: 8000, Weight: 1},
 						{Host: "10.1.0.2", Port: 8000, Weight: 1},
 						{Host: "10.1.0.3", Port: 8000, Weight: 1},
 					}},
-			},
+			),
+		}},
+		{"metrics.hcl", &Policy{
+			XDSAddress:   DefaultXDSAddress,
+			AdminAddress: DefaultAdminAddress,
+			Pools: withDefaults(
+				Pool{Name: "chat", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+					Metrics: &Metrics{
+						Engine:     EngineVLLM,
+						Interval:   500 * time.Millisecond,
+						Timeout:    250 * time.Millisecond,
+						StaleAfter: 5 * time.Second,
+						Path:       "/stats/prometheus",
+						Port:       8001,
+						Scheme:     "https",
+						Model:      "meta-llama/Llama-3.1-8B-Instruct",
+					},
+					Escape: Escape{
+						MaxQueueDepth:        16,
+						MaxKVOccupancy:       0.95,
+						MaxPreemptionRate:    0.5,
+						ResumeQueueDepth:     10,
+						ResumeKVOccupancy:    0.85,
+						Hold:                 time.Minute,
+						MaxSaturatedFraction: 0.25,
+					},
+					Weights: Weights{Min: 2, Max: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinInterval: 0},
+				},
+				Pool{Name: "defaults", Port: 10001, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+					Metrics: metrics(func(*Metrics) {})},
+				Pool{Name: "sglang", Port: 10002, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+					Metrics: metrics(func(m *Metrics) {
+						m.Engine, m.Interval, m.StaleAfter = EngineSGLang, 3*time.Second, 15*time.Second
+					}),
+					Escape: Escape{
+						MaxQueueDepth:        5,
+						MaxKVOccupancy:       0.05,
+						ResumeQueueDepth:     2.5,
+						ResumeKVOccupancy:    0,
+						Hold:                 0,
+						MaxSaturatedFraction: 0.5,
+					},
+					Weights: Weights{Min: 3, Max: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinInterval: 30 * time.Second},
+				},
+				Pool{Name: "tgi", Port: 10003, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+					Metrics: metrics(func(m *Metrics) { m.Engine = EngineTGI }),
+					Escape: Escape{
+						MaxQueueDepth:        8,
+						MaxKVOccupancy:       0.05,
+						ResumeQueueDepth:     4,
+						ResumeKVOccupancy:    0, // 0.05 - 0.1, but at least 0
+						Hold:                 30 * time.Second,
+						MaxSaturatedFraction: 0.5,
+					},
+					Weights: Weights{Min: 1, Max: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinInterval: 30 * time.Second},
+				},
+				Pool{Name: "trtllm", Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+					Metrics: metrics(func(m *Metrics) {
+						m.Engine, m.Interval, m.Timeout, m.StaleAfter = EngineTRTLLM, 100*time.Millisecond, 99*time.Millisecond, 100*time.Millisecond
+					})},
+			),
+		}},
+		{"custom_engine.hcl", &Policy{
+			XDSAddress:   DefaultXDSAddress,
+			AdminAddress: DefaultAdminAddress,
+			Pools: withDefaults(Pool{Name: "custom", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+				Metrics: metrics(func(m *Metrics) {
+					m.Engine, m.Port, m.Model = EngineCustom, 9400, "llama"
+					m.Signals = map[string]SignalSource{
+						SignalKVOccupancy: {Metric: "my_engine_kv_used_ratio", Labels: map[string]string{"device": "gpu"}, Scale: 1},
+						SignalQueueDepth:  {Metric: "my_engine:queue_length", Scale: 1},
+						SignalPreemptions: {Metric: "my_engine_preemptions_total", Scale: 1},
+						SignalTTFT: {Metric: "my_engine_time_to_first_token_milliseconds",
+							Labels: map[string]string{"stage": "prefill", "_replica": "a"}, Scale: 0.001},
+						SignalPrefixHitRate: {Metric: "my_engine_prefix_cache_hit_percent", Scale: 0.01},
+					}
+				})}),
 		}},
 	}
 	for _, tt := range tests {
@@ -188,6 +310,71 @@ func TestParseEmpty(t *testing.T) {
 	want := &Policy{Filename: "empty.hcl", XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got %+v, want %+v", p, want)
+	}
+}
+
+// TestDefaultConstants checks that the exported defaults are what the
+// decoder applies.
+func TestDefaultConstants(t *testing.T) {
+	m := Metrics{
+		Engine:     DefaultEngine,
+		Interval:   DefaultScrapeInterval,
+		Timeout:    DefaultScrapeTimeout,
+		StaleAfter: DefaultStaleAfterIntervals * DefaultScrapeInterval,
+		Path:       DefaultMetricsPath,
+		Scheme:     DefaultMetricsScheme,
+	}
+	e := Escape{
+		MaxQueueDepth:        DefaultMaxQueueDepth,
+		MaxKVOccupancy:       DefaultMaxKVOccupancy,
+		MaxPreemptionRate:    DefaultMaxPreemptionRate,
+		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
+		ResumeKVOccupancy:    DefaultMaxKVOccupancy - DefaultResumeKVMargin,
+		Hold:                 DefaultHold,
+		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
+	}
+	w := Weights{
+		Min:         DefaultWeightMin,
+		Max:         DefaultWeightMax,
+		Levels:      DefaultWeightLevels,
+		Smoothing:   DefaultWeightSmoothing,
+		Hysteresis:  DefaultWeightHysteresis,
+		MinInterval: DefaultWeightMinInterval,
+	}
+	if !reflect.DeepEqual(m, defaultMetricsValues) || e != defaultEscapeValues || w != defaultWeightsValues {
+		t.Errorf("constants give\n%+v\n%+v\n%+v\nwant\n%+v\n%+v\n%+v", m, e, w, defaultMetricsValues, defaultEscapeValues, defaultWeightsValues)
+	}
+	if got := defaultEscape(); got != defaultEscapeValues {
+		t.Errorf("defaultEscape() = %+v, want %+v", got, defaultEscapeValues)
+	}
+	if got := defaultWeights(); got != defaultWeightsValues {
+		t.Errorf("defaultWeights() = %+v, want %+v", got, defaultWeightsValues)
+	}
+}
+
+// TestEscapeWithoutMetrics checks that the warning keeps the policy.
+func TestEscapeWithoutMetrics(t *testing.T) {
+	src := []byte(`
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  escape  { max_queue_depth = 4 }
+  weights {}
+}
+`)
+	p, diags := Parse(src, "warn.hcl")
+	if p == nil || diags.HasErrors() || len(diags) != 2 {
+		t.Fatalf("Parse = %v,\n%s\nwant a policy and two warnings", p, Format(diags))
+	}
+	for _, d := range diags {
+		if d.Severity != hcl.DiagWarning {
+			t.Errorf("not a warning: %s", Format(hcl.Diagnostics{d}))
+		}
+	}
+	if got := p.Pools[0]; got.Metrics != nil || got.Escape.MaxQueueDepth != 4 || got.Escape.ResumeQueueDepth != 2 {
+		t.Errorf("pool = %+v", got)
 	}
 }
 
@@ -312,6 +499,27 @@ func FuzzParse(f *testing.F) {
 				if ep.Weight < 1 || ep.Weight > MaxEndpointWeight || ep.Port == 0 || ep.Host == "" {
 					t.Fatalf("invalid endpoint accepted: %+v", ep)
 				}
+			}
+			if m := pool.Metrics; m != nil {
+				if m.Interval < MinScrapeInterval || m.Timeout <= 0 || m.Timeout >= m.Interval || m.StaleAfter < m.Interval ||
+					!strings.HasPrefix(m.Path, "/") || (m.Engine == EngineCustom) != (len(m.Signals) > 0) {
+					t.Fatalf("invalid metrics accepted: %+v", m)
+				}
+				for name, src := range m.Signals {
+					if checkMetricName(src.Metric) != nil || !(src.Scale > 0) || !slices.Contains(signalNames, name) {
+						t.Fatalf("invalid signal %q accepted: %+v", name, src)
+					}
+				}
+			}
+			e, w := pool.Escape, pool.Weights
+			if !(e.MaxQueueDepth > 0 && e.ResumeQueueDepth >= 0 && e.ResumeQueueDepth < e.MaxQueueDepth &&
+				e.MaxKVOccupancy > 0 && e.MaxKVOccupancy <= 1 && e.ResumeKVOccupancy >= 0 && e.ResumeKVOccupancy < e.MaxKVOccupancy &&
+				e.MaxPreemptionRate >= 0 && e.Hold >= 0 && e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
+				t.Fatalf("invalid escape accepted: %+v", e)
+			}
+			if !(w.Min >= 1 && w.Min <= w.Max && w.Max <= MaxWeightMultiplier && w.Levels >= 1 && w.Levels <= int(w.Max-w.Min)+1 &&
+				w.Smoothing > 0 && w.Smoothing <= 1 && w.Hysteresis >= 0 && w.Hysteresis <= 1 && w.MinInterval >= 0) {
+				t.Fatalf("invalid weights accepted: %+v", w)
 			}
 		}
 	})

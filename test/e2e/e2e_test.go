@@ -228,6 +228,12 @@ func TestClientsSurviveRestart(t *testing.T) {
 // kvxds's /metrics; NaN if kvxds does not answer.
 func metric(t *testing.T, adminAddr, name string) float64 {
 	t.Helper()
+	return metricWhere(t, adminAddr, name, "")
+}
+
+// metricWhere is metric restricted to samples whose labels contain match.
+func metricWhere(t *testing.T, adminAddr, name, match string) float64 {
+	t.Helper()
 	resp, err := http.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
 		return math.NaN()
@@ -241,7 +247,11 @@ func metric(t *testing.T, adminAddr, name string) float64 {
 		if !ok || (rest[0] != ' ' && rest[0] != '{') {
 			continue
 		}
-		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		labels := rest[:strings.LastIndexByte(rest, '}')+1]
+		if !strings.Contains(labels, match) {
+			continue
+		}
+		fields := strings.Fields(rest[len(labels):])
 		if len(fields) == 0 {
 			continue
 		}

@@ -46,18 +46,76 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// backend is one real gRPC replica on loopback that answers with its id.
+// backend is one real replica on loopback: like an inference engine, it
+// serves its API (here a gRPC test service that answers with the
+// replica's id) and its Prometheus metrics page (vLLM V1 names) on one
+// port.
 type backend struct {
 	testgrpc.UnimplementedTestServiceServer
 	id    string
 	addr  string
 	calls atomic.Int64
-	srv   *grpc.Server
+
+	mu          sync.Mutex
+	queue       float64 // vllm:num_requests_waiting
+	kv          float64 // vllm:kv_cache_usage_perc
+	preemptions float64 // vllm:num_preemptions_total
+	metricsDown bool    // /metrics answers 503
 }
 
 func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	b.calls.Add(1)
 	return &testgrpc.SimpleResponse{ServerId: b.id}, nil
+}
+
+// setLoad changes what the metrics page reports.
+func (b *backend) setLoad(queue, kv float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queue, b.kv = queue, kv
+}
+
+func (b *backend) setMetricsDown(down bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.metricsDown = down
+}
+
+// metricsPage is what vLLM V1 prints, trimmed to the series kvxds reads
+// plus some it must ignore.
+const metricsPage = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 3.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} %g
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} %g
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} %g
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 12000.0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 9000.0
+# HELP python_gc_objects_collected_total Objects collected during gc
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 18044.0
+`
+
+func (b *backend) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	b.mu.Lock()
+	down, q, kv, pre := b.metricsDown, b.queue, b.kv, b.preemptions
+	b.mu.Unlock()
+	if down {
+		http.Error(w, "metrics unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	fmt.Fprintf(w, metricsPage, q, kv, pre)
 }
 
 func startBackends(t *testing.T, n int) []*backend {
@@ -68,10 +126,28 @@ func startBackends(t *testing.T, n int) []*backend {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &backend{id: fmt.Sprintf("replica-%d", i), addr: lis.Addr().String(), srv: grpc.NewServer()}
-		testgrpc.RegisterTestServiceServer(b.srv, b)
-		go b.srv.Serve(lis)
-		t.Cleanup(b.srv.Stop)
+		b := &backend{id: fmt.Sprintf("replica-%d", i), addr: lis.Addr().String()}
+		g := grpc.NewServer()
+		testgrpc.RegisterTestServiceServer(g, b)
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /metrics", b.serveMetrics)
+		// gRPC and HTTP/1.1 on one port, as engines serve their API and
+		// /metrics together: gRPC clients speak HTTP/2 with prior knowledge.
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		protocols.SetUnencryptedHTTP2(true)
+		srv := &http.Server{
+			Protocols: &protocols,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+					g.ServeHTTP(w, r)
+					return
+				}
+				mux.ServeHTTP(w, r)
+			}),
+		}
+		go srv.Serve(lis)
+		t.Cleanup(func() { srv.Close() })
 		out[i] = b
 	}
 	return out
@@ -96,6 +172,11 @@ func freeAddr(t *testing.T) string {
 // policyText renders the pool "chat" with the given members, as an
 // operator would write it.
 func policyText(xdsAddr, adminAddr string, members []member) string {
+	return policyTextWith(xdsAddr, adminAddr, members, "")
+}
+
+// policyTextWith adds extra blocks (metrics, escape, weights) to the pool.
+func policyTextWith(xdsAddr, adminAddr string, members []member, extra string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "xds   { address = %q }\nadmin { address = %q }\n\n", xdsAddr, adminAddr)
 	b.WriteString(`pool "chat" {
@@ -112,7 +193,9 @@ func policyText(xdsAddr, adminAddr string, members []member) string {
 	for _, m := range members {
 		fmt.Fprintf(&b, "    endpoint %q {\n      weight   = %d\n      hash_key = %q\n    }\n", m.b.addr, m.weight, m.b.id)
 	}
-	b.WriteString("  }\n}\n")
+	b.WriteString("  }\n")
+	b.WriteString(extra)
+	b.WriteString("}\n")
 	return b.String()
 }
 

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/server"
 )
@@ -60,6 +62,14 @@ type Controller struct {
 	policy  *policy.Policy
 	fleet   fleet.Fleet
 	updates prometheus.Counter
+
+	// updateMu serialises pushes; base is the fleet of the current
+	// policy before metric-driven decisions.
+	updateMu   sync.Mutex
+	base       fleet.Fleet
+	dynamics   map[string]*poolDynamics
+	dynMetrics *dynamicMetrics
+	rebuildCh  chan struct{}
 }
 
 // New loads the initial policy and prepares the server. It returns the
@@ -88,11 +98,14 @@ func New(opts Options) (*Controller, error) {
 	})
 	buildInfo.Set(1)
 	c := &Controller{
-		opts:     opts,
-		log:      logger,
-		registry: reg,
-		xds:      server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg}),
-		policy:   p,
+		opts:       opts,
+		log:        logger,
+		registry:   reg,
+		xds:        server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg}),
+		policy:     p,
+		dynamics:   map[string]*poolDynamics{},
+		dynMetrics: newDynamicMetrics(reg),
+		rebuildCh:  make(chan struct{}, 1),
 		updates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
 			Help: "Fleet models built from a new policy or discovery result.",
@@ -184,6 +197,11 @@ func (c *Controller) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.rebuildLoop(ctx)
+	}()
 	if c.opts.PolicyFile != "" {
 		w, err := policy.NewWatcher(c.opts.PolicyFile, policy.WatcherOptions{
 			Logger:     c.log.Named("policy"),
@@ -221,10 +239,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Stop, not GracefulStop: ADS streams never end on their own.
 	g.Stop()
 	wg.Wait()
+	c.updateMu.Lock()
+	for name, d := range c.dynamics {
+		d.cancel()
+		<-d.done
+		delete(c.dynamics, name)
+	}
+	c.updateMu.Unlock()
 	return err
 }
 
-// apply joins a policy into a fleet and pushes it.
+// apply joins a policy into a fleet and pushes it, then points each
+// pool's metric scrapes at its replicas.
 func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 	c.mu.Lock()
 	old := c.policy
@@ -232,16 +258,96 @@ func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 	if old != nil && p != old && (p.XDSAddress != old.XDSAddress || p.AdminAddress != old.AdminAddress) {
 		c.log.Warn("xds/admin address changes take effect on restart", "xds", p.XDSAddress, "admin", p.AdminAddress)
 	}
-	f := Join(p, StaticGroups(p))
+	base := Join(p, StaticGroups(p))
+
+	c.updateMu.Lock()
+	defer c.updateMu.Unlock()
+	f := applyDecisions(base, c.decisionsLocked())
 	if err := c.xds.Update(ctx, f); err != nil {
 		return err
 	}
+	c.base = base
+	c.reconcileDynamicsLocked(ctx, p, base)
 	c.mu.Lock()
 	c.policy, c.fleet = p, f
 	c.mu.Unlock()
 	c.updates.Inc()
 	c.log.Info("configuration applied", "pools", len(f.Pools), "policy", p.Filename)
 	return nil
+}
+
+// reconcileDynamicsLocked starts scraping pools that gained a metrics
+// block, stops those that lost it, restarts those whose settings changed,
+// and re-targets the rest.
+func (c *Controller) reconcileDynamicsLocked(ctx context.Context, p *policy.Policy, base fleet.Fleet) {
+	pools := map[string]fleet.Pool{}
+	for _, fp := range base.Pools {
+		pools[fp.Name] = fp
+	}
+	want := map[string]poolSpec{}
+	for _, pp := range p.Pools {
+		if spec, ok := specOf(pp); ok {
+			want[pp.Name] = spec
+		}
+	}
+	for name, d := range c.dynamics {
+		if spec, ok := want[name]; !ok || !reflect.DeepEqual(spec, d.spec) {
+			d.cancel()
+			<-d.done
+			delete(c.dynamics, name)
+			c.dynMetrics.fallback.DeleteLabelValues(name)
+		}
+	}
+	for name, spec := range want {
+		d, ok := c.dynamics[name]
+		if !ok {
+			dctx, cancel := context.WithCancel(ctx)
+			d = &poolDynamics{pool: name, spec: spec, cancel: cancel, done: make(chan struct{})}
+			d.setTargets(pools[name])
+			c.dynamics[name] = d
+			go d.run(dctx, c.log.Named("weights").With("pool", name), c.dynMetrics, c.requestRebuild)
+			continue
+		}
+		d.setTargets(pools[name])
+	}
+}
+
+func (c *Controller) decisionsLocked() map[string]map[string]weights.Decision {
+	out := make(map[string]map[string]weights.Decision, len(c.dynamics))
+	for name, d := range c.dynamics {
+		out[name] = d.Decisions()
+	}
+	return out
+}
+
+// requestRebuild asks for the fleet to be rebuilt with fresh decisions;
+// bursts coalesce into one rebuild.
+func (c *Controller) requestRebuild() {
+	select {
+	case c.rebuildCh <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) rebuildLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.rebuildCh:
+		}
+		c.updateMu.Lock()
+		f := applyDecisions(c.base, c.decisionsLocked())
+		err := c.xds.Update(ctx, f)
+		c.updateMu.Unlock()
+		if err != nil {
+			c.log.Error("metric-driven update not applied; last good configuration keeps serving", "error", err)
+			continue
+		}
+		c.mu.Lock()
+		c.fleet = f
+		c.mu.Unlock()
+	}
 }
 
 func (c *Controller) adminHandler() http.Handler {

@@ -18,4 +18,10 @@ pool "chat" {
       hash_key = "replica-b" # stable ring identity; default host:port
     }
   }
+  metrics {                  # scrape each replica; omit for static weights
+    engine = "vllm"          # or "sglang", "tgi", "trtllm", "custom"
+    model  = "meta-llama/Llama-3.1-8B-Instruct" # only this model's series
+  }
+  escape  { max_kv_occupancy = 0.95 } # when a replica leaves the hash table
+  weights { max = 8 }                  # weight multiplier from free capacity
 }

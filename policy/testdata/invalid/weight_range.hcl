@@ -1,0 +1,35 @@
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {}
+  weights {
+    min = 8
+    max = 4
+  }
+}
+
+# max defaults to 4.
+pool "code" {
+  port = 10001
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {}
+  weights {
+    min = 8
+  }
+}
+
+pool "embed" {
+  port = 10002
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {}
+  weights {
+    min = 0
+    max = 256
+  }
+}

@@ -1,0 +1,413 @@
+package weights
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// fractionSlack is how far above 1 a fraction may read before it is
+// invalid: engines compute usage as used/total in floating point, so
+// 1.0000000000000002 happens. Such values are clamped to 1.
+const fractionSlack = 1e-9
+
+// modelLabel is the label vLLM, SGLang and TensorRT-LLM put the served
+// model's name in.
+const modelLabel = "model_name"
+
+// aggregation says how several matching series of one signal combine.
+type aggregation int
+
+const (
+	// aggSum is for counts (queue, running) and counters: data-parallel
+	// engines on one page each hold their own requests and caches.
+	aggSum aggregation = iota
+	// aggMean is for fractions (KV occupancy, hit rate): the replica's
+	// occupancy is the mean over its engines, which is exact for engines of
+	// equal capacity, the only layout vLLM and SGLang run.
+	aggMean
+)
+
+func nanSignals() Signals {
+	nan := math.NaN()
+	return Signals{QueueDepth: nan, Running: nan, KVOccupancy: nan, Preemptions: nan,
+		PrefixQueries: nan, PrefixHits: nan, PrefixHitRate: nan}
+}
+
+// Extract applies a profile to parsed metric families.
+//
+// model, if non-empty, keeps only series whose model_name label equals it;
+// series without a model_name label are kept. When several series of the
+// chosen alternative match (vLLM's engine label for data-parallel engines,
+// SGLang's tp_rank/dp_rank), counts and counters are summed, fractions (KV
+// occupancy, hit rate) averaged, and TTFT histograms added bucket by bucket
+// over the bounds they share.
+//
+// A signal with no alternative present is NaN (TTFT nil). If none of
+// QueueDepth, Running and KVOccupancy is present, the error is a
+// *ScrapeError of kind FailMissing naming what was looked for. A NaN, ±Inf
+// or negative value in a chosen series, a fraction above 1, or a histogram
+// whose buckets are not cumulative is a *ScrapeError of kind FailInvalid
+// naming the series. One exception: a negative PrefixHitRate is vLLM V0's
+// "prefix caching disabled" (-1), and such series count as absent.
+func Extract(p *Profile, model string, families map[string]*dto.MetricFamily) (Signals, error) {
+	out := nanSignals()
+	if p == nil {
+		return out, errors.New("weights: Extract with a nil profile")
+	}
+	x := extractor{fams: families, model: model}
+	scalars := []struct {
+		dst      *float64
+		alts     []Series
+		agg      aggregation
+		fraction bool
+		hitRate  bool
+	}{
+		{&out.QueueDepth, p.QueueDepth, aggSum, false, false},
+		{&out.Running, p.Running, aggSum, false, false},
+		{&out.KVOccupancy, p.KVOccupancy, aggMean, true, false},
+		{&out.Preemptions, p.Preemptions, aggSum, false, false},
+		{&out.PrefixQueries, p.PrefixQueries, aggSum, false, false},
+		{&out.PrefixHits, p.PrefixHits, aggSum, false, false},
+		{&out.PrefixHitRate, p.PrefixHitRate, aggMean, true, true},
+	}
+	for _, sc := range scalars {
+		v, err := x.scalar(sc.alts, sc.agg, sc.fraction, sc.hitRate)
+		if err != nil {
+			return nanSignals(), err
+		}
+		*sc.dst = v
+	}
+	h, err := x.histogram(p.TTFT)
+	if err != nil {
+		return nanSignals(), err
+	}
+	out.TTFT = h
+
+	if math.IsNaN(out.QueueDepth) && math.IsNaN(out.Running) && math.IsNaN(out.KVOccupancy) {
+		var names []string
+		for _, l := range [][]Series{p.QueueDepth, p.Running, p.KVOccupancy} {
+			for _, s := range l {
+				names = append(names, s.String())
+			}
+		}
+		what := "no queue, running or KV series configured"
+		if len(names) > 0 {
+			what = "none of " + strings.Join(names, ", ") + " found"
+		}
+		if model != "" {
+			what += fmt.Sprintf(" for model %q", model)
+		}
+		return nanSignals(), &ScrapeError{Kind: FailMissing, Err: fmt.Errorf("profile %q: %s", p.Name, what)}
+	}
+	return out, nil
+}
+
+// String renders the series as a selector, for messages.
+func (s Series) String() string {
+	if len(s.Labels) == 0 {
+		return s.Name
+	}
+	return s.Name + formatLabels(s.Labels)
+}
+
+func formatLabels(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(m[k]))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// metricString renders one parsed series, name{labels}, for messages.
+func metricString(name string, m *dto.Metric, extra ...string) string {
+	labels := make(map[string]string, len(m.GetLabel())+len(extra)/2)
+	for _, lp := range m.GetLabel() {
+		labels[lp.GetName()] = lp.GetValue()
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		labels[extra[i]] = extra[i+1]
+	}
+	if len(labels) == 0 {
+		return name
+	}
+	return name + formatLabels(labels)
+}
+
+func invalid(format string, args ...any) error {
+	return &ScrapeError{Kind: FailInvalid, Err: fmt.Errorf(format, args...)}
+}
+
+type extractor struct {
+	fams  map[string]*dto.MetricFamily
+	model string
+}
+
+// family finds the family a series names. A name ending in "_total" falls
+// back to a counter family under the base name; "_created" names never
+// match.
+func (x *extractor) family(name string) *dto.MetricFamily {
+	if strings.HasSuffix(name, "_created") {
+		return nil
+	}
+	if f := x.fams[name]; f != nil {
+		return f
+	}
+	if base, ok := strings.CutSuffix(name, "_total"); ok {
+		if f := x.fams[base]; f != nil && f.GetType() == dto.MetricType_COUNTER {
+			return f
+		}
+	}
+	return nil
+}
+
+// matches applies the series' label filter and the model filter.
+func (x *extractor) matches(s *Series, m *dto.Metric) bool {
+	if m == nil {
+		return false
+	}
+	for k, want := range s.Labels {
+		if got, ok := labelValue(m, k); !ok || got != want {
+			return false
+		}
+	}
+	if x.model != "" {
+		if got, ok := labelValue(m, modelLabel); ok && got != x.model {
+			return false
+		}
+	}
+	return true
+}
+
+func labelValue(m *dto.Metric, name string) (string, bool) {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue(), true
+		}
+	}
+	return "", false
+}
+
+func scaleOf(s *Series) float64 {
+	if s.Scale == 0 {
+		return 1
+	}
+	return s.Scale
+}
+
+// scalarValue is the value of a counter, gauge or untyped sample; ok is
+// false for other types.
+func scalarValue(t dto.MetricType, m *dto.Metric) (float64, bool) {
+	switch t {
+	case dto.MetricType_COUNTER:
+		if m.Counter != nil {
+			return m.Counter.GetValue(), true
+		}
+	case dto.MetricType_GAUGE:
+		if m.Gauge != nil {
+			return m.Gauge.GetValue(), true
+		}
+	case dto.MetricType_UNTYPED:
+		if m.Untyped != nil {
+			return m.Untyped.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// scalar evaluates the first present alternative. hitRate enables the
+// negative-means-absent rule of PrefixHitRate.
+func (x *extractor) scalar(alts []Series, agg aggregation, fraction, hitRate bool) (float64, error) {
+	for i := range alts {
+		s := &alts[i]
+		f := x.family(s.Name)
+		if f == nil {
+			continue
+		}
+		scale := scaleOf(s)
+		var sum float64
+		n := 0
+		for _, m := range f.GetMetric() {
+			if !x.matches(s, m) {
+				continue
+			}
+			v, ok := scalarValue(f.GetType(), m)
+			if !ok {
+				continue
+			}
+			v *= scale
+			if hitRate && v < 0 {
+				continue // vLLM V0: -1 = prefix caching disabled
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return 0, invalid("%s = %v", metricString(f.GetName(), m), v)
+			}
+			if fraction && v > 1 {
+				if v > 1+fractionSlack {
+					return 0, invalid("%s = %v: a fraction above 1", metricString(f.GetName(), m), v)
+				}
+				v = 1
+			}
+			sum += v
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		if math.IsInf(sum, 0) {
+			return 0, invalid("sum of %s overflows", s)
+		}
+		if agg == aggMean {
+			return min(sum/float64(n), 1), nil
+		}
+		return sum, nil
+	}
+	return math.NaN(), nil
+}
+
+// histogram evaluates the first present histogram alternative; several
+// matching series are added over the bucket bounds all of them have, which
+// keeps the result exact (identical layouts, the usual case, lose nothing).
+func (x *extractor) histogram(alts []Series) (*Histogram, error) {
+	for i := range alts {
+		s := &alts[i]
+		f := x.family(s.Name)
+		if f == nil {
+			continue
+		}
+		if t := f.GetType(); t != dto.MetricType_HISTOGRAM && t != dto.MetricType_GAUGE_HISTOGRAM {
+			continue
+		}
+		scale := scaleOf(s)
+		var out *Histogram
+		for _, m := range f.GetMetric() {
+			if m.GetHistogram() == nil || !x.matches(s, m) {
+				continue
+			}
+			h, err := convertHistogram(f.GetName(), m, scale)
+			if err != nil {
+				return nil, err
+			}
+			if out == nil {
+				out = h
+				continue
+			}
+			if out = mergeHistograms(out, h); out == nil {
+				return nil, invalid("sum of %s overflows", s)
+			}
+		}
+		if out != nil {
+			return out, nil
+		}
+	}
+	return nil, nil
+}
+
+func convertHistogram(name string, m *dto.Metric, scale float64) (*Histogram, error) {
+	dh := m.GetHistogram()
+	count := float64(dh.GetSampleCount())
+	if dh.SampleCountFloat != nil {
+		count = dh.GetSampleCountFloat()
+	}
+	sum := dh.GetSampleSum() * scale
+	if bad(count) {
+		return nil, invalid("%s = %v", metricString(name+"_count", m), count)
+	}
+	if bad(sum) {
+		return nil, invalid("%s = %v", metricString(name+"_sum", m), sum)
+	}
+	h := &Histogram{Count: count, Sum: sum}
+	if n := len(dh.GetBucket()); n > 0 {
+		h.Buckets = make([]Bucket, 0, n)
+	}
+	for _, b := range dh.GetBucket() {
+		c := float64(b.GetCumulativeCount())
+		if b.CumulativeCountFloat != nil {
+			c = b.GetCumulativeCountFloat()
+		}
+		ub := b.GetUpperBound() * scale
+		if math.IsNaN(ub) || ub < 0 {
+			return nil, invalid("%s: bucket bound %v", metricString(name+"_bucket", m), ub)
+		}
+		if bad(c) {
+			return nil, invalid("%s = %v", metricString(name+"_bucket", m, "le", fmtBound(ub)), c)
+		}
+		h.Buckets = append(h.Buckets, Bucket{UpperBound: ub, Count: c})
+	}
+	slices.SortFunc(h.Buckets, func(a, b Bucket) int {
+		switch {
+		case a.UpperBound < b.UpperBound:
+			return -1
+		case a.UpperBound > b.UpperBound:
+			return 1
+		}
+		return 0
+	})
+	for i := 1; i < len(h.Buckets); i++ {
+		prev, cur := h.Buckets[i-1], h.Buckets[i]
+		if cur.UpperBound == prev.UpperBound {
+			return nil, invalid("%s: bucket le=%s twice", metricString(name+"_bucket", m), fmtBound(cur.UpperBound))
+		}
+		if cur.Count < prev.Count {
+			return nil, invalid("%s: buckets not cumulative (le=%s has %v, le=%s has %v)",
+				metricString(name+"_bucket", m), fmtBound(prev.UpperBound), prev.Count, fmtBound(cur.UpperBound), cur.Count)
+		}
+	}
+	return h, nil
+}
+
+// bad reports a value no count or sum may have.
+func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
+
+func fmtBound(v float64) string {
+	if math.IsInf(v, 1) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// mergeHistograms adds b to a over their common bounds. Both have sorted,
+// distinct bounds. It returns nil if a sum overflows.
+func mergeHistograms(a, b *Histogram) *Histogram {
+	out := &Histogram{Count: a.Count + b.Count, Sum: a.Sum + b.Sum}
+	if math.IsInf(out.Count, 0) || math.IsInf(out.Sum, 0) {
+		return nil
+	}
+	i, j := 0, 0
+	for i < len(a.Buckets) && j < len(b.Buckets) {
+		ab, bb := a.Buckets[i], b.Buckets[j]
+		switch {
+		case ab.UpperBound < bb.UpperBound:
+			i++
+		case ab.UpperBound > bb.UpperBound:
+			j++
+		default:
+			c := ab.Count + bb.Count
+			if math.IsInf(c, 0) {
+				return nil
+			}
+			out.Buckets = append(out.Buckets, Bucket{UpperBound: ab.UpperBound, Count: c})
+			i++
+			j++
+		}
+	}
+	return out
+}

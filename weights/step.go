@@ -1,0 +1,521 @@
+// Step: how a replica's signals become its weight and health.
+//
+// Every change of an endpoint's weight moves hash keys between replicas,
+// and every moved key is a lost prefix-cache hit. So the weight follows
+// load only coarsely and slowly, while the escape hatch for a replica that
+// cannot take more work acts at once. Affinity is a preference with an
+// escape hatch: a saturated replica leaves the hash table, keeps its
+// identity, and gets its keys back when it recovers.
+//
+// # Free capacity
+//
+// From the signals present in one good observation (NaN means absent; a
+// negative or infinite value is treated as absent too):
+//
+//	f = clamp(1 − max(QueueDepth/MaxQueueDepth, KVOccupancy/MaxKVOccupancy), 0, 1)
+//
+// f is the headroom left before the escape hatch triggers: it is 0 exactly
+// when the replica reaches a saturation threshold, and the scarcer resource
+// (scheduler queue or KV memory) binds. With only one of the two signals
+// (TGI exports no KV occupancy) f uses that one; with neither, the
+// observation still counts as fresh and still feeds the escape hatch, but
+// the weight does not move. Running requests and preemptions do not enter
+// f: the first has no engine-independent scale, the second is too bursty
+// for a weight and is an escape-hatch signal instead.
+//
+// # Weight
+//
+// s is an exponentially weighted moving average of f, updated once per good
+// observation: s ← Smoothing·f + (1 − Smoothing)·s, seeded with the first f.
+// The unit interval is cut into Levels equal bands of width w = 1/Levels;
+// level i covers [i·w, (i+1)·w) (the top one includes 1) and has weight
+//
+//	MinWeight + round(i · (MaxWeight − MinWeight) / (Levels − 1))
+//
+// (MaxWeight when Levels is 1). With h = Hysteresis·w, a replica at level L
+// moves up to level(s − h) only when that is above L, and down to
+// level(s + h) only when that is below L: s must cross a boundary by h
+// before the weight follows, so noise of amplitude below h around a
+// boundary never moves a key. A move may span several levels. It happens
+// at most once per MinChangeInterval per replica (measured at the decision
+// time now); a move the interval blocks is re-evaluated at every Step and
+// happens as soon as it is allowed, if s still warrants it.
+//
+// A replica's first level is the neutral level (below), moved by the same
+// rule once it has a capacity reading; the first weight a replica gets is
+// not a change. Any later change of its weight, including the forced ones
+// to and from the neutral weight, starts the MinChangeInterval again.
+//
+// # Escape hatch
+//
+// A good observation saturates a replica at once (no smoothing: the point
+// is to shed load fast) when QueueDepth ≥ MaxQueueDepth, or KVOccupancy ≥
+// MaxKVOccupancy, or its preemption rate exceeds MaxPreemptionRate. The
+// rate is Δcount/Δt of the Preemptions counter between two consecutive
+// good observations that both carry it. A counter that decreases was reset
+// by an engine restart: that is neither preemption nor an error, the
+// counter is just rebased (the pair counts as "no preemption").
+//
+// A saturated replica is "calm" at a good observation with QueueDepth <
+// ResumeQueueDepth, KVOccupancy < ResumeKVOccupancy (absent signals do not
+// object) and no increase of the preemption counter. It recovers at the
+// first calm observation at least Hold after the first observation of an
+// unbroken run of calm ones; any observation that is not calm (even below
+// the saturation thresholds) breaks the run, and the hold starts again.
+// Hold is measured between observations, not against now: recovery needs
+// evidence, and a replica whose scrapes fail stays out until its metrics go
+// stale (below).
+//
+// While saturated (including the hold), a replica's smoothed value and
+// level are frozen and its Decision carries that frozen weight: it returns
+// with exactly the weight it left with, so the hash table it returns to is
+// the one it left, and its keys come back to it instead of being shuffled.
+//
+// # Never swamp the rest
+//
+// Let n = len(ids) (distinct ids) and limit = floor(MaxSaturatedFraction·n).
+// When more than limit replicas are saturated, Result.Fallback is set and
+// every replica is Serving (pure affinity): shedding would only overload
+// the others. Result.Saturated still counts them. When the count drops to
+// limit or below, the saturated ones leave the table again. A pool of one
+// replica (limit 0 for any fraction below 1) therefore never loses its only
+// replica.
+//
+// # Stale or broken metrics
+//
+// A failed observation (Err set) changes nothing: it never saturates a
+// replica nor moves its weight. The last good signals keep governing the
+// replica while now − (time of last good observation) ≤ StaleAfter. After
+// that the replica is stale: Serving (stale metrics never keep a replica
+// out), Decision.Stale set, and the neutral weight. Going stale also drops
+// its saturation and hold, its smoothed value and its preemption baseline,
+// and its level becomes the neutral level. When good observations resume,
+// the replica continues from there: its level is the neutral one it has
+// been serving with (no jump back to an old weight), the smoothed value is
+// seeded from the first fresh reading, the preemption rate is rebased, and
+// saturation is judged afresh (at once, if the first reading saturates).
+//
+// The neutral level is the lower median of the current levels of the
+// pool's fresh replicas (saturated ones included, at their frozen level),
+// or the top level when none is fresh. A replica whose metrics are missing
+// takes a typical share, not a privileged one; at a cold start every
+// replica begins at full weight and only moves down once it reports load.
+//
+// A replica with no good observation yet gets the neutral weight and is
+// Serving; it is reported Stale once StaleAfter has passed since the Step
+// that first listed it.
+//
+// Good observations not after the last good one already folded (out of
+// order, or duplicates) are ignored, as are observations of ids not in
+// ids. Replicas no longer in ids are forgotten; if one comes back, it
+// starts anew.
+//
+// # Determinism
+//
+// Step uses no clock but now and no randomness; it walks ids in sorted
+// order and observations in the given order, so the same inputs give the
+// same outputs.
+
+package weights
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// State is Step's memory between calls; the zero value is a valid start.
+// Step never modifies a State it was given, so a caller may keep an old
+// one (to retry, or to compare).
+type State struct {
+	replicas map[string]memo
+}
+
+// memo is one replica's memory. It holds no pointers, so copying it
+// copies it all.
+type memo struct {
+	firstSeen time.Time // now of the Step that first listed the id
+
+	hasGood  bool
+	lastGood time.Time // time of the last good observation folded
+
+	// Preemption counter baseline for the rate.
+	hasPre   bool
+	preCount float64
+	preTime  time.Time
+
+	hasEWMA bool
+	ewma    float64 // smoothed free capacity
+
+	hasLevel   bool
+	level      int
+	changed    bool // the weight has changed at least once
+	lastChange time.Time
+
+	saturated bool
+	calm      bool      // an unbroken run of calm observations is under way
+	calmSince time.Time // first observation of that run
+}
+
+// Result is one step's outcome for a pool.
+type Result struct {
+	// Decisions has one entry per id in ids.
+	Decisions map[string]Decision
+	// Fallback is set when more than MaxSaturatedFraction of the pool is
+	// saturated: then every replica is Serving (pure affinity) and the
+	// caller logs it and sets a metric.
+	Fallback bool
+	// Saturated counts the replicas saturated by their signals, whether or
+	// not they are taken out (so also in fallback).
+	Saturated int
+	// Stale counts the replicas with Decision.Stale set.
+	Stale int
+}
+
+// Step folds this round's observations into the state and decides every
+// replica in ids, the pool's current members, at time now.
+//
+// obs may hold zero or more observations per replica, in time order, good
+// or failed. Replicas no longer in ids are forgotten; a replica with no
+// observation yet gets the neutral weight and is Serving. See the comment
+// at the top of step.go for the formulas: free capacity, smoothed and
+// quantised into levels with hysteresis and a minimum interval between
+// changes; immediate saturation with a hold before recovery; the fallback
+// to pure affinity when too much of the pool is saturated; stale metrics.
+//
+// Step expects a Config that passes Validate. It does not panic on one that
+// does not, but its decisions are then unspecified.
+func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time) (State, Result) {
+	cfg = cfg.sanitized()
+	members := slices.Clone(ids)
+	slices.Sort(members)
+	members = slices.Compact(members)
+
+	next := State{replicas: make(map[string]memo, len(members))}
+	for _, id := range members {
+		r, ok := prev.replicas[id]
+		if !ok {
+			r = memo{firstSeen: now}
+		}
+		next.replicas[id] = r // a copy: prev is never written
+	}
+	for i := range obs {
+		o := &obs[i]
+		if o.Err != nil {
+			continue // a failed scrape tells nothing about load
+		}
+		r, ok := next.replicas[o.ID]
+		if !ok {
+			continue
+		}
+		r.fold(&cfg, o.Time, &o.Signals)
+		next.replicas[o.ID] = r
+	}
+
+	fresh := make([]bool, len(members))
+	prevLevel := make([]int, len(members))
+	hadLevel := make([]bool, len(members))
+	var levels []int // current levels of fresh replicas, for the neutral level
+	for i, id := range members {
+		r := next.replicas[id]
+		prevLevel[i], hadLevel[i] = r.level, r.hasLevel
+		fresh[i] = r.hasGood && now.Sub(r.lastGood) <= cfg.StaleAfter
+		switch {
+		case fresh[i]:
+			if r.hasLevel && r.hasEWMA && !r.saturated &&
+				(!r.changed || now.Sub(r.lastChange) >= cfg.MinChangeInterval) {
+				r.level = moveLevel(&cfg, r.level, r.ewma)
+			}
+			if r.hasLevel {
+				levels = append(levels, r.level)
+			}
+		case r.hasGood:
+			// Stale: forget what the old metrics said, so that they never
+			// keep the replica out and resumed metrics start afresh.
+			r.saturated, r.calm = false, false
+			r.hasEWMA, r.hasPre = false, false
+		}
+		next.replicas[id] = r
+	}
+	neutral := cfg.Levels - 1
+	if len(levels) > 0 {
+		slices.Sort(levels)
+		neutral = levels[(len(levels)-1)/2]
+	}
+
+	res := Result{Decisions: make(map[string]Decision, len(members))}
+	for i, id := range members {
+		r := next.replicas[id]
+		switch {
+		case !fresh[i]:
+			r.level = neutral
+		case !r.hasLevel:
+			// First good observation in the Step that first listed it.
+			r.level = neutral
+			if r.hasEWMA && !r.saturated {
+				r.level = moveLevel(&cfg, r.level, r.ewma)
+			}
+		}
+		if hadLevel[i] && r.level != prevLevel[i] {
+			r.changed, r.lastChange = true, now
+		}
+		r.hasLevel = true
+		next.replicas[id] = r
+
+		d := Decision{Weight: cfg.levelWeight(r.level)}
+		if !fresh[i] {
+			d.Stale = r.hasGood || now.Sub(r.firstSeen) > cfg.StaleAfter
+		}
+		if d.Stale {
+			res.Stale++
+		}
+		if fresh[i] && r.saturated {
+			d.Health = Saturated
+			res.Saturated++
+		}
+		res.Decisions[id] = d
+	}
+
+	// The small epsilon keeps e.g. 0.29×100 at 29, not 28.999….
+	limit := int(math.Floor(cfg.MaxSaturatedFraction*float64(len(members)) + 1e-9))
+	if res.Saturated > limit {
+		res.Fallback = true
+		for _, id := range members {
+			d := res.Decisions[id]
+			d.Health = Serving
+			res.Decisions[id] = d
+		}
+	}
+	return next, res
+}
+
+// fold applies one good observation taken at t.
+func (r *memo) fold(cfg *Config, t time.Time, s *Signals) {
+	if r.hasGood && !t.After(r.lastGood) {
+		return // out of order or duplicate
+	}
+	r.hasGood, r.lastGood = true, t
+
+	q, qok := usable(s.QueueDepth)
+	kv, kvok := usable(s.KVOccupancy)
+
+	// Preemptions: rate between consecutive good observations carrying
+	// the counter; a decrease is a reset, rebased without counting.
+	rate, preempted := 0.0, false
+	if c, ok := usable(s.Preemptions); ok {
+		if r.hasPre {
+			if d := c - r.preCount; d > 0 {
+				preempted = true
+				rate = d / t.Sub(r.preTime).Seconds()
+			}
+		}
+		r.hasPre, r.preCount, r.preTime = true, c, t
+	} else {
+		r.hasPre = false
+	}
+
+	saturating := (qok && q >= cfg.MaxQueueDepth) ||
+		(kvok && kv >= cfg.MaxKVOccupancy) ||
+		(preempted && rate > cfg.MaxPreemptionRate)
+	calm := (!qok || q < cfg.ResumeQueueDepth) &&
+		(!kvok || kv < cfg.ResumeKVOccupancy) &&
+		!preempted
+	switch {
+	case saturating:
+		r.saturated, r.calm = true, false
+	case r.saturated && calm:
+		if !r.calm {
+			r.calm, r.calmSince = true, t
+		}
+		if t.Sub(r.calmSince) >= cfg.Hold {
+			r.saturated, r.calm = false, false
+		}
+	case r.saturated:
+		r.calm = false // a dip back above the resume thresholds
+	}
+	if r.saturated {
+		return // weight frozen while out
+	}
+
+	load, known := 0.0, false
+	if qok {
+		load, known = q/cfg.MaxQueueDepth, true
+	}
+	if kvok {
+		load, known = max(load, kv/cfg.MaxKVOccupancy), true
+	}
+	f := 1 - load
+	if !known || math.IsNaN(f) {
+		return
+	}
+	f = min(max(f, 0), 1)
+	if r.hasEWMA {
+		r.ewma = cfg.Smoothing*f + (1-cfg.Smoothing)*r.ewma
+	} else {
+		r.ewma, r.hasEWMA = f, true
+	}
+}
+
+// usable reports whether a signal value is usable: not NaN (absent), not
+// infinite, not negative.
+func usable(v float64) (float64, bool) {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+// moveLevel applies the hysteresis rule to a replica at level l with smoothed
+// free capacity s.
+func moveLevel(cfg *Config, l int, s float64) int {
+	h := cfg.Hysteresis / float64(cfg.Levels)
+	if up := bandOf(cfg.Levels, s-h); up > l {
+		return up
+	}
+	if down := bandOf(cfg.Levels, s+h); down < l {
+		return down
+	}
+	return l
+}
+
+// bandOf is the level whose band holds x, without hysteresis.
+func bandOf(levels int, x float64) int {
+	l := math.Floor(x * float64(levels))
+	if !(l >= 0) { // also NaN
+		return 0
+	}
+	if l > float64(levels-1) {
+		return levels - 1
+	}
+	return int(l)
+}
+
+// levelWeight is the integer weight of level l: Levels evenly spaced values
+// from MinWeight to MaxWeight, rounded half up.
+func (c *Config) levelWeight(l int) uint32 {
+	if c.Levels <= 1 {
+		return c.MaxWeight
+	}
+	l = min(max(l, 0), c.Levels-1)
+	span, steps := uint64(c.MaxWeight-c.MinWeight), uint64(c.Levels-1)
+	return c.MinWeight + uint32((uint64(l)*span+steps/2)/steps)
+}
+
+// sanitized returns c with the values that could make Step panic or compute
+// NaN clamped; Validate reports them properly.
+func (c Config) sanitized() Config {
+	c.Levels = max(c.Levels, 1)
+	c.MaxWeight = max(c.MaxWeight, c.MinWeight)
+	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
+		c.Smoothing = 1
+	}
+	if !(c.Hysteresis >= 0) {
+		c.Hysteresis = 0
+	}
+	if math.IsInf(c.Hysteresis, 0) {
+		c.Hysteresis = 1
+	}
+	if !(c.MaxQueueDepth > 0) {
+		c.MaxQueueDepth = math.Inf(1)
+	}
+	if !(c.MaxKVOccupancy > 0) {
+		c.MaxKVOccupancy = math.Inf(1)
+	}
+	if math.IsNaN(c.MaxSaturatedFraction) {
+		c.MaxSaturatedFraction = 0
+	}
+	return c
+}
+
+// DefaultConfig returns the defaults (the policy package's defaults are
+// the same), for a pool scraped every two seconds:
+//
+//	MinWeight 1, MaxWeight 4, Levels 4   weights 1, 2, 3, 4
+//	Smoothing 0.3                        about three scrapes' memory
+//	Hysteresis 0.5                       half a level: 0.125 of free capacity
+//	MinChangeInterval 30s
+//	MaxQueueDepth 8, ResumeQueueDepth 4
+//	MaxKVOccupancy 0.9, ResumeKVOccupancy 0.8
+//	MaxPreemptionRate 0                  any preemption saturates
+//	Hold 30s
+//	MaxSaturatedFraction 0.5
+//	StaleAfter 10s                       five scrapes
+func DefaultConfig() Config {
+	return Config{
+		MinWeight:            1,
+		MaxWeight:            4,
+		Levels:               4,
+		Smoothing:            0.3,
+		Hysteresis:           0.5,
+		MinChangeInterval:    30 * time.Second,
+		MaxQueueDepth:        8,
+		MaxKVOccupancy:       0.9,
+		MaxPreemptionRate:    0,
+		ResumeQueueDepth:     4,
+		ResumeKVOccupancy:    0.8,
+		Hold:                 30 * time.Second,
+		MaxSaturatedFraction: 0.5,
+		StaleAfter:           10 * time.Second,
+	}
+}
+
+// Validate reports every inconsistent value of c at once, joined with
+// errors.Join; nil means c is usable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+	if c.MinWeight < 1 {
+		bad("MinWeight must be at least 1 (Envoy rejects a zero endpoint weight)")
+	}
+	if c.MaxWeight < c.MinWeight {
+		bad("MaxWeight (%d) must not be less than MinWeight (%d)", c.MaxWeight, c.MinWeight)
+	}
+	if c.Levels < 1 {
+		bad("Levels (%d) must be at least 1", c.Levels)
+	} else if c.MaxWeight >= c.MinWeight && uint64(c.Levels) > uint64(c.MaxWeight-c.MinWeight)+1 {
+		// Two levels with one integer weight would be indistinguishable.
+		bad("Levels (%d) must not exceed the %d integer weights from MinWeight (%d) to MaxWeight (%d)",
+			c.Levels, uint64(c.MaxWeight-c.MinWeight)+1, c.MinWeight, c.MaxWeight)
+	}
+	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
+		bad("Smoothing (%v) must be in (0, 1]", c.Smoothing)
+	}
+	if !(c.Hysteresis >= 0 && c.Hysteresis < 1) {
+		// At 1 or more the top level could never be reached.
+		bad("Hysteresis (%v) must be in [0, 1)", c.Hysteresis)
+	}
+	if c.MinChangeInterval < 0 {
+		bad("MinChangeInterval (%v) must not be negative", c.MinChangeInterval)
+	}
+
+	if !(c.MaxQueueDepth > 0 && finite(c.MaxQueueDepth)) {
+		bad("MaxQueueDepth (%v) must be positive and finite", c.MaxQueueDepth)
+	}
+	if !(c.ResumeQueueDepth > 0 && c.ResumeQueueDepth < c.MaxQueueDepth) {
+		bad("ResumeQueueDepth (%v) must be positive and less than MaxQueueDepth (%v)", c.ResumeQueueDepth, c.MaxQueueDepth)
+	}
+	if !(c.MaxKVOccupancy > 0 && c.MaxKVOccupancy <= 1) {
+		bad("MaxKVOccupancy (%v) must be in (0, 1]", c.MaxKVOccupancy)
+	}
+	if !(c.ResumeKVOccupancy > 0 && c.ResumeKVOccupancy < c.MaxKVOccupancy) {
+		bad("ResumeKVOccupancy (%v) must be positive and less than MaxKVOccupancy (%v)", c.ResumeKVOccupancy, c.MaxKVOccupancy)
+	}
+	if !(c.MaxPreemptionRate >= 0 && finite(c.MaxPreemptionRate)) {
+		bad("MaxPreemptionRate (%v) must be non-negative and finite", c.MaxPreemptionRate)
+	}
+	if c.Hold < 0 {
+		bad("Hold (%v) must not be negative", c.Hold)
+	}
+	if !(c.MaxSaturatedFraction >= 0 && c.MaxSaturatedFraction <= 1) {
+		bad("MaxSaturatedFraction (%v) must be in [0, 1]", c.MaxSaturatedFraction)
+	}
+	if c.StaleAfter <= 0 {
+		// Zero would make every replica stale between two scrapes.
+		bad("StaleAfter (%v) must be positive", c.StaleAfter)
+	}
+	return errors.Join(errs...)
+}
