@@ -320,8 +320,13 @@ func defaultEscape() Escape {
 // resumeKVOccupancy is resume_kv_occupancy's default for a maximum,
 // rounded to 12 decimals so that 0.95 gives 0.85 rather than
 // 0.8499999999999999.
+// Below the margin it is half the maximum: a resume value of 0 could never
+// be reached, and the replica would never return.
 func resumeKVOccupancy(maxKV float64) float64 {
-	return max(math.Round((maxKV-DefaultResumeKVMargin)*1e12)/1e12, 0)
+	if maxKV <= DefaultResumeKVMargin {
+		return maxKV / 2
+	}
+	return math.Round((maxKV-DefaultResumeKVMargin)*1e12) / 1e12
 }
 
 var (
@@ -329,6 +334,7 @@ var (
 	nonNeg     = span{lo: 0, hi: math.Inf(1)}
 	unitClosed = span{lo: 0, hi: 1}
 	unitOpen0  = span{lo: 0, loOpen: true, hi: 1} // (0, 1]
+	unitOpen1  = span{lo: 0, hi: 1, hiOpen: true} // [0, 1)
 )
 
 func (d *decoder) escape(spec *escapeSpec) Escape {
@@ -343,7 +349,7 @@ func (d *decoder) escape(spec *escapeSpec) Escape {
 
 	e.ResumeQueueDepth = maxQ / 2
 	if a := spec.ResumeQueueDepth; a != nil {
-		if f, good := d.numberIn(a, nonNeg, "Invalid resume threshold", " (the default is half of max_queue_depth)"); good {
+		if f, good := d.numberIn(a, positive, "Invalid resume threshold", " (the default is half of max_queue_depth); a saturated replica returns once fewer requests than this wait, so it must be above 0"); good {
 			e.ResumeQueueDepth = f
 			if maxQOK && f >= maxQ {
 				d.errorf(a.Expr.Range(), "Invalid resume threshold",
@@ -354,7 +360,7 @@ func (d *decoder) escape(spec *escapeSpec) Escape {
 	}
 	e.ResumeKVOccupancy = resumeKVOccupancy(maxKV)
 	if a := spec.ResumeKVOccupancy; a != nil {
-		if f, good := d.numberIn(a, unitClosed, "Invalid resume threshold", " (the default is max_kv_occupancy minus 0.1)"); good {
+		if f, good := d.numberIn(a, unitOpen0, "Invalid resume threshold", " (the default is max_kv_occupancy minus 0.1); a saturated replica returns once its KV occupancy is below this, so it must be above 0"); good {
 			e.ResumeKVOccupancy = f
 			if maxKVOK && f >= maxKV {
 				d.errorf(a.Expr.Range(), "Invalid resume threshold",
@@ -421,8 +427,8 @@ func (d *decoder) weights(spec *weightsSpec) Weights {
 
 	w.Smoothing, _ = d.numberOr(spec.Smoothing, w.Smoothing, unitOpen0, "Invalid smoothing",
 		fmt.Sprintf(" (the default is %g); it is the weight of a new observation in the moving average, and 0 would ignore every one", w.Smoothing))
-	w.Hysteresis, _ = d.numberOr(spec.Hysteresis, w.Hysteresis, unitClosed, "Invalid hysteresis",
-		fmt.Sprintf(" (the default is %g); it is a fraction of one level's width", w.Hysteresis))
+	w.Hysteresis, _ = d.numberOr(spec.Hysteresis, w.Hysteresis, unitOpen1, "Invalid hysteresis",
+		fmt.Sprintf(" (the default is %g); it is a fraction of one level's width, and at 1 the top weight could never be reached", w.Hysteresis))
 	w.MinInterval, _ = d.durationOr(spec.MinInterval, w.MinInterval,
 		fmt.Sprintf("The default is %q.", DefaultWeightMinInterval.String()))
 	return w
@@ -431,12 +437,12 @@ func (d *decoder) weights(spec *weightsSpec) Weights {
 // span is a range of numbers from lo (excluded if loOpen) to hi
 // (included; +Inf for no bound).
 type span struct {
-	lo, hi float64
-	loOpen bool
+	lo, hi         float64
+	loOpen, hiOpen bool
 }
 
 func (s span) contains(f float64) bool {
-	return (f > s.lo || !s.loOpen && f == s.lo) && f <= s.hi
+	return (f > s.lo || !s.loOpen && f == s.lo) && (f < s.hi || !s.hiOpen && f == s.hi)
 }
 
 // String says what to write, as in "0 to 1" or "more than 0".
@@ -448,6 +454,8 @@ func (s span) String() string {
 	switch {
 	case math.IsInf(s.hi, 1):
 		return lo
+	case s.hiOpen:
+		return fmt.Sprintf("%s and less than %g", lo, s.hi)
 	case !s.loOpen:
 		return fmt.Sprintf("%g to %g", s.lo, s.hi)
 	}

@@ -246,7 +246,7 @@ func TestDecodedValues(t *testing.T) {
 						MaxQueueDepth:        5,
 						MaxKVOccupancy:       0.05,
 						ResumeQueueDepth:     2.5,
-						ResumeKVOccupancy:    0,
+						ResumeKVOccupancy:    0.01,
 						Hold:                 0,
 						MaxSaturatedFraction: 0.5,
 					},
@@ -258,7 +258,7 @@ func TestDecodedValues(t *testing.T) {
 						MaxQueueDepth:        8,
 						MaxKVOccupancy:       0.05,
 						ResumeQueueDepth:     4,
-						ResumeKVOccupancy:    0, // 0.05 - 0.1, but at least 0
+						ResumeKVOccupancy:    0.025, // half of 0.05: 0.05 - 0.1 would be negative
 						Hold:                 30 * time.Second,
 						MaxSaturatedFraction: 0.5,
 					},

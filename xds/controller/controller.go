@@ -286,9 +286,17 @@ func (c *Controller) reconcileDynamicsLocked(ctx context.Context, p *policy.Poli
 	}
 	want := map[string]poolSpec{}
 	for _, pp := range p.Pools {
-		if spec, ok := specOf(pp); ok {
-			want[pp.Name] = spec
+		spec, ok := specOf(pp)
+		if !ok {
+			continue
 		}
+		// The policy package validates these values; this guards the
+		// two packages drifting apart.
+		if err := configOf(spec).Validate(); err != nil {
+			c.log.Error("metric-driven weights disabled for pool: invalid settings", "pool", pp.Name, "error", err)
+			continue
+		}
+		want[pp.Name] = spec
 	}
 	for name, d := range c.dynamics {
 		if spec, ok := want[name]; !ok || !reflect.DeepEqual(spec, d.spec) {

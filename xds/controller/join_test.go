@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -75,5 +76,35 @@ pool "chat" {
 		if len(pool.Endpoints) != 0 {
 			t.Fatalf("pool %s has endpoints %v", pool.Name, pool.Endpoints)
 		}
+	}
+}
+
+// Every valid policy's metric settings must be valid for weights.Step.
+func TestPolicySettingsValidForStep(t *testing.T) {
+	files, _ := filepath.Glob("../../policy/testdata/valid/*.hcl")
+	more, _ := filepath.Glob("testdata/render/*.hcl")
+	files = append(files, more...)
+	n := 0
+	for _, file := range files {
+		p, diags := policy.Load(file)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %s", file, policy.Format(diags))
+		}
+		for _, pool := range p.Pools {
+			spec, ok := specOf(pool)
+			if !ok {
+				continue
+			}
+			n++
+			if err := configOf(spec).Validate(); err != nil {
+				t.Errorf("%s pool %s: %v", file, pool.Name, err)
+			}
+			if profileOf(spec.Metrics) == nil {
+				t.Errorf("%s pool %s: no profile", file, pool.Name)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no pool with a metrics block found")
 	}
 }

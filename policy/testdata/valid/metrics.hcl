@@ -64,7 +64,7 @@ pool "sglang" {
   escape {
     max_queue_depth     = 5
     max_kv_occupancy    = 0.05
-    resume_kv_occupancy = 0
+    resume_kv_occupancy = 0.01
     hold                = "0s"
   }
 
