@@ -49,6 +49,7 @@ type poolSpec struct {
 	ListenAddress *hcl.Attribute `hcl:"listen_address,optional"`
 	RouteTimeout  *hcl.Attribute `hcl:"route_timeout,optional"`
 	IdleTimeout   *hcl.Attribute `hcl:"idle_timeout,optional"`
+	LoadBalancing *hcl.Attribute `hcl:"load_balancing,optional"`
 	Hash          []hashSpec     `hcl:"hash,block"`
 	Static        []staticSpec   `hcl:"static,block"`
 	Metrics       []metricsSpec  `hcl:"metrics,block"`
@@ -310,6 +311,20 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		pool.IdleTimeout = d.duration(a, false)
 	}
 
+	pool.LoadBalancing = LoadBalancingHash
+	if a := spec.LoadBalancing; a != nil {
+		if s, good := d.str(a.Name, a.Expr); good {
+			switch s {
+			case LoadBalancingHash, LoadBalancingRoundRobin, LoadBalancingLeastRequest:
+				pool.LoadBalancing = s
+			default:
+				d.errorf(a.Expr.Range(), "Unknown load balancing",
+					"%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
+					s, LoadBalancingHash, LoadBalancingRoundRobin, LoadBalancingLeastRequest)
+			}
+		}
+	}
+
 	// A duplicate block is still checked so that its own problems show too.
 	for i := range spec.Hash {
 		h := d.hash(&spec.Hash[i])
@@ -329,7 +344,15 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		d.errorf(spec.Static[i].DefRange, "Duplicate static block",
 			"Pool %q already has a static block at line %d; list all its endpoints in that one.", name, spec.Static[0].DefRange.Start.Line)
 	}
-	if len(spec.Hash) == 0 {
+	if len(spec.Hash) > 0 && pool.LoadBalancing != LoadBalancingHash {
+		d.add(hcl.Diagnostics{{
+			Severity: hcl.DiagWarning,
+			Summary:  "Hash block ignored",
+			Detail:   fmt.Sprintf("Pool %q balances with %s, which does not hash; its hash block has no effect.", name, pool.LoadBalancing),
+			Subject:  spec.Hash[0].DefRange.Ptr(),
+		}})
+	}
+	if len(spec.Hash) == 0 && pool.LoadBalancing == LoadBalancingHash {
 		d.errorf(spec.DefRange, "Missing hash block",
 			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)
 	}

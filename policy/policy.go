@@ -206,6 +206,14 @@ type Policy struct {
 	Pools []Pool
 }
 
+// Load-balancing modes of a pool. Round robin and least request exist to
+// measure what cache affinity gains against the usual balancers.
+const (
+	LoadBalancingHash         = "hash"
+	LoadBalancingRoundRobin   = "round_robin"
+	LoadBalancingLeastRequest = "least_request"
+)
+
 // Pool is one group of interchangeable replicas behind one Envoy listener.
 type Pool struct {
 	Name string
@@ -216,7 +224,10 @@ type Pool struct {
 	RouteTimeout time.Duration
 	// IdleTimeout bounds a silent stream; zero keeps Envoy's default.
 	IdleTimeout time.Duration
-	Hash        Hash
+	// LoadBalancing is LoadBalancingHash (consistent hashing on Hash), or
+	// a baseline that ignores Hash.
+	LoadBalancing string
+	Hash          Hash
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
 	Static []StaticEndpoint

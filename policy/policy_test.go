@@ -109,6 +109,9 @@ func withDefaults(pools ...Pool) []Pool {
 		if pools[i].Weights == (Weights{}) {
 			pools[i].Weights = defaultWeightsValues
 		}
+		if pools[i].LoadBalancing == "" {
+			pools[i].LoadBalancing = LoadBalancingHash
+		}
 	}
 	return pools
 }
@@ -489,11 +492,16 @@ func FuzzParse(f *testing.F) {
 			if i > 0 && p.Pools[i-1].Name >= pool.Name {
 				t.Fatalf("pools not sorted or not unique: %q, %q", p.Pools[i-1].Name, pool.Name)
 			}
-			if pool.Port == 0 || pool.Port > 65535 || len(pool.Hash.Keys) == 0 {
+			if pool.Port == 0 || pool.Port > 65535 {
 				t.Fatalf("invalid pool accepted: %+v", pool)
 			}
-			if (pool.Hash.Algorithm == Maglev) != isPrime(pool.Hash.TableSize) {
-				t.Fatalf("bad table size accepted: %+v", pool.Hash)
+			if pool.LoadBalancing == LoadBalancingHash {
+				if len(pool.Hash.Keys) == 0 {
+					t.Fatalf("hash pool without keys accepted: %+v", pool)
+				}
+				if (pool.Hash.Algorithm == Maglev) != isPrime(pool.Hash.TableSize) {
+					t.Fatalf("bad table size accepted: %+v", pool.Hash)
+				}
 			}
 			for _, ep := range pool.Static {
 				if ep.Weight < 1 || ep.Weight > MaxEndpointWeight || ep.Port == 0 || ep.Host == "" {
@@ -512,13 +520,13 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 			e, w := pool.Escape, pool.Weights
-			if !(e.MaxQueueDepth > 0 && e.ResumeQueueDepth >= 0 && e.ResumeQueueDepth < e.MaxQueueDepth &&
-				e.MaxKVOccupancy > 0 && e.MaxKVOccupancy <= 1 && e.ResumeKVOccupancy >= 0 && e.ResumeKVOccupancy < e.MaxKVOccupancy &&
+			if !(e.MaxQueueDepth > 0 && e.ResumeQueueDepth > 0 && e.ResumeQueueDepth < e.MaxQueueDepth &&
+				e.MaxKVOccupancy > 0 && e.MaxKVOccupancy <= 1 && e.ResumeKVOccupancy > 0 && e.ResumeKVOccupancy < e.MaxKVOccupancy &&
 				e.MaxPreemptionRate >= 0 && e.Hold >= 0 && e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
 				t.Fatalf("invalid escape accepted: %+v", e)
 			}
 			if !(w.Min >= 1 && w.Min <= w.Max && w.Max <= MaxWeightMultiplier && w.Levels >= 1 && w.Levels <= int(w.Max-w.Min)+1 &&
-				w.Smoothing > 0 && w.Smoothing <= 1 && w.Hysteresis >= 0 && w.Hysteresis <= 1 && w.MinInterval >= 0) {
+				w.Smoothing > 0 && w.Smoothing <= 1 && w.Hysteresis >= 0 && w.Hysteresis < 1 && w.MinInterval >= 0) {
 				t.Fatalf("invalid weights accepted: %+v", w)
 			}
 		}

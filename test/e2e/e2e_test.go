@@ -261,3 +261,37 @@ func metricWhere(t *testing.T, adminAddr, name, match string) float64 {
 	}
 	return sum
 }
+
+// The baseline balancers, used to measure what affinity gains, must be
+// accepted by gRPC clients and ignore the session key.
+func TestBaselineBalancers(t *testing.T) {
+	for _, lb := range []string{"round_robin", "least_request"} {
+		t.Run(lb, func(t *testing.T) {
+			bs := startBackends(t, 4)
+			members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}, {bs[3], 1}}
+			dir := t.TempDir()
+			path := filepath.Join(dir, "policy.hcl")
+			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			writeAtomic(t, path, policyTextWith(xdsAddr, adminAddr, members, "  load_balancing = \""+lb+"\"\n"))
+			k := startInProcess(t, path, xdsAddr, adminAddr)
+			defer k.stop()
+
+			cl := newClient(t, xdsAddr)
+			seen := map[string]int{}
+			for range 200 {
+				id, err := call(cl, "one-session")
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[id]++
+			}
+			t.Logf("one session over %s: %v", lb, seen)
+			if len(seen) < 2 {
+				t.Errorf("%s sent every request of a session to one replica: %v", lb, seen)
+			}
+			if n := metric(t, adminAddr, "kvxds_xds_nacks_total"); n != 0 {
+				t.Errorf("gRPC clients rejected %v responses", n)
+			}
+		})
+	}
+}

@@ -40,6 +40,7 @@ func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
 			Port:          pp.Port,
 			RouteTimeout:  pp.RouteTimeout,
 			IdleTimeout:   pp.IdleTimeout,
+			Balancer:      fleet.Balancer(pp.LoadBalancing),
 			Hash: fleet.Hash{
 				Algorithm:     fleet.Algorithm(pp.Hash.Algorithm),
 				TableSize:     pp.Hash.TableSize,

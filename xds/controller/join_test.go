@@ -44,7 +44,7 @@ pool "chat" {
 	}
 	want := fleet.Fleet{Pools: []fleet.Pool{
 		{
-			Name: "chat", ListenAddress: "0.0.0.0", Port: 10000, RouteTimeout: 10 * time.Minute,
+			Name: "chat", ListenAddress: "0.0.0.0", Port: 10000, RouteTimeout: 10 * time.Minute, Balancer: fleet.ConsistentHash,
 			Hash: fleet.Hash{
 				Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150,
 				Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}},
@@ -55,7 +55,7 @@ pool "chat" {
 			},
 		},
 		{
-			Name: "zeta", ListenAddress: "0.0.0.0", Port: 10001,
+			Name: "zeta", ListenAddress: "0.0.0.0", Port: 10001, Balancer: fleet.ConsistentHash,
 			Hash:      fleet.Hash{Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Cookie: "sid"}}},
 			Endpoints: []fleet.Endpoint{},
 		},

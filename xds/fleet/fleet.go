@@ -31,6 +31,18 @@ const (
 	RingHash Algorithm = "ring_hash"
 )
 
+// Balancer is how a pool spreads requests over its endpoints.
+type Balancer string
+
+const (
+	// ConsistentHash maps each request's key to an endpoint (Hash).
+	ConsistentHash Balancer = "hash"
+	// RoundRobin and LeastRequest ignore keys; they are baselines for
+	// measuring what affinity gains.
+	RoundRobin   Balancer = "round_robin"
+	LeastRequest Balancer = "least_request"
+)
+
 // Defaults shared by the policy and the translator.
 const (
 	DefaultMaglevTableSize = 65537
@@ -87,8 +99,10 @@ type Pool struct {
 	// IdleTimeout bounds the silence on a stream; zero keeps Envoy's
 	// default.
 	IdleTimeout time.Duration
-	Hash        Hash
-	Endpoints   []Endpoint
+	// Balancer defaults to ConsistentHash; Hash only applies to it.
+	Balancer  Balancer
+	Hash      Hash
+	Endpoints []Endpoint
 }
 
 // Hash is how requests of a pool map to endpoints.
@@ -161,10 +175,16 @@ func (f Fleet) Normalize() Fleet {
 		if p.ListenAddress == "" {
 			p.ListenAddress = DefaultListenAddress
 		}
-		if p.Hash.Algorithm == "" {
+		if p.Balancer == "" {
+			p.Balancer = ConsistentHash
+		}
+		if p.Balancer != ConsistentHash {
+			p.Hash = Hash{}
+		}
+		if p.Balancer == ConsistentHash && p.Hash.Algorithm == "" {
 			p.Hash.Algorithm = Maglev
 		}
-		if p.Hash.Algorithm == Maglev && p.Hash.TableSize == 0 {
+		if p.Balancer == ConsistentHash && p.Hash.Algorithm == Maglev && p.Hash.TableSize == 0 {
 			p.Hash.TableSize = DefaultMaglevTableSize
 		}
 		eps := make([]Endpoint, len(p.Endpoints))
@@ -215,34 +235,12 @@ func (f Fleet) Validate() error {
 			errs = append(errs, fmt.Errorf("pool %q: listener %s already used by pool %q", p.Name, la, other))
 		}
 		ports[la] = p.Name
-		switch p.Hash.Algorithm {
-		case Maglev:
-			if p.Hash.TableSize == 0 || p.Hash.TableSize > MaxMaglevTableSize {
-				errs = append(errs, fmt.Errorf("pool %q: maglev table size %d out of range", p.Name, p.Hash.TableSize))
-			}
-		case RingHash:
-			if p.Hash.MaxRingSize != 0 && p.Hash.MinRingSize > p.Hash.MaxRingSize {
-				errs = append(errs, fmt.Errorf("pool %q: min ring size above max ring size", p.Name))
-			}
+		switch p.Balancer {
+		case ConsistentHash:
+			errs = append(errs, p.Hash.validate(p.Name)...)
+		case RoundRobin, LeastRequest:
 		default:
-			errs = append(errs, fmt.Errorf("pool %q: unknown hash algorithm %q", p.Name, p.Hash.Algorithm))
-		}
-		if p.Hash.BalanceFactor != 0 && p.Hash.BalanceFactor < 100 {
-			errs = append(errs, fmt.Errorf("pool %q: balance factor %d below 100", p.Name, p.Hash.BalanceFactor))
-		}
-		if len(p.Hash.Keys) == 0 {
-			errs = append(errs, fmt.Errorf("pool %q: no hash key", p.Name))
-		}
-		for i, k := range p.Hash.Keys {
-			n := 0
-			for _, s := range []string{k.Header, k.Cookie, k.QueryParameter} {
-				if s != "" {
-					n++
-				}
-			}
-			if n != 1 {
-				errs = append(errs, fmt.Errorf("pool %q: hash key %d must set exactly one source", p.Name, i))
-			}
+			errs = append(errs, fmt.Errorf("pool %q: unknown balancer %q", p.Name, p.Balancer))
 		}
 		ids := map[string]bool{}
 		for _, e := range p.Endpoints {
@@ -264,4 +262,42 @@ func (f Fleet) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validate reports what is wrong with a consistent-hashing pool's Hash.
+func (h Hash) validate(pool string) []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("pool %q: "+format, append([]any{pool}, args...)...))
+	}
+	switch h.Algorithm {
+	case Maglev:
+		if h.TableSize == 0 || h.TableSize > MaxMaglevTableSize {
+			bad("maglev table size %d out of range", h.TableSize)
+		}
+	case RingHash:
+		if h.MaxRingSize != 0 && h.MinRingSize > h.MaxRingSize {
+			bad("min ring size above max ring size")
+		}
+	default:
+		bad("unknown hash algorithm %q", h.Algorithm)
+	}
+	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
+		bad("balance factor %d below 100", h.BalanceFactor)
+	}
+	if len(h.Keys) == 0 {
+		bad("no hash key")
+	}
+	for i, k := range h.Keys {
+		n := 0
+		for _, s := range []string{k.Header, k.Cookie, k.QueryParameter} {
+			if s != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			bad("hash key %d must set exactly one source", i)
+		}
+	}
+	return errs
 }

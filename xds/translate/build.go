@@ -14,8 +14,10 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	lbcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
+	leastrequestv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
 	maglevv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
 	ringhashv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
+	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -28,8 +30,10 @@ import (
 
 // Names of the typed extensions of the load-balancing policies.
 const (
-	maglevPolicyName   = "envoy.load_balancing_policies.maglev"
-	ringHashPolicyName = "envoy.load_balancing_policies.ring_hash"
+	maglevPolicyName       = "envoy.load_balancing_policies.maglev"
+	ringHashPolicyName     = "envoy.load_balancing_policies.ring_hash"
+	roundRobinPolicyName   = "envoy.load_balancing_policies.round_robin"
+	leastRequestPolicyName = "envoy.load_balancing_policies.least_request"
 )
 
 // connectTimeout bounds TCP connection set-up to a replica (Envoy only;
@@ -184,6 +188,41 @@ func buildRoute(p *fleet.Pool) (*routev3.RouteConfiguration, error) {
 // list it supports: Envoy takes Maglev, gRPC (which has no Maglev) takes
 // RingHash on the same keys and the same endpoint hash keys.
 func buildCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
+	policies, err := lbPolicies(p)
+	if err != nil {
+		return nil, err
+	}
+	c := &clusterv3.Cluster{
+		Name:                 p.Name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
+		ConnectTimeout:       durationpb.New(connectTimeout),
+		LoadBalancingPolicy:  &clusterv3.LoadBalancingPolicy{Policies: policies},
+	}
+	if err := c.ValidateAll(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// lbPolicies is a pool's load_balancing_policy list; each client takes the
+// first policy it supports.
+func lbPolicies(p *fleet.Pool) ([]*clusterv3.LoadBalancingPolicy_Policy, error) {
+	single := func(name string, m validator) ([]*clusterv3.LoadBalancingPolicy_Policy, error) {
+		a, err := typed(m)
+		if err != nil {
+			return nil, err
+		}
+		return []*clusterv3.LoadBalancingPolicy_Policy{{
+			TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: name, TypedConfig: a},
+		}}, nil
+	}
+	switch p.Balancer {
+	case fleet.RoundRobin:
+		return single(roundRobinPolicyName, &roundrobinv3.RoundRobin{})
+	case fleet.LeastRequest:
+		return single(leastRequestPolicyName, &leastrequestv3.LeastRequest{})
+	}
 	var chc *lbcommonv3.ConsistentHashingLbConfig
 	if p.Hash.BalanceFactor != 0 {
 		chc = &lbcommonv3.ConsistentHashingLbConfig{HashBalanceFactor: wrapperspb.UInt32(p.Hash.BalanceFactor)}
@@ -221,18 +260,7 @@ func buildCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
 	policies = append(policies, &clusterv3.LoadBalancingPolicy_Policy{
 		TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: ringHashPolicyName, TypedConfig: rha},
 	})
-
-	c := &clusterv3.Cluster{
-		Name:                 p.Name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
-		ConnectTimeout:       durationpb.New(connectTimeout),
-		LoadBalancingPolicy:  &clusterv3.LoadBalancingPolicy{Policies: policies},
-	}
-	if err := c.ValidateAll(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return policies, nil
 }
 
 var healthStatus = [...]corev3.HealthStatus{

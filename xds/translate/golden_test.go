@@ -25,6 +25,7 @@ type yamlFleet struct {
 }
 
 type yamlPool struct {
+	Balancer      string         `json:"balancer"`
 	Name          string         `json:"name"`
 	ListenAddress string         `json:"listenAddress"`
 	Port          uint32         `json:"port"`
@@ -88,6 +89,7 @@ func loadFleet(t testing.TB, path string) fleet.Fleet {
 			Port:          yp.Port,
 			RouteTimeout:  dur(yp.RouteTimeout),
 			IdleTimeout:   dur(yp.IdleTimeout),
+			Balancer:      fleet.Balancer(yp.Balancer),
 			Hash: fleet.Hash{
 				Algorithm:     fleet.Algorithm(yp.Hash.Algorithm),
 				TableSize:     yp.Hash.TableSize,
