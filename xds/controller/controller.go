@@ -303,7 +303,7 @@ func (c *Controller) reconcileDynamicsLocked(ctx context.Context, p *policy.Poli
 			d.cancel()
 			<-d.done
 			delete(c.dynamics, name)
-			c.dynMetrics.fallback.DeleteLabelValues(name)
+			c.dynMetrics.forget(name)
 		}
 	}
 	for name, spec := range want {

@@ -53,6 +53,14 @@ func newDynamicMetrics(reg prometheus.Registerer) *dynamicMetrics {
 	return m
 }
 
+// forget drops a pool's series once it is no longer scraped.
+func (m *dynamicMetrics) forget(pool string) {
+	l := prometheus.Labels{"pool": pool}
+	m.weight.DeletePartialMatch(l)
+	m.saturated.DeletePartialMatch(l)
+	m.fallback.DeletePartialMatch(l)
+}
+
 // poolDynamics scrapes one pool's replicas and keeps their decisions.
 type poolDynamics struct {
 	pool   string
