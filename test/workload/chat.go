@@ -1,0 +1,154 @@
+package workload
+
+import (
+	"strings"
+	"time"
+)
+
+// ChatWorkload is multi-turn chat, the longest prefix match in LLM traffic:
+// turn k's prompt is turn k−1's prompt plus the assistant's reply plus the
+// new user message, so a replica that served turn k−1 holds all of turn k's
+// prompt but the last user message in its prefix cache.
+//
+// Each conversation belongs to one of Apps applications, each with its own
+// system prompt (so conversations of one app also share a few hundred
+// tokens). Turn k's prompt is
+//
+//	system ␣ user₀ ␣ reply₀ ␣ user₁ ␣ … ␣ reply_{k−1} ␣ user_k
+//
+// where reply_j is MaxTokens_j pseudo-words defined by the workload itself
+// (the replica's real output is ignored, which keeps the stream identical
+// under every routing mode). Turn k depends on turn k−1 (DependsOn) and its
+// At is turn k−1's At plus an exponential think time: a lower bound, since
+// the load generator also waits for turn k−1 to complete.
+//
+// Session = conversation id ("chat-N"); Tenant = app id ("app-N").
+//
+// Conversations start as a Poisson process at rate / Turns.Expected(), so
+// the long-run request rate is rate. Lengths are in tokens (words).
+//
+// Defaults follow the shape of ShareGPT-style chat data used by the vLLM and
+// SGLang serving benchmarks (a few turns per conversation with a long tail,
+// user messages of tens of tokens with occasional pastes, replies of a few
+// hundred tokens); the exact numbers are the kvxds benchmark's choice.
+type ChatWorkload struct {
+	// Apps is the number of distinct applications, each with its own system
+	// prompt; a conversation picks one uniformly. Default 4.
+	Apps int
+	// SystemPromptLen is each app's system prompt length, drawn once per
+	// app. Default uniform 200–500 (typical assistant persona + rules).
+	SystemPromptLen UniformInt
+	// Turns is the number of user turns (= requests) per conversation.
+	// Default geometric with mean 5 capped at 20 (truncated mean ≈ 4.94),
+	// ShareGPT-like.
+	Turns Geometric
+	// UserLen is the length of each user message. Default log-normal,
+	// median 60, σ 1.0, clamped to 4–1024 (mean ≈ 100; the tail is pasted
+	// text).
+	UserLen LogNormal
+	// ReplyLen is each turn's MaxTokens, and the length of the reply text the
+	// next turn carries. Default log-normal, median 150, σ 0.8, clamped to
+	// 8–512.
+	ReplyLen LogNormal
+	// ThinkTime is the mean of the exponential time between a turn's arrival
+	// and the next turn's earliest send time (user reading and typing,
+	// compressed for a benchmark). Default 5s.
+	ThinkTime time.Duration
+	// Warmup starts conversations at −Warmup instead of 0, keeping only
+	// requests with At >= 0, so the stream begins in steady state. A
+	// request whose previous turn arrived before 0 has DependsOn −1 but still
+	// carries the full history. Default 0 (every conversation starts at its
+	// first turn).
+	Warmup time.Duration
+}
+
+type chatTurn struct {
+	at          time.Duration
+	user, reply int
+}
+
+// Chat returns the multi-turn chat workload with its defaults.
+func Chat() *ChatWorkload {
+	return &ChatWorkload{
+		Apps:            4,
+		SystemPromptLen: UniformInt{Min: 200, Max: 500},
+		Turns:           Geometric{Mean: 5, Max: 20},
+		UserLen:         LogNormal{Median: 60, Sigma: 1.0, Min: 4, Max: 1024},
+		ReplyLen:        LogNormal{Median: 150, Sigma: 0.8, Min: 8, Max: 512},
+		ThinkTime:       5 * time.Second,
+	}
+}
+
+// Name is "chat".
+func (c *ChatWorkload) Name() string { return "chat" }
+
+// Generate implements [Generator].
+func (c *ChatWorkload) Generate(seed uint64, rate float64, duration time.Duration) []Request {
+	if !validArgs(rate, duration) {
+		return nil
+	}
+	const name = "chat"
+	apps := max(c.Apps, 1)
+	systems := sharedTexts(seed, name, apps, c.SystemPromptLen.Sample)
+	appIDs := make([]string, apps)
+	for i := range appIDs {
+		appIDs[i] = id("app-", i)
+	}
+
+	var reqs []Request
+	var turns []chatTurn
+	arrivals := rngFor(seed, name, tagArrivals, 0)
+	poisson(arrivals, rate/c.Turns.Expected(), -max(c.Warmup, 0), duration, func(i int, start time.Duration) {
+		// Structure first (from its own stream), so the text is written once
+		// into a buffer of the exact size and truncation at the horizon
+		// changes nothing about the turns that are kept.
+		r := rngFor(seed, name, tagSession, uint64(i))
+		app := r.IntN(apps)
+		n := c.Turns.Sample(r)
+		turns = turns[:0]
+		size := len(systems[app])
+		at := start
+		for k := 0; k < n; k++ {
+			if k > 0 {
+				at += expDuration(r, c.ThinkTime)
+			}
+			if at >= duration {
+				break
+			}
+			turns = append(turns, chatTurn{at: at, user: c.UserLen.Sample(r), reply: c.ReplyLen.Sample(r)})
+		}
+		for k, t := range turns {
+			size += 5 * t.user
+			if k < len(turns)-1 {
+				size += 5 * t.reply
+			}
+		}
+
+		text := rngFor(seed, name, tagText, uint64(i))
+		session := id("chat-", i)
+		var b strings.Builder
+		b.Grow(size)
+		b.WriteString(systems[app])
+		first := len(reqs)
+		ends := make([]int, len(turns))
+		for k, t := range turns {
+			b.WriteByte(' ')
+			writeWords(&b, text, t.user)
+			ends[k] = b.Len()
+			if k < len(turns)-1 {
+				b.WriteByte(' ')
+				writeWords(&b, text, t.reply) // the reply the next turn re-sends
+			}
+		}
+		full := b.String()
+		for k, t := range turns {
+			dep := -1
+			if k > 0 {
+				dep = first + k - 1
+			}
+			reqs = append(reqs, Request{At: t.at, Session: session, Tenant: appIDs[app],
+				Prompt: full[:ends[k]], MaxTokens: t.reply, DependsOn: dep})
+		}
+	})
+	return finalize(reqs, duration)
+}
