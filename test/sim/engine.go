@@ -1,0 +1,403 @@
+package sim
+
+import (
+	"errors"
+	"sync"
+)
+
+type reqState uint8
+
+const (
+	stateWaiting reqState = iota
+	stateRunning
+	stateDone
+)
+
+// request is one sequence inside the engine. Only the engine touches it
+// (under the replica's lock); handlers read its output.
+type request struct {
+	tokens    []int       // prompt, then generated tokens
+	hashes    []BlockHash // chained hashes of the full blocks of tokens
+	promptLen int
+	maxTokens int
+	seed      uint64
+
+	arrival    float64 // simulated seconds
+	computed   int     // tokens whose KV is computed or scheduled this step
+	prefilled  bool    // the current admission's prefill is done: decoding
+	generated  int
+	lastToken  float64
+	admitted   bool // admitted at least once
+	preemption int  // times preempted
+	state      reqState
+	blocks     SeqBlocks
+
+	out *output
+}
+
+// output is what a request's handler sees. The engine appends under mu and
+// pokes wake; the handler drains it.
+type output struct {
+	mu   sync.Mutex
+	wake chan struct{}
+
+	words        []uint8 // generated tokens, as indexes into outputWords
+	promptTokens int
+	cachedTokens int     // prefix hit on first admission
+	ttft         float64 // simulated seconds; valid once words is non-empty
+	done         bool
+	reason       string
+	err          error
+}
+
+func newOutput(promptTokens int) *output {
+	return &output{wake: make(chan struct{}, 1), promptTokens: promptTokens}
+}
+
+func (o *output) poke() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// result is a snapshot of an output's per-request facts.
+type result struct {
+	PromptTokens int
+	CachedTokens int
+	TTFT         float64 // simulated seconds
+	Reason       string  // finish reason once done
+}
+
+func (o *output) result() result {
+	return result{PromptTokens: o.promptTokens, CachedTokens: o.cachedTokens, TTFT: o.ttft, Reason: o.reason}
+}
+
+func (o *output) finish(reason string, err error) {
+	o.mu.Lock()
+	if !o.done {
+		o.done, o.reason, o.err = true, reason, err
+	}
+	o.mu.Unlock()
+	o.poke()
+}
+
+var errUnschedulable = errors.New("request can never fit in the KV cache")
+
+// work is one request's share of a step.
+type work struct {
+	r      *request
+	tokens int
+	decode bool
+}
+
+// engine is vLLM V1's scheduler and KV cache manager in simulated time,
+// without any notion of wall time: plan a step at now, then complete it at
+// now + its duration. The replica paces it against the wall clock.
+type engine struct {
+	cfg   Config
+	cache *Cache
+	m     *metrics
+
+	now     float64 // simulated seconds: start of the next step
+	stepEnd float64
+	waiting []*request // FCFS; preempted requests go back to the front
+	running []*request // in admission order; the last is preempted first
+	batch   []work     // the planned, not yet completed step
+
+	stats Stats
+}
+
+func newEngine(cfg Config, m *metrics) *engine {
+	return &engine{cfg: cfg, cache: NewCache(cfg.KVBlocks, cfg.BlockSize), m: m}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// fits reports whether a request could ever run: all its tokens but the
+// last generated one hold KV, and it must fit in the whole pool alone.
+func (e *engine) fits(promptLen, maxTokens int) bool {
+	return ceilDiv(promptLen+maxTokens-1, e.cfg.BlockSize) <= e.cfg.KVBlocks
+}
+
+func (e *engine) enqueue(r *request) {
+	r.state = stateWaiting
+	e.waiting = append(e.waiting, r)
+}
+
+// abort removes a request wherever it is (client went away) and frees its
+// blocks; a step already planned skips it on completion. It counts as
+// vllm:request_success_total{finished_reason="abort"}, the label vLLM V1
+// pre-creates for aborted requests (an assumption about when vLLM counts
+// them; e2e latency is not observed for aborts).
+func (e *engine) abort(r *request) {
+	switch r.state {
+	case stateWaiting:
+		for i, w := range e.waiting {
+			if w == r {
+				e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+				break
+			}
+		}
+	case stateRunning:
+		for i, w := range e.running {
+			if w == r {
+				e.running = append(e.running[:i], e.running[i+1:]...)
+				break
+			}
+		}
+		e.cache.Release(&r.blocks)
+	case stateDone:
+		return
+	}
+	r.state = stateDone
+	e.stats.RequestsAborted++
+	e.m.success[finishAbort].Inc()
+	r.out.finish(finishAbort, errAborted)
+}
+
+var errAborted = errors.New("request aborted")
+
+// fail ends every request with err (replica shutting down).
+func (e *engine) fail(err error) {
+	for _, r := range append(e.waiting, e.running...) {
+		e.cache.Release(&r.blocks)
+		r.state = stateDone
+		r.out.finish(finishAbort, err)
+	}
+	e.waiting, e.running, e.batch = nil, nil, nil
+}
+
+// grow makes r's block table cover n tokens; false if the pool is short.
+func (e *engine) grow(r *request, n int) bool {
+	need := ceilDiv(n, e.cfg.BlockSize) - r.blocks.Len()
+	return need <= 0 || e.cache.Allocate(&r.blocks, need)
+}
+
+// publish caches r's full blocks among its first n tokens.
+func (e *engine) publish(r *request, n int) {
+	e.cache.Publish(&r.blocks, r.hashes[:min(len(r.hashes), n/e.cfg.BlockSize)])
+}
+
+// preempt is vLLM V1's recompute preemption: free every block (full ones
+// stay cached), forget the computed tokens, and put the request back at the
+// front of the waiting queue.
+func (e *engine) preempt(r *request) {
+	e.cache.Release(&r.blocks)
+	r.computed, r.prefilled = 0, false
+	r.preemption++
+	r.state = stateWaiting
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = r
+	e.stats.Preemptions++
+	e.m.preemptions.Inc()
+}
+
+// plan schedules the step that starts at e.now, following vLLM V1's
+// Scheduler.schedule. It returns false when there is nothing to run: no
+// running request and no waiting one that has arrived.
+func (e *engine) plan() bool {
+	for attempt := 0; ; attempt++ {
+		if len(e.running) == 0 {
+			if len(e.waiting) == 0 {
+				return false
+			}
+			// Idle until the next arrival.
+			if a := e.waiting[0].arrival; a > e.now {
+				e.now = a
+			}
+		}
+		if e.schedule() {
+			return true
+		}
+		if len(e.running) == 0 && len(e.waiting) > 0 && attempt > 0 {
+			// An idle engine could not admit the head: it can never run.
+			// (submit rejects such requests; this guards the loop.)
+			r := e.waiting[0]
+			e.waiting = e.waiting[1:]
+			r.state = stateDone
+			r.out.finish(finishAbort, errUnschedulable)
+		}
+	}
+}
+
+func (e *engine) schedule() bool {
+	bs := e.cfg.BlockSize
+	budget := e.cfg.TokenBudget
+	e.batch = e.batch[:0]
+	preempted := false
+
+	// Running requests first, in admission order: a decode is one token, a
+	// partially prefilled request gets the next chunk. If the KV pool cannot
+	// hold the new tokens, preempt the most recently admitted request
+	// (running.pop()), possibly this one, until it fits.
+	for i := 0; i < len(e.running) && budget > 0; {
+		r := e.running[i]
+		n := min(len(r.tokens)-r.computed, budget)
+		for !e.grow(r, r.computed+n) {
+			victim := e.running[len(e.running)-1]
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(victim)
+			preempted = true
+			if victim == r {
+				r = nil
+				break
+			}
+		}
+		if r == nil {
+			break
+		}
+		e.publish(r, r.computed+n)
+		e.batch = append(e.batch, work{r: r, tokens: n, decode: r.prefilled})
+		budget -= n
+		i++
+	}
+
+	// Then admit waiting requests FCFS, unless this step preempted (vLLM V1
+	// admits nothing in a step that had to preempt). The head blocks the
+	// queue: if it does not fit, nothing behind it is admitted either.
+	for !preempted && budget > 0 && len(e.waiting) > 0 && len(e.running) < e.cfg.MaxRunning {
+		r := e.waiting[0]
+		if r.arrival > e.now {
+			break
+		}
+		// The longest cached run of full blocks, never the last token
+		// (vLLM recomputes it to get logits: max_cache_hit_length =
+		// num_tokens - 1).
+		maxHit := min(len(r.hashes), (len(r.tokens)-1)/bs)
+		hit, unrefHits := e.cache.Match(r.hashes[:maxHit])
+		computed := hit * bs
+		n := min(len(r.tokens)-computed, budget)
+		need := ceilDiv(computed+n, bs) - hit
+		if need+unrefHits > e.cache.FreeBlocks() {
+			break
+		}
+		e.cache.Acquire(&r.blocks, r.hashes[:hit])
+		e.cache.Allocate(&r.blocks, need)
+		r.computed = computed
+		e.publish(r, computed+n)
+
+		// vLLM records the lookup at admission; a re-admitted preempted
+		// request goes to preempted_queries/hits, which are not exported
+		// (KVCacheManager.record_prefix_cache_stats, PrefixCacheStats.record).
+		if r.preemption == 0 {
+			e.stats.PrefixQueries += int64(len(r.tokens))
+			e.stats.PrefixHits += int64(computed)
+			e.m.prefixQueries.Add(float64(len(r.tokens)))
+			e.m.prefixHits.Add(float64(computed))
+		} else {
+			e.stats.PreemptedQueries += int64(len(r.tokens))
+			e.stats.PreemptedHits += int64(computed)
+		}
+		if !r.admitted {
+			r.admitted = true
+			e.m.queueTime.Observe(e.now - r.arrival)
+			r.out.mu.Lock()
+			r.out.cachedTokens = computed
+			r.out.mu.Unlock()
+		}
+
+		e.waiting[0] = nil
+		e.waiting = e.waiting[1:]
+		r.state = stateRunning
+		e.running = append(e.running, r)
+		e.batch = append(e.batch, work{r: r, tokens: n})
+		budget -= n
+	}
+
+	if len(e.batch) == 0 {
+		return false
+	}
+	prefill, decodes := 0, 0
+	for _, w := range e.batch {
+		if w.decode {
+			decodes++
+		} else {
+			prefill += w.tokens
+		}
+	}
+	e.stepEnd = e.now + e.cfg.stepSeconds(prefill, decodes)
+	e.stats.Steps++
+	return true
+}
+
+// complete applies the planned step at its end time: chunks advance, every
+// request whose tokens are all computed samples one token, finished
+// requests free their blocks.
+func (e *engine) complete() {
+	t := e.stepEnd
+	finished := false
+	generated := 0
+	for i := range e.batch {
+		w := e.batch[i]
+		e.batch[i] = work{}
+		r := w.r
+		if r.state != stateRunning {
+			continue // aborted during the step
+		}
+		r.computed += w.tokens
+		if r.computed < len(r.tokens) {
+			continue // a prefill chunk; more to come
+		}
+		r.prefilled = true
+		word := outputWord(r.seed, r.generated)
+		r.tokens = append(r.tokens, outputTokenIDs[word])
+		r.hashes = AppendBlockHashes(r.hashes, r.tokens, e.cfg.BlockSize)
+		r.generated++
+		generated++
+
+		o := r.out
+		o.mu.Lock()
+		o.words = append(o.words, uint8(word))
+		if r.generated == 1 {
+			o.ttft = t - r.arrival
+		}
+		o.mu.Unlock()
+		if r.generated == 1 {
+			e.stats.PromptTokens += int64(r.promptLen)
+			e.m.promptTokens.Add(float64(r.promptLen))
+			e.m.ttft.Observe(t - r.arrival)
+		} else {
+			e.m.interToken.Observe(t - r.lastToken)
+		}
+		r.lastToken = t
+
+		if r.generated >= r.maxTokens {
+			e.cache.Release(&r.blocks)
+			r.state = stateDone
+			finished = true
+			e.stats.RequestsDone++
+			e.m.success[finishLength].Inc()
+			e.m.e2e.Observe(t - r.arrival)
+			o.finish(finishLength, nil)
+		} else {
+			o.poke()
+		}
+	}
+	e.batch = e.batch[:0]
+	e.now = t
+	e.stats.GenerationTokens += int64(generated)
+	e.m.generationTokens.Add(float64(generated))
+	if finished {
+		kept := e.running[:0]
+		for _, r := range e.running {
+			if r.state == stateRunning {
+				kept = append(kept, r)
+			}
+		}
+		clear(e.running[len(kept):])
+		e.running = kept
+	}
+}
+
+// snapshot fills the live fields of e.stats.
+func (e *engine) snapshot() Stats {
+	s := e.stats
+	s.Waiting = len(e.waiting)
+	s.Running = len(e.running)
+	s.KVUsage = e.cache.Usage()
+	s.CachedBlocks = e.cache.CachedBlocks()
+	s.SimTime = e.now
+	return s
+}

@@ -1,0 +1,354 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HTTP headers a replica adds to OpenAI API responses. For a streamed
+// response they are sent with the first token, when all are known.
+const (
+	HeaderReplicaID    = "X-Replica-Id"
+	HeaderPromptTokens = "X-Prompt-Tokens"
+	HeaderCachedTokens = "X-Cached-Tokens"
+	HeaderTTFT         = "X-Ttft-Seconds" // simulated seconds
+)
+
+// defaultMaxTokens is used when a request sets neither max_tokens nor
+// max_completion_tokens: the OpenAI completions default (vLLM's too). vLLM
+// lets chat run to the context limit instead; 16 keeps unbounded runs out.
+const defaultMaxTokens = 16
+
+var requestSeq atomic.Uint64
+
+// openAIRequest is the subset of the OpenAI completions and chat request
+// bodies the replica understands.
+type openAIRequest struct {
+	Model               string          `json:"model"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Messages            []chatMessage   `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// chatMessage accepts content as a string or as an array of text parts.
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+func (m chatMessage) text() (string, error) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(m.Content, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", errors.New("message content must be a string or an array of text parts")
+	}
+	var out string
+	for _, p := range parts {
+		if p.Type == "text" {
+			out += p.Text
+		}
+	}
+	return out, nil
+}
+
+func renderMessages(msgs []chatMessage) ([]int, error) {
+	if len(msgs) == 0 {
+		return nil, errors.New("messages must not be empty")
+	}
+	ms := make([]Message, len(msgs))
+	for i, m := range msgs {
+		text, err := m.text()
+		if err != nil {
+			return nil, err
+		}
+		ms[i] = Message{Role: m.Role, Content: text}
+	}
+	return Tokenize(RenderChat(ms)), nil
+}
+
+// promptTokens accepts a string, a one-element array of strings, or an
+// array of token ids.
+func promptTokens(raw json.RawMessage) ([]int, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return Tokenize(s), nil
+	}
+	var ss []string
+	if err := json.Unmarshal(raw, &ss); err == nil {
+		if len(ss) != 1 {
+			return nil, errors.New("exactly one prompt per request is supported")
+		}
+		return Tokenize(ss[0]), nil
+	}
+	var ids []int
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		for _, id := range ids {
+			if id < 0 || id >= VocabSize {
+				return nil, fmt.Errorf("token id %d out of range [0, %d)", id, VocabSize)
+			}
+		}
+		return ids, nil
+	}
+	return nil, errors.New("prompt must be a string, an array with one string, or an array of token ids")
+}
+
+func (q *openAIRequest) maxTokens() int {
+	switch {
+	case q.MaxTokens != nil:
+		return *q.MaxTokens
+	case q.MaxCompletionTokens != nil:
+		return *q.MaxCompletionTokens
+	}
+	return defaultMaxTokens
+}
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func makeUsage(res result, completion int) *usage {
+	u := &usage{PromptTokens: res.PromptTokens, CompletionTokens: completion, TotalTokens: res.PromptTokens + completion}
+	u.PromptTokensDetails.CachedTokens = res.CachedTokens
+	return u
+}
+
+type apiError struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    int    `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	var e apiError
+	e.Error.Message, e.Error.Code = msg, code
+	e.Error.Type = http.StatusText(code)
+	if code == http.StatusBadRequest {
+		e.Error.Type = "BadRequestError"
+	} else if code == http.StatusNotFound {
+		e.Error.Type = "NotFoundError"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(e)
+}
+
+func (r *Replica) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, req *http.Request) { r.serveOpenAI(w, req, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, req *http.Request) { r.serveOpenAI(w, req, true) })
+	mux.HandleFunc("GET /v1/models", r.serveModels)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(r.m.reg, promhttp.HandlerOpts{}))
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set(HeaderReplicaID, r.cfg.ID)
+		mux.ServeHTTP(w, req)
+	})
+}
+
+func (r *Replica) serveModels(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		Created     int64  `json:"created"`
+		OwnedBy     string `json:"owned_by"`
+		Root        string `json:"root"`
+		MaxModelLen int    `json:"max_model_len"`
+	}
+	resp := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{{
+		ID: r.cfg.Model, Object: "model", Created: r.wall0.Unix(), OwnedBy: "vllm", Root: r.cfg.Model,
+		MaxModelLen: r.cfg.KVBlocks * r.cfg.BlockSize,
+	}}}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
+
+func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat bool) {
+	var body openAIRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<20))
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	if body.Model != "" && body.Model != r.cfg.Model {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", body.Model))
+		return
+	}
+	var prompt []int
+	var err error
+	if chat {
+		prompt, err = renderMessages(body.Messages)
+	} else if len(body.Prompt) == 0 {
+		err = errors.New("prompt is required")
+	} else {
+		prompt, err = promptTokens(body.Prompt)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	q, err := r.submit(prompt, body.maxTokens())
+	if err != nil {
+		code := http.StatusBadRequest
+		if errors.Is(err, errClosed) {
+			code = http.StatusServiceUnavailable
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+
+	id := fmt.Sprintf("cmpl-%s-%d", r.cfg.ID, requestSeq.Add(1))
+	object := "text_completion"
+	if chat {
+		id = "chat" + id
+		object = "chat.completion"
+	}
+	created := time.Now().Unix()
+	h := w.Header()
+	setResultHeaders := func(res result) {
+		h.Set(HeaderPromptTokens, strconv.Itoa(res.PromptTokens))
+		h.Set(HeaderCachedTokens, strconv.Itoa(res.CachedTokens))
+		h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFT, 'f', 6, 64))
+	}
+
+	if !body.Stream {
+		n := 0
+		var text []byte
+		res, err := r.follow(req.Context(), q, func(words []uint8, _ result) error {
+			for _, wd := range words {
+				text = append(text, ' ')
+				text = append(text, outputWords[wd]...)
+			}
+			n += len(words)
+			return nil
+		})
+		if err != nil {
+			if req.Context().Err() == nil {
+				writeError(w, http.StatusServiceUnavailable, err.Error())
+			}
+			return
+		}
+		choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": res.Reason, "stop_reason": nil}
+		if chat {
+			object = "chat.completion"
+			choice["message"] = map[string]any{"role": "assistant", "content": string(text)}
+		} else {
+			choice["text"] = string(text)
+		}
+		setResultHeaders(res)
+		h.Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{
+			"id": id, "object": object, "created": created, "model": r.cfg.Model,
+			"choices": []any{choice}, "usage": makeUsage(res, n),
+		})
+		return
+	}
+
+	// Server-sent events: one chunk per token, the finish reason on the
+	// last, an optional usage chunk, then [DONE].
+	if chat {
+		object = "chat.completion.chunk"
+	}
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	sendChunk := func(v any) error {
+		if _, err := w.Write([]byte("data: ")); err != nil {
+			return err
+		}
+		if err := enc.Encode(v); err != nil { // Encode ends with "\n"
+			return err
+		}
+		_, err := w.Write([]byte("\n"))
+		return err
+	}
+	chunk := func(text string, role bool, finish any) map[string]any {
+		choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": finish}
+		if chat {
+			delta := map[string]any{"content": text}
+			if role {
+				delta["role"] = "assistant"
+			}
+			choice["delta"] = delta
+		} else {
+			choice["text"] = text
+		}
+		return map[string]any{"id": id, "object": object, "created": created, "model": r.cfg.Model, "choices": []any{choice}}
+	}
+	n := 0
+	res, err := r.follow(req.Context(), q, func(words []uint8, res result) error {
+		if n == 0 {
+			setResultHeaders(res)
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+			if chat {
+				if err := sendChunk(chunk("", true, nil)); err != nil {
+					return err
+				}
+			}
+		}
+		for _, wd := range words {
+			n++
+			var finish any
+			if n == q.maxTokens {
+				finish = finishLength
+			}
+			if err := sendChunk(chunk(" "+outputWords[wd], false, finish)); err != nil {
+				return err
+			}
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	})
+	if err != nil {
+		if req.Context().Err() != nil {
+			return
+		}
+		if n == 0 {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		var e apiError
+		e.Error.Message, e.Error.Type, e.Error.Code = err.Error(), "ServiceUnavailable", http.StatusServiceUnavailable
+		sendChunk(e)
+	} else if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+		sendChunk(map[string]any{"id": id, "object": object, "created": created, "model": r.cfg.Model,
+			"choices": []any{}, "usage": makeUsage(res, n)})
+	}
+	w.Write([]byte("data: [DONE]\n\n"))
+	if flusher != nil {
+		flusher.Flush()
+	}
+}

@@ -1,0 +1,128 @@
+package sim
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Histogram buckets of vLLM V1's PrometheusStatLogger (vllm/v1/metrics/loggers.py).
+var (
+	ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+	requestLatencyBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
+		20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+	interTokenBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+)
+
+// Finish reasons, the finished_reason label of vllm:request_success_total.
+const (
+	finishLength = "length"
+	finishStop   = "stop"
+	finishAbort  = "abort"
+)
+
+// Metric names exported on /metrics, exactly as vLLM V1 prints them.
+const (
+	MetricRunning          = "vllm:num_requests_running"
+	MetricWaiting          = "vllm:num_requests_waiting"
+	MetricKVUsage          = "vllm:kv_cache_usage_perc"
+	MetricCacheConfig      = "vllm:cache_config_info"
+	MetricPreemptions      = "vllm:num_preemptions_total"
+	MetricPrefixQueries    = "vllm:prefix_cache_queries_total"
+	MetricPrefixHits       = "vllm:prefix_cache_hits_total"
+	MetricPromptTokens     = "vllm:prompt_tokens_total"
+	MetricGenerationTokens = "vllm:generation_tokens_total"
+	MetricRequestSuccess   = "vllm:request_success_total"
+	MetricTTFT             = "vllm:time_to_first_token_seconds"
+	MetricE2E              = "vllm:e2e_request_latency_seconds"
+	MetricQueueTime        = "vllm:request_queue_time_seconds"
+	MetricInterToken       = "vllm:inter_token_latency_seconds"
+)
+
+// metrics is one replica's vLLM-compatible metric set on its own registry.
+// Labels are vLLM V1's: model_name and engine ("0", the only engine core).
+type metrics struct {
+	reg *prometheus.Registry
+
+	preemptions      prometheus.Counter
+	prefixQueries    prometheus.Counter
+	prefixHits       prometheus.Counter
+	promptTokens     prometheus.Counter
+	generationTokens prometheus.Counter
+	success          map[string]prometheus.Counter
+	ttft             prometheus.Observer
+	e2e              prometheus.Observer
+	queueTime        prometheus.Observer
+	interToken       prometheus.Observer
+}
+
+// gauges reads the scheduler state at scrape time.
+type gauges interface {
+	gaugeValues() (running, waiting int, kvUsage float64)
+}
+
+func newMetrics(cfg Config, g gauges) *metrics {
+	labels := prometheus.Labels{"model_name": cfg.Model, "engine": "0"}
+	reg := prometheus.NewRegistry()
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+		reg.MustRegister(c)
+		return c
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Observer {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
+		reg.MustRegister(h)
+		return h
+	}
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+	}
+
+	m := &metrics{reg: reg}
+	if g != nil {
+		gauge(MetricRunning, "Number of requests in model execution batches.", func() float64 {
+			r, _, _ := g.gaugeValues()
+			return float64(r)
+		})
+		gauge(MetricWaiting, "Number of requests waiting to be processed.", func() float64 {
+			_, w, _ := g.gaugeValues()
+			return float64(w)
+		})
+		gauge(MetricKVUsage, "KV-cache usage. 1 means 100 percent usage.", func() float64 {
+			_, _, u := g.gaugeValues()
+			return u
+		})
+	}
+	m.preemptions = counter(MetricPreemptions, "Cumulative number of preemption from the engine.")
+	m.prefixQueries = counter(MetricPrefixQueries, "Prefix cache queries, in terms of number of queried tokens.")
+	m.prefixHits = counter(MetricPrefixHits, "Prefix cache hits, in terms of number of cached tokens.")
+	m.promptTokens = counter(MetricPromptTokens, "Number of prefill tokens processed.")
+	m.generationTokens = counter(MetricGenerationTokens, "Number of generation tokens processed.")
+
+	success := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricRequestSuccess, Help: "Count of successfully processed requests.", ConstLabels: labels,
+	}, []string{"finished_reason"})
+	reg.MustRegister(success)
+	m.success = map[string]prometheus.Counter{}
+	for _, reason := range []string{finishStop, finishLength, finishAbort} {
+		m.success[reason] = success.WithLabelValues(reason)
+	}
+
+	m.ttft = histogram(MetricTTFT, "Histogram of time to first token in seconds.", ttftBuckets)
+	m.e2e = histogram(MetricE2E, "Histogram of e2e request latency in seconds.", requestLatencyBuckets)
+	m.queueTime = histogram(MetricQueueTime, "Histogram of time spent in WAITING phase for request.", requestLatencyBuckets)
+	m.interToken = histogram(MetricInterToken, "Histogram of inter-token latency in seconds.", interTokenBuckets)
+
+	// vllm:cache_config_info carries CacheConfig.metrics_info() as labels and
+	// the engine index, but no model_name (loggers.py log_metrics_info).
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MetricCacheConfig, Help: "Information of the LLMEngine CacheConfig",
+	}, []string{"block_size", "cache_dtype", "enable_prefix_caching", "engine",
+		"gpu_memory_utilization", "num_cpu_blocks", "num_gpu_blocks", "prefix_caching_hash_algo"})
+	reg.MustRegister(info)
+	info.WithLabelValues(strconv.Itoa(cfg.BlockSize), "auto", "True", "0", "0.9", "None",
+		strconv.Itoa(cfg.KVBlocks), "sha256").Set(1)
+	return m
+}
