@@ -52,9 +52,10 @@ func nanSignals() Signals {
 // A signal with no alternative present is NaN (TTFT nil). If none of
 // QueueDepth, Running and KVOccupancy is present, the error is a
 // *ScrapeError of kind FailMissing naming what was looked for. A NaN, ±Inf
-// or negative value in a chosen series, a fraction above 1, or a histogram
-// whose buckets are not cumulative is a *ScrapeError of kind FailInvalid
-// naming the series. One exception: a negative PrefixHitRate is vLLM V0's
+// or negative value in a chosen series (a histogram's count, sum, bucket
+// counts or bounds included), a fraction above 1 (up to 1+1e-9 is float
+// error, read as 1), or a histogram whose buckets are not cumulative is a
+// *ScrapeError of kind FailInvalid naming the series. One exception: a negative PrefixHitRate is vLLM V0's
 // "prefix caching disabled" (-1), and such series count as absent.
 func Extract(p *Profile, model string, families map[string]*dto.MetricFamily) (Signals, error) {
 	out := nanSignals()

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"strings"
+	"sync"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -20,11 +20,6 @@ const (
 	pageText pageFormat = iota
 	pageOpenMetrics
 )
-
-// openMetricsDecodeFormat selects expfmt's OpenMetrics 1.0 decoder.
-// escaping=allow-utf-8 makes NewDecoder validate names as UTF-8 rather than
-// with the legacy rules, matching the text path below.
-var openMetricsDecodeFormat = expfmt.FmtOpenMetrics_1_0_0.WithEscapingScheme(model.NoEscaping)
 
 // pageFormatOf maps an HTTP Content-Type value to a page format. Like
 // expfmt.NewDecoder, anything that is not OpenMetrics is read as the text
@@ -57,64 +52,104 @@ func pageFormatOf(contentType string) (pageFormat, error) {
 
 // ParsePage parses an exposition page (Prometheus text 0.0.4 or OpenMetrics
 // 1.0, chosen by contentType as an HTTP Content-Type header value; empty
-// means text) into metric families, keyed by family name. Names are
-// validated as UTF-8, so legacy names with ':' (vllm:num_requests_waiting)
-// and quoted UTF-8 names both parse. expfmt names an OpenMetrics counter
-// family like the text format does, with "_total", and folds "_created"
-// into the counter; in the text format "_created" is a separate gauge
-// family. Anything that is not a valid page is a *ScrapeError of kind
+// means text) into metric families, keyed by family name.
+//
+// Both formats go through expfmt's TextParser, with names validated as
+// UTF-8 (legacy names with ':' such as vllm:num_requests_waiting and quoted
+// UTF-8 names both parse). OpenMetrics is first rewritten into the text
+// format (see profile_page.go for why): "# EOF" must end the page, counter
+// families are keyed "x_total" as in the text format (and as expfmt's own
+// OpenMetrics decoder keys them), _created samples are dropped, exemplars
+// and UNIT lines ignored, timestamps turned into milliseconds. In the text
+// format, _created series form gauge families of their own, which no
+// profile reads. Anything that is not a valid page, and a series with more
+// than maxLabelsPerSeries (64) labels, is a *ScrapeError of kind
 // FailParse.
-func ParsePage(body []byte, contentType string) (fams map[string]*dto.MetricFamily, err error) {
+func ParsePage(body []byte, contentType string) (map[string]*dto.MetricFamily, error) {
+	return parsePage(body, contentType, nil)
+}
+
+var (
+	textParsers = sync.Pool{New: func() any {
+		// The zero TextParser has no validation scheme and panics on
+		// the first name; NewTextParser is required.
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		return &p
+	}}
+	pageBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+)
+
+// maxPooledBuffer bounds the buffers kept for reuse.
+const maxPooledBuffer = 1 << 20
+
+// parsePage parses a page; with keep set, only the families keep holds are
+// guaranteed to be complete (see keepSet).
+func parsePage(body []byte, contentType string, keep keepSet) (fams map[string]*dto.MetricFamily, err error) {
 	format, err := pageFormatOf(contentType)
 	if err != nil {
 		return nil, &ScrapeError{Kind: FailParse, Err: err}
 	}
-	// The page is untrusted input: a panic in the parser must not take the
-	// scraper down with it.
+	buf := pageBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledBuffer {
+			pageBuffers.Put(buf)
+		}
+	}()
+	input := body
+	switch format {
+	case pageOpenMetrics:
+		err := openMetricsToText(body, keep, buf)
+		if errors.Is(err, errUnclean) {
+			buf.Reset()
+			err = openMetricsToText(body, nil, buf)
+		}
+		if err != nil {
+			return nil, &ScrapeError{Kind: FailParse, Err: err}
+		}
+		input = buf.Bytes()
+	default:
+		if keep != nil && filterText(body, keep, buf) == nil {
+			input = buf.Bytes()
+		}
+	}
+	return parseText(input)
+}
+
+func parseText(input []byte) (fams map[string]*dto.MetricFamily, err error) {
+	if err := checkLabelCounts(input); err != nil {
+		return nil, &ScrapeError{Kind: FailParse, Err: err}
+	}
+	p := textParsers.Get().(*expfmt.TextParser)
+	// The page is untrusted input: a panic in the parser must not take
+	// the scraper down with it. The parser is not reused after one.
 	defer func() {
 		if r := recover(); r != nil {
 			fams, err = nil, &ScrapeError{Kind: FailParse, Err: fmt.Errorf("parser panic: %v", r)}
 		}
 	}()
-	switch format {
-	case pageOpenMetrics:
-		fams, err = parseOpenMetrics(body)
-	default:
-		// The zero TextParser has no validation scheme and panics on the
-		// first name; NewTextParser is required.
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err = p.TextToMetricFamilies(bytes.NewReader(body))
-	}
+	fams, err = p.TextToMetricFamilies(bytes.NewReader(input))
+	textParsers.Put(p)
 	if err != nil {
 		return nil, &ScrapeError{Kind: FailParse, Err: err}
 	}
 	return fams, nil
 }
 
-func parseOpenMetrics(body []byte) (map[string]*dto.MetricFamily, error) {
-	dec := expfmt.NewDecoder(bytes.NewReader(body), openMetricsDecodeFormat)
-	fams := make(map[string]*dto.MetricFamily)
-	for {
-		mf := &dto.MetricFamily{}
-		err := dec.Decode(mf)
-		if errors.Is(err, io.EOF) {
-			return fams, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		// A counter "x" and a gauge "x_total" both end up as "x_total".
-		if _, dup := fams[mf.GetName()]; dup {
-			return nil, fmt.Errorf("metric family %q appears twice", mf.GetName())
-		}
-		fams[mf.GetName()] = mf
-	}
-}
-
 // ParseSignals parses a page and applies a profile: ParsePage, then
-// Extract. It is the scrape-to-signals path.
+// Extract, the scrape-to-signals path. It hands the parser only the lines
+// of the families the profile reads, which come out exactly as ParsePage
+// parses them, so the result is Extract's on ParsePage's families. The one
+// difference: a page that ParsePage rejects only for a cross-line error in
+// a family the profile does not read (a second HELP line, say) still
+// yields signals here. Lines that are malformed in themselves, and
+// truncated pages, fail here as there.
 func ParseSignals(p *Profile, model string, body []byte, contentType string) (Signals, error) {
-	fams, err := ParsePage(body, contentType)
+	var keep keepSet
+	if p != nil {
+		keep = profileKeepSet(p)
+	}
+	fams, err := parsePage(body, contentType, keep)
 	if err != nil {
 		return nanSignals(), err
 	}

@@ -15,15 +15,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // The cycle benchmark scrapes 1,000 replicas, each a distinct loopback
 // host:port serving a pre-rendered vLLM-like page of ~300 series, and
-// parses every page with expfmt as a real profile would.
+// parses every page with the built-in vLLM profile, as kvxds does.
 //
 // Its servers run either in a child process (servers=subprocess), so that
 // the process CPU measured is the scraper's alone, or in the benchmark's own
@@ -123,32 +119,11 @@ func benchVLLMPage() (page []byte, series int) {
 	return b.Bytes(), series
 }
 
-// benchParseVLLM is a representative profile: a full expfmt parse into
-// families, then a few gauges read.
-func benchParseVLLM(body []byte, _ string) (Signals, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return Signals{}, &ScrapeError{Kind: FailParse, Err: err}
-	}
-	gauge := func(name string) (float64, error) {
-		mf := fams[name]
-		if mf == nil || len(mf.GetMetric()) == 0 || mf.GetType() != dto.MetricType_GAUGE {
-			return 0, &ScrapeError{Kind: FailMissing, Err: fmt.Errorf("no gauge %s", name)}
-		}
-		return mf.GetMetric()[0].GetGauge().GetValue(), nil
-	}
-	var sig Signals
-	if sig.QueueDepth, err = gauge("vllm:num_requests_waiting"); err != nil {
-		return Signals{}, err
-	}
-	if sig.Running, err = gauge("vllm:num_requests_running"); err != nil {
-		return Signals{}, err
-	}
-	if sig.KVOccupancy, err = gauge("vllm:kv_cache_usage_perc"); err != nil {
-		return Signals{}, err
-	}
-	return sig, nil
+// benchParseVLLM is what kvxds runs on every page: the built-in vLLM
+// profile's ParseSignals.
+func benchParseVLLM(body []byte, contentType string) (Signals, error) {
+	p, _ := BuiltinProfile("vllm")
+	return ParseSignals(p, "", body, contentType)
 }
 
 // benchPageHandler serves the pre-rendered page, so the servers' cost is as
@@ -237,10 +212,8 @@ func benchServerProcess(b *testing.B, n int) ([]string, int) {
 
 func BenchmarkScrapeCycle1000(b *testing.B) {
 	page, series := benchVLLMPage()
-	for _, p := range []func([]byte, string) (Signals, error){benchParseVLLM, benchParseVLLMFiltered} {
-		if sig, err := p(page, benchPageType); err != nil || sig.QueueDepth != 3 || sig.KVOccupancy != 0.4213 {
-			b.Fatal(sig, err)
-		}
+	if sig, err := benchParseVLLM(page, benchPageType); err != nil || sig.QueueDepth != 3 || sig.KVOccupancy != 0.4213 {
+		b.Fatal(sig, err)
 	}
 	// parse=none is the scraper's own cost: the page is fetched and read
 	// but not looked at.
@@ -250,16 +223,13 @@ func BenchmarkScrapeCycle1000(b *testing.B) {
 	if len(urls) != benchReplicas {
 		b.Fatalf("%d servers", len(urls))
 	}
-	b.Run("servers=subprocess/parse=expfmt", func(b *testing.B) {
+	b.Run("servers=subprocess/parse=vllm", func(b *testing.B) {
 		benchCycles(b, urls, benchParseVLLM, page, series, pid)
 	})
 	b.Run("servers=subprocess/parse=none", func(b *testing.B) {
 		benchCycles(b, urls, parseNone, page, series, pid)
 	})
-	b.Run("servers=subprocess/parse=expfmt-filtered", func(b *testing.B) {
-		benchCycles(b, urls, benchParseVLLMFiltered, page, series, pid)
-	})
-	b.Run("servers=inprocess/parse=expfmt", func(b *testing.B) {
+	b.Run("servers=inprocess/parse=vllm", func(b *testing.B) {
 		h := benchPageHandler(page)
 		urls := make([]string, benchReplicas)
 		for i := range urls {
@@ -269,39 +239,6 @@ func BenchmarkScrapeCycle1000(b *testing.B) {
 		}
 		benchCycles(b, urls, benchParseVLLM, page, series, 0)
 	})
-}
-
-// benchParseVLLMFiltered shows what a profile gains by handing expfmt only the
-// lines of the families it reads: one byte scan of the page, then a parse
-// of a few lines.
-func benchParseVLLMFiltered(body []byte, ct string) (Signals, error) {
-	want := [...][]byte{
-		[]byte("vllm:num_requests_waiting"),
-		[]byte("vllm:num_requests_running"),
-		[]byte("vllm:kv_cache_usage_perc"),
-	}
-	var kept []byte
-	for len(body) > 0 {
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i+1], body[i+1:]
-		} else {
-			body = nil
-		}
-		name := line
-		if bytes.HasPrefix(name, []byte("# TYPE ")) {
-			name = name[len("# TYPE "):]
-		} else if len(name) > 0 && name[0] == '#' {
-			continue
-		}
-		for _, w := range want {
-			if bytes.HasPrefix(name, w) && len(name) > len(w) && (name[len(w)] == ' ' || name[len(w)] == '{') {
-				kept = append(kept, line...)
-				break
-			}
-		}
-	}
-	return benchParseVLLM(kept, ct)
 }
 
 // benchCycles runs b.N scrape cycles over urls and reports the process

@@ -301,8 +301,8 @@ def vllm_v1_early_page():
 
 # ---------------------------------------------------------------------------
 # SGLang (sglang/srt/metrics/collector.py). SGLang always runs
-# prometheus_client in multiprocess mode, so HELP reads "Multiprocess
-# metric", there are no _created series and no python_*/process_* families.
+# prometheus_client in multiprocess mode: no _created series, no
+# python_*/process_* families, histograms print _sum before their buckets.
 # Scheduler gauges carry model_name, engine_type, tp_rank, pp_rank (and
 # dp_rank under DP attention); tokenizer counters/histograms model_name only.
 # Gauges are multiprocess_mode="mostrecent" in SGLang; 0.16 lacks that mode,
@@ -358,8 +358,16 @@ def sglang_page(ranks, name):
     observe(ttft.labels(model), [(0.0625, 100), (0.3125, 20), (1.5, 5)])
     observe(itl.labels(model), [(0.0078125, 100000), (0.03125, 2000)])
     observe(e2e.labels(model), [(3.0, 4000), (30.0, 100)])
+    class SortedFiles(multiprocess.MultiProcessCollector):
+        """The real collector globs its .db files in directory order;
+        sorted, the page is the same on every run."""
+
+        def collect(self):
+            import glob
+            return self.merge(sorted(glob.glob(os.path.join(self._path, "*.db"))), accumulate=True)
+
     reg = CollectorRegistry()
-    multiprocess.MultiProcessCollector(reg, path=d)
+    SortedFiles(reg, path=d)
     return generate_latest(reg)
 
 
