@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"math"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,9 +35,7 @@ func TestAffinityAndWeights(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			bs := startBackends(t, 4)
 			members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 2}, {bs[3], 4}}
-			dir := t.TempDir()
-			path := filepath.Join(dir, "policy.hcl")
-			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			path, xdsAddr, adminAddr := policyFile(t)
 			writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
 			k := m.start(t, path, xdsAddr, adminAddr)
 			defer k.stop()
@@ -88,9 +85,7 @@ func TestMembershipChanges(t *testing.T) {
 			for _, b := range bs[:n] {
 				members = append(members, member{b, 1})
 			}
-			dir := t.TempDir()
-			path := filepath.Join(dir, "policy.hcl")
-			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			path, xdsAddr, adminAddr := policyFile(t)
 			writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
 			k := m.start(t, path, xdsAddr, adminAddr)
 			defer k.stop()
@@ -153,9 +148,7 @@ func TestBrokenEditKeepsServing(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			bs := startBackends(t, 3)
 			members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}}
-			dir := t.TempDir()
-			path := filepath.Join(dir, "policy.hcl")
-			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			path, xdsAddr, adminAddr := policyFile(t)
 			good := policyText(xdsAddr, adminAddr, members)
 			writeAtomic(t, path, good)
 			k := m.start(t, path, xdsAddr, adminAddr)
@@ -193,9 +186,7 @@ func TestClientsSurviveRestart(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			bs := startBackends(t, 4)
 			members := []member{{bs[0], 1}, {bs[1], 2}, {bs[2], 1}, {bs[3], 3}}
-			dir := t.TempDir()
-			path := filepath.Join(dir, "policy.hcl")
-			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			path, xdsAddr, adminAddr := policyFile(t)
 			writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
 			k := m.start(t, path, xdsAddr, adminAddr)
 
@@ -269,9 +260,7 @@ func TestBaselineBalancers(t *testing.T) {
 		t.Run(lb, func(t *testing.T) {
 			bs := startBackends(t, 4)
 			members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}, {bs[3], 1}}
-			dir := t.TempDir()
-			path := filepath.Join(dir, "policy.hcl")
-			xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+			path, xdsAddr, adminAddr := policyFile(t)
 			writeAtomic(t, path, policyTextWith(xdsAddr, adminAddr, members, "  load_balancing = \""+lb+"\"\n"))
 			k := startInProcess(t, path, xdsAddr, adminAddr)
 			defer k.stop()

@@ -199,6 +199,13 @@ func policyTextWith(xdsAddr, adminAddr string, members []member, extra string) s
 	return b.String()
 }
 
+// policyFile returns where a test's policy goes and free addresses for
+// kvxds's xDS and admin servers.
+func policyFile(t *testing.T) (path, xdsAddr, adminAddr string) {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "policy.hcl"), freeAddr(t), freeAddr(t)
+}
+
 // writeAtomic replaces path the way editors and ConfigMap volumes do.
 func writeAtomic(t *testing.T, path, text string) {
 	t.Helper()

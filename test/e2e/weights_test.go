@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -52,9 +51,7 @@ func newSessions(prefix string, n int) []string {
 func TestSaturatedReplicaShedsNewSessions(t *testing.T) {
 	bs := startBackends(t, 4)
 	members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}, {bs[3], 1}}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "policy.hcl")
-	xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+	path, xdsAddr, adminAddr := policyFile(t)
 	writeAtomic(t, path, dynamicPolicy(xdsAddr, adminAddr, members, fixedWeights))
 	k := startInProcess(t, path, xdsAddr, adminAddr)
 	defer k.stop()
@@ -107,9 +104,7 @@ func TestSaturatedReplicaShedsNewSessions(t *testing.T) {
 func TestWeightsFollowFreeCapacity(t *testing.T) {
 	bs := startBackends(t, 3)
 	members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "policy.hcl")
-	xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+	path, xdsAddr, adminAddr := policyFile(t)
 	writeAtomic(t, path, dynamicPolicy(xdsAddr, adminAddr, members, `
   weights {
     min          = 1
@@ -148,9 +143,7 @@ func TestWeightsFollowFreeCapacity(t *testing.T) {
 func TestReplicaWithoutMetricsKeepsTraffic(t *testing.T) {
 	bs := startBackends(t, 3)
 	members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "policy.hcl")
-	xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+	path, xdsAddr, adminAddr := policyFile(t)
 	writeAtomic(t, path, dynamicPolicy(xdsAddr, adminAddr, members, fixedWeights))
 	k := startInProcess(t, path, xdsAddr, adminAddr)
 	defer k.stop()
