@@ -2,7 +2,7 @@ GO ?= go
 BIN := bin/kvxds
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: run build test vet fmt bench golden clean
+.PHONY: run build test vet fmt bench microbench demo golden clean
 
 # The README's first command: kvxds on the example policy.
 run:
@@ -21,8 +21,21 @@ fmt:
 test: fmt vet
 	$(GO) test -race -timeout 12m ./...
 
-bench:
+# Translation and snapshot micro-benchmarks.
+microbench:
 	$(GO) test -run '^$$' -bench . -benchmem ./xds/...
+
+# Chat on 8 simulated replicas: round robin, then kvxds, and the offline
+# upper bound; prints the comparison table and where the charts are.
+demo:
+	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
+	./bin/kvxds-bench --workload chat --modes round_robin,kvxds,upper-bound --replicas 8 --out bench-out/demo
+
+# The micro-benchmarks, then every workload under every routing mode
+# (8 replicas, 70% load; results in bench-out/).
+bench: microbench
+	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
+	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
 
 # Rewrite every golden file from the current code.
 golden:

@@ -1,0 +1,311 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kvxds/kvxds/test/workload"
+)
+
+// workloadPlan is one workload's parameters and request stream, shared by
+// every mode.
+type workloadPlan struct {
+	Name string
+	// Shape is the steady-state mean prompt and output length; Capacity
+	// the per-replica request rate at full utilisation without reuse
+	// (Capacity()); Rate = Load × Replicas × Capacity.
+	Shape    Shape
+	Capacity float64
+	Load     float64
+	Rate     float64
+	KVBlocks int
+	KVWhy    string
+	// TimeScale is simulated seconds per wall second; Duration the
+	// simulated length of the stream.
+	TimeScale float64
+	Duration  time.Duration
+	// Warmup is the index of the first measured request.
+	Warmup   int
+	Requests []Request
+	Escape   Escape
+	// MeanPrompt and MeanOutput are the means of this stream.
+	MeanPrompt, MeanOutput float64
+	Sessions               int
+}
+
+// planWorkload generates a workload's request stream and derives its rate, time
+// scale and duration from the Config (see the package documentation).
+func planWorkload(c Config, name string) (*workloadPlan, error) {
+	g, ok := workload.ByName(name)
+	if !ok {
+		return nil, fmt.Errorf("unknown workload %q", name)
+	}
+	switch g := g.(type) {
+	case *workload.ChatWorkload:
+		g.Warmup = max(c.PreStart, 0)
+	case *workload.AgentWorkload:
+		g.Warmup = max(c.PreStart, 0)
+	}
+	prof := Profiles()[name]
+	kv := c.KVBlocks
+	why := prof.Why
+	if kv == 0 {
+		kv = prof.KVBlocks
+	} else {
+		why = "set by --kv-blocks"
+	}
+	if kv == 0 {
+		kv = 4000
+	}
+	shape := MeasureShape(g, c.Seed)
+	capacity := Capacity(simConfig(kv, 1), shape)
+	if !(capacity > 0) {
+		return nil, fmt.Errorf("%s: cannot calibrate the load (capacity %v)", name, capacity)
+	}
+	rate := c.Load * float64(c.Replicas) * capacity
+	scale := c.TimeScale
+	if scale == 0 {
+		scale = c.MessageBudget / (rate * max(shape.MeanOutput, 1))
+		scale = min(max(scale, 1), c.MaxTimeScale)
+		scale = math.Round(scale*2) / 2
+	}
+	dur := c.Duration
+	if dur == 0 {
+		dur = time.Duration(float64(c.WallPerMode) * scale).Round(time.Second)
+	}
+	reqs, err := PrepareRequests(g.Generate(c.Seed, rate, dur), c.EchoReplies)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("%s: no requests at %.2f/s over %v", name, rate, dur)
+	}
+	p := &workloadPlan{Name: name, Shape: shape, Capacity: capacity, Load: c.Load, Rate: rate,
+		KVBlocks: kv, KVWhy: why, TimeScale: scale, Duration: dur, Requests: reqs,
+		Warmup: int(c.WarmupFraction * float64(len(reqs))), Escape: c.Escape}
+	sessions := map[string]bool{}
+	limit := kv * simConfig(kv, 1).BlockSize
+	for _, r := range reqs {
+		p.MeanPrompt += float64(r.Tokens)
+		p.MeanOutput += float64(r.MaxTokens)
+		sessions[r.Session] = true
+		if r.Tokens+r.MaxTokens-1 > limit {
+			return nil, fmt.Errorf("%s: request %d needs %d tokens of KV but a replica holds %d; raise --kv-blocks",
+				name, r.Seq, r.Tokens+r.MaxTokens-1, limit)
+		}
+	}
+	p.MeanPrompt /= float64(len(reqs))
+	p.MeanOutput /= float64(len(reqs))
+	p.Sessions = len(sessions)
+	return p, nil
+}
+
+// WorkloadReport is one workload's plan and results.
+type WorkloadReport struct {
+	Name       string
+	Replicas   int
+	Load       float64
+	Rate       float64 // requests per simulated second, whole fleet
+	Capacity   float64 // per replica, requests per simulated second
+	KVBlocks   int
+	KVWhy      string
+	TimeScale  float64
+	Duration   time.Duration // simulated
+	Requests   int
+	Warmup     int
+	Sessions   int
+	MeanPrompt float64
+	MeanOutput float64
+	EscapeNote string
+	Modes      []ModeResult
+	Targets    []Target
+	Charts     []string
+}
+
+// Report is a whole benchmark run.
+type Report struct {
+	Config    Config
+	Workloads []WorkloadReport
+	Wall      time.Duration
+}
+
+// Mode returns the result of mode m, if it ran.
+func (w *WorkloadReport) Mode(m Mode) (ModeResult, bool) {
+	for _, r := range w.Modes {
+		if r.Mode == m {
+			return r, true
+		}
+	}
+	return ModeResult{}, false
+}
+
+// Run runs every workload of c under every mode, writing the outputs to
+// c.Out after each workload. It stops at the first error or when ctx ends.
+func Run(ctx context.Context, c Config) (*Report, error) {
+	c = c.Defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	rep := &Report{Config: c}
+	for _, name := range c.Workloads {
+		wr, err := RunWorkload(ctx, c, name)
+		if err != nil {
+			return rep, err
+		}
+		rep.Workloads = append(rep.Workloads, *wr)
+		rep.Wall = time.Since(start)
+		if c.Out != "" {
+			if err := rep.Write(c.Out); err != nil {
+				return rep, err
+			}
+		}
+	}
+	rep.Wall = time.Since(start)
+	if c.Out != "" {
+		if err := rep.Write(c.Out); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// RunWorkload runs one workload under every mode of a defaulted Config.
+func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, error) {
+	p, err := planWorkload(c, name)
+	if err != nil {
+		return nil, err
+	}
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "%s: %d requests (%d sessions) over %v simulated at %.2f req/s (load %.2f of %d × %.2f req/s), "+
+			"%d KV blocks per replica, time scale %g (≈%v wall per mode)\n",
+			name, len(p.Requests), p.Sessions, p.Duration, p.Rate, p.Load, c.Replicas, p.Capacity, p.KVBlocks,
+			p.TimeScale, time.Duration(float64(p.Duration)/p.TimeScale).Round(time.Second))
+	}
+	wr := &WorkloadReport{Name: name, Replicas: c.Replicas, Load: p.Load, Rate: p.Rate, Capacity: p.Capacity,
+		KVBlocks: p.KVBlocks, KVWhy: p.KVWhy, TimeScale: p.TimeScale, Duration: p.Duration,
+		Requests: len(p.Requests), Warmup: p.Warmup, Sessions: p.Sessions,
+		MeanPrompt: p.MeanPrompt, MeanOutput: p.MeanOutput}
+	for _, m := range c.Modes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !m.Live() {
+			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize))
+			continue
+		}
+		if m == KVXDSWeights {
+			ref, how := referenceDepth(wr, p, c.Replicas)
+			p.Escape = c.Escape.Resolve(ref)
+			wr.EscapeNote = fmt.Sprintf("escape hatch: saturated at ≥ %d running requests (%.1f× the reference depth %.1f, %s), "+
+				"back below %d after %v; KV occupancy ≥ %g; any preemption",
+				p.Escape.MaxQueueDepth, p.Escape.QueueFactor, ref, how, p.Escape.ResumeQueueDepth, p.Escape.Hold, p.Escape.MaxKVOccupancy)
+		}
+		run, err := runLive(ctx, c, p, m)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", name, m, err)
+		}
+		wr.Modes = append(wr.Modes, summarize(m, p, run, c.Replicas))
+	}
+	wr.Targets = Targets(wr)
+	return wr, nil
+}
+
+// referenceDepth is the mean number of requests a replica runs at this
+// workload's load: measured under kvxds when that mode ran first, else
+// estimated by Little's law from the decode rate alone, each replica
+// streaming Rate/N × MeanOutput tokens per second in steps of
+// DecodeStepBase + depth × DecodePerSeq.
+func referenceDepth(wr *WorkloadReport, p *workloadPlan, replicas int) (float64, string) {
+	if m, ok := wr.Mode(KVXDS); ok && len(m.QueueMean) > 0 {
+		sum := 0.0
+		for _, q := range m.QueueMean {
+			sum += q
+		}
+		return sum / float64(len(m.QueueMean)), "measured under kvxds"
+	}
+	c := simConfig(p.KVBlocks, 1)
+	a := p.Rate / float64(replicas) * p.MeanOutput // tokens per second per replica
+	den := 1 - a*c.DecodePerSeq.Seconds()
+	if den <= 0.05 {
+		den = 0.05
+	}
+	return a * c.DecodeStepBase.Seconds() / den, "estimated"
+}
+
+// Target is one goal of the benchmark and whether this run met it.
+type Target struct {
+	Workload string
+	Goal     string
+	Measured string
+	Met      bool
+}
+
+// Targets checks the goals that apply to a workload's results: chat
+// (hit rate near the upper bound and far above round robin, TTFT p95 far
+// below), unique-short (affinity costs nothing), zipf-tenants (the
+// escape hatch balances the hot tenant and keeps the hits), and no failed
+// request anywhere.
+func Targets(w *WorkloadReport) []Target {
+	var out []Target
+	add := func(goal, measured string, met bool) {
+		out = append(out, Target{Workload: w.Name, Goal: goal, Measured: measured, Met: met})
+	}
+	rr, okRR := w.Mode(RoundRobin)
+	kv, okKV := w.Mode(KVXDS)
+	kw, okKW := w.Mode(KVXDSWeights)
+	ub, okUB := w.Mode(UpperBound)
+	switch w.Name {
+	case "chat":
+		if okKV && okUB {
+			r := kv.HitRate / ub.HitRate
+			add("kvxds hit rate ≥ 0.9 × upper bound", fmt.Sprintf("%.3f / %.3f = %.2f×", kv.HitRate, ub.HitRate, r), r >= 0.9)
+		}
+		if okKV && okRR {
+			r := kv.HitRate / rr.HitRate
+			add("kvxds hit rate ≥ 4 × round_robin", fmt.Sprintf("%.3f / %.3f = %.2f×", kv.HitRate, rr.HitRate, r), r >= 4)
+			t := kv.ClientTTFT.P95 / rr.ClientTTFT.P95
+			add("kvxds TTFT p95 ≤ 0.25 × round_robin", fmt.Sprintf("%s / %s = %.2f×", secs(kv.ClientTTFT.P95), secs(rr.ClientTTFT.P95), t), t <= 0.25)
+		}
+	case "unique-short":
+		if okKV && okRR {
+			t := kv.ClientTTFT.P95 / rr.ClientTTFT.P95
+			add("kvxds TTFT p95 ≤ 1.1 × round_robin", fmt.Sprintf("%s / %s = %.2f×", secs(kv.ClientTTFT.P95), secs(rr.ClientTTFT.P95), t), t <= 1.1)
+		}
+	case "zipf-tenants":
+		if okKW {
+			add("kvxds+weights max/mean queue depth ≤ 1.5", fmt.Sprintf("%.2f (kvxds: %s)", kw.Balance, ratioOr(kv.Balance, okKV)), kw.Balance <= 1.5)
+		}
+		if okKW && okKV {
+			r := kw.HitRate / kv.HitRate
+			add("kvxds+weights hit rate ≥ 0.85 × kvxds", fmt.Sprintf("%.3f / %.3f = %.2f×", kw.HitRate, kv.HitRate, r), r >= 0.85)
+		}
+	}
+	failed := 0
+	for _, m := range w.Modes {
+		failed += m.Failed
+	}
+	add("no failed request", fmt.Sprintf("%d failed", failed), failed == 0)
+	return out
+}
+
+func ratioOr(v float64, ok bool) string {
+	if !ok {
+		return "not run"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// secs formats simulated seconds compactly.
+func secs(s float64) string {
+	switch {
+	case math.IsNaN(s):
+		return "–"
+	case s < 1:
+		return fmt.Sprintf("%.0fms", s*1000)
+	default:
+		return fmt.Sprintf("%.2fs", s)
+	}
+}

@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/test/sim"
+	"github.com/kvxds/kvxds/test/workload"
+)
+
+// TestEndToEnd replays a few seconds of chat on 4 simulated replicas
+// through grpc-go xDS clients and an in-process kvxds, once with round
+// robin and once with session affinity, and checks the engines' own
+// counters and the written outputs.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end benchmark run; skipped with -short")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := Config{
+		Workloads: []string{"chat"},
+		Replicas:  4,
+		Load:      0.5,
+		Duration:  24 * time.Second,
+		TimeScale: 3,
+		Modes:     []Mode{RoundRobin, KVXDS, UpperBound},
+		Out:       dir,
+	}
+	rep, err := Run(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Workloads) != 1 {
+		t.Fatalf("got %d workload reports, want 1", len(rep.Workloads))
+	}
+	wr := rep.Workloads[0]
+	rr, _ := wr.Mode(RoundRobin)
+	kv, _ := wr.Mode(KVXDS)
+	ub, _ := wr.Mode(UpperBound)
+	t.Logf("%d requests; hit rate round_robin %.3f, kvxds %.3f, upper bound %.3f; TTFT p95 %.3fs vs %.3fs; CPU %.2f / %.2f cores",
+		wr.Requests, rr.HitRate, kv.HitRate, ub.HitRate, rr.ClientTTFT.P95, kv.ClientTTFT.P95, rr.CPUCores, kv.CPUCores)
+	for _, m := range []ModeResult{rr, kv} {
+		if m.Failed != 0 {
+			t.Errorf("%s: %d requests failed", m.Mode, m.Failed)
+		}
+		if m.QueryToks <= 0 {
+			t.Errorf("%s: the engines counted no prefix-cache queries", m.Mode)
+		}
+		if math.Abs(m.HitRate-m.ClientHitRate) > 0.05 {
+			t.Errorf("%s: engine hit rate %.3f and the trailers' %.3f disagree", m.Mode, m.HitRate, m.ClientHitRate)
+		}
+	}
+	if !(kv.HitRate > rr.HitRate) {
+		t.Errorf("kvxds hit rate %.3f does not exceed round robin's %.3f", kv.HitRate, rr.HitRate)
+	}
+	if kv.SessionsMoved != 0 {
+		t.Errorf("kvxds moved %d sessions between replicas with nothing changing", kv.SessionsMoved)
+	}
+
+	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## chat", "| round_robin |", "| kvxds |", "| upper-bound |"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("results.md lacks %q", want)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 || len(rows[0]) != len(csvHeader()) {
+		t.Errorf("results.csv has %d rows, want a header and 3 of %d columns", len(rows), len(csvHeader()))
+	}
+	if len(wr.Charts) < 4 {
+		t.Errorf("got charts %v, want hit rate, TTFT and two queue charts", wr.Charts)
+	}
+	for _, path := range wr.Charts {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
+			t.Errorf("%s is only %v", path, b)
+		}
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	// 10 observations ≤ 1, 10 more in (1, 2], none above.
+	h := Histogram{Bounds: []float64{1, 2, 4}, Counts: []float64{10, 20, 20}, Count: 20}
+	for _, tc := range []struct{ q, want float64 }{
+		{0.25, 0.5}, {0.5, 1}, {0.75, 1.5}, {1, 2},
+	} {
+		if got := h.Quantile(tc.q); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Quantile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	// A rank in the +Inf bucket gives the highest finite bound.
+	h.Count = 40
+	if got := h.Quantile(0.99); got != 4 {
+		t.Errorf("Quantile in +Inf = %v, want 4", got)
+	}
+	if got := (Histogram{}).Quantile(0.5); !math.IsNaN(got) {
+		t.Errorf("empty histogram quantile = %v, want NaN", got)
+	}
+	// Merging and subtracting keep bucket counts.
+	a := EngineCounters{PrefixQueries: 10, PrefixHits: 5, TTFT: Histogram{Bounds: []float64{1, 2}, Counts: []float64{1, 3}, Count: 4}}
+	b := EngineCounters{PrefixQueries: 30, PrefixHits: 25, TTFT: Histogram{Bounds: []float64{1, 2}, Counts: []float64{2, 2}, Count: 3}}
+	s := a.Add(b)
+	if s.HitRate() != 0.75 || s.TTFT.Counts[0] != 3 || s.TTFT.Counts[1] != 5 || s.TTFT.Count != 7 {
+		t.Errorf("Add = %+v", s)
+	}
+	if d := s.Sub(a); d.PrefixQueries != 30 || d.TTFT.Counts[1] != 2 || d.TTFT.Count != 3 {
+		t.Errorf("Sub = %+v", d)
+	}
+}
+
+func TestScrapeEngine(t *testing.T) {
+	cfg := sim.DefaultConfig()
+	cfg.KVBlocks = 100
+	r, err := sim.Start(cfg, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := ScrapeEngine(context.Background(), httpClient(), r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PrefixQueries != 0 || len(c.TTFT.Bounds) == 0 {
+		t.Errorf("fresh replica: %+v", c)
+	}
+}
+
+func TestEchoReplies(t *testing.T) {
+	for _, name := range []string{"chat", "agent"} {
+		g, _ := workload.ByName(name)
+		raw := g.Generate(3, 5, 60*time.Second)
+		reqs, err := PrepareRequests(raw, true)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		deps := 0
+		for i, r := range reqs {
+			if r.Tokens != wordCount(raw[i].Prompt) {
+				t.Fatalf("%s: request %d has %d tokens after echoing, %d before", name, i, r.Tokens, wordCount(raw[i].Prompt))
+			}
+			if len(sim.Tokenize(r.Prompt)) != r.Tokens {
+				t.Fatalf("%s: request %d: Tokenize gives %d tokens, want %d", name, i, len(sim.Tokenize(r.Prompt)), r.Tokens)
+			}
+			d := r.DependsOn
+			if d < 0 {
+				continue
+			}
+			deps++
+			dep := reqs[d]
+			want := dep.Prompt + sim.OutputText(sim.Tokenize(dep.Prompt), dep.MaxTokens) + " "
+			if !strings.HasPrefix(r.Prompt, want) {
+				t.Fatalf("%s: request %d does not start with request %d's prompt and the engine's reply", name, i, d)
+			}
+		}
+		if deps == 0 {
+			t.Fatalf("%s: no dependent requests to check", name)
+		}
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	for _, m := range AllModes() {
+		if !m.Live() {
+			continue
+		}
+		text, err := Policy(PolicyOptions{Mode: m, Endpoints: []string{"127.0.0.1:8001", "127.0.0.1:8002"},
+			TimeScale: 10, Scrape: 250 * time.Millisecond, Escape: DefaultEscape().Resolve(6)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, diags := policy.Parse([]byte(text), string(m)+".hcl")
+		if diags.HasErrors() {
+			t.Errorf("%s: generated policy is invalid:\n%s\n%s", m, policy.Format(diags), text)
+			continue
+		}
+		if len(p.Pools) != 1 {
+			t.Errorf("%s: %d pools", m, len(p.Pools))
+		}
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	c := sim.DefaultConfig()
+	c.KVBlocks = 1000 // 16,000 tokens: 10 sequences of 1,600
+	s := Shape{MeanPrompt: 1000, MeanOutput: 600}
+	work := 1000/c.PrefillTokensPerSec + 600*(c.DecodePerSeq.Seconds()+c.DecodeStepBase.Seconds()/10)
+	if got, want := Capacity(c, s), 1/work; math.Abs(got-want) > 1e-9 {
+		t.Errorf("Capacity = %v, want %v", got, want)
+	}
+}
+
+func TestParseModes(t *testing.T) {
+	ms, err := ParseModes("kvxds, round_robin,kvxds")
+	if err != nil || len(ms) != 2 || ms[0] != KVXDS || ms[1] != RoundRobin {
+		t.Errorf("ParseModes = %v, %v", ms, err)
+	}
+	if _, err := ParseModes("random"); err == nil {
+		t.Error("ParseModes accepted an unknown mode")
+	}
+	if ms, _ := ParseModes("all"); len(ms) != len(AllModes()) {
+		t.Errorf("all = %v", ms)
+	}
+}

@@ -1,0 +1,264 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvxds/kvxds/test/sim"
+	"github.com/kvxds/kvxds/test/workload"
+)
+
+// Mode is a routing mode under test.
+type Mode string
+
+// The routing modes. All but UpperBound run live: a fresh simulated fleet,
+// a fresh in-process kvxds with a generated policy, and grpc-go xDS clients.
+const (
+	// RoundRobin is the baseline: load_balancing = "round_robin".
+	RoundRobin Mode = "round_robin"
+	// LeastRequest is the load-aware baseline: load_balancing =
+	// "least_request" (gRPC: power of two choices on outstanding requests).
+	LeastRequest Mode = "least_request"
+	// KVXDS is consistent hashing on x-session-id (gRPC clients use a ring
+	// hash).
+	KVXDS Mode = "kvxds"
+	// KVXDSWeights is KVXDS plus the metrics, escape and weights blocks:
+	// kvxds scrapes the simulated replicas and moves weights and health.
+	KVXDSWeights Mode = "kvxds+weights"
+	// UpperBound is computed offline: the same prompts in arrival order
+	// through one prefix cache as large as the whole fleet's.
+	UpperBound Mode = "upper-bound"
+)
+
+// AllModes lists every mode in report order.
+func AllModes() []Mode {
+	return []Mode{RoundRobin, LeastRequest, KVXDS, KVXDSWeights, UpperBound}
+}
+
+// Live reports whether the mode runs traffic (every mode but UpperBound).
+func (m Mode) Live() bool { return m != UpperBound }
+
+// ParseModes parses a comma-separated list of modes; "all" or "" is
+// AllModes.
+func ParseModes(s string) ([]Mode, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "all" {
+		return AllModes(), nil
+	}
+	var out []Mode
+	for _, f := range strings.Split(s, ",") {
+		m := Mode(strings.TrimSpace(f))
+		if !slices.Contains(AllModes(), m) {
+			return nil, fmt.Errorf("unknown mode %q; known: %s", m, joinModes(AllModes()))
+		}
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func joinModes(ms []Mode) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = string(m)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Config describes a benchmark run: one or more workloads, each replayed
+// under each mode. Zero fields take defaults (see Defaults).
+type Config struct {
+	// Workloads are workload.Names() entries; empty means all of them.
+	Workloads []string
+	// Replicas is the fleet size. Default 8.
+	Replicas int
+	// Load is the offered load as a fraction of the fleet's capacity
+	// without any prefix-cache reuse (see the package documentation).
+	// Default 0.7.
+	Load float64
+	// Duration is the simulated length of the request stream. 0 chooses
+	// it per workload: WallPerMode × TimeScale.
+	Duration time.Duration
+	// WallPerMode is the target wall time of one live mode's arrivals when
+	// Duration is 0. Default 16s.
+	WallPerMode time.Duration
+	// Seed seeds the workload generators. Default 1.
+	Seed uint64
+	// Modes to run, in this order. Default AllModes.
+	Modes []Mode
+	// TimeScale is simulated seconds per wall second. 0 chooses it per
+	// workload so that the clients receive about MessageBudget streamed
+	// tokens per wall second, within [1, MaxTimeScale].
+	TimeScale float64
+	// MessageBudget is the streamed-token rate, per wall second, the auto
+	// time scale aims at: the load generator, the simulated replicas and
+	// kvxds share the machine, and each streamed token costs a gRPC
+	// message on both sides. Default 40,000.
+	MessageBudget float64
+	// MaxTimeScale caps the auto time scale. Default 15.
+	MaxTimeScale float64
+	// KVBlocks is each replica's KV capacity in blocks. 0 takes the
+	// workload's default (see the package documentation).
+	KVBlocks int
+	// PreStart starts the sessions of multi-turn workloads (chat, agent)
+	// this long before time zero (their Warmup), so that the stream is in
+	// steady state from its first request instead of ramping up over the
+	// first session lifetimes. Default 60s (simulated); negative: none.
+	PreStart time.Duration
+	// WarmupFraction of the requests (the first ones, in arrival order) is
+	// replayed but left out of every statistic. Default 0.2; negative:
+	// none.
+	WarmupFraction float64
+	// Clients is the number of grpc-go xDS clients (each its own xDS
+	// node and connections) that share the requests by session. Default 2.
+	Clients int
+	// EchoReplies makes a dependent request (the next chat turn, the next
+	// agent step) re-send the reply the simulated engine produced for the
+	// request it depends on, as a real client does, instead of the
+	// workload's placeholder reply text; see PrepareRequests.
+	EchoReplies bool
+	// SampleEvery is the wall-time period of the queue-depth sampler.
+	// Default 100ms.
+	SampleEvery time.Duration
+	// ScrapeInterval is kvxds's metrics interval (wall time) in
+	// KVXDSWeights mode. Default 250ms.
+	ScrapeInterval time.Duration
+	// Escape configures KVXDSWeights; the zero value takes DefaultEscape.
+	Escape Escape
+	// Out is the directory for results.md, results.csv and the charts.
+	// Empty writes nothing.
+	Out string
+	// Progress receives a progress line (rewritten with \r) while a mode
+	// runs; nil is silent.
+	Progress io.Writer
+	// Logger receives kvxds's own log (warnings and above are useful: the
+	// escape hatch logs its decisions at info). Nil discards it.
+	Logger hclog.Logger
+}
+
+// Defaults returns c with zero fields filled in.
+func (c Config) Defaults() Config {
+	if len(c.Workloads) == 0 {
+		c.Workloads = workload.Names()
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 8
+	}
+	if c.Load == 0 {
+		c.Load = 0.7
+	}
+	if c.WallPerMode == 0 {
+		c.WallPerMode = 16 * time.Second
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if len(c.Modes) == 0 {
+		c.Modes = AllModes()
+	}
+	if c.MessageBudget == 0 {
+		c.MessageBudget = 40000
+	}
+	if c.MaxTimeScale == 0 {
+		c.MaxTimeScale = 15
+	}
+	if c.PreStart == 0 {
+		c.PreStart = 60 * time.Second
+	}
+	switch {
+	case c.WarmupFraction == 0:
+		c.WarmupFraction = 0.2
+	case c.WarmupFraction < 0:
+		c.WarmupFraction = 0
+	}
+	if c.Clients == 0 {
+		c.Clients = 2
+	}
+	if c.SampleEvery == 0 {
+		c.SampleEvery = 100 * time.Millisecond
+	}
+	if c.ScrapeInterval == 0 {
+		c.ScrapeInterval = 250 * time.Millisecond
+	}
+	if c.Escape == (Escape{}) {
+		c.Escape = DefaultEscape()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// Validate reports the first invalid setting of a defaulted Config.
+func (c Config) Validate() error {
+	for _, w := range c.Workloads {
+		if _, ok := workload.ByName(w); !ok {
+			return fmt.Errorf("unknown workload %q; known: %s", w, strings.Join(workload.Names(), ", "))
+		}
+	}
+	switch {
+	case c.Replicas < 1:
+		return fmt.Errorf("replicas must be at least 1, not %d", c.Replicas)
+	case !(c.Load > 0):
+		return fmt.Errorf("load must be positive, not %v", c.Load)
+	case c.Duration < 0:
+		return fmt.Errorf("duration must not be negative, not %v", c.Duration)
+	case c.TimeScale < 0:
+		return fmt.Errorf("time scale must not be negative, not %v", c.TimeScale)
+	case c.KVBlocks < 0:
+		return fmt.Errorf("kv blocks must not be negative, not %d", c.KVBlocks)
+	case c.WarmupFraction < 0 || c.WarmupFraction >= 1:
+		return fmt.Errorf("warm-up fraction must be in [0, 1), not %v", c.WarmupFraction)
+	case c.Clients < 1:
+		return fmt.Errorf("clients must be at least 1, not %d", c.Clients)
+	case c.ScrapeInterval < 100*time.Millisecond:
+		return errors.New("scrape interval must be at least 100ms (kvxds's minimum)")
+	}
+	return nil
+}
+
+// Profile is what the benchmark sets per workload.
+type Profile struct {
+	// KVBlocks is each replica's KV capacity: too small for the whole
+	// working set of all sessions, large enough for a replica's share of it
+	// under affinity plus the KV of its running requests.
+	KVBlocks int
+	// Why documents the choice.
+	Why string
+}
+
+// Profiles returns the per-workload defaults. The working sets are in
+// tokens at Load 0.7 and are the same per replica for any fleet size, as
+// the offered rate scales with the fleet.
+func Profiles() map[string]Profile {
+	return map[string]Profile{
+		"chat": {KVBlocks: 4000, Why: "≈150 live conversations of ≈1.5–3k tokens each (≈300k tokens, ≈19k blocks) " +
+			"across the fleet; a replica holds its ≈1/8 share (≈2.4k blocks) plus ≈1k blocks of running requests, " +
+			"not the whole set"},
+		"agent": {KVBlocks: 4000, Why: "≈20 live traces of 5–25k tokens (≈10k blocks); the largest single prompt " +
+			"(≈27k tokens, ≈1.7k blocks) must fit; a replica holds its share of traces plus the 4 schemas"},
+		"shared-prefix": {KVBlocks: 2500, Why: "64 groups × 2,048-token prompts = 8,192 blocks; a replica holds " +
+			"its ≈8 groups (≈1k blocks) plus the running requests, ≈1/3 of all groups"},
+		"few-shot": {KVBlocks: 600, Why: "8 templates × 1–2k tokens ≈ 750 blocks; a replica holds its template(s) " +
+			"and running requests, not all 8"},
+		"zipf-tenants": {KVBlocks: 1500, Why: "50 tenants × 1,000-token prompts = 3,125 blocks; a replica holds its " +
+			"tenants' prompts (the hot replica ≈ 10) and its running requests, not all 50"},
+		"unique-short": {KVBlocks: 3000, Why: "no prefix is ever reused; 48k tokens hold ≈200 running requests " +
+			"of ≈220 tokens, so the KV pool does not limit batching"},
+	}
+}
+
+// simConfig is the replica configuration of a run.
+func simConfig(kvBlocks int, timeScale float64) sim.Config {
+	c := sim.DefaultConfig()
+	c.KVBlocks = kvBlocks
+	c.TimeScale = timeScale
+	return c
+}

@@ -1,0 +1,121 @@
+// Package bench measures what kvxds's routing does for prefix-cache
+// locality, on the engines' own counters rather than by assertion.
+//
+// For one workload (test/workload) and seed, every routing mode replays the
+// byte-identical request sequence, each on a fresh simulated fleet
+// (test/sim: vLLM V1 replicas with empty prefix caches) behind a fresh
+// in-process kvxds serving a generated policy, through grpc-go's own xDS
+// client: the real data plane. The modes are round_robin and least_request
+// (baselines through kvxds, load_balancing in the policy), kvxds (ring hash
+// on x-session-id) and kvxds+weights (the same plus the metrics, escape and
+// weights blocks, scraping the simulators), and upper-bound, computed
+// offline.
+//
+// # The load generator
+//
+// A few grpc-go clients (Config.Clients, each its own xDS node; a session
+// always uses the same one) send each request open-loop at its arrival
+// time, or when the request it depends on (the previous chat turn or agent
+// step) completes, whichever is later, with header x-session-id =
+// Request.Session. Each request is a grpc.testing StreamingOutputCall whose
+// payload is {"prompt", "max_tokens"}; the replica streams one message per
+// token. The client records send, first message and completion times, the
+// replica (header x-replica-id) and the engine's accounting (trailer
+// x-prompt-tokens, x-cached-tokens, x-ttft-seconds). Before the first
+// request, EmptyCalls (which no engine counter sees) open a connection to
+// every replica.
+//
+// Chat turns and agent steps re-send the reply the engine generated for
+// the previous request (Config.EchoReplies, on in kvxds-bench): see
+// PrepareRequests.
+//
+// # Time scale and CPU
+//
+// The simulator runs simulated time TimeScale times faster than the wall
+// clock; every time and rate reported is simulated (wall × TimeScale). The
+// cost of a run is its streamed tokens, one gRPC message each on both
+// sides, so the default time scale is chosen per workload to keep the
+// streamed-token rate near Config.MessageBudget (40,000 per wall second;
+// the simulator, kvxds and the clients together then use 0.3–0.9 of one
+// core in the full benchmark), within [1, 15]: 8.5–15 for chat, agent,
+// shared-prefix, few-shot and zipf-tenants, 1.5 for unique-short, whose
+// many short requests stream ≈28,000 tokens per simulated second. Each mode reports the process's CPU
+// time over its wall time (getrusage) and the whole machine's (/proc/stat);
+// the report flags a mode during which the machine's CPUs were more than
+// 85% busy, since the simulator then falls behind the wall clock and the
+// timings stretch. Client-side TTFT minus the engine's own TTFT of the same
+// request (trailer) is reported too: the harness's overhead, in simulated
+// time.
+//
+// # Load
+//
+// Load is the offered request rate as a fraction of the fleet's capacity
+// without any prefix reuse, round robin's worst case (Capacity): from the
+// workload's steady-state mean prompt P and output O (MeasureShape, on a
+// 600 s stream) and the simulator's step-time model, a saturated replica
+// batches B = min(MaxRunning, TokenBudget, KV tokens / (P + O)) sequences
+// and spends P / PrefillTokensPerSec + O × (DecodePerSeq + DecodeStepBase /
+// B) seconds of engine time per request. Rate = Load × Replicas / that.
+// Prefix hits only lower the work, so under affinity the same rate is a
+// lighter load.
+//
+// # KV capacity
+//
+// Each replica's KV pool (Config.KVBlocks, else Profiles) is sized so that
+// it cannot hold the working set of all sessions (then round robin would
+// hit too) but holds its share under affinity plus the KV of its running
+// requests; Profiles documents the numbers per workload. The upper bound is
+// one cache of Replicas × KVBlocks.
+//
+// # Warm-up
+//
+// Multi-turn sessions start Config.PreStart (60 s) before time zero (the
+// workloads' Warmup), so the stream is in steady state from its first
+// request, and the first Config.WarmupFraction (20%) of the requests fill
+// the caches and are left out of every statistic: the engines' counters
+// and histograms are scraped when the first measured request is sent and
+// again at the end, and differenced; client-side figures skip the warm-up
+// requests; queue depths are averaged from that moment to the last
+// arrival; the upper bound replays every request but counts only the
+// measured ones.
+//
+// # What is reported
+//
+//   - Hit rate: Σ vllm:prefix_cache_hits_total / Σ
+//     vllm:prefix_cache_queries_total over the replicas' /metrics (parsed
+//     with expfmt), the increase over the measured part; also the same
+//     ratio from the trailers, as a cross-check.
+//   - TTFT p50/p95/p99: at the client (send to first message), and from
+//     the replicas' vllm:time_to_first_token_seconds histograms merged
+//     bucket by bucket and interpolated as histogram_quantile does.
+//   - Throughput: requests completed, and tokens streamed, per simulated
+//     second between the first measured arrival and the last arrival.
+//   - Queue depth: each replica's requests waiting or running
+//     (Replica.Stats, sampled every 100 ms of wall time), mean and max per
+//     replica; balance = max over replicas of the mean depth / mean over
+//     replicas of the mean depth (1 is perfect, N is one replica doing
+//     everything).
+//   - Sessions moved: sessions with at least two requests whose successful
+//     requests landed on more than one replica.
+//   - Escapes and weight moves (kvxds+weights): replicas taken out of the
+//     hash table, and weight changes that change a replica's share.
+//   - Failed requests: any request that did not stream all its tokens.
+//
+// # The escape hatch in kvxds+weights
+//
+// See Escape: kvxds scrapes each replica every 250 ms of wall time and
+// reads vllm:num_requests_running as its queue depth (requests hardly ever
+// wait in the simulated engine at these loads, so vllm:num_requests_waiting
+// would never fire). A replica is saturated at 3× the mean number of
+// requests a replica runs at this load (measured under kvxds just before,
+// never below 8), at 90% KV occupancy or on any preemption, and returns
+// after 10 simulated seconds below that mean; up to 3/4 of the fleet may be
+// out at once. Weights move between 1 and 2 with free capacity, at most
+// once per 30 simulated seconds. The factor trades balance for hits: at
+// 2.5× the zipf-tenants hot tenant is spread as well, but shared-prefix
+// groups start to bounce between replicas (76 escapes in 3 simulated
+// minutes, hit rate 0.94 → 0.77, TTFT p95 64 ms → 1.6 s); at 3× it takes
+// one escape there and the zipf-tenants balance still ends near 1.2.
+//
+// The ring hash uses RingSize entries.
+package bench

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// PoolName is the pool every generated policy defines; clients dial
+// xds:///PoolName.
+const PoolName = "bench"
+
+// SessionHeader is the hash key: workload.Request.Session.
+const SessionHeader = "x-session-id"
+
+// RingSize is the ring hash's minimum_ring_size: grpc-go's cap of 4,096
+// entries, 512 per replica at 8 replicas, keeps each replica's share of
+// the key space within a few percent of 1/N (the default 1,024 leaves it
+// ±10%: the busiest replica takes ≈20% more than its share of unique keys).
+const RingSize = 4096
+
+// Escape holds the escape-hatch and weight settings of KVXDSWeights, in
+// simulated time where they are durations (the policy gets them divided by
+// the time scale, since kvxds runs on the wall clock).
+//
+// kvxds reads the simulated replicas as a custom engine whose queue depth
+// is vllm:num_requests_running: at the loads benchmarked, an engine's
+// batch never fills (MaxRunning 256, chunked prefill) and requests hardly
+// ever wait, so vllm:num_requests_waiting stays 0 even on a replica that
+// serves two or three times its share; the running requests are what
+// piles up there. KV occupancy and preemptions keep their vLLM meaning.
+type Escape struct {
+	// MaxQueueDepth saturates a replica running this many requests, and
+	// ResumeQueueDepth lets it back in once below for Hold. Zero: derived
+	// from QueueFactor and ResumeFactor × the reference depth (Resolve).
+	MaxQueueDepth    int
+	ResumeQueueDepth int
+	// QueueFactor and ResumeFactor scale the reference depth: the mean
+	// number of requests a replica runs at this load. MinQueueDepth is a
+	// floor for the derived MaxQueueDepth: an engine running a handful of
+	// requests is not saturated, and moving its sessions costs their
+	// caches.
+	QueueFactor, ResumeFactor float64
+	MinQueueDepth             int
+	// MaxKVOccupancy saturates a replica whose running requests hold this
+	// fraction of its KV blocks (cached, unreferenced blocks count as free,
+	// as in vLLM's kv_cache_usage_perc); ResumeKVOccupancy lets it back.
+	MaxKVOccupancy, ResumeKVOccupancy float64
+	// MaxPreemptionRate (per wall second) saturates a replica that preempts
+	// faster.
+	MaxPreemptionRate float64
+	// Hold is how long (simulated) a saturated replica must stay calm.
+	Hold time.Duration
+	// MaxSaturatedFraction of the pool may be out at once.
+	MaxSaturatedFraction float64
+	// Weight multipliers follow free capacity between WeightMin and
+	// WeightMax in WeightLevels levels, at most once per
+	// WeightMinInterval (simulated).
+	WeightMin, WeightMax, WeightLevels int
+	Smoothing, Hysteresis              float64
+	WeightMinInterval                  time.Duration
+}
+
+// DefaultEscape returns the KVXDSWeights settings for the simulated
+// engine; see the package documentation for the reasoning.
+func DefaultEscape() Escape {
+	return Escape{
+		QueueFactor:          3,
+		ResumeFactor:         1,
+		MinQueueDepth:        8,
+		MaxKVOccupancy:       0.9,
+		ResumeKVOccupancy:    0.8,
+		MaxPreemptionRate:    0,
+		Hold:                 10 * time.Second,
+		MaxSaturatedFraction: 0.75,
+		WeightMin:            1,
+		WeightMax:            2,
+		WeightLevels:         2,
+		Smoothing:            0.3,
+		Hysteresis:           0.5,
+		WeightMinInterval:    30 * time.Second,
+	}
+}
+
+// Resolve fills MaxQueueDepth and ResumeQueueDepth, if zero, from the
+// reference depth ref (requests running per replica at this load).
+func (e Escape) Resolve(ref float64) Escape {
+	if e.MaxQueueDepth == 0 {
+		e.MaxQueueDepth = max(int(math.Ceil(e.QueueFactor*ref)), e.MinQueueDepth, 2)
+	}
+	if e.ResumeQueueDepth == 0 {
+		e.ResumeQueueDepth = max(int(math.Ceil(e.ResumeFactor*ref)), 1)
+	}
+	if e.ResumeQueueDepth >= e.MaxQueueDepth {
+		e.ResumeQueueDepth = max(e.MaxQueueDepth-1, 1)
+	}
+	return e
+}
+
+// PolicyOptions are the inputs of one generated policy.
+type PolicyOptions struct {
+	Mode      Mode
+	Endpoints []string // ip:port; endpoint i gets hash_key "replica-i"
+	TimeScale float64
+	Scrape    time.Duration // wall
+	Escape    Escape
+}
+
+// wallDuration formats a simulated duration as the wall duration kvxds
+// must use.
+func wallDuration(d time.Duration, scale float64) string {
+	w := time.Duration(float64(d) / scale).Round(time.Millisecond)
+	return w.String()
+}
+
+// Policy renders the HCL policy of a live mode. xDS and admin addresses
+// come from the controller options, so the policy has none.
+func Policy(o PolicyOptions) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pool %q {\n  port = 10000\n", PoolName)
+	switch o.Mode {
+	case RoundRobin:
+		b.WriteString("  load_balancing = \"round_robin\"\n")
+	case LeastRequest:
+		b.WriteString("  load_balancing = \"least_request\"\n")
+	case KVXDS, KVXDSWeights:
+		fmt.Fprintf(&b, "  load_balancing = \"hash\"\n  hash {\n    algorithm     = \"ring_hash\"\n    min_ring_size = %d\n    key { header = %q }\n  }\n",
+			RingSize, SessionHeader)
+	default:
+		return "", fmt.Errorf("mode %q has no policy", o.Mode)
+	}
+	b.WriteString("  static {\n")
+	for i, e := range o.Endpoints {
+		fmt.Fprintf(&b, "    endpoint %q { hash_key = \"replica-%d\" }\n", e, i)
+	}
+	b.WriteString("  }\n")
+	if o.Mode == KVXDSWeights {
+		e := o.Escape
+		timeout := max(o.Scrape*4/5, 50*time.Millisecond)
+		fmt.Fprintf(&b, `  metrics {
+    engine      = "custom"
+    interval    = %q
+    timeout     = %q
+    stale_after = %q
+    signal "queue_depth"  { metric = "vllm:num_requests_running" }
+    signal "kv_occupancy" { metric = "vllm:kv_cache_usage_perc" }
+    signal "preemptions"  { metric = "vllm:num_preemptions_total" }
+  }
+  escape {
+    max_queue_depth        = %d
+    resume_queue_depth     = %d
+    max_kv_occupancy       = %g
+    resume_kv_occupancy    = %g
+    max_preemption_rate    = %g
+    hold                   = %q
+    max_saturated_fraction = %g
+  }
+  weights {
+    min          = %d
+    max          = %d
+    levels       = %d
+    smoothing    = %g
+    hysteresis   = %g
+    min_interval = %q
+  }
+`, o.Scrape.String(), timeout.String(), (8 * o.Scrape).String(),
+			e.MaxQueueDepth, e.ResumeQueueDepth, e.MaxKVOccupancy, e.ResumeKVOccupancy, e.MaxPreemptionRate,
+			wallDuration(e.Hold, o.TimeScale), e.MaxSaturatedFraction,
+			e.WeightMin, e.WeightMax, e.WeightLevels, e.Smoothing, e.Hysteresis,
+			wallDuration(e.WeightMinInterval, o.TimeScale))
+	}
+	b.WriteString("}\n")
+	return b.String(), nil
+}

@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/kvxds/kvxds/test/sim"
+)
+
+// EngineCounters is what the benchmark reads from one replica's /metrics
+// page (or a sum over replicas, or a difference of two scrapes).
+type EngineCounters struct {
+	PrefixQueries float64 // vllm:prefix_cache_queries_total
+	PrefixHits    float64 // vllm:prefix_cache_hits_total
+	Preemptions   float64 // vllm:num_preemptions_total
+	TTFT          Histogram
+}
+
+// Histogram is a cumulative Prometheus histogram: Counts[i] observations
+// at or below Bounds[i]; Count includes those above the last bound (+Inf).
+type Histogram struct {
+	Bounds []float64
+	Counts []float64
+	Count  float64
+	Sum    float64
+}
+
+// HitRate is hits / queries (0 without queries).
+func (c EngineCounters) HitRate() float64 {
+	if c.PrefixQueries == 0 {
+		return 0
+	}
+	return c.PrefixHits / c.PrefixQueries
+}
+
+// Add returns c + d (histograms merged bucket by bucket).
+func (c EngineCounters) Add(d EngineCounters) EngineCounters {
+	return EngineCounters{
+		PrefixQueries: c.PrefixQueries + d.PrefixQueries,
+		PrefixHits:    c.PrefixHits + d.PrefixHits,
+		Preemptions:   c.Preemptions + d.Preemptions,
+		TTFT:          c.TTFT.merge(d.TTFT, 1),
+	}
+}
+
+// Sub returns c − d: the increase since an earlier scrape d.
+func (c EngineCounters) Sub(d EngineCounters) EngineCounters {
+	return EngineCounters{
+		PrefixQueries: c.PrefixQueries - d.PrefixQueries,
+		PrefixHits:    c.PrefixHits - d.PrefixHits,
+		Preemptions:   c.Preemptions - d.Preemptions,
+		TTFT:          c.TTFT.merge(d.TTFT, -1),
+	}
+}
+
+// merge returns h + sign·o. Buckets are matched by upper bound; a bound
+// only one side has is taken with the other side's count at the next lower
+// bound (cumulative counts), which is exact when both use vLLM's buckets.
+func (h Histogram) merge(o Histogram, sign float64) Histogram {
+	bounds := slices.Concat(h.Bounds, o.Bounds)
+	slices.Sort(bounds)
+	bounds = slices.Compact(bounds)
+	out := Histogram{Bounds: bounds, Counts: make([]float64, len(bounds)),
+		Count: h.Count + sign*o.Count, Sum: h.Sum + sign*o.Sum}
+	for i, b := range bounds {
+		out.Counts[i] = h.cumulativeAt(b) + sign*o.cumulativeAt(b)
+	}
+	return out
+}
+
+// cumulativeAt is the count of observations at or below bound b, as far
+// as the buckets tell.
+func (h Histogram) cumulativeAt(b float64) float64 {
+	i := sort.SearchFloat64s(h.Bounds, b)
+	if i < len(h.Bounds) && h.Bounds[i] == b {
+		return h.Counts[i]
+	}
+	if i == 0 {
+		return 0
+	}
+	return h.Counts[i-1]
+}
+
+// Quantile estimates the q-quantile as Prometheus's histogram_quantile
+// does: find the bucket holding rank q·Count and interpolate linearly
+// inside it (from 0 for the first bucket); a rank in the +Inf bucket gives
+// the highest finite bound. NaN without observations.
+func (h Histogram) Quantile(q float64) float64 {
+	if h.Count <= 0 || len(h.Bounds) == 0 || math.IsNaN(q) {
+		return math.NaN()
+	}
+	q = min(max(q, 0), 1)
+	rank := q * h.Count
+	i := sort.Search(len(h.Counts), func(i int) bool { return h.Counts[i] >= rank })
+	if i == len(h.Counts) {
+		return h.Bounds[len(h.Bounds)-1]
+	}
+	lo, below := 0.0, 0.0
+	if i > 0 {
+		lo, below = h.Bounds[i-1], h.Counts[i-1]
+	}
+	hi := h.Bounds[i]
+	in := h.Counts[i] - below
+	if in <= 0 {
+		return hi
+	}
+	return lo + (hi-lo)*(rank-below)/in
+}
+
+// httpClient is the client of the engines' /metrics pages and kvxds's
+// /readyz.
+func httpClient() *http.Client { return &http.Client{Timeout: 10 * time.Second} }
+
+// ScrapeEngine fetches and parses one replica's /metrics page.
+func ScrapeEngine(ctx context.Context, client *http.Client, addr string) (EngineCounters, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return EngineCounters{}, err
+	}
+	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	resp, err := client.Do(req)
+	if err != nil {
+		return EngineCounters{}, fmt.Errorf("scraping %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return EngineCounters{}, fmt.Errorf("scraping %s: %s", addr, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return EngineCounters{}, fmt.Errorf("parsing %s/metrics: %w", addr, err)
+	}
+	return engineCounters(fams)
+}
+
+func engineCounters(fams map[string]*dto.MetricFamily) (EngineCounters, error) {
+	var c EngineCounters
+	var err error
+	counter := func(name string) float64 {
+		f, ok := fams[name]
+		if !ok {
+			if err == nil {
+				err = fmt.Errorf("metric %s missing", name)
+			}
+			return 0
+		}
+		v := 0.0
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				v += m.GetCounter().GetValue()
+			case m.GetUntyped() != nil:
+				v += m.GetUntyped().GetValue()
+			}
+		}
+		return v
+	}
+	// The text parser names counter families without _total; accept both.
+	pick := func(name string) float64 {
+		if _, ok := fams[name]; ok {
+			return counter(name)
+		}
+		if n := trimTotal(name); n != name {
+			if _, ok := fams[n]; ok {
+				return counter(n)
+			}
+		}
+		return counter(name)
+	}
+	c.PrefixQueries = pick(sim.MetricPrefixQueries)
+	c.PrefixHits = pick(sim.MetricPrefixHits)
+	c.Preemptions = pick(sim.MetricPreemptions)
+	f, ok := fams[sim.MetricTTFT]
+	if !ok {
+		if err == nil {
+			err = fmt.Errorf("metric %s missing", sim.MetricTTFT)
+		}
+		return c, err
+	}
+	for _, m := range f.GetMetric() {
+		h := m.GetHistogram()
+		if h == nil {
+			continue
+		}
+		one := Histogram{Count: float64(h.GetSampleCount()), Sum: h.GetSampleSum()}
+		for _, b := range h.GetBucket() {
+			if math.IsInf(b.GetUpperBound(), 1) {
+				continue
+			}
+			one.Bounds = append(one.Bounds, b.GetUpperBound())
+			one.Counts = append(one.Counts, float64(b.GetCumulativeCount()))
+		}
+		c.TTFT = c.TTFT.merge(one, 1)
+	}
+	return c, err
+}
+
+func trimTotal(name string) string {
+	const suffix = "_total"
+	if len(name) > len(suffix) && name[len(name)-len(suffix):] == suffix {
+		return name[:len(name)-len(suffix)]
+	}
+	return name
+}

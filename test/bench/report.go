@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Write writes results.md, results.csv and the charts into dir.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	for i := range r.Workloads {
+		charts, err := WriteCharts(dir, &r.Workloads[i])
+		if err != nil {
+			return err
+		}
+		r.Workloads[i].Charts = charts
+	}
+	var md strings.Builder
+	r.Markdown(&md)
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return fmt.Errorf("writing results.md: %w", err)
+	}
+	f, err := os.Create(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		return fmt.Errorf("writing results.csv: %w", err)
+	}
+	if err := r.CSV(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing results.csv: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing results.csv: %w", err)
+	}
+	return nil
+}
+
+func num(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// queueSummary is "mean of the busiest replica / fleet mean / max".
+func queueSummary(m ModeResult) (busiest, mean float64, peak int) {
+	if len(m.QueueMean) == 0 {
+		return math.NaN(), math.NaN(), 0
+	}
+	sum := 0.0
+	for i, q := range m.QueueMean {
+		busiest = max(busiest, q)
+		sum += q
+		peak = max(peak, m.QueueMax[i])
+	}
+	return busiest, sum / float64(len(m.QueueMean)), peak
+}
+
+// Markdown writes one table per workload (modes as rows), the targets and
+// the chart paths.
+func (r *Report) Markdown(w io.Writer) {
+	fmt.Fprintf(w, "# kvxds benchmark\n\n")
+	fmt.Fprintf(w, "Simulated vLLM replicas (test/sim), grpc-go xDS clients, kvxds in-process; seed %d; "+
+		"the first %.0f%% of each stream is warm-up and not counted. Times and rates are simulated "+
+		"(wall × time scale). Hit rate: the replicas' own vllm:prefix_cache_hits_total / queries_total "+
+		"(upper-bound: one cache of the whole fleet's size, offline). Queue depth: requests waiting or "+
+		"running in an engine; balance = busiest replica's mean depth / fleet mean depth. CPU: process "+
+		"CPU time / wall time during the mode (cores).\n\n",
+		r.Config.Seed, 100*r.Config.WarmupFraction)
+	for i := range r.Workloads {
+		wr := &r.Workloads[i]
+		wr.markdownTable(w)
+	}
+	var targets []Target
+	for _, wr := range r.Workloads {
+		targets = append(targets, wr.Targets...)
+	}
+	if len(targets) > 0 {
+		fmt.Fprintf(w, "## Targets\n\n| workload | goal | measured | met |\n|---|---|---|---|\n")
+		for _, t := range targets {
+			met := "yes"
+			if !t.Met {
+				met = "**no**"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.Workload, t.Goal, t.Measured, met)
+		}
+		fmt.Fprintln(w)
+	}
+	if r.Wall > 0 {
+		fmt.Fprintf(w, "Total wall time: %v.\n", r.Wall.Round(time.Second))
+	}
+}
+
+func (wr *WorkloadReport) markdownTable(w io.Writer) {
+	fmt.Fprintf(w, "## %s\n\n", wr.Name)
+	fmt.Fprintf(w, "%d replicas, load %.2f: %.2f req/s (capacity without reuse %.2f req/s per replica); "+
+		"%d requests, %d sessions, mean prompt %.0f tokens, mean output %.0f tokens; %v simulated at time scale %g; "+
+		"%d KV blocks per replica (%s); first %d requests are warm-up.\n\n",
+		wr.Replicas, wr.Load, wr.Rate, wr.Capacity, wr.Requests, wr.Sessions, wr.MeanPrompt, wr.MeanOutput,
+		wr.Duration, wr.TimeScale, wr.KVBlocks, wr.KVWhy, wr.Warmup)
+	rr, okRR := wr.Mode(RoundRobin)
+	fmt.Fprintf(w, "| mode | hit rate | × RR | TTFT p50 / p95 / p99 (client) | TTFT p50 / p95 / p99 (engine) | "+
+		"req/s | tok/s | queue: busiest mean / mean / max | balance | failed | sessions moved | escapes / weight moves | CPU cores (machine) | wall |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, m := range wr.Modes {
+		vs := "–"
+		if okRR && rr.HitRate > 0 {
+			vs = num(m.HitRate/rr.HitRate, 2) + "×"
+		}
+		if !m.Mode.Live() {
+			fmt.Fprintf(w, "| %s | %s | %s | – | – | – | – | – | – | – | – | – | – | – |\n", m.Mode, num(m.HitRate, 3), vs)
+			continue
+		}
+		busiest, mean, peak := queueSummary(m)
+		fmt.Fprintf(w, "| %s | %s | %s | %s / %s / %s | %s / %s / %s | %s | %s | %s / %s / %d | %s | %d | %d / %d | %d / %d | %s (%s) | %v |\n",
+			m.Mode, num(m.HitRate, 3), vs,
+			secs(m.ClientTTFT.P50), secs(m.ClientTTFT.P95), secs(m.ClientTTFT.P99),
+			secs(m.EngineTTFT.P50), secs(m.EngineTTFT.P95), secs(m.EngineTTFT.P99),
+			num(m.ReqPerSec, 1), num(m.TokPerSec, 0),
+			num(busiest, 1), num(mean, 1), peak, num(m.Balance, 2),
+			m.Failed, m.SessionsMoved, m.MultiSessions, m.Escapes, m.WeightMoves,
+			num(m.CPUCores, 2), num(m.MachineCores, 2), m.Wall.Round(100*time.Millisecond))
+	}
+	fmt.Fprintln(w)
+	if len(wr.Modes) > 0 {
+		var notes []string
+		for _, m := range wr.Modes {
+			if m.Mode.Live() {
+				notes = append(notes, fmt.Sprintf("%s %s", m.Mode, secs(m.TTFTOverhead)))
+			}
+		}
+		fmt.Fprintf(w, "Client TTFT minus the engine's own TTFT of the same request (mean): %s.\n\n", strings.Join(notes, ", "))
+	}
+	if wr.EscapeNote != "" {
+		fmt.Fprintf(w, "kvxds+weights: %s.\n\n", wr.EscapeNote)
+	}
+	for _, m := range wr.Modes {
+		if m.MachineCores >= cpuSaturated*float64(runtime.NumCPU()) {
+			fmt.Fprintf(w, "**Warning:** during %s the machine's CPUs were %.0f%% busy (%.2f of %d cores, this process %.2f): "+
+				"the simulator may have fallen behind the wall clock and the timings are distorted; lower --time-scale "+
+				"or stop other work.\n\n", m.Mode, 100*m.MachineCores/float64(runtime.NumCPU()), m.MachineCores,
+				runtime.NumCPU(), m.CPUCores)
+		}
+	}
+	if len(wr.Charts) > 0 {
+		fmt.Fprintf(w, "Charts: %s\n\n", strings.Join(wr.Charts, ", "))
+	}
+}
+
+// cpuSaturated is the fraction of the machine's cores above which a
+// mode's timings are flagged as distorted.
+const cpuSaturated = 0.85
+
+// csvHeader names the CSV columns.
+func csvHeader() []string {
+	return []string{"workload", "mode", "replicas", "load", "rate_rps", "kv_blocks", "time_scale", "duration_s",
+		"requests", "measured", "failed", "hit_rate", "client_hit_rate", "hit_tokens", "query_tokens",
+		"ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "engine_ttft_p50_s", "engine_ttft_p95_s", "engine_ttft_p99_s",
+		"ttft_overhead_s", "throughput_rps", "throughput_tps", "queue_mean", "queue_busiest_mean", "queue_max",
+		"balance", "kv_usage_mean", "sessions_moved", "multi_request_sessions", "preemptions", "escapes",
+		"weight_moves", "cpu_cores", "machine_cores", "wall_s", "queue_mean_per_replica"}
+}
+
+// CSV writes one row per workload and mode.
+func (r *Report) CSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(csvHeader()); err != nil {
+		return err
+	}
+	f := func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'g', 6, 64)
+	}
+	for _, wr := range r.Workloads {
+		for _, m := range wr.Modes {
+			busiest, mean, peak := queueSummary(m)
+			per := make([]string, len(m.QueueMean))
+			for i, q := range m.QueueMean {
+				per[i] = strconv.FormatFloat(q, 'f', 2, 64)
+			}
+			row := []string{wr.Name, string(m.Mode), strconv.Itoa(wr.Replicas), f(wr.Load), f(wr.Rate),
+				strconv.Itoa(wr.KVBlocks), f(wr.TimeScale), f(wr.Duration.Seconds()),
+				strconv.Itoa(m.Requests), strconv.Itoa(m.Measured), strconv.Itoa(m.Failed),
+				f(m.HitRate), f(m.ClientHitRate), f(m.HitTokens), f(m.QueryToks),
+				f(m.ClientTTFT.P50), f(m.ClientTTFT.P95), f(m.ClientTTFT.P99),
+				f(m.EngineTTFT.P50), f(m.EngineTTFT.P95), f(m.EngineTTFT.P99),
+				f(m.TTFTOverhead), f(m.ReqPerSec), f(m.TokPerSec), f(mean), f(busiest), strconv.Itoa(peak),
+				f(m.Balance), f(m.KVMean), strconv.Itoa(m.SessionsMoved), strconv.Itoa(m.MultiSessions),
+				f(m.Preemptions), strconv.Itoa(m.Escapes), strconv.Itoa(m.WeightMoves),
+				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " ")}
+			if err := cw.Write(row); err != nil {
+				return err
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

@@ -1,0 +1,481 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/xds"
+
+	"github.com/kvxds/kvxds/test/sim"
+	"github.com/kvxds/kvxds/xds/bootstrap"
+	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// reqResult is what the load generator saw of one request. Times are wall
+// offsets from the start of the dispatch.
+type reqResult struct {
+	Sent, First, Done time.Duration // First < 0: no token arrived
+	Replica           string
+	PromptTokens      int
+	CachedTokens      int
+	EngineTTFT        float64 // simulated seconds, from the trailer; NaN if absent
+	Tokens            int     // streamed messages
+	Err               error
+}
+
+// Sample is one reading of every replica's state.
+type Sample struct {
+	At    time.Duration // wall offset from the start of the dispatch
+	Depth []int         // Waiting + Running per replica
+	KV    []float64     // kv_cache_usage_perc per replica
+}
+
+// liveRun is the raw outcome of one live mode, before statistics.
+type liveRun struct {
+	Results     []reqResult
+	Samples     []Sample
+	Boundary    time.Duration // wall offset of the first measured request's arrival
+	LastArrival time.Duration
+	Wall        time.Duration // dispatch start to the last completion
+	CPU         time.Duration // process CPU time over Wall
+	MachineCPU  time.Duration // every process's CPU time over Wall; -1 unknown
+	Before      EngineCounters
+	After       EngineCounters
+	PerReplica  []EngineCounters // final scrape, whole run
+	Escapes     int              // transitions of a replica out of the hash table
+	WeightMoves int              // changes of a replica's weight
+	Policy      string
+}
+
+// runLive runs one live mode on a fresh fleet and a fresh kvxds.
+func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRun, error) {
+	reps, err := sim.StartFleet(c.Replicas, simConfig(w.KVBlocks, w.TimeScale))
+	if err != nil {
+		return nil, fmt.Errorf("starting the simulated fleet: %w", err)
+	}
+	defer func() {
+		for _, r := range reps {
+			r.Close()
+		}
+	}()
+	addrs := make([]string, len(reps))
+	for i, r := range reps {
+		addrs[i] = r.Addr()
+	}
+	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape})
+	if err != nil {
+		return nil, err
+	}
+	ctrl, err := controller.New(controller.Options{
+		PolicySource: []byte(pol),
+		XDSAddress:   "127.0.0.1:0",
+		AdminAddress: "127.0.0.1:0",
+		Logger:       c.Logger.With("workload", w.Name, "mode", string(mode)),
+		Version:      "bench",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kvxds policy for %s: %w", mode, err)
+	}
+	if err := ctrl.Listen(); err != nil {
+		return nil, fmt.Errorf("kvxds: %w", err)
+	}
+	kctx, kcancel := context.WithCancel(ctx)
+	kdone := make(chan struct{})
+	var kerr error // set before kdone closes
+	go func() {
+		defer close(kdone)
+		kerr = ctrl.Run(kctx)
+	}()
+	defer func() {
+		kcancel()
+		<-kdone
+	}()
+	httpc := httpClient()
+	if err := waitReady(ctx, httpc, ctrl.AdminAddr(), kdone, &kerr); err != nil {
+		return nil, err
+	}
+
+	clients := make([]testgrpc.TestServiceClient, c.Clients)
+	conns := make([]*grpc.ClientConn, 0, c.Clients)
+	defer func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}()
+	for i := range clients {
+		cc, err := dialXDS(ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-%s-%s-%d", w.Name, mode, i))
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, cc)
+		clients[i] = testgrpc.NewTestServiceClient(cc)
+	}
+	for i, cl := range clients {
+		if err := warmConnections(ctx, cl, c.Replicas); err != nil {
+			return nil, fmt.Errorf("client %d: %w", i, err)
+		}
+	}
+
+	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
+	g := &dispatcher{cfg: c, plan: w, mode: mode, clients: clients, reps: reps, http: httpc, ctrl: ctrl, run: run}
+	if err := g.dispatch(ctx); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// waitReady polls kvxds's /readyz until it answers 200, kvxds stops (done
+// closes; *runErr is then its error) or 20 seconds pass.
+func waitReady(ctx context.Context, hc *http.Client, admin string, done <-chan struct{}, runErr *error) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("kvxds stopped before it was ready: %w", *runErr)
+		case <-ctx.Done():
+			return fmt.Errorf("kvxds on %s never became ready: %w", admin, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// dialXDS is a proxyless gRPC client of the pool, bootstrapped as `kvxds
+// bootstrap --grpc` would.
+func dialXDS(xdsAddr, node string) (*grpc.ClientConn, error) {
+	cfg, err := bootstrap.GRPCJSON(bootstrap.Options{NodeID: node, XDSAddress: xdsAddr})
+	if err != nil {
+		return nil, fmt.Errorf("gRPC bootstrap: %w", err)
+	}
+	r, err := xds.NewXDSResolverWithConfigForTesting(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("xDS resolver: %w", err)
+	}
+	cc, err := grpc.NewClient("xds:///"+PoolName, grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dialing xds:///%s: %w", PoolName, err)
+	}
+	return cc, nil
+}
+
+// warmConnections sends EmptyCalls (which no engine counter sees) with
+// fresh session keys until every replica has answered, so that no measured
+// request pays for a connection setup.
+func warmConnections(ctx context.Context, cl testgrpc.TestServiceClient, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	seen := map[string]bool{}
+	for i := 0; len(seen) < n; i++ {
+		if i > 200*n {
+			return fmt.Errorf("only %d of %d replicas answered %d probes", len(seen), n, i)
+		}
+		var hdr metadata.MD
+		cctx := metadata.AppendToOutgoingContext(ctx, SessionHeader, "probe-"+strconv.Itoa(i))
+		if _, err := cl.EmptyCall(cctx, &testgrpc.Empty{}, grpc.WaitForReady(true), grpc.Header(&hdr)); err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		if id := hdr.Get(sim.MDReplicaID); len(id) > 0 {
+			seen[id[0]] = true
+		}
+	}
+	return nil
+}
+
+// dispatcher replays one workload plan open-loop through the clients.
+type dispatcher struct {
+	cfg     Config
+	plan    *workloadPlan
+	mode    Mode
+	clients []testgrpc.TestServiceClient
+	reps    []*sim.Replica
+	http    *http.Client
+	ctrl    *controller.Controller
+	run     *liveRun
+
+	done, failed atomic.Int64
+}
+
+func (g *dispatcher) clientFor(session string) testgrpc.TestServiceClient {
+	h := fnv.New32a()
+	h.Write([]byte(session))
+	return g.clients[int(h.Sum32()%uint32(len(g.clients)))]
+}
+
+func (g *dispatcher) scrapeAll(ctx context.Context) (sum EngineCounters, each []EngineCounters, err error) {
+	each = make([]EngineCounters, len(g.reps))
+	for i, r := range g.reps {
+		c, err := ScrapeEngine(ctx, g.http, r.Addr())
+		if err != nil {
+			return sum, nil, err
+		}
+		each[i] = c
+		sum = sum.Add(c)
+	}
+	return sum, each, nil
+}
+
+// wallOf is the wall offset of a simulated offset.
+func (g *dispatcher) wallOf(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / g.plan.TimeScale)
+}
+
+func (g *dispatcher) dispatch(ctx context.Context) error {
+	reqs := g.plan.Requests
+	if len(reqs) == 0 {
+		return errors.New("the workload produced no requests")
+	}
+	res := g.run.Results
+	// Give up on a mode that takes far longer than planned (an overloaded
+	// fleet); the cancelled requests count as failed.
+	limit := 3*g.wallOf(reqs[len(reqs)-1].At) + time.Minute
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	cpu0 := processCPU()
+	mcpu0, mok := machineCPU()
+	start := time.Now()
+
+	stopAux := make(chan struct{})
+	var aux sync.WaitGroup
+	aux.Add(2)
+	go func() { defer aux.Done(); g.sampleLoop(start, stopAux) }()
+	go func() { defer aux.Done(); g.progressLoop(start, stopAux) }()
+
+	warm := g.plan.Warmup
+	boundary := make(chan error, 1)
+	doneCh := make([]chan struct{}, len(reqs))
+	for i := range doneCh {
+		doneCh[i] = make(chan struct{})
+	}
+	var wg sync.WaitGroup
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	sent := 0
+dispatch:
+	for i := range reqs {
+		r := &reqs[i]
+		if d := time.Until(start.Add(g.wallOf(r.At))); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				break dispatch
+			}
+		}
+		if i == warm {
+			g.run.Boundary = time.Since(start)
+			go func() {
+				var err error
+				g.run.Before, _, err = g.scrapeAll(ctx)
+				boundary <- err
+			}()
+		}
+		sent++
+		g.run.LastArrival = time.Since(start)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(doneCh[i])
+			if dep := r.DependsOn; dep >= 0 {
+				select {
+				case <-doneCh[dep]:
+				case <-ctx.Done():
+					res[i] = reqResult{Sent: time.Since(start), First: -1, Err: ctx.Err()}
+					g.failed.Add(1)
+					return
+				}
+			}
+			res[i] = g.send(ctx, g.clientFor(r.Session), r, start)
+			if res[i].Err != nil {
+				g.failed.Add(1)
+			}
+			g.done.Add(1)
+		}()
+	}
+	for i := sent; i < len(reqs); i++ {
+		res[i] = reqResult{First: -1, Err: fmt.Errorf("not sent: %w", context.Cause(ctx))}
+		close(doneCh[i])
+	}
+	wg.Wait()
+	g.run.Wall = time.Since(start)
+	g.run.CPU = processCPU() - cpu0
+	g.run.MachineCPU = -1
+	if mcpu1, ok := machineCPU(); ok && mok {
+		g.run.MachineCPU = mcpu1 - mcpu0
+	}
+	close(stopAux)
+	aux.Wait()
+	if g.cfg.Progress != nil {
+		fmt.Fprintln(g.cfg.Progress)
+	}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+		return ctx.Err()
+	}
+	if sent > warm {
+		if err := <-boundary; err != nil {
+			return fmt.Errorf("engine metrics at the warm-up boundary: %w", err)
+		}
+	}
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer scancel()
+	after, each, err := g.scrapeAll(sctx)
+	if err != nil {
+		return fmt.Errorf("engine metrics at the end: %w", err)
+	}
+	g.run.After, g.run.PerReplica = after, each
+	return nil
+}
+
+// send runs one request to completion.
+func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r *Request, start time.Time) reqResult {
+	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, r.Session)
+	stream, err := cl.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{
+		Payload: &testgrpc.Payload{Body: r.Body},
+	}, grpc.WaitForReady(true))
+	if err != nil {
+		res.Err, res.Done = err, time.Since(start)
+		return res
+	}
+	var msg testgrpc.StreamingOutputCallResponse
+	for {
+		err := stream.RecvMsg(&msg)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			res.Err = err
+			break
+		}
+		if res.Tokens == 0 {
+			res.First = time.Since(start)
+		}
+		res.Tokens++
+	}
+	res.Done = time.Since(start)
+	if h, err := stream.Header(); err == nil {
+		if v := h.Get(sim.MDReplicaID); len(v) > 0 {
+			res.Replica = v[0]
+		}
+	}
+	tr := stream.Trailer()
+	res.PromptTokens = mdInt(tr, sim.MDPromptTokens)
+	res.CachedTokens = mdInt(tr, sim.MDCachedTokens)
+	if v := tr.Get(sim.MDTTFT); len(v) > 0 {
+		if f, err := strconv.ParseFloat(v[0], 64); err == nil {
+			res.EngineTTFT = f
+		}
+	}
+	if res.Err == nil && res.Tokens != r.MaxTokens {
+		res.Err = fmt.Errorf("request %d: %d tokens streamed, want %d", r.Seq, res.Tokens, r.MaxTokens)
+	}
+	return res
+}
+
+func mdInt(md metadata.MD, key string) int {
+	if v := md.Get(key); len(v) > 0 {
+		n, _ := strconv.Atoi(v[0])
+		return n
+	}
+	return 0
+}
+
+// sampleLoop records every replica's queue depth and KV usage, and counts
+// kvxds's health and weight changes, every SampleEvery.
+func (g *dispatcher) sampleLoop(start time.Time, stop <-chan struct{}) {
+	t := time.NewTicker(g.cfg.SampleEvery)
+	defer t.Stop()
+	health := map[string]fleet.Health{}
+	var weights []uint32 // the previous tick's weights, in endpoint order
+	for {
+		s := Sample{At: time.Since(start), Depth: make([]int, len(g.reps)), KV: make([]float64, len(g.reps))}
+		for i, r := range g.reps {
+			st := r.Stats()
+			s.Depth[i] = st.Waiting + st.Running
+			s.KV[i] = st.KVUsage
+		}
+		g.run.Samples = append(g.run.Samples, s)
+		for _, p := range g.ctrl.Fleet().Pools {
+			cur := make([]uint32, len(p.Endpoints))
+			for i, e := range p.Endpoints {
+				cur[i] = e.Weight
+				if prev, ok := health[e.HashKey]; ok && prev == fleet.Healthy && e.Health != fleet.Healthy {
+					g.run.Escapes++
+				}
+				health[e.HashKey] = e.Health
+			}
+			// Scaling every weight alike moves no key: count the
+			// replicas whose weight changed only when the shares did.
+			if weights != nil && len(weights) == len(cur) && !proportional(weights, cur) {
+				for i := range cur {
+					if cur[i] != weights[i] {
+						g.run.WeightMoves++
+					}
+				}
+			}
+			weights = cur
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// proportional reports whether b is a multiple of a (same shares).
+func proportional(a, b []uint32) bool {
+	for i := range a {
+		if uint64(a[i])*uint64(b[0]) != uint64(b[i])*uint64(a[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// progressLoop rewrites one status line.
+func (g *dispatcher) progressLoop(start time.Time, stop <-chan struct{}) {
+	if g.cfg.Progress == nil {
+		return
+	}
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	total := len(g.plan.Requests)
+	for {
+		fmt.Fprintf(g.cfg.Progress, "\r%-14s %-14s %6.1fs  %6d/%d requests done  %d failed ",
+			g.plan.Name, g.mode, time.Since(start).Seconds(), g.done.Load(), total, g.failed.Load())
+		select {
+		case <-stop:
+			fmt.Fprintf(g.cfg.Progress, "\r%-14s %-14s %6.1fs  %6d/%d requests done  %d failed ",
+				g.plan.Name, g.mode, time.Since(start).Seconds(), g.done.Load(), total, g.failed.Load())
+			return
+		case <-t.C:
+		}
+	}
+}
