@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 
 .PHONY: run build test vet fmt bench microbench demo golden clean
 
-# The README's first command: kvxds on the example policy.
+# kvxds alone on the example policy.
 run:
 	$(GO) run ./cmd/kvxds serve --policy examples/chat.hcl
 
