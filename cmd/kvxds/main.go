@@ -122,6 +122,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	if *policyFile == "" {
 		opts.PolicySource = examples.Chat
+		opts.PolicyName = "examples/chat.hcl (embedded)"
 		logger.Info("no --policy given: serving the embedded example policy (examples/chat.hcl)")
 	}
 	c, err := controller.New(opts)

@@ -10,6 +10,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,8 @@ type Options struct {
 	// served as it is, without reloads.
 	PolicyFile   string
 	PolicySource []byte
+	// PolicyName names PolicySource in diagnostics and logs.
+	PolicyName string
 	// XDSAddress and AdminAddress override the policy's addresses.
 	XDSAddress   string
 	AdminAddress string
@@ -84,7 +87,7 @@ func New(opts Options) (*Controller, error) {
 	if opts.PolicyFile != "" {
 		p, diags = policy.Load(opts.PolicyFile)
 	} else {
-		p, diags = policy.Parse(opts.PolicySource, "default.hcl")
+		p, diags = policy.Parse(opts.PolicySource, cmp.Or(opts.PolicyName, "embedded policy"))
 	}
 	if diags.HasErrors() {
 		return nil, &PolicyError{Diagnostics: diags}
@@ -128,8 +131,8 @@ func (c *Controller) Listen() error {
 	if c.xdsLis != nil {
 		return nil
 	}
-	xdsAddr := firstNonEmpty(c.opts.XDSAddress, c.policy.XDSAddress)
-	adminAddr := firstNonEmpty(c.opts.AdminAddress, c.policy.AdminAddress)
+	xdsAddr := cmp.Or(c.opts.XDSAddress, c.policy.XDSAddress)
+	adminAddr := cmp.Or(c.opts.AdminAddress, c.policy.AdminAddress)
 	xl, err := net.Listen("tcp", xdsAddr)
 	if err != nil {
 		return fmt.Errorf("listening for xDS on %s: %w", xdsAddr, err)
@@ -225,7 +228,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	c.log.Info("serving", "xds", c.XDSAddr(), "admin", c.AdminAddr(), "policy", firstNonEmpty(c.opts.PolicyFile, "(embedded)"))
+	c.log.Info("serving", "xds", c.XDSAddr(), "admin", c.AdminAddr(), "policy", c.currentPolicy().Filename)
 
 	var err error
 	select {
@@ -320,6 +323,12 @@ func (c *Controller) reconcileDynamicsLocked(ctx context.Context, p *policy.Poli
 	}
 }
 
+func (c *Controller) currentPolicy() *policy.Policy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.policy
+}
+
 func (c *Controller) decisionsLocked() map[string]map[string]weights.Decision {
 	out := make(map[string]map[string]weights.Decision, len(c.dynamics))
 	for name, d := range c.dynamics {
@@ -378,13 +387,4 @@ func (c *Controller) adminHandler() http.Handler {
 		enc.Encode(c.Fleet())
 	})
 	return mux
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
