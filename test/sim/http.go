@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,8 +24,6 @@ const (
 // max_completion_tokens: the OpenAI completions default (vLLM's too). vLLM
 // lets chat run to the context limit instead; 16 keeps unbounded runs out.
 const defaultMaxTokens = 16
-
-var requestSeq atomic.Uint64
 
 // openAIRequest is the subset of the OpenAI completions and chat request
 // bodies the replica understands.
@@ -227,7 +224,7 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		return
 	}
 
-	id := fmt.Sprintf("cmpl-%s-%d", r.cfg.ID, requestSeq.Add(1))
+	id := fmt.Sprintf("cmpl-%s-%d", r.cfg.ID, r.reqSeq.Add(1))
 	object := "text_completion"
 	if chat {
 		id = "chat" + id

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -68,6 +69,8 @@ type Replica struct {
 	srv   *http.Server
 	grpc  *grpc.Server
 	wall0 time.Time
+	// reqSeq numbers completion ids.
+	reqSeq atomic.Uint64
 
 	mu     sync.Mutex
 	e      *engine
