@@ -80,6 +80,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case *replicas < 1:
+		return fmt.Errorf("--replicas must be at least 1, not %d", *replicas)
+	case !(*load > 0) || *load > 2:
+		return fmt.Errorf("--load must be above 0 and at most 2 (a fraction of the fleet's capacity without reuse), not %g", *load)
+	case *scale < 0:
+		return fmt.Errorf("--time-scale must not be negative (0 picks one per workload), not %g", *scale)
+	case *kvBlocks < 0:
+		return fmt.Errorf("--kv-blocks must not be negative (0 keeps the workload's default), not %d", *kvBlocks)
+	}
 	if *quick {
 		*wall = 6 * time.Second
 	}
