@@ -170,8 +170,34 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.Listen(); err != nil {
 		return err
 	}
+	serving := false
+	defer func() {
+		if !serving { // the servers close them once they run
+			c.xdsLis.Close()
+			c.adminLis.Close()
+		}
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer c.stopDynamics()
 	if err := c.apply(ctx, c.policy); err != nil {
 		return fmt.Errorf("initial configuration: %w", err)
+	}
+	var w *policy.Watcher
+	if c.opts.PolicyFile != "" {
+		var err error
+		w, err = policy.NewWatcher(c.opts.PolicyFile, policy.WatcherOptions{
+			Logger:     c.log.Named("policy"),
+			Registerer: c.registry,
+			OnReload: func(p *policy.Policy) {
+				if err := c.apply(ctx, p); err != nil {
+					c.log.Error("policy reload not applied; last good configuration keeps serving", "error", err)
+				}
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("watching policy: %w", err)
+		}
 	}
 
 	g := grpc.NewServer(
@@ -183,10 +209,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.xds.Register(g)
 	admin := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	errc := make(chan error, 3)
 	var wg sync.WaitGroup
+	serving = true
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -205,21 +230,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer wg.Done()
 		c.rebuildLoop(ctx)
 	}()
-	if c.opts.PolicyFile != "" {
-		w, err := policy.NewWatcher(c.opts.PolicyFile, policy.WatcherOptions{
-			Logger:     c.log.Named("policy"),
-			Registerer: c.registry,
-			OnReload: func(p *policy.Policy) {
-				if err := c.apply(ctx, p); err != nil {
-					c.log.Error("policy reload not applied; last good configuration keeps serving", "error", err)
-				}
-			},
-		})
-		if err != nil {
-			g.Stop()
-			admin.Close()
-			return fmt.Errorf("watching policy: %w", err)
-		}
+	if w != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -242,14 +253,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	// Stop, not GracefulStop: ADS streams never end on their own.
 	g.Stop()
 	wg.Wait()
+	return err
+}
+
+// stopDynamics stops every pool's scraping.
+func (c *Controller) stopDynamics() {
 	c.updateMu.Lock()
+	defer c.updateMu.Unlock()
 	for name, d := range c.dynamics {
 		d.cancel()
 		<-d.done
 		delete(c.dynamics, name)
 	}
-	c.updateMu.Unlock()
-	return err
 }
 
 // apply joins a policy into a fleet and pushes it, then points each
