@@ -15,6 +15,7 @@ pool "chat" {
     algorithm      = "maglev"   # or "ring_hash"
     table_size     = 65537      # maglev only, must be prime
     balance_factor = 150        # bounded load in percent (Envoy hash_balance_factor); 0 = off
+    keyless        = "round_robin" # requests with neither header: or "least_request", "random"
     key { header = "x-session-id" }   # keys are tried in order; the first one present wins
     key { header = "x-tenant-id" }
   }

@@ -64,6 +64,7 @@ type hashSpec struct {
 	MinRingSize   *hcl.Attribute `hcl:"min_ring_size,optional"`
 	MaxRingSize   *hcl.Attribute `hcl:"max_ring_size,optional"`
 	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
+	Keyless       *hcl.Attribute `hcl:"keyless,optional"`
 	Keys          []keySpec      `hcl:"key,block"`
 }
 
@@ -502,6 +503,20 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 				"balance_factor %s is too large; the maximum is %d.", n, uint64(math.MaxUint32))
 		default:
 			h.BalanceFactor = uint32(n.Uint64())
+		}
+	}
+
+	h.Keyless = DefaultKeyless
+	if a := spec.Keyless; a != nil {
+		if s, good := d.str(a.Name, a.Expr); good {
+			switch s {
+			case KeylessRoundRobin, KeylessLeastRequest, KeylessRandom:
+				h.Keyless = s
+			default:
+				d.errorf(a.Expr.Range(), "Unknown keyless balancing",
+					"%q is not a way to spread requests that carry no hash key; use %q (the default), %q, or %q to hash them on a random value like a data plane without a fallback.",
+					s, KeylessRoundRobin, KeylessLeastRequest, KeylessRandom)
+			}
 		}
 	}
 

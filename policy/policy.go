@@ -15,6 +15,7 @@
 //	    algorithm      = "maglev" # or "ring_hash" (min_ring_size, max_ring_size)
 //	    table_size     = 65537    # prime
 //	    balance_factor = 150      # bounded load, percent; 0 = off
+//	    keyless        = "round_robin" # requests with no key; or "least_request", "random"
 //	    key { header = "x-session-id" } # tried in order; first present wins
 //	    key { cookie = "session" }
 //	  }
@@ -114,6 +115,14 @@ const (
 	DefaultListenAddress   = "0.0.0.0"
 	DefaultAlgorithm       = Maglev
 	DefaultMaglevTableSize = 65537
+)
+
+// How a hash pool spreads requests without a key.
+const (
+	KeylessRoundRobin   = "round_robin"
+	KeylessLeastRequest = "least_request"
+	KeylessRandom       = "random"
+	DefaultKeyless      = KeylessRoundRobin
 )
 
 // Hash algorithms.
@@ -324,6 +333,10 @@ type Hash struct {
 	BalanceFactor uint32
 	// Keys are tried in order; the first one present in a request wins.
 	Keys []HashKey
+	// Keyless is how requests carrying none of Keys are spread:
+	// KeylessRoundRobin (DefaultKeyless), KeylessLeastRequest, or
+	// KeylessRandom (they stay on the hash table with a random hash).
+	Keyless string
 }
 
 // HashKey is one source of a request's hash key. Exactly one field is set;

@@ -112,6 +112,10 @@ func withDefaults(pools ...Pool) []Pool {
 		if pools[i].LoadBalancing == "" {
 			pools[i].LoadBalancing = LoadBalancingHash
 		}
+		// Every hash block has a keyless setting.
+		if pools[i].Hash.Algorithm != "" && pools[i].Hash.Keyless == "" {
+			pools[i].Hash.Keyless = DefaultKeyless
+		}
 	}
 	return pools
 }
@@ -166,6 +170,7 @@ func TestDecodedValues(t *testing.T) {
 					Algorithm:   RingHash,
 					MinRingSize: 1024,
 					MaxRingSize: MaxRingSize,
+					Keyless:     KeylessLeastRequest,
 					Keys: []HashKey{
 						{Cookie: "session"},
 						{QueryParameter: "session_id"},
@@ -205,7 +210,7 @@ func TestDecodedValues(t *testing.T) {
 				Pool{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
 					Hash: Hash{Algorithm: RingHash, Keys: []HashKey{{Header: "x-session-id"}}}},
 				Pool{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
-					Hash: Hash{Algorithm: Maglev, TableSize: MaxMaglevTableSize, Keys: []HashKey{{Header: "x-session-id"}}},
+					Hash: Hash{Algorithm: Maglev, TableSize: MaxMaglevTableSize, Keyless: KeylessRandom, Keys: []HashKey{{Header: "x-session-id"}}},
 					Static: []StaticEndpoint{
 						{Host: "10.1.0.1", Port: 8000, Weight: 1},
 						{Host: "10.1.0.2", Port: 8000, Weight: 1},

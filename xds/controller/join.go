@@ -47,6 +47,7 @@ func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
 				MinRingSize:   pp.Hash.MinRingSize,
 				MaxRingSize:   pp.Hash.MaxRingSize,
 				BalanceFactor: pp.Hash.BalanceFactor,
+				Keyless:       fleet.Balancer(pp.Hash.Keyless),
 			},
 		}
 		for _, k := range pp.Hash.Keys {

@@ -46,7 +46,7 @@ pool "chat" {
 		{
 			Name: "chat", ListenAddress: "0.0.0.0", Port: 10000, RouteTimeout: 10 * time.Minute, Balancer: fleet.ConsistentHash,
 			Hash: fleet.Hash{
-				Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150,
+				Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150, Keyless: fleet.RoundRobin,
 				Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}},
 			},
 			Endpoints: []fleet.Endpoint{
@@ -56,7 +56,7 @@ pool "chat" {
 		},
 		{
 			Name: "zeta", ListenAddress: "0.0.0.0", Port: 10001, Balancer: fleet.ConsistentHash,
-			Hash:      fleet.Hash{Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Cookie: "sid"}}},
+			Hash:      fleet.Hash{Algorithm: fleet.RingHash, Keyless: fleet.RoundRobin, Keys: []fleet.HashKey{{Cookie: "sid"}}},
 			Endpoints: []fleet.Endpoint{},
 		},
 	}}

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -41,7 +42,15 @@ const (
 	// measuring what affinity gains.
 	RoundRobin   Balancer = "round_robin"
 	LeastRequest Balancer = "least_request"
+	// Random is only a Hash.Keyless choice: requests without a key stay on
+	// the hash table, where Envoy and gRPC hash a random value for them.
+	Random Balancer = "random"
 )
+
+// KeylessSuffix names the second cluster of a consistent-hashing pool
+// whose Hash.Keyless is not Random: pool "chat" gets cluster
+// "chat/keyless" over the same endpoints. Pool names cannot contain '/'.
+const KeylessSuffix = "/keyless"
 
 // Defaults shared by the policy and the translator.
 const (
@@ -119,6 +128,12 @@ type Hash struct {
 	BalanceFactor uint32
 	// Keys are tried in order; the first one present in a request wins.
 	Keys []HashKey
+	// Keyless is how requests carrying none of Keys are spread:
+	// RoundRobin (the default) or LeastRequest over the same endpoints,
+	// or Random. A missing key cannot pick a cache, and hashing a random
+	// value per request places requests like random assignment, which is
+	// burstier than round robin's rotation.
+	Keyless Balancer
 }
 
 // HashKey is one source of a request's hash. Exactly one field is set.
@@ -187,6 +202,9 @@ func (f Fleet) Normalize() Fleet {
 		if p.Balancer == ConsistentHash && p.Hash.Algorithm == Maglev && p.Hash.TableSize == 0 {
 			p.Hash.TableSize = DefaultMaglevTableSize
 		}
+		if p.Balancer == ConsistentHash && p.Hash.Keyless == "" {
+			p.Hash.Keyless = RoundRobin
+		}
 		eps := make([]Endpoint, len(p.Endpoints))
 		for j, e := range p.Endpoints {
 			if e.Weight == 0 {
@@ -222,6 +240,9 @@ func (f Fleet) Validate() error {
 	for _, p := range f.Pools {
 		if p.Name == "" {
 			errs = append(errs, errors.New("pool with empty name"))
+		}
+		if strings.Contains(p.Name, "/") {
+			errs = append(errs, fmt.Errorf("pool %q: name contains '/'", p.Name))
 		}
 		if names[p.Name] {
 			errs = append(errs, fmt.Errorf("pool %q: duplicate name", p.Name))
@@ -284,6 +305,11 @@ func (h Hash) validate(pool string) []error {
 	}
 	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
 		bad("balance factor %d below 100", h.BalanceFactor)
+	}
+	switch h.Keyless {
+	case RoundRobin, LeastRequest, Random:
+	default:
+		bad("unknown keyless balancer %q", h.Keyless)
 	}
 	if len(h.Keys) == 0 {
 		bad("no hash key")

@@ -19,7 +19,7 @@ func TestNormalize(t *testing.T) {
 		t.Fatalf("pools not sorted: %s, %s", out.Pools[0].Name, out.Pools[1].Name)
 	}
 	b := out.Pools[1]
-	if b.ListenAddress != DefaultListenAddress || b.Hash.Algorithm != Maglev || b.Hash.TableSize != DefaultMaglevTableSize {
+	if b.ListenAddress != DefaultListenAddress || b.Hash.Algorithm != Maglev || b.Hash.TableSize != DefaultMaglevTableSize || b.Hash.Keyless != RoundRobin {
 		t.Errorf("defaults not applied: %+v", b)
 	}
 	if b.Endpoints[0].HashKey != "10.0.0.2:80" || b.Endpoints[1].HashKey != "a" || b.Endpoints[0].Weight != 1 {
@@ -49,6 +49,10 @@ func TestValidate(t *testing.T) {
 		{"two sources", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keys: []HashKey{{Header: "h", Cookie: "c"}}}}}}, "exactly one source"},
 		{"low balance", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}, "below 100"},
 		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "10.0.0.1", Port: 1, HashKey: "x"}, Endpoint{Host: "10.0.0.1", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
+		{"keyless least request", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keyless: LeastRequest, Keys: []HashKey{{Header: "h"}}}}}}, ""},
+		{"keyless random", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keyless: Random, Keys: []HashKey{{Header: "h"}}}}}}, ""},
+		{"bad keyless", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keyless: ConsistentHash, Keys: []HashKey{{Header: "h"}}}}}}, "unknown keyless balancer"},
+		{"slash in name", Fleet{Pools: []Pool{pool("a/keyless", 1)}}, "contains '/'"},
 		{"bad algorithm", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Algorithm: "random", Keys: []HashKey{{Header: "h"}}}}}}, "unknown hash algorithm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

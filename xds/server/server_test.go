@@ -266,8 +266,8 @@ func TestDeltaNACKIsNotResent(t *testing.T) {
 	if !ok {
 		t.Fatal("no delta response")
 	}
-	if len(first.GetResources()) != 2 {
-		t.Fatalf("got %d clusters, want 2", len(first.GetResources()))
+	if len(first.GetResources()) != 4 { // two pools, each with its keyless cluster
+		t.Fatalf("got %d clusters, want 4", len(first.GetResources()))
 	}
 	if err := stream.Send(&discovery.DeltaDiscoveryRequest{
 		TypeUrl: resourcev3.ClusterType, ResponseNonce: first.GetNonce(),

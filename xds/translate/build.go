@@ -3,7 +3,9 @@ package translate
 import (
 	"cmp"
 	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -12,6 +14,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	lbcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
 	leastrequestv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
@@ -156,31 +159,106 @@ func buildRoute(p *fleet.Pool) (*routev3.RouteConfiguration, error) {
 		}
 		hp = append(hp, h)
 	}
-	action := &routev3.RouteAction{
-		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: p.Name},
-		HashPolicy:       hp,
-		// Always explicit: an unset timeout is Envoy's 15s default, which
-		// would cut streamed generations; 0s disables it.
-		Timeout: durationpb.New(p.RouteTimeout),
+	action := func(cluster string, hp []*routev3.RouteAction_HashPolicy) *routev3.Route_Route {
+		a := &routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
+			HashPolicy:       hp,
+			// Always explicit: an unset timeout is Envoy's 15s default,
+			// which would cut streamed generations; 0s disables it.
+			Timeout: durationpb.New(p.RouteTimeout),
+		}
+		if p.IdleTimeout > 0 {
+			a.IdleTimeout = durationpb.New(p.IdleTimeout)
+		}
+		return &routev3.Route_Route{Route: a}
 	}
-	if p.IdleTimeout > 0 {
-		action.IdleTimeout = durationpb.New(p.IdleTimeout)
+	var routes []*routev3.Route
+	if keylessCluster(p) == "" {
+		routes = []*routev3.Route{{Match: prefixMatch(), Action: action(p.Name, hp)}}
+	} else {
+		// One route per key source, in chain order, sends requests that
+		// carry a key to the hash table; the last route sends the rest to
+		// the keyless cluster. gRPC skips routes that match on query
+		// parameters (it has none), and never sees a cookie unless the
+		// application sends one as metadata.
+		for _, k := range p.Hash.Keys {
+			m := prefixMatch()
+			switch {
+			case k.Header != "":
+				m.Headers = []*routev3.HeaderMatcher{{
+					Name:                 strings.ToLower(k.Header),
+					HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
+				}}
+			case k.Cookie != "":
+				// Full match over the Cookie header; Envoy joins repeated
+				// Cookie headers with ", " before matching.
+				m.Headers = []*routev3.HeaderMatcher{{
+					Name: "cookie",
+					HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+						MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+							Regex: `(.*[;,]\s*)?` + regexp.QuoteMeta(k.Cookie) + `=.*`,
+						}},
+					}},
+				}}
+			case k.QueryParameter != "":
+				m.QueryParameters = []*routev3.QueryParameterMatcher{{
+					Name:                        k.QueryParameter,
+					QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_PresentMatch{PresentMatch: true},
+				}}
+			}
+			routes = append(routes, &routev3.Route{Match: m, Action: action(p.Name, hp)})
+		}
+		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(keylessCluster(p), nil)})
 	}
 	rc := &routev3.RouteConfiguration{
 		Name: p.Name,
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name:    p.Name,
 			Domains: []string{"*"},
-			Routes: []*routev3.Route{{
-				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &routev3.Route_Route{Route: action},
-			}},
+			Routes:  routes,
 		}},
 	}
 	if err := rc.ValidateAll(); err != nil {
 		return nil, err
 	}
 	return rc, nil
+}
+
+func prefixMatch() *routev3.RouteMatch {
+	return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+}
+
+// keylessCluster is the name of p's keyless cluster, or "" if p has none.
+func keylessCluster(p *fleet.Pool) string {
+	if p.Balancer != fleet.ConsistentHash || p.Hash.Keyless == fleet.Random {
+		return ""
+	}
+	return p.Name + fleet.KeylessSuffix
+}
+
+// buildClusters returns p's cluster and, if it has one, its keyless
+// cluster: the same endpoints (the same ClusterLoadAssignment, so weights
+// and health stay one EDS resource) under round robin or least request.
+func buildClusters(p *fleet.Pool) ([]*clusterv3.Cluster, error) {
+	c, err := buildCluster(p)
+	if err != nil {
+		return nil, err
+	}
+	name := keylessCluster(p)
+	if name == "" {
+		return []*clusterv3.Cluster{c}, nil
+	}
+	kp := *p
+	kp.Name, kp.Balancer = name, p.Hash.Keyless
+	k, err := buildCluster(&kp)
+	if err != nil {
+		return nil, fmt.Errorf("keyless: %w", err)
+	}
+	k.EdsClusterConfig.ServiceName = p.Name
+	if err := k.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("keyless: %w", err)
+	}
+	return []*clusterv3.Cluster{c, k}, nil
 }
 
 // buildCluster uses load_balancing_policy, not the legacy lb_policy enum

@@ -41,6 +41,7 @@ type yamlHash struct {
 	MinRingSize   uint64 `json:"minRingSize"`
 	MaxRingSize   uint64 `json:"maxRingSize"`
 	BalanceFactor uint32 `json:"balanceFactor"`
+	Keyless       string `json:"keyless"`
 	Keys          []struct {
 		Header         string `json:"header"`
 		Cookie         string `json:"cookie"`
@@ -96,6 +97,7 @@ func loadFleet(t testing.TB, path string) fleet.Fleet {
 				MinRingSize:   yp.Hash.MinRingSize,
 				MaxRingSize:   yp.Hash.MaxRingSize,
 				BalanceFactor: yp.Hash.BalanceFactor,
+				Keyless:       fleet.Balancer(yp.Hash.Keyless),
 			},
 		}
 		for _, k := range yp.Hash.Keys {

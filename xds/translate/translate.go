@@ -7,7 +7,9 @@
 //     the fleet (fleet.Fleet.Normalize, fleet.Fleet.Validate, plus the few
 //     extra checks that keep every client from NACKing), then builds, per
 //     pool P, one Listener, one RouteConfiguration, one Cluster and one
-//     ClusterLoadAssignment, all named P. It never does I/O and never
+//     ClusterLoadAssignment, all named P, and for a consistent-hashing
+//     pool a second Cluster "P/keyless" over the same ClusterLoadAssignment
+//     for requests that carry no hash key. It never does I/O and never
 //     panics; an invalid fleet or a resource failing its ValidateAll gives
 //     an error naming the pool and resource. Independent pools may be
 //     built on several goroutines; nothing is shared between calls.
@@ -34,6 +36,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -95,9 +98,9 @@ func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
 	r := &Resources{
 		Listeners: make([]*listenerv3.Listener, len(n.Pools)),
 		Routes:    make([]*routev3.RouteConfiguration, len(n.Pools)),
-		Clusters:  make([]*clusterv3.Cluster, len(n.Pools)),
 		Endpoints: make([]*endpointv3.ClusterLoadAssignment, len(n.Pools)),
 	}
+	clusters := make([][]*clusterv3.Cluster, len(n.Pools))
 	err = parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
@@ -107,7 +110,7 @@ func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
 		if r.Routes[i], err = buildRoute(p); err != nil {
 			return resErr(p, "route configuration", err)
 		}
-		if r.Clusters[i], err = buildCluster(p); err != nil {
+		if clusters[i], err = buildClusters(p); err != nil {
 			return resErr(p, "cluster", err)
 		}
 		if r.Endpoints[i], err = buildEndpoints(p); err != nil {
@@ -118,6 +121,10 @@ func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Sorted by name like every other type ("a-b" sorts before
+	// "a/keyless").
+	r.Clusters = slices.Concat(clusters...)
+	slices.SortFunc(r.Clusters, func(a, b *clusterv3.Cluster) int { return cmp.Compare(a.GetName(), b.GetName()) })
 	return r, nil
 }
 

@@ -18,8 +18,10 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	leastrequestv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
 	maglevv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
 	ringhashv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
+	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -168,9 +170,14 @@ func TestAllResourcesValidate(t *testing.T) {
 	for name, f := range allFixtures(t) {
 		for _, flavor := range []Flavor{Envoy, GRPC} {
 			r := mustTranslate(t, f, flavor)
-			n := len(f.Pools)
-			if len(r.Listeners) != n || len(r.Routes) != n || len(r.Clusters) != n || len(r.Endpoints) != n {
-				t.Fatalf("%s/%v: want %d of each resource, got %d/%d/%d/%d", name, flavor, n,
+			n, keyless := len(f.Pools), 0
+			for _, p := range f.Normalize().Pools {
+				if p.Balancer == fleet.ConsistentHash && p.Hash.Keyless != fleet.Random {
+					keyless++
+				}
+			}
+			if len(r.Listeners) != n || len(r.Routes) != n || len(r.Clusters) != n+keyless || len(r.Endpoints) != n {
+				t.Fatalf("%s/%v: want %d of each resource and %d more clusters, got %d/%d/%d/%d", name, flavor, n, keyless,
 					len(r.Listeners), len(r.Routes), len(r.Clusters), len(r.Endpoints))
 			}
 			for _, m := range r.Listeners {
@@ -369,7 +376,8 @@ func TestSnapshotContents(t *testing.T) {
 	for _, flavor := range []Flavor{Envoy, GRPC} {
 		r := mustTranslate(t, f, flavor)
 		s := mustSnapshot(t, r)
-		for typ, n := range map[string]int{resource.ListenerType: 3, resource.RouteType: 3, resource.ClusterType: 3, resource.EndpointType: 3} {
+		// Each hash pool has a keyless cluster.
+		for typ, n := range map[string]int{resource.ListenerType: 3, resource.RouteType: 3, resource.ClusterType: 6, resource.EndpointType: 3} {
 			if got := len(s.GetResources(typ)); got != n {
 				t.Errorf("%v: %d %s, want %d", flavor, got, typ, n)
 			}
@@ -565,6 +573,20 @@ func TestGRPCAcceptance(t *testing.T) {
 			}
 			if len(c.GetTransportSocketMatches()) != 0 || c.GetTransportSocket() != nil {
 				t.Errorf("%s: cluster %q: transport socket set", name, c.Name)
+			}
+			if pool, ok := strings.CutSuffix(c.Name, fleet.KeylessSuffix); ok {
+				// A keyless cluster shares its pool's endpoints and
+				// takes the first (only) policy: round robin or least
+				// request.
+				ps := c.GetLoadBalancingPolicy().GetPolicies()
+				tc := ps[0].GetTypedExtensionConfig().GetTypedConfig()
+				if len(ps) != 1 || !tc.MessageIs(&roundrobinv3.RoundRobin{}) && !tc.MessageIs(&leastrequestv3.LeastRequest{}) {
+					t.Errorf("%s: keyless cluster %q: policies %v", name, c.Name, ps)
+				}
+				if c.GetEdsClusterConfig().GetServiceName() != pool {
+					t.Errorf("%s: keyless cluster %q: service name %q, want %q", name, c.Name, c.GetEdsClusterConfig().GetServiceName(), pool)
+				}
+				continue
 			}
 			// gRPC takes the first policy it knows: it must be RingHash.
 			var found bool

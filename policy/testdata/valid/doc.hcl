@@ -8,6 +8,7 @@ pool "chat" {
     algorithm      = "maglev" # or "ring_hash" (min_ring_size, max_ring_size)
     table_size     = 65537    # prime
     balance_factor = 150      # bounded load, percent; 0 = off
+    keyless        = "round_robin" # requests with no key; or "least_request", "random"
     key { header = "x-session-id" } # tried in order; first present wins
     key { cookie = "session" }
   }

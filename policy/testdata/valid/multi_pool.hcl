@@ -10,6 +10,7 @@ pool "z-large" {
     algorithm      = "maglev"
     table_size     = 5000011
     balance_factor = 0
+    keyless        = "random"
     key { header = "x-session-id" }
   }
 

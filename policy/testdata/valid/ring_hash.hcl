@@ -9,6 +9,7 @@ pool "embed" {
     algorithm     = "ring_hash"
     min_ring_size = 1024
     max_ring_size = 8388608
+    keyless       = "least_request"
     key { cookie = "session" }
     key { query_parameter = "session_id" }
     key { header = "X-Session-ID" }
