@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvxds-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		wl         = fs.String("workload", "chat", "workload name ("+strings.Join(workload.Names(), ", ")+") or \"all\"")
+		wl         = fs.String("workload", "chat", "comma-separated workloads ("+strings.Join(workload.Names(), ", ")+") or \"all\"")
 		replicas   = fs.Int("replicas", 8, "simulated replicas in the fleet")
 		load       = fs.Float64("load", 0.7, "offered load as a fraction of the fleet's capacity without prefix reuse")
 		duration   = fs.Duration("duration", 0, "simulated length of each request stream (0: wall-per-mode × time scale)")

@@ -30,7 +30,8 @@ type workloadPlan struct {
 	Warmup   int
 	Requests []Request
 	Escape   Escape
-	// MeanPrompt and MeanOutput are the means of this stream.
+	// MeanPrompt and MeanOutput are the means of this stream; Sessions
+	// counts its distinct non-empty Session keys.
 	MeanPrompt, MeanOutput float64
 	Sessions               int
 }
@@ -90,7 +91,9 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 	for _, r := range reqs {
 		p.MeanPrompt += float64(r.Tokens)
 		p.MeanOutput += float64(r.MaxTokens)
-		sessions[r.Session] = true
+		if r.Session != "" {
+			sessions[r.Session] = true
+		}
 		if r.Tokens+r.MaxTokens-1 > limit {
 			return nil, fmt.Errorf("%s: request %d needs %d tokens of KV but a replica holds %d; raise --kv-blocks",
 				name, r.Seq, r.Tokens+r.MaxTokens-1, limit)
@@ -115,7 +118,7 @@ type WorkloadReport struct {
 	Duration   time.Duration // simulated
 	Requests   int
 	Warmup     int
-	Sessions   int
+	Sessions   int // distinct non-empty Session keys
 	MeanPrompt float64
 	MeanOutput float64
 	EscapeNote string

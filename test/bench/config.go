@@ -107,17 +107,19 @@ type Config struct {
 	// KVBlocks is each replica's KV capacity in blocks. 0 takes the
 	// workload's default (see the package documentation).
 	KVBlocks int
-	// PreStart starts the sessions of multi-turn workloads (chat, agent)
-	// this long before time zero (their Warmup), so that the stream is in
-	// steady state from its first request instead of ramping up over the
-	// first session lifetimes. Default 60s (simulated); negative: none.
+	// PreStart starts the sessions of multi-turn workloads (chat,
+	// chat-apps, agent) this long before time zero (their Warmup), so that
+	// the stream is in steady state from its first request instead of
+	// ramping up over the first session lifetimes. Default 60s (simulated);
+	// negative: none.
 	PreStart time.Duration
 	// WarmupFraction of the requests (the first ones, in arrival order) is
 	// replayed but left out of every statistic. Default 0.2; negative:
 	// none.
 	WarmupFraction float64
 	// Clients is the number of grpc-go xDS clients (each its own xDS
-	// node and connections) that share the requests by session. Default 2.
+	// node and connections) that share the requests by session (requests
+	// without one by Seq). Default 2.
 	Clients int
 	// EchoReplies makes a dependent request (the next chat turn, the next
 	// agent step) re-send the reply the simulated engine produced for the
@@ -239,9 +241,13 @@ type Profile struct {
 // the offered rate scales with the fleet.
 func Profiles() map[string]Profile {
 	return map[string]Profile{
-		"chat": {KVBlocks: 4000, Why: "≈150 live conversations of ≈1.5–3k tokens each (≈300k tokens, ≈19k blocks) " +
-			"across the fleet; a replica holds its ≈1/8 share (≈2.4k blocks) plus ≈1k blocks of running requests, " +
-			"not the whole set"},
+		"chat": {KVBlocks: 4000, Why: "≈155 live conversations of ≈1.3k tokens each on average, no shared system prompt " +
+			"(≈210k tokens, ≈13k blocks) across the fleet; a replica holds its ≈1/8 share (≈1.6k blocks) plus " +
+			"≈0.8k blocks of running requests, not the whole set"},
+		"chat-apps": {KVBlocks: 4000, Why: "≈120 live conversations of ≈1.7k tokens each on average, each starting with " +
+			"one of 4 shared 200–500-token system prompts (≈200k tokens, ≈12.5k blocks) across the fleet; a replica " +
+			"holds its ≈1/8 share (≈1.6k blocks) plus ≈0.8k blocks of running requests, not the whole set, and " +
+			"round robin still hits the system prompts"},
 		"agent": {KVBlocks: 4000, Why: "≈20 live traces of 5–25k tokens (≈10k blocks); the largest single prompt " +
 			"(≈27k tokens, ≈1.7k blocks) must fit; a replica holds its share of traces plus the 4 schemas"},
 		"shared-prefix": {KVBlocks: 2500, Why: "64 groups × 2,048-token prompts = 8,192 blocks; a replica holds " +

@@ -11,19 +11,37 @@
 // weights blocks, scraping the simulators), and upper-bound, computed
 // offline.
 //
+// # Workloads
+//
+// Any of workload.Names(). chat is multi-turn conversations without a
+// system prompt (ShareGPT-style): a turn can only hit its own
+// conversation's history, so it measures session affinity alone.
+// chat-apps is the same conversations, each starting with one of 4 apps'
+// shared system prompts (≈22% of its prompt tokens), a mix of chat and
+// shared-prefix traffic: round robin hits the system prompts too, so its
+// baseline is higher and affinity's margin smaller. unique-short, the
+// negative control, sends no session key at all (see below), so every
+// mode spreads it without affinity.
+//
 // # The load generator
 //
 // A few grpc-go clients (Config.Clients, each its own xDS node; a session
-// always uses the same one) send each request open-loop at its arrival
-// time, or when the request it depends on (the previous chat turn or agent
-// step) completes, whichever is later, with header x-session-id =
-// Request.Session. Each request is a grpc.testing StreamingOutputCall whose
-// payload is {"prompt", "max_tokens"}; the replica streams one message per
-// token. The client records send, first message and completion times, the
-// replica (header x-replica-id) and the engine's accounting (trailer
-// x-prompt-tokens, x-cached-tokens, x-ttft-seconds). Before the first
-// request, EmptyCalls (which no engine counter sees) open a connection to
-// every replica.
+// always uses the same one) send each request open-loop at its arrival time,
+// or when the request it depends on (the previous chat turn or agent step)
+// completes, whichever is later, with header x-session-id = Request.Session.
+// A request without a session (Session "": unique-short's single-shot calls)
+// carries no key: it is sent without the header, by client Seq mod
+// Config.Clients, and a hash pool routes it by its keyless fallback (the
+// pool's keyless setting, which the generated policies leave at its default,
+// round_robin over the same replicas: the kvxds modes then spread
+// unique-short like the round_robin baseline). Each request is a
+// grpc.testing StreamingOutputCall whose payload is {"prompt",
+// "max_tokens"}; the replica streams one message per token. The client
+// records send, first message and completion times, the replica (header
+// x-replica-id) and the engine's accounting (trailer x-prompt-tokens,
+// x-cached-tokens, x-ttft-seconds). Before the first request, EmptyCalls
+// (which no engine counter sees), with and without a key, open a
+// connection to every replica.
 //
 // Chat turns and agent steps re-send the reply the engine generated for
 // the previous request (Config.EchoReplies, on in kvxds-bench): see
@@ -37,9 +55,11 @@
 // sides, so the default time scale is chosen per workload to keep the
 // streamed-token rate near Config.MessageBudget (40,000 per wall second;
 // the simulator, kvxds and the clients together then use 0.3–0.9 of one
-// core in the full benchmark), within [1, 15]: 8.5–15 for chat, agent,
-// shared-prefix, few-shot and zipf-tenants, 1.5 for unique-short, whose
-// many short requests stream ≈28,000 tokens per simulated second. Each mode reports the process's CPU
+// core in the full benchmark), within [1, 15]. With the defaults (8
+// replicas, load 0.7) that is 6.5 for chat, 8.5 for chat-apps, 10.5–15 for
+// agent, shared-prefix, few-shot and zipf-tenants, and 1.5 for
+// unique-short, whose many short requests stream ≈29,000 tokens per
+// simulated second. Each mode reports the process's CPU
 // time over its wall time (getrusage) and the whole machine's (/proc/stat);
 // the report flags a mode during which the machine's CPUs were more than
 // 85% busy, since the simulator then falls behind the wall clock and the
@@ -96,7 +116,8 @@
 //     replicas of the mean depth (1 is perfect, N is one replica doing
 //     everything).
 //   - Sessions moved: sessions with at least two requests whose successful
-//     requests landed on more than one replica.
+//     requests landed on more than one replica. Requests without a session
+//     belong to none (unique-short reports 0 of 0).
 //   - Escapes and weight moves (kvxds+weights): replicas taken out of the
 //     hash table, and weight changes that change a replica's share.
 //   - Failed requests: any request that did not stream all its tokens.

@@ -182,24 +182,31 @@ func dialXDS(xdsAddr, node string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// warmConnections sends EmptyCalls (which no engine counter sees) with
-// fresh session keys until every replica has answered, so that no measured
-// request pays for a connection setup.
+// warmConnections sends EmptyCalls (which no engine counter sees) until
+// every replica has answered, first with fresh session keys, then without
+// a key (a hash pool's keyless fallback is a cluster of its own, with its
+// own connections), so that no measured request pays for a connection
+// setup.
 func warmConnections(ctx context.Context, cl testgrpc.TestServiceClient, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	seen := map[string]bool{}
-	for i := 0; len(seen) < n; i++ {
-		if i > 200*n {
-			return fmt.Errorf("only %d of %d replicas answered %d probes", len(seen), n, i)
-		}
-		var hdr metadata.MD
-		cctx := metadata.AppendToOutgoingContext(ctx, SessionHeader, "probe-"+strconv.Itoa(i))
-		if _, err := cl.EmptyCall(cctx, &testgrpc.Empty{}, grpc.WaitForReady(true), grpc.Header(&hdr)); err != nil {
-			return fmt.Errorf("probe: %w", err)
-		}
-		if id := hdr.Get(sim.MDReplicaID); len(id) > 0 {
-			seen[id[0]] = true
+	for _, keyed := range []bool{true, false} {
+		seen := map[string]bool{}
+		for i := 0; len(seen) < n; i++ {
+			if i > 200*n {
+				return fmt.Errorf("only %d of %d replicas answered %d probes (keyed %v)", len(seen), n, i, keyed)
+			}
+			var hdr metadata.MD
+			cctx := ctx
+			if keyed {
+				cctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, "probe-"+strconv.Itoa(i))
+			}
+			if _, err := cl.EmptyCall(cctx, &testgrpc.Empty{}, grpc.WaitForReady(true), grpc.Header(&hdr)); err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			if id := hdr.Get(sim.MDReplicaID); len(id) > 0 {
+				seen[id[0]] = true
+			}
 		}
 	}
 	return nil
@@ -219,9 +226,14 @@ type dispatcher struct {
 	done, failed atomic.Int64
 }
 
-func (g *dispatcher) clientFor(session string) testgrpc.TestServiceClient {
+// clientFor picks the client of a request: by its session, so that a
+// session always uses the same one, or by Seq for a request without one.
+func (g *dispatcher) clientFor(r *Request) testgrpc.TestServiceClient {
+	if r.Session == "" {
+		return g.clients[r.Seq%len(g.clients)]
+	}
 	h := fnv.New32a()
-	h.Write([]byte(session))
+	h.Write([]byte(r.Session))
 	return g.clients[int(h.Sum32()%uint32(len(g.clients)))]
 }
 
@@ -309,7 +321,7 @@ dispatch:
 					return
 				}
 			}
-			res[i] = g.send(ctx, g.clientFor(r.Session), r, start)
+			res[i] = g.send(ctx, g.clientFor(r), r, start)
 			if res[i].Err != nil {
 				g.failed.Add(1)
 			}
@@ -350,12 +362,15 @@ dispatch:
 	return nil
 }
 
-// send runs one request to completion.
+// send runs one request to completion, with header x-session-id =
+// r.Session, or none if r.Session is empty.
 func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r *Request, start time.Time) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, r.Session)
+	if r.Session != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, r.Session)
+	}
 	stream, err := cl.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{
 		Payload: &testgrpc.Payload{Body: r.Body},
 	}, grpc.WaitForReady(true))

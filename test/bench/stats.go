@@ -63,6 +63,7 @@ type ModeResult struct {
 
 	// SessionsMoved counts sessions whose successful requests landed on
 	// more than one replica, of MultiSessions sessions with at least two.
+	// Requests without a session (Session "") belong to none.
 	SessionsMoved, MultiSessions int
 	// Preemptions is the increase of vllm:num_preemptions_total.
 	Preemptions float64
@@ -147,11 +148,12 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 			m.Failed++
 			continue
 		}
-		s := w.Requests[i].Session
-		if sessions[s] == nil {
-			sessions[s] = map[string]bool{}
+		if s := w.Requests[i].Session; s != "" {
+			if sessions[s] == nil {
+				sessions[s] = map[string]bool{}
+			}
+			sessions[s][r.Replica] = true
 		}
-		sessions[s][r.Replica] = true
 		if r.Done >= run.Boundary && r.Done <= run.LastArrival {
 			doneInWindow++
 			tokensInWindow += r.Tokens
@@ -183,7 +185,9 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 	}
 	counts := map[string]int{}
 	for _, r := range w.Requests {
-		counts[r.Session]++
+		if r.Session != "" {
+			counts[r.Session]++
+		}
 	}
 	for s, n := range counts {
 		if n < 2 {
@@ -230,7 +234,8 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 // sim.Cache of blocks blocks: each prompt is looked up as the engine does
 // (never its last token), then the prompt and the tokens the engine would
 // generate for it (all but the last, whose KV is never computed) are
-// inserted. Only requests from warm on are counted.
+// inserted. Only requests from warm on are counted. Sessions play no part:
+// the bound is the same with or without them.
 func UpperBoundResult(reqs []Request, warm, blocks, blockSize int) ModeResult {
 	c := sim.NewCache(blocks, blockSize)
 	var hits, queries float64

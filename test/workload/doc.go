@@ -1,6 +1,29 @@
 // Package workload generates the synthetic LLM request streams that kvxds's
 // benchmark replays through the router to measure prefix-cache locality.
 //
+// # Workloads
+//
+// [ByName] and [Names] list the built-ins:
+//
+//   - chat ([Chat]): multi-turn conversations without a system prompt,
+//     ShareGPT-style; conversations share nothing, each turn extends the
+//     last.
+//   - chat-apps ([ChatApps]): the same conversations, each starting with one
+//     of 4 apps' system prompts (200–500 tokens), so conversations of an app
+//     also share a prefix: chat mixed with shared-prefix traffic.
+//   - agent ([Agent]): tool-using agent traces, long growing prompts.
+//   - shared-prefix ([SharedPrefix]): groups of prompts with a long common
+//     system prompt.
+//   - few-shot ([FewShot]): a few templates of worked examples, short
+//     queries.
+//   - zipf-tenants ([ZipfTenants]): per-tenant system prompts, Zipf-skewed
+//     volume with one hot tenant.
+//   - unique-short ([UniqueShort]): the negative control, short prompts that
+//     share nothing and carry no session key (Session "").
+//
+// Request.Session is the hash key a client sends (x-session-id); an empty
+// Session means the request carries none.
+//
 // # Contract
 //
 // A [Generator] turns (seed, rate, duration) into a slice of [Request]s that
@@ -23,7 +46,7 @@
 //
 // Every routing mode under test must see the byte-identical request sequence,
 // so nothing in a stream depends on what a replica answers. Multi-turn
-// workloads (chat, agent) therefore define the assistant's reply text
+// workloads (chat, chat-apps, agent) therefore define the assistant's reply text
 // themselves: a reply is MaxTokens seeded pseudo-words, and the next turn's
 // prompt carries that text. The replica's actual output is ignored; the
 // workload assumes it generates exactly MaxTokens tokens (no early stop).
@@ -40,11 +63,12 @@
 //
 // Arrivals are an open-loop Poisson process at the requested rate
 // (requests/second), generated until duration. For single-shot workloads
-// each request is one arrival. For session workloads (chat, agent) sessions
-// start as a Poisson process at rate / (mean requests per session), so the
-// long-run request rate equals rate; each later request's At is the previous
-// request's At plus a think/tool time, and it is a lower bound only: the load
-// generator sends a dependent request at max(At, completion of DependsOn).
+// each request is one arrival. For session workloads (chat, chat-apps,
+// agent) sessions start as a Poisson process at rate / (mean requests per
+// session), so the long-run request rate equals rate; each later request's
+// At is the previous request's At plus a think/tool time, and it is a lower
+// bound only: the load generator sends a dependent request at max(At,
+// completion of DependsOn).
 // Sessions that would continue past duration are truncated. A cold start
 // (Warmup = 0, the default) means the request rate ramps up over the first
 // few session lengths; set Warmup to start sessions before time zero and

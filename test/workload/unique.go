@@ -9,8 +9,11 @@ import (
 // nothing to win and should cost nothing. Expect equal hit rates (≈ 0) and
 // latency across routing modes; a difference is overhead or imbalance.
 //
-// Arrivals are Poisson at rate. Session = Tenant = a unique id per request
-// ("u-N"), so a session-hashing router spreads them like a random one.
+// Arrivals are Poisson at rate. These are single-shot API calls, which carry
+// no session header: Session is "" (no hash key), so a session-hashing
+// router routes them by its keyless fallback (in kvxds, the pool's
+// hash.keyless balancer, round robin by default). Tenant is a unique id per
+// request ("u-N").
 type UniqueShortWorkload struct {
 	// PromptLen is each prompt's length. Default uniform 50–150.
 	PromptLen UniformInt
@@ -40,8 +43,7 @@ func (u *UniqueShortWorkload) Generate(seed uint64, rate float64, duration time.
 	poisson(rngFor(seed, name, tagArrivals, 0), rate, 0, duration, func(j int, at time.Duration) {
 		r := rngFor(seed, name, tagSession, uint64(j))
 		n, out := max(u.PromptLen.Sample(r), 1), u.OutputLen.Sample(r)
-		s := id("u-", j)
-		reqs = append(reqs, Request{At: at, Session: s, Tenant: s,
+		reqs = append(reqs, Request{At: at, Tenant: id("u-", j),
 			Prompt: Words(r, n), MaxTokens: out, DependsOn: -1})
 	})
 	return finalize(reqs, duration)

@@ -15,7 +15,10 @@ type Request struct {
 	Seq int           // position in the stream, 0..
 	At  time.Duration // arrival offset from the start (open-loop Poisson)
 	// Session is the hash key a client would send (x-session-id):
-	// conversation id, agent trace id, tenant id...
+	// conversation id, agent trace id, tenant id... An empty Session means
+	// the request carries no hash key: the client sends no x-session-id
+	// header (unique-short's single-shot calls). Requests with DependsOn
+	// >= 0 always have one.
 	Session string
 	Tenant  string // tenant (for per-tenant analysis); may equal Session
 	// Prompt is the full prompt text (what a stateless client re-sends each
@@ -45,6 +48,7 @@ var builtins = []struct {
 	make func() Generator
 }{
 	{"chat", func() Generator { return Chat() }},
+	{"chat-apps", func() Generator { return ChatApps() }},
 	{"agent", func() Generator { return Agent() }},
 	{"shared-prefix", func() Generator { return SharedPrefix() }},
 	{"few-shot", func() Generator { return FewShot() }},
@@ -53,7 +57,8 @@ var builtins = []struct {
 }
 
 // ByName returns a new built-in generator with its default parameters:
-// "chat", "agent", "shared-prefix", "few-shot", "zipf-tenants" or
+// "chat" (no system prompt), "chat-apps" (chat with per-app system
+// prompts), "agent", "shared-prefix", "few-shot", "zipf-tenants" or
 // "unique-short".
 func ByName(name string) (Generator, bool) {
 	for _, b := range builtins {

@@ -58,11 +58,12 @@ func checkStream(t *testing.T, name string, reqs []Request, duration time.Durati
 		if i > 0 && r.At < reqs[i-1].At {
 			t.Fatalf("%s: not sorted by At at %d", name, i)
 		}
-		if r.Session == "" || r.Tenant == "" || r.MaxTokens < 1 {
+		if r.Tenant == "" || r.MaxTokens < 1 {
 			t.Fatalf("%s: reqs[%d] = session %q tenant %q max %d", name, i, r.Session, r.Tenant, r.MaxTokens)
 		}
 		if r.DependsOn != -1 {
-			if r.DependsOn < 0 || r.DependsOn >= i {
+			// A keyless request (Session "") is always single-shot.
+			if r.Session == "" || r.DependsOn < 0 || r.DependsOn >= i {
 				t.Fatalf("%s: reqs[%d].DependsOn = %d", name, i, r.DependsOn)
 			}
 			if d := reqs[r.DependsOn]; d.Session != r.Session || d.At > r.At {
@@ -79,7 +80,7 @@ func checkStream(t *testing.T, name string, reqs []Request, duration time.Durati
 }
 
 func TestNamesAndByName(t *testing.T) {
-	want := []string{"chat", "agent", "shared-prefix", "few-shot", "zipf-tenants", "unique-short"}
+	want := []string{"chat", "chat-apps", "agent", "shared-prefix", "few-shot", "zipf-tenants", "unique-short"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -182,9 +183,12 @@ func TestPrefixStableInDuration(t *testing.T) {
 // over long horizons cheaply.
 func tiny() []Generator {
 	c := Chat()
-	c.SystemPromptLen = UniformInt{Min: 2, Max: 2}
 	c.UserLen = LogNormal{Median: 2}
 	c.ReplyLen = LogNormal{Median: 2}
+	ca := ChatApps()
+	ca.SystemPromptLen = UniformInt{Min: 2, Max: 2}
+	ca.UserLen = LogNormal{Median: 2}
+	ca.ReplyLen = LogNormal{Median: 2}
 	a := Agent()
 	a.SchemaLen, a.TaskLen = 2, LogNormal{Median: 2}
 	a.ObservationLen, a.OutputLen = UniformInt{Min: 1, Max: 1}, UniformInt{Min: 1, Max: 1}
@@ -196,7 +200,7 @@ func tiny() []Generator {
 	z.SystemPromptLen, z.QueryLen = 2, LogNormal{Median: 1}
 	u := UniqueShort()
 	u.PromptLen = UniformInt{Min: 1, Max: 3}
-	return []Generator{c, a, s, f, z, u}
+	return []Generator{c, ca, a, s, f, z, u}
 }
 
 func TestArrivalRate(t *testing.T) {
@@ -204,7 +208,7 @@ func TestArrivalRate(t *testing.T) {
 	for _, g := range tiny() {
 		d := time.Hour
 		tol := 0.02
-		if g.Name() == "chat" || g.Name() == "agent" {
+		if g.Name() == "chat" || g.Name() == "chat-apps" || g.Name() == "agent" {
 			// Requests come in correlated bursts (whole sessions) and the
 			// cold start ramps up: longer horizon, wider tolerance.
 			d, tol = 2*time.Hour, 0.03
@@ -229,120 +233,210 @@ func TestArrivalRate(t *testing.T) {
 	}
 }
 
-func TestChat(t *testing.T) {
-	c := Chat()
-	const d = 10 * time.Minute
-	reqs := c.Generate(3, 10, d)
-	checkStream(t, "chat", reqs, d)
+// firstWords is the first n words of s (all of s if it is shorter).
+func firstWords(s string, n int) string {
+	end := 0
+	for k := 0; k < n; k++ {
+		j := strings.IndexByte(s[end:], ' ')
+		if j < 0 {
+			return s
+		}
+		end += j
+		if k < n-1 {
+			end++
+		}
+	}
+	return s[:end]
+}
 
-	bySession := map[string][]Request{}
-	var sessions []string
-	for _, r := range reqs {
-		if _, ok := bySession[r.Session]; !ok {
-			sessions = append(sessions, r.Session)
-		}
-		bySession[r.Session] = append(bySession[r.Session], r)
-	}
-	multi := 0
-	appPrefix := map[string]string{}
-	for _, s := range sessions {
-		turns := bySession[s]
-		if len(turns) > c.Turns.Max {
-			t.Fatalf("%s has %d turns", s, len(turns))
-		}
-		if len(turns) > 1 {
-			multi++
-		}
-		for k, r := range turns {
-			if r.Tenant != turns[0].Tenant {
-				t.Fatalf("%s changes tenant", s)
+func TestChat(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    *ChatWorkload
+		apps int // distinct tenants that are apps; 0: Tenant = Session
+	}{
+		{"chat", Chat(), 0},
+		{"chat-apps", ChatApps(), 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			if c.Name() != tc.name || c.Apps != tc.apps {
+				t.Fatalf("Name() = %q, Apps %d; want %q, %d", c.Name(), c.Apps, tc.name, tc.apps)
 			}
-			if r.MaxTokens < c.ReplyLen.Min || r.MaxTokens > c.ReplyLen.Max {
-				t.Fatalf("MaxTokens %d outside %v", r.MaxTokens, c.ReplyLen)
+			const d = 10 * time.Minute
+			reqs := c.Generate(3, 10, d)
+			checkStream(t, tc.name, reqs, d)
+			if again := c.Generate(3, 10, d); !reflect.DeepEqual(reqs, again) {
+				t.Fatal("same seed, different streams")
 			}
-			if k == 0 {
-				if r.DependsOn != -1 {
-					t.Fatalf("%s turn 0 depends on %d", s, r.DependsOn)
+
+			bySession := map[string][]Request{}
+			var sessions []string
+			for _, r := range reqs {
+				if _, ok := bySession[r.Session]; !ok {
+					sessions = append(sessions, r.Session)
 				}
-				if _, ok := appPrefix[r.Tenant]; !ok {
-					appPrefix[r.Tenant] = r.Prompt
+				bySession[r.Session] = append(bySession[r.Session], r)
+			}
+			multi := 0
+			appPrefix := map[string]string{}
+			for _, s := range sessions {
+				turns := bySession[s]
+				if len(turns) > c.Turns.Max {
+					t.Fatalf("%s has %d turns", s, len(turns))
 				}
-				continue
+				if len(turns) > 1 {
+					multi++
+				}
+				if tc.apps == 0 && turns[0].Tenant != s {
+					t.Fatalf("%s has tenant %q, want the session", s, turns[0].Tenant)
+				}
+				for k, r := range turns {
+					if r.Tenant != turns[0].Tenant {
+						t.Fatalf("%s changes tenant", s)
+					}
+					if r.MaxTokens < c.ReplyLen.Min || r.MaxTokens > c.ReplyLen.Max {
+						t.Fatalf("MaxTokens %d outside %v", r.MaxTokens, c.ReplyLen)
+					}
+					if k == 0 {
+						if r.DependsOn != -1 {
+							t.Fatalf("%s turn 0 depends on %d", s, r.DependsOn)
+						}
+						if tc.apps == 0 {
+							// The first prompt is the first user message.
+							if n := tokens(r.Prompt); n < c.UserLen.Min || n > c.UserLen.Max {
+								t.Fatalf("%s turn 0: %d tokens, want one user message", s, n)
+							}
+						}
+						if _, ok := appPrefix[r.Tenant]; !ok {
+							appPrefix[r.Tenant] = r.Prompt
+						}
+						continue
+					}
+					prev := turns[k-1]
+					if r.DependsOn != prev.Seq {
+						t.Fatalf("%s turn %d depends on %d, want %d", s, k, r.DependsOn, prev.Seq)
+					}
+					// Turn k−1's prompt is a strict prefix of turn k's,
+					// followed by the reply (MaxTokens of turn k−1) and the
+					// new user message.
+					if len(r.Prompt) <= len(prev.Prompt) || !strings.HasPrefix(r.Prompt, prev.Prompt) || r.Prompt[len(prev.Prompt)] != ' ' {
+						t.Fatalf("%s turn %d: turn %d's prompt is not a strict prefix", s, k, k-1)
+					}
+					user := tokens(r.Prompt) - tokens(prev.Prompt) - prev.MaxTokens
+					if user < c.UserLen.Min || user > c.UserLen.Max {
+						t.Fatalf("%s turn %d: user message of %d tokens", s, k, user)
+					}
+					if r.At <= prev.At {
+						t.Fatalf("%s turn %d: At %v not after %v", s, k, r.At, prev.At)
+					}
+				}
 			}
-			prev := turns[k-1]
-			if r.DependsOn != prev.Seq {
-				t.Fatalf("%s turn %d depends on %d, want %d", s, k, r.DependsOn, prev.Seq)
+			if multi < len(sessions)/2 {
+				t.Fatalf("only %d of %d conversations have several turns", multi, len(sessions))
 			}
-			// Turn k−1's prompt is a strict prefix of turn k's, followed by
-			// the reply (MaxTokens of turn k−1) and the new user message.
-			if len(r.Prompt) <= len(prev.Prompt) || !strings.HasPrefix(r.Prompt, prev.Prompt) || r.Prompt[len(prev.Prompt)] != ' ' {
-				t.Fatalf("%s turn %d: turn %d's prompt is not a strict prefix", s, k, k-1)
+
+			if tc.apps == 0 {
+				// No system prompt: no two conversations share their first
+				// 16-token block.
+				first := map[string]string{}
+				for _, s := range sessions {
+					block := firstWords(bySession[s][0].Prompt, 16)
+					if other, ok := first[block]; ok {
+						t.Fatalf("%s and %s share their first block %q", other, s, block)
+					}
+					first[block] = s
+				}
+				return
 			}
-			user := tokens(r.Prompt) - tokens(prev.Prompt) - prev.MaxTokens
-			if user < c.UserLen.Min || user > c.UserLen.Max {
-				t.Fatalf("%s turn %d: user message of %d tokens", s, k, user)
+			if len(appPrefix) != tc.apps {
+				t.Fatalf("%d apps seen, want %d", len(appPrefix), tc.apps)
 			}
-			if r.At <= prev.At {
-				t.Fatalf("%s turn %d: At %v not after %v", s, k, r.At, prev.At)
+			// Every conversation of an app starts with the app's system
+			// prompt.
+			sys := map[string]int{}
+			for _, r := range reqs {
+				if r.DependsOn == -1 {
+					p := appPrefix[r.Tenant]
+					n := commonWords(p, r.Prompt)
+					if m, ok := sys[r.Tenant]; !ok || n < m {
+						sys[r.Tenant] = n
+					}
+				}
 			}
+			for app, n := range sys {
+				if n < c.SystemPromptLen.Min || n > c.SystemPromptLen.Max+16 {
+					t.Fatalf("%s: conversations share %d words, want a %v system prompt", app, n, c.SystemPromptLen)
+				}
+			}
+		})
+	}
+}
+
+// chat-apps is chat with a system prompt in front of every conversation,
+// turn for turn: the same arrivals, turns, messages and replies.
+func TestChatAppsExtendsChat(t *testing.T) {
+	const d = 5 * time.Minute
+	for _, warmup := range []time.Duration{0, 2 * time.Minute} {
+		plain, apps := Chat(), ChatApps()
+		plain.Warmup, apps.Warmup = warmup, warmup
+		a, b := plain.Generate(6, 10, d), apps.Generate(6, 10, d)
+		if len(a) != len(b) || len(a) == 0 {
+			t.Fatalf("warmup %v: chat has %d requests, chat-apps %d", warmup, len(a), len(b))
 		}
-	}
-	if multi < len(sessions)/2 {
-		t.Fatalf("only %d of %d conversations have several turns", multi, len(sessions))
-	}
-	if len(appPrefix) != c.Apps {
-		t.Fatalf("%d apps seen, want %d", len(appPrefix), c.Apps)
-	}
-	// Every conversation of an app starts with the app's system prompt.
-	sys := map[string]int{}
-	for _, r := range reqs {
-		if r.DependsOn == -1 {
-			p := appPrefix[r.Tenant]
-			n := commonWords(p, r.Prompt)
-			if m, ok := sys[r.Tenant]; !ok || n < m {
-				sys[r.Tenant] = n
+		for i := range a {
+			x, y := a[i], b[i]
+			sys, rest, ok := strings.Cut(y.Prompt, " "+x.Prompt)
+			if !ok || rest != "" || tokens(sys) < apps.SystemPromptLen.Min || tokens(sys) > apps.SystemPromptLen.Max {
+				t.Fatalf("warmup %v: request %d: chat-apps prompt is not a system prompt + the chat prompt", warmup, i)
 			}
-		}
-	}
-	for app, n := range sys {
-		if n < c.SystemPromptLen.Min || n > c.SystemPromptLen.Max+16 {
-			t.Fatalf("%s: conversations share %d words, want a %v system prompt", app, n, c.SystemPromptLen)
+			y.Prompt, y.Tenant = x.Prompt, x.Tenant
+			if x != y {
+				t.Fatalf("warmup %v: request %d differs beyond prompt and tenant:\n%+.80v\n%+.80v", warmup, i, x, y)
+			}
 		}
 	}
 }
 
 func TestChatWarmup(t *testing.T) {
-	const rate, first = 20.0, time.Minute
-	cold := Chat()
-	warm := Chat()
-	warm.Warmup = 10 * time.Minute
-	reqs := warm.Generate(5, rate, 10*time.Minute)
-	checkStream(t, "chat warm", reqs, 10*time.Minute)
-	count := func(rs []Request) int {
-		n := 0
-		for _, r := range rs {
-			if r.At < first {
-				n++
+	for _, mk := range []func() *ChatWorkload{Chat, ChatApps} {
+		const rate, first = 20.0, time.Minute
+		cold := mk()
+		warm := mk()
+		warm.Warmup = 10 * time.Minute
+		name := warm.Name() + " warm"
+		reqs := warm.Generate(5, rate, 10*time.Minute)
+		checkStream(t, name, reqs, 10*time.Minute)
+		count := func(rs []Request) int {
+			n := 0
+			for _, r := range rs {
+				if r.At < first {
+					n++
+				}
+			}
+			return n
+		}
+		w, c := count(reqs), count(cold.Generate(5, rate, 10*time.Minute))
+		want := rate * first.Seconds()
+		t.Logf("%s: first minute: warm %d, cold %d, target %.0f", name, w, c, want)
+		if math.Abs(float64(w)-want) > 0.2*want || c >= w {
+			t.Fatalf("%s: first minute: warm %d, cold %d requests; want warm ≈ %.0f > cold", name, w, c, want)
+		}
+		// A conversation already under way at 0 opens with DependsOn −1
+		// but carries its history, longer than any first turn can be.
+		longest := warm.UserLen.Max
+		if warm.Apps > 0 {
+			longest += warm.SystemPromptLen.Max
+		}
+		orphans := 0
+		for _, r := range reqs {
+			if r.DependsOn == -1 && tokens(r.Prompt) > longest {
+				orphans++
 			}
 		}
-		return n
-	}
-	w, c := count(reqs), count(cold.Generate(5, rate, 10*time.Minute))
-	want := rate * first.Seconds()
-	t.Logf("first minute: warm %d, cold %d, target %.0f", w, c, want)
-	if math.Abs(float64(w)-want) > 0.2*want || c >= w {
-		t.Fatalf("first minute: warm %d, cold %d requests; want warm ≈ %.0f > cold", w, c, want)
-	}
-	// A conversation already under way at 0 opens with DependsOn −1 but
-	// carries its history, longer than any first turn can be.
-	orphans := 0
-	for _, r := range reqs {
-		if r.DependsOn == -1 && tokens(r.Prompt) > warm.SystemPromptLen.Max+warm.UserLen.Max {
-			orphans++
+		if orphans == 0 {
+			t.Fatalf("%s: no conversation was under way at time 0", name)
 		}
-	}
-	if orphans == 0 {
-		t.Fatal("no conversation was under way at time 0")
 	}
 }
 
@@ -487,7 +581,12 @@ func TestZipfTenants(t *testing.T) {
 	}
 
 	// Shares over a long tiny-text run.
-	tz := tiny()[4].(*ZipfTenantsWorkload)
+	var tz *ZipfTenantsWorkload
+	for _, g := range tiny() {
+		if z, ok := g.(*ZipfTenantsWorkload); ok {
+			tz = z
+		}
+	}
 	reqs := tz.Generate(4, 100, 5*time.Minute) // ~30,000 requests
 	counts := map[string]int{}
 	for _, r := range reqs {
@@ -520,17 +619,21 @@ func TestUniqueShort(t *testing.T) {
 	const d = 5 * time.Minute
 	reqs := u.Generate(8, 20, d)
 	checkStream(t, "unique-short", reqs, d)
-	blocks, sessions := map[string]bool{}, map[string]bool{}
+	blocks, tenants := map[string]bool{}, map[string]bool{}
 	for _, r := range reqs {
 		n := tokens(r.Prompt)
 		if n < u.PromptLen.Min || n > u.PromptLen.Max {
 			t.Fatalf("prompt of %d tokens", n)
 		}
-		block := r.Prompt[:5*16-1] // the first 16-token block
-		if blocks[block] || sessions[r.Session] {
-			t.Fatalf("request %d shares a first block or session", r.Seq)
+		// Single-shot API calls carry no session key.
+		if r.Session != "" || r.DependsOn != -1 {
+			t.Fatalf("request %d: session %q, depends on %d; want a keyless single-shot request", r.Seq, r.Session, r.DependsOn)
 		}
-		blocks[block], sessions[r.Session] = true, true
+		block := r.Prompt[:5*16-1] // the first 16-token block
+		if blocks[block] || tenants[r.Tenant] {
+			t.Fatalf("request %d shares a first block or tenant", r.Seq)
+		}
+		blocks[block], tenants[r.Tenant] = true, true
 	}
 }
 
