@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -74,7 +75,7 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 	}
 	dur := c.Duration
 	if dur == 0 {
-		dur = time.Duration(float64(c.WallPerMode) * scale).Round(time.Second)
+		dur = time.Duration(float64(c.WallPerMode) * scale * cmp.Or(prof.WallFactor, 1)).Round(time.Second)
 	}
 	reqs, err := PrepareRequests(g.Generate(c.Seed, rate, dur), c.EchoReplies)
 	if err != nil {

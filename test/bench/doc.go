@@ -67,6 +67,13 @@
 // request (trailer) is reported too: the harness's overhead, in simulated
 // time.
 //
+// A stream lasts Config.WallPerMode (16 s) of wall time × the time scale,
+// times the workload's Profile.WallFactor: 2 for chat, whose conversations
+// of up to 20 turns live for minutes and whose long histories carry most
+// prompt tokens, so that a short window is dominated by a few of them (at
+// 1×, round robin's hit rate moved between 0.22 and 0.24 over seeds 1–3,
+// and was 0.20 in runs three times longer).
+//
 // # Load
 //
 // Load is the offered request rate as a fraction of the fleet's capacity
