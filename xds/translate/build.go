@@ -190,8 +190,9 @@ func buildRoute(p *fleet.Pool) (*routev3.RouteConfiguration, error) {
 					HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
 				}}
 			case k.Cookie != "":
-				// Full match over the Cookie header; Envoy joins repeated
-				// Cookie headers with ", " before matching.
+				// Full match over the Cookie header, whose pairs are
+				// separated by "; " (or ", " where a header matcher sees
+				// repeated headers joined).
 				m.Headers = []*routev3.HeaderMatcher{{
 					Name: "cookie",
 					HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
