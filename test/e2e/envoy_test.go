@@ -76,7 +76,9 @@ pool "chat" {
 
 	get := func(session string) (string, error) {
 		req, _ := http.NewRequest("GET", "http://"+listenAddr+"/v1/models", nil)
-		req.Header.Set("x-session-id", session)
+		if session != "" {
+			req.Header.Set("x-session-id", session)
+		}
 		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 		if err != nil {
 			return "", err
@@ -107,5 +109,23 @@ pool "chat" {
 	}
 	if got := shares(first); len(got) != len(backends) {
 		t.Fatalf("sessions reached %d of %d replicas: %v", len(got), len(backends), got)
+	}
+
+	// Requests without the key take the keyless route: round robin over
+	// the same replicas (one keep-alive connection, so one Envoy worker and
+	// one rotation, where a random hash would stray by ±8).
+	keyless := map[string]int{}
+	for range 300 {
+		id, err := get("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyless[id]++
+	}
+	t.Logf("300 keyless requests: %v", keyless)
+	for _, b := range backends {
+		if n := keyless[b.id]; n < 97 || n > 103 {
+			t.Errorf("replica %s served %d of 300 keyless requests, want about 100 (round robin)", b.id, n)
+		}
 	}
 }
