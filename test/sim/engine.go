@@ -328,7 +328,6 @@ func (e *engine) schedule() bool {
 func (e *engine) complete() {
 	t := e.stepEnd
 	finished := false
-	generated := 0
 	for i := range e.batch {
 		w := e.batch[i]
 		e.batch[i] = work{}
@@ -345,7 +344,10 @@ func (e *engine) complete() {
 		r.tokens = append(r.tokens, outputTokenIDs[word])
 		r.hashes = AppendBlockHashes(r.hashes, r.tokens, e.cfg.BlockSize)
 		r.generated++
-		generated++
+		// Counted before the request may finish below: a client that
+		// scrapes /metrics right after its reply must see its tokens.
+		e.stats.GenerationTokens++
+		e.m.generationTokens.Inc()
 
 		o := r.out
 		o.mu.Lock()
@@ -377,8 +379,6 @@ func (e *engine) complete() {
 	}
 	e.batch = e.batch[:0]
 	e.now = t
-	e.stats.GenerationTokens += int64(generated)
-	e.m.generationTokens.Add(float64(generated))
 	if finished {
 		kept := e.running[:0]
 		for _, r := range e.running {
