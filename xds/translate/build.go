@@ -241,7 +241,7 @@ func keylessCluster(p *fleet.Pool) string {
 // cluster: the same endpoints (the same ClusterLoadAssignment, so weights
 // and health stay one EDS resource) under round robin or least request.
 func buildClusters(p *fleet.Pool) ([]*clusterv3.Cluster, error) {
-	c, err := buildCluster(p)
+	c, err := buildCluster(p, p.Name, "")
 	if err != nil {
 		return nil, err
 	}
@@ -250,31 +250,30 @@ func buildClusters(p *fleet.Pool) ([]*clusterv3.Cluster, error) {
 		return []*clusterv3.Cluster{c}, nil
 	}
 	kp := *p
-	kp.Name, kp.Balancer = name, p.Hash.Keyless
-	k, err := buildCluster(&kp)
+	kp.Balancer = p.Hash.Keyless
+	k, err := buildCluster(&kp, name, p.Name)
 	if err != nil {
-		return nil, fmt.Errorf("keyless: %w", err)
-	}
-	k.EdsClusterConfig.ServiceName = p.Name
-	if err := k.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("keyless: %w", err)
 	}
 	return []*clusterv3.Cluster{c, k}, nil
 }
 
-// buildCluster uses load_balancing_policy, not the legacy lb_policy enum
-// (gRPC NACKs lb_policy MAGLEV). Each client takes the first policy of the
-// list it supports: Envoy takes Maglev, gRPC (which has no Maglev) takes
-// RingHash on the same keys and the same endpoint hash keys.
-func buildCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
+// buildCluster builds the cluster called name that balances as p says over
+// the endpoints of ClusterLoadAssignment serviceName ("": name itself).
+//
+// It uses load_balancing_policy, not the legacy lb_policy enum (gRPC NACKs
+// lb_policy MAGLEV). Each client takes the first policy of the list it
+// supports: Envoy takes Maglev, gRPC (which has no Maglev) takes RingHash
+// on the same keys and the same endpoint hash keys.
+func buildCluster(p *fleet.Pool, name, serviceName string) (*clusterv3.Cluster, error) {
 	policies, err := lbPolicies(p)
 	if err != nil {
 		return nil, err
 	}
 	c := &clusterv3.Cluster{
-		Name:                 p.Name,
+		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: serviceName},
 		ConnectTimeout:       durationpb.New(connectTimeout),
 		LoadBalancingPolicy:  &clusterv3.LoadBalancingPolicy{Policies: policies},
 	}
