@@ -3,7 +3,7 @@
 //
 //	kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT]
 //	kvxds validate FILE...
-//	kvxds render [--grpc] FILE
+//	kvxds render [--grpc | --grpc-js] FILE
 //	kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta]
 //	kvxds version
 package main
@@ -41,7 +41,7 @@ proxyless gRPC clients over xDS.
 Usage:
   kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT] [--log-format text|json] [--log-level LEVEL]
   kvxds validate FILE...
-  kvxds render [--grpc] FILE
+  kvxds render [--grpc | --grpc-js] FILE
   kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--cluster NAME] [--envoy-admin HOST:PORT]
   kvxds version
 
@@ -162,12 +162,13 @@ func validate(args []string, stdout, stderr io.Writer) int {
 func render(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	grpcOut := fs.Bool("grpc", false, "render what proxyless gRPC clients receive instead of Envoy")
+	grpcOut := fs.Bool("grpc", false, "render what proxyless gRPC clients (grpc-go, grpc-java, C-core) receive instead of Envoy")
+	jsOut := fs.Bool("grpc-js", false, "render what grpc-js clients receive instead of Envoy")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: kvxds render [--grpc] FILE")
+	if fs.NArg() != 1 || *grpcOut && *jsOut {
+		fmt.Fprintln(stderr, "usage: kvxds render [--grpc | --grpc-js] FILE")
 		return 2
 	}
 	p, diags := policy.Load(fs.Arg(0))
@@ -176,8 +177,11 @@ func render(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	flavor := translate.Envoy
-	if *grpcOut {
+	switch {
+	case *grpcOut:
 		flavor = translate.GRPC
+	case *jsOut:
+		flavor = translate.GRPCJS
 	}
 	out, err := controller.Render(p, flavor)
 	if err != nil {

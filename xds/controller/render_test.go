@@ -35,7 +35,7 @@ func TestRenderGolden(t *testing.T) {
 		if slices.Contains(examples, file) {
 			base = filepath.Join("testdata", "render", "example-"+filepath.Base(base))
 		}
-		for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
+		for _, flavor := range translate.Flavors {
 			golden := base + "." + flavor.String() + ".yaml"
 			t.Run(filepath.Base(golden), func(t *testing.T) {
 				got, err := Render(p, flavor)

@@ -99,7 +99,7 @@ func (s *Server) Ready() bool {
 // Versions returns the per-type versions currently served to a flavor,
 // keyed by type URL.
 func (s *Server) Versions(flavor translate.Flavor) map[string]string {
-	snap, err := s.cache.GetSnapshot(flavorKey(flavor))
+	snap, err := s.cache.GetSnapshot(flavor.String())
 	if err != nil {
 		return nil
 	}
@@ -124,39 +124,36 @@ func (s *Server) Update(ctx context.Context, f fleet.Fleet) error {
 		return nil
 	}
 	next := map[translate.Flavor]*translate.Resources{}
-	if s.last != nil && sameShape(*s.last, f) {
-		// Membership, weight and health changes only touch EDS: reuse the
-		// other resources as they are, so their versions cannot move,
-		// and version the new endpoints once for both kinds of client.
-		eps, err := translate.TranslateEndpoints(f)
+	fast := s.last != nil && sameShape(*s.last, f)
+	for _, flavor := range translate.Flavors {
+		var r *translate.Resources
+		var err error
+		if fast {
+			// Membership, weight and health changes touch only EDS (and
+			// gRPC clients' ring sizes): listeners and routes are reused
+			// as they are, so their versions cannot move.
+			r, err = translate.Retranslate(s.current[flavor], f, flavor)
+		} else {
+			r, err = translate.Translate(f, flavor)
+		}
 		if err != nil {
 			s.metrics.updateErrors.Inc()
-			return fmt.Errorf("translating endpoints: %w", err)
+			return fmt.Errorf("translating for %s: %w", flavor, err)
 		}
-		next[translate.Envoy] = s.current[translate.Envoy].WithEndpoints(eps)
-		next[translate.GRPC] = next[translate.Envoy].WithListeners(s.current[translate.GRPC])
-	} else {
-		for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
-			r, err := translate.Translate(f, flavor)
-			if err != nil {
-				s.metrics.updateErrors.Inc()
-				return fmt.Errorf("translating for %s: %w", flavorKey(flavor), err)
-			}
-			next[flavor] = r
-		}
+		next[flavor] = r
 	}
 	snaps := map[translate.Flavor]*cachev3.Snapshot{}
 	for flavor, r := range next {
 		snap, err := r.Snapshot()
 		if err != nil {
 			s.metrics.updateErrors.Inc()
-			return fmt.Errorf("building %s snapshot: %w", flavorKey(flavor), err)
+			return fmt.Errorf("building %s snapshot: %w", flavor, err)
 		}
 		snaps[flavor] = snap
 	}
 	for _, flavor := range slices.Sorted(maps.Keys(snaps)) {
 		snap := snaps[flavor]
-		key := flavorKey(flavor)
+		key := flavor.String()
 		prev, _ := s.cache.GetSnapshot(key)
 		if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
 			return fmt.Errorf("setting %s snapshot: %w", key, err)

@@ -110,7 +110,9 @@ func TestClassify(t *testing.T) {
 		{"nil", nil, translate.Envoy},
 		{"grpc-go", &core.Node{UserAgentName: "gRPC Go"}, translate.GRPC},
 		{"grpc-java", &core.Node{UserAgentName: "gRPC Java"}, translate.GRPC},
-		{"grpc-js", &core.Node{UserAgentName: "gRPC Node"}, translate.GRPC},
+		{"grpc-js", &core.Node{UserAgentName: "gRPC Node Pure JS"}, translate.GRPCJS},
+		{"grpc-js with kvxds bootstrap", &core.Node{UserAgentName: "gRPC Node Pure JS", Metadata: meta("grpc")}, translate.GRPCJS},
+		{"override to grpc-js", &core.Node{UserAgentName: "gRPC Go", Metadata: meta("grpc-js")}, translate.GRPCJS},
 		{"override to grpc", &core.Node{UserAgentName: "envoy", Metadata: meta("grpc")}, translate.GRPC},
 		{"override to envoy", &core.Node{UserAgentName: "gRPC Go", Metadata: meta("Envoy")}, translate.Envoy},
 		{"bad override ignored", &core.Node{UserAgentName: "gRPC Go", Metadata: meta("nginx")}, translate.GRPC},
@@ -152,7 +154,7 @@ func TestWeightChangeBumpsOnlyEDS(t *testing.T) {
 				after := s.Versions(flavor)
 				for typ, v := range after {
 					if changed := v != before[typ]; changed != tc.change[typ] {
-						t.Errorf("%s %s: changed=%v, want %v", flavorKey(flavor), shortType(typ), changed, tc.change[typ])
+						t.Errorf("%s %s: changed=%v, want %v", flavor.String(), shortType(typ), changed, tc.change[typ])
 					}
 				}
 				// Update is idempotent: the second flavor sees no change.
@@ -239,7 +241,7 @@ func TestNACKIsNotResentInALoop(t *testing.T) {
 	}
 	// A new configuration is sent.
 	f := testFleet(1, 1)
-	f.Pools[0].Hash.BalanceFactor = 300
+	f.Pools[0].Hash.Keyless = fleet.LeastRequest
 	if err := h.srv.Update(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}

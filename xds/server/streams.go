@@ -52,7 +52,7 @@ func (t *streamTracker) closed(id int64, node *core.Node) {
 }
 
 func (t *streamTracker) nack(id int64, node *core.Node, typeURL, version, nonce, detail string) {
-	clients := flavorKey(Classify(node))
+	clients := Classify(node).String()
 	t.m.nacks.WithLabelValues(clients, shortType(typeURL)).Inc()
 	t.log.Warn("client rejected configuration; not re-sending it until it changes",
 		"node", node.GetId(), "clients", clients, "type", shortType(typeURL),

@@ -18,12 +18,12 @@ func benchFleets() (fleet.Fleet, fleet.Fleet) {
 	return a, b
 }
 
-// BenchmarkFullRebuild: Translate + Snapshot for both flavors.
+// BenchmarkFullRebuild: Translate + Snapshot for every flavor.
 func BenchmarkFullRebuild(b *testing.B) {
 	f, _ := benchFleets()
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, flavor := range []Flavor{Envoy, GRPC} {
+		for _, flavor := range Flavors {
 			r, err := Translate(f, flavor)
 			if err != nil {
 				b.Fatal(err)
@@ -37,7 +37,7 @@ func BenchmarkFullRebuild(b *testing.B) {
 
 // BenchmarkWeightsOnly: rebuild only the endpoints of a weight change and
 // a new snapshot reusing the previous listeners, routes and clusters, for
-// one flavor (the CLAs are shared between flavors).
+// Envoy.
 func BenchmarkWeightsOnly(b *testing.B) {
 	f0, f1 := benchFleets()
 	prev, err := Translate(f0, Envoy)
@@ -49,11 +49,11 @@ func BenchmarkWeightsOnly(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		eps, err := TranslateEndpoints(fleets[i%2])
+		r, err := Retranslate(prev, fleets[i%2], Envoy)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := prev.WithEndpoints(eps).Snapshot(); err != nil {
+		if _, err := r.Snapshot(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -124,7 +124,7 @@ func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
 				}},
 			}},
 		}
-	case GRPC:
+	case GRPC, GRPCJS:
 		// A client-side API listener: no address, named after the
 		// target the client dials (xds:///P).
 		l = &listenerv3.Listener{
@@ -140,7 +140,7 @@ func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
 	return l, nil
 }
 
-func buildRoute(p *fleet.Pool) (*routev3.RouteConfiguration, error) {
+func buildRoute(p *fleet.Pool, flavor Flavor) (*routev3.RouteConfiguration, error) {
 	// Every key is terminal: the first one present in the request decides
 	// the hash, later ones are only fallbacks (Envoy and gRPC both stop at
 	// the first terminal policy that produced a hash). gRPC ignores
@@ -173,7 +173,8 @@ func buildRoute(p *fleet.Pool) (*routev3.RouteConfiguration, error) {
 		return &routev3.Route_Route{Route: a}
 	}
 	var routes []*routev3.Route
-	if keylessCluster(p) == "" {
+	keyless := keylessCluster(p, flavor)
+	if keyless == "" {
 		routes = []*routev3.Route{{Match: prefixMatch(), Action: action(p.Name, hp)}}
 	} else {
 		// One route per key source, in chain order, sends requests that
@@ -209,7 +210,7 @@ func buildRoute(p *fleet.Pool) (*routev3.RouteConfiguration, error) {
 			}
 			routes = append(routes, &routev3.Route{Match: m, Action: action(p.Name, hp)})
 		}
-		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(keylessCluster(p), nil)})
+		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(keyless, nil)})
 	}
 	rc := &routev3.RouteConfiguration{
 		Name: p.Name,
@@ -229,9 +230,17 @@ func prefixMatch() *routev3.RouteMatch {
 	return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 }
 
-// keylessCluster is the name of p's keyless cluster, or "" if p has none.
-func keylessCluster(p *fleet.Pool) string {
-	if p.Balancer != fleet.ConsistentHash || p.Hash.Keyless == fleet.Random {
+// keylessCluster is the name of p's keyless cluster for flavor, or "" if
+// it has none.
+//
+// grpc-js gets none: it shares subchannels between the clusters of a
+// channel, and once the keyless cluster's balancer has connected an
+// endpoint, grpc-js's ring hash stalls on it (its picker starts the
+// endpoint's connection from inside a pick, is told synchronously that it
+// is ready, and queues the pick after the only update it will get). Its
+// keyless requests take a random hash on the ring instead.
+func keylessCluster(p *fleet.Pool, flavor Flavor) string {
+	if p.Balancer != fleet.ConsistentHash || p.Hash.Keyless == fleet.Random || flavor == GRPCJS {
 		return ""
 	}
 	return p.Name + fleet.KeylessSuffix
@@ -240,12 +249,20 @@ func keylessCluster(p *fleet.Pool) string {
 // buildClusters returns p's cluster and, if it has one, its keyless
 // cluster: the same endpoints (the same ClusterLoadAssignment, so weights
 // and health stay one EDS resource) under round robin or least request.
-func buildClusters(p *fleet.Pool) ([]*clusterv3.Cluster, error) {
-	c, err := buildCluster(p, p.Name, "")
+// Proxyless gRPC clients get a hash cluster of their own whose ring size
+// follows the pool's healthy weight (see GRPCRingSize).
+func buildClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
+	var c *clusterv3.Cluster
+	var err error
+	if flavor.proxyless() && p.Balancer == fleet.ConsistentHash {
+		c, err = grpcHashCluster(p)
+	} else {
+		c, err = buildCluster(p, p.Name, "")
+	}
 	if err != nil {
 		return nil, err
 	}
-	name := keylessCluster(p)
+	name := keylessCluster(p, flavor)
 	if name == "" {
 		return []*clusterv3.Cluster{c}, nil
 	}
@@ -299,7 +316,17 @@ func lbPolicies(p *fleet.Pool) ([]*clusterv3.LoadBalancingPolicy_Policy, error) 
 	case fleet.RoundRobin:
 		return single(roundRobinPolicyName, &roundrobinv3.RoundRobin{})
 	case fleet.LeastRequest:
-		return single(leastRequestPolicyName, &leastrequestv3.LeastRequest{})
+		// Round robin follows for the clients without least request
+		// (grpc-js NACKs a list it knows nothing of).
+		lr, err := single(leastRequestPolicyName, &leastrequestv3.LeastRequest{})
+		if err != nil {
+			return nil, err
+		}
+		rr, err := single(roundRobinPolicyName, &roundrobinv3.RoundRobin{})
+		if err != nil {
+			return nil, err
+		}
+		return append(lr, rr...), nil
 	}
 	var chc *lbcommonv3.ConsistentHashingLbConfig
 	if p.Hash.BalanceFactor != 0 {
@@ -364,7 +391,12 @@ var healthStatus = [...]corev3.HealthStatus{
 // A113) gives each endpoint (weight/locality sum) × (locality weight /
 // locality total), which with this choice is weight/total as well: both
 // data planes size every endpoint alike however uneven the localities.
-func buildEndpoints(p *fleet.Pool) (*endpointv3.ClusterLoadAssignment, error) {
+//
+// grpc-js instead weighs an endpoint by locality weight × endpoint weight,
+// so for grpc-js every locality of a hash pool weighs 1: its ring then
+// matches grpc-go's. (Its other balancers weigh localities as grpc-go's
+// do, and keep the sums.)
+func buildEndpoints(p *fleet.Pool, flavor Flavor) (*endpointv3.ClusterLoadAssignment, error) {
 	// Bucket endpoints by locality. Pools have few localities: scan a
 	// slice, and switch to a map if there are many.
 	var locs []fleet.Locality
@@ -457,8 +489,12 @@ func buildEndpoints(p *fleet.Pool) (*endpointv3.ClusterLoadAssignment, error) {
 		lles[k].LbEndpoints = append(lles[k].LbEndpoints, &lbEps[i])
 		sums[k] += e.Weight
 	}
+	unitLocalities := flavor == GRPCJS && p.Balancer == fleet.ConsistentHash
 	for i := range lles {
 		lweights[i].Value = sums[i]
+		if unitLocalities {
+			lweights[i].Value = 1
+		}
 		lles[i].LoadBalancingWeight = &lweights[i]
 	}
 	if err := cla.ValidateAll(); err != nil {

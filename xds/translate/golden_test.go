@@ -158,7 +158,7 @@ func TestGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			f := loadFleet(t, in)
-			for _, flavor := range []Flavor{Envoy, GRPC} {
+			for _, flavor := range Flavors {
 				r, err := Translate(f, flavor)
 				if err != nil {
 					t.Fatal(err)

@@ -49,15 +49,25 @@ import (
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 
-// Flavor is the kind of xDS client: they differ only in their Listeners.
+// Flavor is the kind of xDS client. Envoy and proxyless gRPC clients
+// differ in their listeners and in how they hash (Maglev in Envoy, a ring
+// sized to the membership in gRPC); grpc-js differs from the other gRPC
+// clients in two limits of its own (see keylessCluster and
+// buildEndpoints).
 type Flavor int
 
 const (
 	// Envoy is a stock Envoy proxy: one TCP listener per pool.
 	Envoy Flavor = iota
-	// GRPC is a proxyless gRPC client: one API listener per pool.
+	// GRPC is a proxyless gRPC client (grpc-go, grpc-java, C-core): one
+	// API listener per pool.
 	GRPC
+	// GRPCJS is grpc-js (@grpc/grpc-js-xds), a proxyless gRPC client.
+	GRPCJS
 )
+
+// Flavors lists every flavor, in the order snapshots are built.
+var Flavors = []Flavor{Envoy, GRPC, GRPCJS}
 
 func (f Flavor) String() string {
 	switch f {
@@ -65,9 +75,16 @@ func (f Flavor) String() string {
 		return "envoy"
 	case GRPC:
 		return "grpc"
+	case GRPCJS:
+		return "grpc-js"
 	}
 	return fmt.Sprintf("flavor(%d)", int(f))
 }
+
+// proxyless reports whether f is a gRPC client.
+func (f Flavor) proxyless() bool { return f == GRPC || f == GRPCJS }
+
+func (f Flavor) valid() bool { return f == Envoy || f.proxyless() }
 
 // Resources is everything one flavor of client needs. Each slice is
 // sorted by resource name. Resources must not be modified once built.
@@ -88,7 +105,7 @@ type Options struct{}
 // Translate normalises and validates f and returns the resources for the
 // given flavor, each of which passes its ValidateAll.
 func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
-	if flavor != Envoy && flavor != GRPC {
+	if !flavor.valid() {
 		return nil, fmt.Errorf("translate: unknown flavor %v", flavor)
 	}
 	n, err := prepare(f)
@@ -107,13 +124,13 @@ func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
 		if r.Listeners[i], err = buildListener(p, flavor); err != nil {
 			return resErr(p, "listener", err)
 		}
-		if r.Routes[i], err = buildRoute(p); err != nil {
+		if r.Routes[i], err = buildRoute(p, flavor); err != nil {
 			return resErr(p, "route configuration", err)
 		}
-		if clusters[i], err = buildClusters(p); err != nil {
+		if clusters[i], err = buildClusters(p, flavor); err != nil {
 			return resErr(p, "cluster", err)
 		}
-		if r.Endpoints[i], err = buildEndpoints(p); err != nil {
+		if r.Endpoints[i], err = buildEndpoints(p, flavor); err != nil {
 			return resErr(p, "cluster load assignment", err)
 		}
 		return nil
@@ -121,70 +138,67 @@ func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Sorted by name like every other type ("a-b" sorts before
-	// "a/keyless").
-	r.Clusters = slices.Concat(clusters...)
-	slices.SortFunc(r.Clusters, func(a, b *clusterv3.Cluster) int { return cmp.Compare(a.GetName(), b.GetName()) })
+	r.Clusters = sortedClusters(clusters)
 	return r, nil
 }
 
-// TranslateEndpoints is the fast path of Translate for changes that only
-// touch endpoints (weights, health, membership): it normalises and
-// validates f like Translate and returns only the ClusterLoadAssignments,
-// identical to Translate(f, ...).Endpoints. Combine it with
-// Resources.WithEndpoints; if anything else may have changed, use
-// Translate.
-func TranslateEndpoints(f fleet.Fleet) ([]*endpointv3.ClusterLoadAssignment, error) {
+// Retranslate is the fast path of Translate for a fleet that differs from
+// the one prev was translated from only in its endpoints (membership,
+// weights, health): it normalises and validates f like Translate,
+// rebuilds the ClusterLoadAssignments and, for proxyless gRPC flavors,
+// the clusters (their ring size follows the healthy weight), and shares
+// prev's listeners and routes, already versioned. The result equals
+// Translate(f, flavor). If anything else may have changed, use Translate.
+func Retranslate(prev *Resources, f fleet.Fleet, flavor Flavor) (*Resources, error) {
+	if !flavor.valid() {
+		return nil, fmt.Errorf("translate: unknown flavor %v", flavor)
+	}
 	n, err := prepare(f)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*endpointv3.ClusterLoadAssignment, len(n.Pools))
+	out := &Resources{
+		Listeners: prev.Listeners,
+		Routes:    prev.Routes,
+		Clusters:  prev.Clusters,
+		Endpoints: make([]*endpointv3.ClusterLoadAssignment, len(n.Pools)),
+	}
+	var clusters [][]*clusterv3.Cluster
+	if flavor.proxyless() {
+		clusters = make([][]*clusterv3.Cluster, len(n.Pools))
+	}
 	err = parallel(len(n.Pools), func(i int) error {
+		p := &n.Pools[i]
 		var err error
-		if out[i], err = buildEndpoints(&n.Pools[i]); err != nil {
-			return resErr(&n.Pools[i], "cluster load assignment", err)
+		if out.Endpoints[i], err = buildEndpoints(p, flavor); err != nil {
+			return resErr(p, "cluster load assignment", err)
+		}
+		if clusters != nil {
+			if clusters[i], err = buildClusters(p, flavor); err != nil {
+				return resErr(p, "cluster", err)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	keep := []types.ResponseType{types.Listener, types.Route, types.Cluster}
+	if clusters != nil {
+		out.Clusters = sortedClusters(clusters)
+		keep = keep[:2]
+	}
+	for _, t := range keep {
+		out.groups.cells[t] = prev.groups.cell(t)
+	}
 	return out, nil
 }
 
-// WithEndpoints returns a copy of r whose endpoints are eps, sharing r's
-// listeners, routes and clusters; r is not modified. eps must come from a
-// fleet with the same pools as r's, sorted by cluster name as
-// TranslateEndpoints returns them; Snapshot rejects endpoints of unknown
-// or missing clusters.
-func (r *Resources) WithEndpoints(eps []*endpointv3.ClusterLoadAssignment) *Resources {
-	out := &Resources{
-		Listeners: r.Listeners,
-		Routes:    r.Routes,
-		Clusters:  r.Clusters,
-		Endpoints: eps,
-	}
-	for _, t := range []types.ResponseType{types.Listener, types.Route, types.Cluster} {
-		out.groups.cells[t] = r.groups.cell(t)
-	}
-	return out
-}
-
-// WithListeners returns a copy of r whose listeners are those of from:
-// the resources of the other flavor with the same routes, clusters and
-// endpoints. Everything already versioned in either is reused.
-func (r *Resources) WithListeners(from *Resources) *Resources {
-	out := &Resources{
-		Listeners: from.Listeners,
-		Routes:    r.Routes,
-		Clusters:  r.Clusters,
-		Endpoints: r.Endpoints,
-	}
-	out.groups.cells[types.Listener] = from.groups.cell(types.Listener)
-	for _, t := range []types.ResponseType{types.Route, types.Cluster, types.Endpoint} {
-		out.groups.cells[t] = r.groups.cell(t)
-	}
+// sortedClusters flattens per-pool clusters, sorted by name like every
+// other type ("a-b" sorts before "a/keyless").
+func sortedClusters(perPool [][]*clusterv3.Cluster) []*clusterv3.Cluster {
+	out := slices.Concat(perPool...)
+	slices.SortFunc(out, func(a, b *clusterv3.Cluster) int { return cmp.Compare(a.GetName(), b.GetName()) })
 	return out
 }
 

@@ -20,8 +20,6 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	leastrequestv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
-	maglevv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
-	ringhashv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
 	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -30,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
 // genFleet is a synthetic fleet: pools × eps endpoints over three zones,
@@ -169,11 +168,11 @@ func validateDeep(t *testing.T, m validated) {
 
 func TestAllResourcesValidate(t *testing.T) {
 	for name, f := range allFixtures(t) {
-		for _, flavor := range []Flavor{Envoy, GRPC} {
+		for _, flavor := range Flavors {
 			r := mustTranslate(t, f, flavor)
 			n, keyless := len(f.Pools), 0
 			for _, p := range f.Normalize().Pools {
-				if p.Balancer == fleet.ConsistentHash && p.Hash.Keyless != fleet.Random {
+				if p.Balancer == fleet.ConsistentHash && p.Hash.Keyless != fleet.Random && flavor != GRPCJS {
 					keyless++
 				}
 			}
@@ -203,10 +202,8 @@ func TestAllResourcesValidate(t *testing.T) {
 	}
 }
 
-// TestFlavorsDifferOnlyInListeners: routes, clusters and endpoints are
-// shared; Envoy listeners have an address, gRPC ones an API listener.
 func TestEmptyFleet(t *testing.T) {
-	for _, flavor := range []Flavor{Envoy, GRPC} {
+	for _, flavor := range Flavors {
 		r := mustTranslate(t, fleet.Fleet{}, flavor)
 		if len(r.Listeners)+len(r.Routes)+len(r.Clusters)+len(r.Endpoints) != 0 {
 			t.Errorf("%v: resources from an empty fleet", flavor)
@@ -218,22 +215,63 @@ func TestEmptyFleet(t *testing.T) {
 	}
 }
 
-func TestFlavorsDifferOnlyInListeners(t *testing.T) {
+// TestFlavors: Envoy and gRPC clients share routes and endpoints but not
+// listeners or hash clusters; grpc-js has no keyless cluster and unit
+// locality weights.
+func TestFlavors(t *testing.T) {
 	f := genFleet(3, 10)
-	e, g := mustTranslate(t, f, Envoy), mustTranslate(t, f, GRPC)
-	if Version(e.Routes) != Version(g.Routes) || Version(e.Clusters) != Version(g.Clusters) || Version(e.Endpoints) != Version(g.Endpoints) {
-		t.Error("routes, clusters or endpoints differ between flavors")
+	e, g, js := mustTranslate(t, f, Envoy), mustTranslate(t, f, GRPC), mustTranslate(t, f, GRPCJS)
+	if Version(e.Routes) != Version(g.Routes) || Version(e.Endpoints) != Version(g.Endpoints) {
+		t.Error("routes or endpoints differ between Envoy and gRPC")
 	}
 	for i := range e.Listeners {
-		el, gl := e.Listeners[i], g.Listeners[i]
-		if el.Name != gl.Name {
-			t.Errorf("listener names differ: %q vs %q", el.Name, gl.Name)
+		el, gl, jl := e.Listeners[i], g.Listeners[i], js.Listeners[i]
+		if el.Name != gl.Name || el.Name != jl.Name {
+			t.Errorf("listener names differ: %q vs %q vs %q", el.Name, gl.Name, jl.Name)
 		}
 		if el.GetAddress() == nil || el.GetApiListener() != nil {
 			t.Errorf("envoy listener %q: want address and no api_listener", el.Name)
 		}
-		if gl.GetAddress() != nil || gl.GetApiListener() == nil || len(gl.GetFilterChains()) != 0 {
-			t.Errorf("grpc listener %q: want api_listener only", gl.Name)
+		for _, l := range []*listenerv3.Listener{gl, jl} {
+			if l.GetAddress() != nil || l.GetApiListener() == nil || len(l.GetFilterChains()) != 0 {
+				t.Errorf("grpc listener %q: want api_listener only", l.Name)
+			}
+		}
+	}
+	for _, c := range e.Clusters {
+		if c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN || len(c.GetLoadBalancingPolicy().GetPolicies()) == 0 {
+			t.Errorf("envoy cluster %q: want load_balancing_policy only", c.Name)
+		}
+	}
+	for _, r := range []*Resources{g, js} {
+		for _, c := range r.Clusters {
+			if strings.HasSuffix(c.Name, fleet.KeylessSuffix) {
+				continue
+			}
+			rh := c.GetRingHashLbConfig()
+			if c.GetLbPolicy() != clusterv3.Cluster_RING_HASH || c.GetLoadBalancingPolicy() != nil || rh == nil {
+				t.Fatalf("grpc cluster %q: want legacy ring hash, got %v", c.Name, c)
+			}
+			if rh.GetMinimumRingSize().GetValue() != rh.GetMaximumRingSize().GetValue() || rh.GetMinimumRingSize().GetValue() == 0 {
+				t.Errorf("grpc cluster %q: ring size %v..%v, want one fixed size", c.Name, rh.GetMinimumRingSize(), rh.GetMaximumRingSize())
+			}
+		}
+	}
+	if len(js.Clusters) != len(f.Pools) || len(g.Clusters) != 2*len(f.Pools) {
+		t.Errorf("clusters: grpc %d, grpc-js %d; want 2 and 1 per pool", len(g.Clusters), len(js.Clusters))
+	}
+	for _, rc := range js.Routes {
+		for _, rt := range rc.GetVirtualHosts()[0].GetRoutes() {
+			if strings.HasSuffix(rt.GetRoute().GetCluster(), fleet.KeylessSuffix) {
+				t.Errorf("grpc-js route configuration %q routes to %s", rc.Name, rt.GetRoute().GetCluster())
+			}
+		}
+	}
+	for _, cla := range js.Endpoints {
+		for _, l := range cla.GetEndpoints() {
+			if l.GetLoadBalancingWeight().GetValue() != 1 {
+				t.Errorf("grpc-js %q: locality weight %d, want 1", cla.ClusterName, l.GetLoadBalancingWeight().GetValue())
+			}
 		}
 	}
 	if _, err := Translate(f, Flavor(7)); err == nil {
@@ -244,7 +282,7 @@ func TestFlavorsDifferOnlyInListeners(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for name, f := range allFixtures(t) {
-		for _, flavor := range []Flavor{Envoy, GRPC} {
+		for _, flavor := range Flavors {
 			ref := mustTranslate(t, f, flavor)
 			refSnap := mustSnapshot(t, ref)
 			for range 10 {
@@ -346,20 +384,42 @@ func TestSnapshotVersions(t *testing.T) {
 	health := shuffled(base, rand.New(rand.NewPCG(5, 6)))
 	health.Pools[0].Endpoints[0].Health = (health.Pools[0].Endpoints[0].Health + 1) % 4
 	more := genFleet(4, 20)
+	// The same total weight on the ring: gRPC rings keep their size.
+	shift := shuffled(base, rand.New(rand.NewPCG(7, 8)))
+	var healthy []*fleet.Endpoint
+	for i := range shift.Pools[1].Endpoints {
+		if e := &shift.Pools[1].Endpoints[i]; e.Health == fleet.Healthy && e.Weight > 1 {
+			healthy = append(healthy, e)
+		}
+	}
+	if len(healthy) < 2 {
+		t.Fatal("fixture: fewer than two healthy endpoints of weight > 1")
+	}
+	healthy[0].Weight++
+	healthy[1].Weight--
 
-	for _, flavor := range []Flavor{Envoy, GRPC} {
+	for _, flavor := range Flavors {
 		v0 := versions(mustSnapshot(t, mustTranslate(t, base, flavor)))
 		for typ, v := range v0 {
 			if len(v) != 16 {
 				t.Errorf("%s version %q: want 16 hex digits", typ, v)
 			}
 		}
+		// gRPC clients' ring size follows the healthy weight.
+		eds := func(f fleet.Fleet) []string {
+			out := []string{resource.EndpointType}
+			if flavor.proxyless() && !slices.Equal(ringSizes(base), ringSizes(f)) {
+				out = append(out, resource.ClusterType)
+			}
+			return out
+		}
 		for name, tc := range map[string]struct {
 			f       fleet.Fleet
 			changed []string
 		}{
-			"weight": {weights, []string{resource.EndpointType}},
-			"health": {health, []string{resource.EndpointType}},
+			"weight": {weights, eds(weights)},
+			"health": {health, eds(health)},
+			"shift":  {shift, []string{resource.EndpointType}},
 			"pool":   {more, []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType}},
 		} {
 			v1 := versions(mustSnapshot(t, mustTranslate(t, tc.f, flavor)))
@@ -372,13 +432,27 @@ func TestSnapshotVersions(t *testing.T) {
 	}
 }
 
+// ringSizes is the gRPC ring size of each pool of f, by pool name.
+func ringSizes(f fleet.Fleet) []uint64 {
+	n := f.Normalize()
+	out := make([]uint64, len(n.Pools))
+	for i := range n.Pools {
+		out[i] = GRPCRingSize(ringWeight(&n.Pools[i]))
+	}
+	return out
+}
+
 func TestSnapshotContents(t *testing.T) {
 	f := genFleet(3, 5)
-	for _, flavor := range []Flavor{Envoy, GRPC} {
+	for _, flavor := range Flavors {
 		r := mustTranslate(t, f, flavor)
 		s := mustSnapshot(t, r)
-		// Each hash pool has a keyless cluster.
-		for typ, n := range map[string]int{resource.ListenerType: 3, resource.RouteType: 3, resource.ClusterType: 6, resource.EndpointType: 3} {
+		// Each hash pool has a keyless cluster, except for grpc-js.
+		clusters := 6
+		if flavor == GRPCJS {
+			clusters = 3
+		}
+		for typ, n := range map[string]int{resource.ListenerType: 3, resource.RouteType: 3, resource.ClusterType: clusters, resource.EndpointType: 3} {
 			if got := len(s.GetResources(typ)); got != n {
 				t.Errorf("%v: %d %s, want %d", flavor, got, typ, n)
 			}
@@ -417,11 +491,11 @@ func TestSnapshotContents(t *testing.T) {
 
 func TestSnapshotReferences(t *testing.T) {
 	f := genFleet(2, 3)
-	for _, flavor := range []Flavor{Envoy, GRPC} {
+	for _, flavor := range Flavors {
 		r := mustTranslate(t, f, flavor)
 		for name, broken := range map[string]*Resources{
-			"missing endpoints": r.WithEndpoints(r.Endpoints[:1]),
-			"unknown endpoints": r.WithEndpoints(mustTranslate(t, genFleet(3, 3), flavor).Endpoints),
+			"missing endpoints": {Listeners: r.Listeners, Routes: r.Routes, Clusters: r.Clusters, Endpoints: r.Endpoints[:1]},
+			"unknown endpoints": {Listeners: r.Listeners, Routes: r.Routes, Clusters: r.Clusters, Endpoints: mustTranslate(t, genFleet(3, 3), flavor).Endpoints},
 			"missing cluster":   {Listeners: r.Listeners, Routes: r.Routes, Clusters: r.Clusters[1:], Endpoints: r.Endpoints[1:]},
 			"missing route":     {Listeners: r.Listeners, Routes: r.Routes[:1], Clusters: r.Clusters, Endpoints: r.Endpoints},
 			"duplicate cluster": {Listeners: r.Listeners, Routes: r.Routes, Clusters: append(slices.Clone(r.Clusters), r.Clusters[0]), Endpoints: r.Endpoints},
@@ -441,27 +515,34 @@ func TestEndpointsFastPath(t *testing.T) {
 			changed.Pools[i].Endpoints[j].Weight = uint32(1 + (i+j)%5)
 		}
 	}
-	for _, flavor := range []Flavor{Envoy, GRPC} {
+	for _, flavor := range Flavors {
 		prev := mustTranslate(t, base, flavor)
+		prevEps := prev.Endpoints[0]
 		full := mustTranslate(t, changed, flavor)
-		eps, err := TranslateEndpoints(changed)
+		fast, err := Retranslate(prev, changed, flavor)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.EqualFunc(marshalAll(t, eps), marshalAll(t, full.Endpoints), bytes.Equal) {
-			t.Fatal("TranslateEndpoints differs from Translate(...).Endpoints")
+		for i, pair := range [][2][][]byte{
+			{marshalAll(t, fast.Listeners), marshalAll(t, full.Listeners)},
+			{marshalAll(t, fast.Routes), marshalAll(t, full.Routes)},
+			{marshalAll(t, fast.Clusters), marshalAll(t, full.Clusters)},
+			{marshalAll(t, fast.Endpoints), marshalAll(t, full.Endpoints)},
+		} {
+			if !slices.EqualFunc(pair[0], pair[1], bytes.Equal) {
+				t.Fatalf("%v: Retranslate differs from Translate in resource type %d", flavor, i)
+			}
 		}
-		fast := prev.WithEndpoints(eps)
-		if len(prev.Endpoints) != len(base.Pools) || prev.Endpoints[0] == eps[0] {
-			t.Fatal("WithEndpoints modified its receiver")
+		if prev.Endpoints[0] != prevEps || &prev.Listeners[0] != &fast.Listeners[0] {
+			t.Fatal("Retranslate modified prev or did not share its listeners")
 		}
 		sFast, sFull := versions(mustSnapshot(t, fast)), versions(mustSnapshot(t, full))
 		if !maps.Equal(sFast, sFull) {
 			t.Errorf("%v: fast path versions %v, full rebuild %v", flavor, sFast, sFull)
 		}
-	}
-	if _, err := TranslateEndpoints(fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}); err == nil {
-		t.Error("TranslateEndpoints of an invalid fleet: want error")
+		if _, err := Retranslate(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}, flavor); err == nil {
+			t.Error("Retranslate of an invalid fleet: want error")
+		}
 	}
 }
 
@@ -505,7 +586,7 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("baseline: %v", err)
 			}
 			mutate(&p)
-			for _, flavor := range []Flavor{Envoy, GRPC} {
+			for _, flavor := range Flavors {
 				r, err := Translate(fleet.Fleet{Pools: []fleet.Pool{p}}, flavor)
 				if err == nil {
 					t.Fatalf("%v: want error, got %d listeners", flavor, len(r.Listeners))
@@ -514,8 +595,9 @@ func TestErrors(t *testing.T) {
 					t.Errorf("error not prefixed: %v", err)
 				}
 			}
-			if _, err := TranslateEndpoints(fleet.Fleet{Pools: []fleet.Pool{p}}); err == nil && name != "bad header name" {
-				t.Errorf("TranslateEndpoints: want error")
+			prev := mustTranslate(t, fleet.Fleet{Pools: []fleet.Pool{good()}}, Envoy)
+			if _, err := Retranslate(prev, fleet.Fleet{Pools: []fleet.Pool{p}}, Envoy); err == nil && name != "bad header name" {
+				t.Errorf("Retranslate: want error")
 			}
 		})
 	}
@@ -533,7 +615,15 @@ func TestErrors(t *testing.T) {
 // xdslbregistry/converter); a violation there is a NACK.
 func TestGRPCAcceptance(t *testing.T) {
 	for name, f := range allFixtures(t) {
-		r := mustTranslate(t, f, GRPC)
+		for _, flavor := range []Flavor{GRPC, GRPCJS} {
+			grpcAcceptance(t, name+"/"+flavor.String(), mustTranslate(t, f, flavor))
+		}
+	}
+}
+
+func grpcAcceptance(t *testing.T, name string, r *Resources) {
+	t.Helper()
+	{
 		for _, l := range roundTrip(t, r.Listeners) {
 			al := l.GetApiListener().GetApiListener()
 			hcm := new(hcmv3.HttpConnectionManager)
@@ -569,8 +659,8 @@ func TestGRPCAcceptance(t *testing.T) {
 			if c.GetType() != clusterv3.Cluster_EDS || c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil {
 				t.Errorf("%s: cluster %q: must be EDS over ADS", name, c.Name)
 			}
-			if c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN || c.GetRingHashLbConfig() != nil || c.GetMaglevLbConfig() != nil {
-				t.Errorf("%s: cluster %q: legacy lb_policy fields set", name, c.Name)
+			if c.GetMaglevLbConfig() != nil || c.GetLeastRequestLbConfig() != nil {
+				t.Errorf("%s: cluster %q: legacy lb config other than ring hash set", name, c.Name)
 			}
 			if len(c.GetTransportSocketMatches()) != 0 || c.GetTransportSocket() != nil {
 				t.Errorf("%s: cluster %q: transport socket set", name, c.Name)
@@ -589,35 +679,19 @@ func TestGRPCAcceptance(t *testing.T) {
 				}
 				continue
 			}
-			// gRPC takes the first policy it knows: it must be RingHash.
-			var found bool
-			for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
-				tc := p.GetTypedExtensionConfig().GetTypedConfig()
-				if tc.MessageIs(&maglevv3.Maglev{}) {
-					continue // unknown to gRPC: skipped
-				}
-				rh := new(ringhashv3.RingHash)
-				if err := tc.UnmarshalTo(rh); err != nil {
-					t.Fatalf("%s: cluster %q: first gRPC policy is %s", name, c.Name, tc.GetTypeUrl())
-				}
-				if rh.GetHashFunction() != ringhashv3.RingHash_XX_HASH {
-					t.Errorf("%s: cluster %q: hash function %v", name, c.Name, rh.GetHashFunction())
-				}
-				minSize, maxSize := uint64(1024), uint64(8<<20)
-				if v := rh.GetMinimumRingSize(); v != nil {
-					minSize = v.GetValue()
-				}
-				if v := rh.GetMaximumRingSize(); v != nil {
-					maxSize = v.GetValue()
-				}
-				if minSize > maxSize || maxSize > 8<<20 {
-					t.Errorf("%s: cluster %q: ring sizes %d..%d", name, c.Name, minSize, maxSize)
-				}
-				found = true
-				break
+			// A hash cluster is the legacy RING_HASH with XX_HASH (both
+			// clients read its sizes; grpc-go NACKs another hash) and no
+			// load_balancing_policy, which would take precedence.
+			rh := c.GetRingHashLbConfig()
+			if c.GetLbPolicy() != clusterv3.Cluster_RING_HASH || rh == nil || c.GetLoadBalancingPolicy() != nil {
+				t.Errorf("%s: cluster %q: want legacy ring hash only", name, c.Name)
+				continue
 			}
-			if !found {
-				t.Errorf("%s: cluster %q: no policy for gRPC", name, c.Name)
+			if rh.GetHashFunction() != clusterv3.Cluster_RingHashLbConfig_XX_HASH {
+				t.Errorf("%s: cluster %q: hash function %v", name, c.Name, rh.GetHashFunction())
+			}
+			if minSize, maxSize := rh.GetMinimumRingSize().GetValue(), rh.GetMaximumRingSize().GetValue(); minSize > maxSize || maxSize > ringhash.DefaultCap {
+				t.Errorf("%s: cluster %q: ring sizes %d..%d", name, c.Name, minSize, maxSize)
 			}
 		}
 		for _, cla := range roundTrip(t, r.Endpoints) {

@@ -1,0 +1,207 @@
+package translate
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvxds/kvxds/xds/ringhash"
+)
+
+func TestGRPCRingSize(t *testing.T) {
+	for _, tc := range []struct{ weight, want uint64 }{
+		{0, 0},
+		{1, 63},
+		{4, 255},
+		{64, 4095},                  // 64 replicas of weight 1: the cap
+		{65, 63*65 - 1},             // fewer entries per weight beyond it
+		{4096, 4095},                // one entry per unit of weight
+		{4097, 4096},                // still one, the last endpoint one short
+		{4098, ringhash.DefaultCap}, // proportional
+		{1 << 20, ringhash.DefaultCap},
+	} {
+		if got := GRPCRingSize(tc.weight); got != tc.want {
+			t.Errorf("GRPCRingSize(%d) = %d, want %d", tc.weight, got, tc.want)
+		}
+	}
+}
+
+// ringOf is the ring gRPC clients build for eps under kvxds's sizing.
+func ringOf(eps []ringhash.Endpoint) *ringhash.Ring {
+	var w uint64
+	for _, e := range eps {
+		w += e.Weight
+	}
+	size := GRPCRingSize(w)
+	return ringhash.Build(eps, size, size)
+}
+
+func replicas(rng *rand.Rand, n int, maxWeight uint64) []ringhash.Endpoint {
+	out := make([]ringhash.Endpoint, n)
+	for i := range out {
+		out[i] = ringhash.Endpoint{HashKey: fmt.Sprintf("10.%d.%d.%d:8000", rng.IntN(256), i/250, i%250+1), Weight: 1 + rng.Uint64N(maxWeight)}
+	}
+	return out
+}
+
+// Every endpoint gets exactly RingEntriesPerWeight entries per unit of
+// weight, except the last on the ring, which gets one less.
+func TestGRPCRingEntries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for n := 1; n <= 64; n++ {
+		eps := replicas(rng, n, 1+uint64(n%4))
+		r := ringOf(eps)
+		short := 0
+		for i, e := range eps {
+			want := int(e.Weight) * RingEntriesPerWeight
+			if got := r.Counts[i]; got == want-1 {
+				short++
+			} else if got != want && n*4 <= 64 {
+				t.Errorf("n=%d: %s weight %d: %d entries, want %d", n, e.HashKey, e.Weight, got, want)
+			}
+		}
+		if short > 1 {
+			t.Errorf("n=%d: %d endpoints one entry short, want at most 1", n, short)
+		}
+	}
+}
+
+// moves counts, over many request hashes, those whose owner changes
+// between two memberships: to or from the replica that joined or left
+// ("own"), and between replicas on both rings ("others"); owners are
+// compared by hash key.
+func moves(rng *rand.Rand, before, after []ringhash.Endpoint, samples int) (own, others int) {
+	rb, ra := ringOf(before), ringOf(after)
+	for range samples {
+		h := rng.Uint64()
+		a, b := before[rb.Owner(h)].HashKey, after[ra.Owner(h)].HashKey
+		if a == b {
+			continue
+		}
+		if !hasKey(after, a) || !hasKey(before, b) {
+			own++
+		} else {
+			others++
+		}
+	}
+	return own, others
+}
+
+func hasKey(eps []ringhash.Endpoint, key string) bool {
+	for _, e := range eps {
+		if e.HashKey == key {
+			return true
+		}
+	}
+	return false
+}
+
+// A replica leaving or joining moves the keys it owns and almost no
+// others, for every N the ring size allows: the one other change is the
+// entry the last endpoint on the ring goes without, which moves to a new
+// last endpoint when the old one leaves or a new one sorts after it
+// (about 1/(64 × total weight) of keys).
+func TestGRPCRingMembershipMovesOnlyOwnKeys(t *testing.T) {
+	const samples = 200000
+	rng := rand.New(rand.NewPCG(2, 2))
+	worst := 0.0
+	check := func(what string, others int) {
+		frac := float64(others) / samples
+		worst = math.Max(worst, frac)
+		if frac > 0.005 {
+			t.Errorf("%s moved %.4f of keys between the others", what, frac)
+		}
+	}
+	defer func() { t.Logf("at most %.4f of keys moved between replicas that stayed", worst) }()
+	for _, n := range []int{4, 5, 8, 12, 16, 32, 63} {
+		for _, maxWeight := range []uint64{1, 4} {
+			eps := replicas(rng, n+1, maxWeight)
+			if w := totalWeight(eps); w*RingEntriesPerWeight > ringhash.DefaultCap+1 {
+				continue // beyond the cap, entries per weight change with membership
+			}
+			for trial := range 4 {
+				leaving := rng.IntN(n + 1)
+				rest := append(append([]ringhash.Endpoint{}, eps[:leaving]...), eps[leaving+1:]...)
+				own, others := moves(rng, eps, rest, samples)
+				check(fmt.Sprintf("n=%d weights 1..%d trial %d: removing one", n+1, maxWeight, trial), others)
+				want := float64(eps[leaving].Weight) / float64(totalWeight(eps))
+				if got := float64(own) / samples; math.Abs(got-want) > 0.5*want {
+					t.Errorf("n=%d: the leaving replica owned %.3f of keys, weight share %.3f", n+1, got, want)
+				}
+				_, others = moves(rng, rest, eps, samples)
+				check(fmt.Sprintf("n=%d weights 1..%d trial %d: adding one", n, maxWeight, trial), others)
+			}
+		}
+	}
+}
+
+func totalWeight(eps []ringhash.Endpoint) uint64 {
+	var w uint64
+	for _, e := range eps {
+		w += e.Weight
+	}
+	return w
+}
+
+// TestGRPCRingBalance records, for the README, how evenly gRPC clients'
+// rings share keys under kvxds's sizing: the largest share of the hash
+// space any replica owns ÷ its weight share, over 20 fleets of addresses
+// each, for N = 4..64 and weights 1 or 1..4. The file is a golden: the
+// sizing and the clients' ring are deterministic.
+func TestGRPCRingBalance(t *testing.T) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# largest share ÷ ideal share of gRPC clients' ring hash, %d entries per unit of weight, ring cap %d\n", RingEntriesPerWeight, ringhash.DefaultCap)
+	fmt.Fprintf(&b, "%-4s %-8s %-9s %-7s %-7s %-7s\n", "N", "weights", "entries", "mean", "p90", "worst")
+	for _, n := range []int{4, 8, 16, 32, 64} {
+		for _, maxWeight := range []uint64{1, 4} {
+			rng := rand.New(rand.NewPCG(uint64(n), maxWeight))
+			const fleets = 20
+			var ratios []float64
+			var entries int
+			for range fleets {
+				eps := replicas(rng, n, maxWeight)
+				r := ringOf(eps)
+				entries += len(r.Entries)
+				shares := r.Shares()
+				w := float64(totalWeight(eps))
+				worst := 0.0
+				for i, e := range eps {
+					worst = math.Max(worst, shares[i]/(float64(e.Weight)/w))
+				}
+				ratios = append(ratios, worst)
+			}
+			mean, p90, maxR := summarize(ratios)
+			fmt.Fprintf(&b, "%-4d 1..%-5d %-9d %-7.3f %-7.3f %-7.3f\n", n, maxWeight, entries/fleets, mean, p90, maxR)
+		}
+	}
+	got := b.String()
+	t.Log("\n" + got)
+	path := filepath.Join("testdata", "ring_balance.txt")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (regenerate with go test ./xds/translate -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("ring balance changed; review and regenerate with -update:\n%s", got)
+	}
+}
+
+func summarize(xs []float64) (mean, p90, maxX float64) {
+	s := append([]float64{}, xs...)
+	for i := range s {
+		mean += s[i] / float64(len(s))
+	}
+	slices.Sort(s)
+	return mean, s[(len(s)*9)/10-1], s[len(s)-1]
+}
