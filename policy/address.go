@@ -27,6 +27,18 @@ func (hp hostPort) String() string {
 	return net.JoinHostPort(hp.host, strconv.FormatUint(uint64(hp.port), 10))
 }
 
+// overlaps says whether listeners on hp and o would need the same socket:
+// the same port, on the same host or with either on every interface.
+func (hp hostPort) overlaps(o hostPort) bool {
+	return hp.port == o.port && (hp.host == o.host || hp.everywhere() || o.everywhere())
+}
+
+// everywhere says whether hp listens on every interface.
+func (hp hostPort) everywhere() bool {
+	ip, err := netip.ParseAddr(hp.host)
+	return hp.host == "" || err == nil && ip.IsUnspecified()
+}
+
 // parseHostPort parses "host:port" where host is an IP literal (IPv6 in
 // brackets) or a DNS name and port is 1..65535. IPs come back in canonical
 // form and DNS names lower-cased, so that equal addresses compare equal.

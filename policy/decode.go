@@ -257,19 +257,38 @@ func (d *decoder) server(typ string, blk *serverSpec, srv *server) {
 	}
 }
 
-// checkServerClash rejects an admin address equal to the xds address.
+// checkServerClash keeps the xds and admin servers on different sockets.
+// An address left unset whose default the other server was given takes
+// the other's default instead (the two swap), so that only addresses
+// written in the file can clash.
 func (d *decoder) checkServerClash(xds, admin *server) {
-	if xds.bad || admin.bad || xds.hp != admin.hp {
+	if xds.bad || admin.bad || !xds.hp.overlaps(admin.hp) {
 		return
 	}
-	// Point at whichever of the two the user wrote last; the defaults
-	// differ, so at least one was written.
+	switch {
+	case xds.attr == nil:
+		*xds.addr, xds.hp = DefaultAdminAddress, mustHostPort(DefaultAdminAddress)
+		return
+	case admin.attr == nil:
+		*admin.addr, admin.hp = DefaultXDSAddress, mustHostPort(DefaultXDSAddress)
+		return
+	}
+	// Point at whichever of the two the user wrote last.
 	at := admin.attr
-	if at == nil || xds.attr != nil && xds.attr.Range.Start.Byte > at.Range.Start.Byte {
+	if xds.attr.Range.Start.Byte > at.Range.Start.Byte {
 		at = xds.attr
 	}
+	if xds.hp == admin.hp {
+		d.errorf(at.Expr.Range(), "Address conflict",
+			"The xds address %s and the admin address %s are the same; give each server its own port.", *xds.addr, *admin.addr)
+		return
+	}
+	everywhere := *xds.addr
+	if !xds.hp.everywhere() {
+		everywhere = *admin.addr
+	}
 	d.errorf(at.Expr.Range(), "Address conflict",
-		"The xds address %s and the admin address %s are the same; give each server its own port.", *xds.addr, *admin.addr)
+		"The xds address %s and the admin address %s overlap, as %s listens on every interface; give each server its own port.", *xds.addr, *admin.addr, everywhere)
 }
 
 func (d *decoder) pool(spec *poolSpec) Pool {
@@ -453,6 +472,9 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 				"%q is not a hash algorithm; use %q or %q.", s, Maglev, RingHash)
 			known = false
 		}
+	} else if spec.TableSize == nil && (spec.MinRingSize != nil || spec.MaxRingSize != nil) {
+		// Ring sizes only apply to a ring.
+		h.Algorithm = RingHash
 	}
 
 	if a := spec.TableSize; a != nil {
@@ -471,7 +493,13 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 		if a == nil {
 			return 0, nil
 		}
-		if known && h.Algorithm == Maglev {
+		switch {
+		case known && h.Algorithm == Maglev && spec.Algorithm == nil: // chosen by table_size
+			d.errorf(a.NameRange, "Not a maglev setting",
+				`%s sizes a ring_hash ring, but table_size (line %d) sizes a Maglev table: remove %s for Maglev, or table_size for ring_hash.`,
+				a.Name, spec.TableSize.Range.Start.Line, a.Name)
+			return 0, nil
+		case known && h.Algorithm == Maglev:
 			d.errorf(a.NameRange, "Not a maglev setting",
 				`%s sizes a ring_hash ring; remove it, or set algorithm = %q. A Maglev table is sized by table_size.`, a.Name, RingHash)
 			return 0, nil
@@ -490,6 +518,11 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 			maxN, minN, minA.Range.Start.Line)
 	}
 	h.MinRingSize, h.MaxRingSize = minN, maxN
+	if spec.MinRingSize == nil && maxA != nil && maxN < DataPlaneMinRingSize {
+		// The data planes' own minimum would exceed the maximum, and they
+		// reject that.
+		h.MinRingSize = maxN
+	}
 
 	if a := spec.BalanceFactor; a != nil {
 		n, good := d.integer(a.Name, a.Expr)
@@ -840,6 +873,15 @@ func (d *decoder) durationOr(a *hcl.Attribute, def time.Duration, hint string) (
 		return def, ok
 	}
 	return dur, true
+}
+
+// optDuration is durationValue for an optional attribute (a may be nil,
+// which is unset).
+func (d *decoder) optDuration(a *hcl.Attribute, hint string) (dur time.Duration, set, ok bool) {
+	if a == nil {
+		return 0, false, true
+	}
+	return d.durationValue(a, hint)
 }
 
 // durationValue decodes a non-negative Go duration string. set is false

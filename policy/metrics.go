@@ -50,6 +50,9 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 				`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(engines[:len(engines)-1], "or"))
 			known = false
 		}
+	} else if len(spec.Signals) > 0 {
+		// Signal blocks only apply to a custom engine.
+		m.Engine = EngineCustom
 	}
 
 	d.timing(m, spec)
@@ -97,49 +100,103 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	return m
 }
 
-// timing decodes interval, timeout and stale_after into m; they bound
-// each other.
+// timing decodes interval, timeout and stale_after into m. They must
+// satisfy timeout < interval <= stale_after, and each one left unset
+// follows the ones that are set, so that only values written in the file
+// can conflict (as Prometheus caps its default scrape timeout at the
+// interval):
+//
+//   - timeout: DefaultScrapeTimeout, or half the interval if that is
+//     shorter;
+//   - interval: DefaultScrapeInterval, or twice the timeout if that is not
+//     shorter than the default, but no longer than stale_after;
+//   - stale_after: DefaultStaleAfterIntervals intervals.
 func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
-	interval, intervalOK := d.durationOr(spec.Interval, DefaultScrapeInterval,
+	// Each xSet says the file holds a valid value; a bad one is reported,
+	// then neither steers a default nor is compared, and xOK is false.
+	interval, intervalSet, intervalOK := d.optDuration(spec.Interval,
 		fmt.Sprintf("The default is %q.", DefaultScrapeInterval.String()))
-	if intervalOK && interval < MinScrapeInterval {
+	if intervalSet && interval < MinScrapeInterval {
 		d.errorf(spec.Interval.Expr.Range(), "Invalid scrape interval",
 			"interval %s is too short; use at least %s (the default is %s): every scrape makes each replica render its metrics.",
 			interval, MinScrapeInterval, DefaultScrapeInterval)
-		intervalOK = false
+		intervalSet, intervalOK = false, false
 	}
-	timeout, timeoutOK := d.durationOr(spec.Timeout, DefaultScrapeTimeout,
-		fmt.Sprintf("The default is %q.", DefaultScrapeTimeout.String()))
-	if timeoutOK && timeout == 0 {
+	timeout, timeoutSet, _ := d.optDuration(spec.Timeout,
+		fmt.Sprintf("The default is %s, or half the interval if that is shorter.", DefaultScrapeTimeout))
+	if timeoutSet && timeout == 0 {
 		d.errorf(spec.Timeout.Expr.Range(), "Invalid scrape timeout",
-			"timeout must be positive; omit it for the default of %s.", DefaultScrapeTimeout)
-		timeoutOK = false
+			"timeout must be positive; omit it for the default of %s, or half the interval if that is shorter.", DefaultScrapeTimeout)
+		timeoutSet = false
 	}
-	if intervalOK && timeoutOK && timeout >= interval {
-		if a := spec.Timeout; a != nil {
-			d.errorf(a.Expr.Range(), "Invalid scrape timeout",
-				"timeout %s must be shorter than interval %s%s, so that a scrape ends before the next one starts; lower timeout or raise interval.",
-				timeout, interval, where(spec.Interval))
-		} else {
-			d.errorf(spec.Interval.Expr.Range(), "Invalid scrape interval",
-				"interval %s must be longer than timeout %s (the default), so that a scrape ends before the next one starts; raise interval, or set a shorter timeout too, as in timeout = %q.",
-				interval, timeout, (interval / 2).String())
+	stale, staleSet, _ := d.optDuration(spec.StaleAfter,
+		fmt.Sprintf("The default is %d intervals.", DefaultStaleAfterIntervals))
+
+	switch {
+	case intervalSet:
+		if timeoutSet && timeout >= interval {
+			d.errorf(spec.Timeout.Expr.Range(), "Invalid scrape timeout",
+				"timeout %s must be shorter than interval %s (line %d), so that a scrape ends before the next one starts; lower timeout or raise interval.",
+				timeout, interval, spec.Interval.Range.Start.Line)
 		}
-		timeoutOK = false
+		if staleSet && stale < interval {
+			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
+				"stale_after %s is shorter than interval %s (line %d); keep the last good values for at least one interval (the default is %d intervals, %s).",
+				stale, interval, spec.Interval.Range.Start.Line, DefaultStaleAfterIntervals, staleAfter(interval))
+		}
+	case !intervalOK:
+		// Reported; the default only serves the other defaults.
+		interval = DefaultScrapeInterval
+	default:
+		interval = DefaultScrapeInterval
+		if timeoutSet && timeout >= interval {
+			interval = saturatingMul(timeout, 2)
+		}
+		if staleSet && stale < interval {
+			interval = stale
+		}
+		switch {
+		case staleSet && stale < MinScrapeInterval:
+			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
+				"stale_after %s is shorter than any scrape interval (at least %s); keep the last good values for at least one interval, or omit stale_after for the default of %d intervals.",
+				stale, MinScrapeInterval, DefaultStaleAfterIntervals)
+		case timeoutSet && staleSet && timeout >= stale:
+			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
+				"stale_after %s leaves no room for the scrape interval, which must be longer than timeout %s (line %d) and at most stale_after; raise stale_after or lower timeout.",
+				stale, timeout, spec.Timeout.Range.Start.Line)
+		case timeoutSet && timeout >= interval: // no duration is twice as long
+			d.errorf(spec.Timeout.Expr.Range(), "Invalid scrape timeout",
+				"timeout %s is too long: the scrape interval must be longer; lower timeout.", timeout)
+		}
 	}
 
-	staleDefault := time.Duration(math.MaxInt64) // for an interval of centuries
-	if interval <= staleDefault/DefaultStaleAfterIntervals {
-		staleDefault = DefaultStaleAfterIntervals * interval
+	if !timeoutSet {
+		timeout = scrapeTimeout(interval)
 	}
-	stale, staleOK := d.durationOr(spec.StaleAfter, staleDefault,
-		fmt.Sprintf("The default is %d intervals.", DefaultStaleAfterIntervals))
-	if staleOK && intervalOK && stale < interval {
-		d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
-			"stale_after %s is shorter than interval %s%s; keep the last good values for at least one interval (the default is %d intervals, %s).",
-			stale, interval, where(spec.Interval), DefaultStaleAfterIntervals, staleDefault)
+	if !staleSet {
+		stale = staleAfter(interval)
 	}
 	m.Interval, m.Timeout, m.StaleAfter = interval, timeout, stale
+}
+
+// scrapeTimeout is timeout's default for an interval: half of it keeps a
+// scrape well clear of the next one when the interval is short.
+func scrapeTimeout(interval time.Duration) time.Duration {
+	return min(DefaultScrapeTimeout, interval/2)
+}
+
+// staleAfter is stale_after's default for an interval.
+func staleAfter(interval time.Duration) time.Duration {
+	return saturatingMul(interval, DefaultStaleAfterIntervals)
+}
+
+// saturatingMul returns d·n (n > 0), or the longest duration if that
+// overflows: intervals of centuries are valid.
+func saturatingMul(d time.Duration, n int64) time.Duration {
+	if d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
 }
 
 // where says where a setting that another one is compared with came from:
@@ -179,9 +236,17 @@ func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSourc
 	// A misspelt signal name is likely the core signal meant; its own
 	// diagnostic says enough.
 	if custom && !unknown && !slices.ContainsFunc(signalNames[:numCoreSignals], func(n string) bool { _, ok := seen[n]; return ok }) {
-		d.errorf(spec.Engine.Expr.Range(), "Missing core signal",
-			`A custom engine needs a signal block for at least one of %s, which weights and the escape hatch are computed from, as in signal "kv_occupancy" { metric = "my_engine_kv_used_ratio" }.`,
-			quotedList(signalNames[:numCoreSignals], "or"))
+		core := quotedList(signalNames[:numCoreSignals], "or")
+		if spec.Engine != nil {
+			d.errorf(spec.Engine.Expr.Range(), "Missing core signal",
+				`A custom engine needs a signal block for at least one of %s, which weights and the escape hatch are computed from, as in signal "kv_occupancy" { metric = "my_engine_kv_used_ratio" }.`,
+				core)
+		} else {
+			// The signal blocks made the engine custom.
+			d.errorf(spec.Signals[0].DefRange, "Missing core signal",
+				`Signal blocks make the engine "custom", which needs a signal block for at least one of %s: weights and the escape hatch are computed from them. Add one, as in signal "kv_occupancy" { metric = "my_engine_kv_used_ratio" }, or remove the signal blocks to use a built-in profile (%s by default).`,
+				core, DefaultEngine)
+		}
 	}
 	return out
 }
@@ -335,40 +400,54 @@ var (
 	unitClosed = span{lo: 0, hi: 1}
 	unitOpen0  = span{lo: 0, loOpen: true, hi: 1} // (0, 1]
 	unitOpen1  = span{lo: 0, hi: 1, hiOpen: true} // [0, 1)
+	unitOpen   = span{lo: 0, loOpen: true, hi: 1, hiOpen: true}
 )
 
+// escape decodes an escape block. A resume value left unset follows its
+// maximum, and a maximum left unset makes room above a resume value that
+// is set, so that only values written in the file can conflict.
 func (d *decoder) escape(spec *escapeSpec) Escape {
 	e := defaultEscape()
 	maxQ, maxQOK := d.numberOr(spec.MaxQueueDepth, e.MaxQueueDepth, positive, "Invalid saturation threshold",
 		fmt.Sprintf(" (the default is %g); a replica with this many requests waiting is saturated", e.MaxQueueDepth))
 	maxKV, maxKVOK := d.numberOr(spec.MaxKVOccupancy, e.MaxKVOccupancy, unitOpen0, "Invalid saturation threshold",
 		fmt.Sprintf(" (the default is %g); it is the fraction of KV-cache blocks in use at which a replica is saturated", e.MaxKVOccupancy))
-	e.MaxQueueDepth, e.MaxKVOccupancy = maxQ, maxKV
 	e.MaxPreemptionRate, _ = d.numberOr(spec.MaxPreemptionRate, e.MaxPreemptionRate, nonNeg, "Invalid saturation threshold",
 		" (the default is 0: any preemption saturates); it is in preemptions per second")
 
-	e.ResumeQueueDepth = maxQ / 2
-	if a := spec.ResumeQueueDepth; a != nil {
-		if f, good := d.numberIn(a, positive, "Invalid resume threshold", " (the default is half of max_queue_depth); a saturated replica returns once fewer requests than this wait, so it must be above 0"); good {
-			e.ResumeQueueDepth = f
-			if maxQOK && f >= maxQ {
-				d.errorf(a.Expr.Range(), "Invalid resume threshold",
-					"resume_queue_depth %g must be below max_queue_depth %g%s, so that a saturated replica drains before it returns instead of flapping; lower it (the default is half of max_queue_depth).",
-					f, maxQ, where(spec.MaxQueueDepth))
-			}
-		}
+	resumeQ, good := d.numberOr(spec.ResumeQueueDepth, 0, positive, "Invalid resume threshold",
+		" (the default is half of max_queue_depth); a saturated replica returns once fewer requests than this wait, so it must be above 0")
+	resumeQSet := spec.ResumeQueueDepth != nil && good
+	switch {
+	case !resumeQSet:
+		resumeQ = maxQ / 2
+	case spec.MaxQueueDepth == nil && resumeQ >= maxQ:
+		// The default's ratio: resume at half the maximum.
+		maxQ = min(2*resumeQ, math.MaxFloat64)
 	}
-	e.ResumeKVOccupancy = resumeKVOccupancy(maxKV)
-	if a := spec.ResumeKVOccupancy; a != nil {
-		if f, good := d.numberIn(a, unitOpen0, "Invalid resume threshold", " (the default is max_kv_occupancy minus 0.1); a saturated replica returns once its KV occupancy is below this, so it must be above 0"); good {
-			e.ResumeKVOccupancy = f
-			if maxKVOK && f >= maxKV {
-				d.errorf(a.Expr.Range(), "Invalid resume threshold",
-					"resume_kv_occupancy %g must be below max_kv_occupancy %g%s, so that a saturated replica drains before it returns instead of flapping; lower it (the default is max_kv_occupancy minus 0.1).",
-					f, maxKV, where(spec.MaxKVOccupancy))
-			}
-		}
+	if resumeQSet && maxQOK && resumeQ >= maxQ {
+		d.errorf(spec.ResumeQueueDepth.Expr.Range(), "Invalid resume threshold",
+			"resume_queue_depth %g must be below max_queue_depth %g%s, so that a saturated replica drains before it returns instead of flapping; lower it (the default is half of max_queue_depth).",
+			resumeQ, maxQ, where(spec.MaxQueueDepth))
 	}
+
+	resumeKV, good := d.numberOr(spec.ResumeKVOccupancy, 0, unitOpen, "Invalid resume threshold",
+		" (the default is max_kv_occupancy minus 0.1); a saturated replica returns once its KV occupancy is below this, so it must be above 0, and below max_kv_occupancy, which is at most 1")
+	resumeKVSet := spec.ResumeKVOccupancy != nil && good
+	switch {
+	case !resumeKVSet:
+		resumeKV = resumeKVOccupancy(maxKV)
+	case spec.MaxKVOccupancy == nil && resumeKV >= maxKV:
+		// The default's margin does not fit below 1: saturate when full.
+		maxKV = 1
+	}
+	if resumeKVSet && maxKVOK && resumeKV >= maxKV {
+		d.errorf(spec.ResumeKVOccupancy.Expr.Range(), "Invalid resume threshold",
+			"resume_kv_occupancy %g must be below max_kv_occupancy %g%s, so that a saturated replica drains before it returns instead of flapping; lower it (the default is max_kv_occupancy minus 0.1).",
+			resumeKV, maxKV, where(spec.MaxKVOccupancy))
+	}
+	e.MaxQueueDepth, e.ResumeQueueDepth = maxQ, resumeQ
+	e.MaxKVOccupancy, e.ResumeKVOccupancy = maxKV, resumeKV
 
 	e.Hold, _ = d.durationOr(spec.Hold, e.Hold, fmt.Sprintf("The default is %q.", DefaultHold.String()))
 	e.MaxSaturatedFraction, _ = d.numberOr(spec.MaxSaturatedFraction, e.MaxSaturatedFraction, unitClosed, "Invalid saturated fraction",
@@ -387,25 +466,34 @@ func defaultWeights() Weights {
 	}
 }
 
+// weights decodes a weights block. max left unset makes room for min and
+// levels, and levels left unset fits min..max, so that only values
+// written in the file can conflict.
 func (d *decoder) weights(spec *weightsSpec) Weights {
 	w := defaultWeights()
-	rangeOK := true
+	minOK, maxOK := true, true
 	if a := spec.Min; a != nil {
 		n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight range")
-		w.Min, rangeOK = uint32(n), good
+		w.Min, minOK = uint32(n), good
+	}
+	levels := 0 // unset
+	if a := spec.Levels; a != nil {
+		if n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight levels"); good {
+			levels = int(n)
+		}
 	}
 	if a := spec.Max; a != nil {
 		n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight range")
-		w.Max, rangeOK = uint32(n), rangeOK && good
+		w.Max, maxOK = uint32(n), good
+	} else if minOK {
+		// As few multipliers as fit: the default, or min, or min and the
+		// levels above it, as far as MaxWeightMultiplier allows.
+		w.Max = max(w.Max, w.Min, min(w.Min+uint32(max(levels, 1))-1, MaxWeightMultiplier))
 	}
-	if rangeOK && w.Min > w.Max {
-		if a := spec.Max; a != nil {
-			d.errorf(a.Expr.Range(), "Invalid weight range",
-				"max %d is below min %d%s; raise max or lower min.", w.Max, w.Min, where(spec.Min))
-		} else {
-			d.errorf(spec.Min.Expr.Range(), "Invalid weight range",
-				"min %d is above max %d (the default); set max as well, to %d or more.", w.Min, w.Max, w.Min)
-		}
+	rangeOK := minOK && maxOK
+	if rangeOK && w.Min > w.Max { // both set
+		d.errorf(spec.Max.Expr.Range(), "Invalid weight range",
+			"max %d is below min %d%s; raise max or lower min.", w.Max, w.Min, where(spec.Min))
 		rangeOK = false
 	}
 
@@ -414,14 +502,18 @@ func (d *decoder) weights(spec *weightsSpec) Weights {
 		width = int(w.Max-w.Min) + 1
 	}
 	w.Levels = min(DefaultWeightLevels, width)
-	if a := spec.Levels; a != nil {
-		if n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight levels"); good {
-			w.Levels = int(n)
-			if rangeOK && w.Levels > width {
-				d.errorf(a.Expr.Range(), "Invalid weight levels",
-					"levels %d is more than the %d weights from min %d to max %d; use levels = %d or less, or widen min..max.",
-					n, width, w.Min, w.Max, width)
-			}
+	if levels > 0 {
+		w.Levels = levels
+		switch {
+		case !rangeOK || levels <= width:
+		case spec.Max != nil:
+			d.errorf(spec.Levels.Expr.Range(), "Invalid weight levels",
+				"levels %d is more than the %d weights from min %d to max %d; use levels = %d or less, or widen min..max.",
+				levels, width, w.Min, w.Max, width)
+		default: // max was raised as far as it goes
+			d.errorf(spec.Levels.Expr.Range(), "Invalid weight levels",
+				"levels %d is more than the %d weights from min %d (line %d) to the largest max, %d; use levels = %d or less, or lower min.",
+				levels, width, w.Min, spec.Min.Range.Start.Line, w.Max, width)
 		}
 	}
 

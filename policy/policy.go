@@ -12,7 +12,7 @@
 //	  port          = 10000   # Envoy listener; gRPC clients dial xds:///chat
 //	  route_timeout = "0s"    # no timeout: generations stream for minutes
 //	  hash {
-//	    algorithm      = "maglev" # or "ring_hash" (min_ring_size, max_ring_size)
+//	    algorithm      = "maglev" # or "ring_hash" (min_ring_size, max_ring_size), the default when they are set
 //	    table_size     = 65537    # prime
 //	    balance_factor = 150      # bounded load, percent; 0 = off
 //	    keyless        = "round_robin" # requests with no key; or "least_request", "random"
@@ -40,9 +40,9 @@
 // constant:
 //
 //	metrics {                  # presence turns scraping on; Pool.Metrics nil without
-//	  engine      = "vllm"     # DefaultEngine: vllm (V1 and V0 names), sglang, tgi, trtllm, custom
-//	  interval    = "2s"       # DefaultScrapeInterval; at least MinScrapeInterval (100ms)
-//	  timeout     = "1s"       # DefaultScrapeTimeout; shorter than interval
+//	  engine      = "vllm"     # DefaultEngine, or custom with signal blocks: vllm (V1 and V0 names), sglang, tgi, trtllm, custom
+//	  interval    = "2s"       # DefaultScrapeInterval, or 2 x timeout if timeout is 2s or more; at most stale_after; at least MinScrapeInterval (100ms)
+//	  timeout     = "1s"       # DefaultScrapeTimeout, or interval / 2 if shorter; shorter than interval
 //	  stale_after = "10s"      # DefaultStaleAfterIntervals (5) x interval; at least interval
 //	  path        = "/metrics" # DefaultMetricsPath; starts with "/"
 //	  port        = 8000       # default: the endpoint's serving port (Metrics.Port 0)
@@ -55,22 +55,30 @@
 //	  }
 //	}
 //	escape {                        # when a replica is saturated and leaves the hash table
-//	  max_queue_depth        = 8    # DefaultMaxQueueDepth; saturated at or above; > 0
-//	  max_kv_occupancy       = 0.9  # DefaultMaxKVOccupancy; in (0, 1]
+//	  max_queue_depth        = 8    # DefaultMaxQueueDepth, or 2 x resume_queue_depth if that is 8 or more; saturated at or above; > 0
+//	  max_kv_occupancy       = 0.9  # DefaultMaxKVOccupancy, or 1 if resume_kv_occupancy is 0.9 or more; in (0, 1]
 //	  max_preemption_rate    = 0    # DefaultMaxPreemptionRate; per second, saturated above; >= 0
-//	  resume_queue_depth     = 4    # max_queue_depth / 2; >= 0, < max_queue_depth
-//	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - DefaultResumeKVMargin (0.1), >= 0; < max_kv_occupancy
+//	  resume_queue_depth     = 4    # max_queue_depth / 2; > 0, < max_queue_depth
+//	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - DefaultResumeKVMargin (0.1), or max_kv_occupancy / 2 if at most 0.1; > 0, < max_kv_occupancy
 //	  hold                   = "30s" # DefaultHold; below both resume values this long to recover
 //	  max_saturated_fraction = 0.5  # DefaultMaxSaturatedFraction; in [0, 1]; beyond it, pure affinity
 //	}
 //	weights {                # the multiplier of each endpoint's static weight
 //	  min          = 1       # DefaultWeightMin; >= 1
-//	  max          = 4       # DefaultWeightMax; min..MaxWeightMultiplier (128)
+//	  max          = 4       # DefaultWeightMax, raised to min, and to min + levels - 1 (at most 128); min..MaxWeightMultiplier (128)
 //	  levels       = 4       # min(DefaultWeightLevels, max - min + 1); 1..max - min + 1
 //	  smoothing    = 0.3     # DefaultWeightSmoothing; EWMA weight of a new observation, in (0, 1]
-//	  hysteresis   = 0.5     # DefaultWeightHysteresis; fraction of a level's width, in [0, 1]
+//	  hysteresis   = 0.5     # DefaultWeightHysteresis; fraction of a level's width, in [0, 1)
 //	  min_interval = "30s"   # DefaultWeightMinInterval; between two changes of one replica; >= 0
 //	}
+//
+// A setting left unset never conflicts with one that is set: where its
+// default would, it follows the set one as above, so that only settings
+// written in the file can be reported as inconsistent, at the one that
+// does not fit. Likewise a hash block with min_ring_size or max_ring_size
+// (and no table_size) defaults to ring_hash, a max_ring_size below the
+// data planes' own minimum (DataPlaneMinRingSize) lowers it, and the xds
+// and admin addresses swap defaults when the other server is given one.
 //
 // The signals of a custom engine are queue_depth, running, kv_occupancy,
 // preemptions, prefix_queries, prefix_hits, prefix_hit_rate and ttft (the
@@ -136,8 +144,10 @@ const (
 const (
 	MaxMaglevTableSize = 5000011
 	MaxRingSize        = 8388608
-	MaxEndpointWeight  = 128
-	MinBalanceFactor   = 100
+	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
+	DataPlaneMinRingSize = 1024
+	MaxEndpointWeight    = 128
+	MinBalanceFactor     = 100
 )
 
 // Engines a metrics block may name. Each but EngineCustom has a built-in
@@ -163,7 +173,11 @@ const (
 	SignalTTFT          = "ttft"
 )
 
-// Defaults and limits of the metrics block.
+// Defaults and limits of the metrics block. Unset, engine is EngineCustom
+// when signal blocks are given; interval is twice a timeout that is not
+// shorter than DefaultScrapeInterval, but at most stale_after; timeout is
+// half the interval when that is shorter than DefaultScrapeTimeout, as
+// Prometheus caps its default at the interval.
 const (
 	DefaultEngine         = EngineVLLM
 	DefaultScrapeInterval = 2 * time.Second
@@ -179,7 +193,9 @@ const (
 
 // Defaults of the escape block. resume_queue_depth defaults to half of
 // max_queue_depth, and resume_kv_occupancy to max_kv_occupancy minus
-// DefaultResumeKVMargin (but at least 0).
+// DefaultResumeKVMargin, or to half of a max_kv_occupancy of at most the
+// margin. A maximum left unset rises above a resume value that is set: to
+// twice resume_queue_depth, and to 1 for resume_kv_occupancy.
 const (
 	DefaultMaxQueueDepth        = 8.0
 	DefaultMaxKVOccupancy       = 0.9
@@ -190,7 +206,9 @@ const (
 )
 
 // Defaults and limits of the weights block. levels defaults to
-// DefaultWeightLevels, or max - min + 1 if that is fewer.
+// DefaultWeightLevels, or max - min + 1 if that is fewer; max left unset
+// rises to min, and to min + levels - 1 for levels that are set (at most
+// MaxWeightMultiplier).
 const (
 	DefaultWeightMin         = 1
 	DefaultWeightMax         = 4
@@ -254,7 +272,8 @@ type Metrics struct {
 	// Engine is one of the Engine constants.
 	Engine string
 	// Interval is the time between two scrapes of a replica, at least
-	// MinScrapeInterval; Timeout bounds one scrape and is shorter.
+	// MinScrapeInterval; Timeout bounds one scrape and is shorter
+	// (unset, the shorter of DefaultScrapeTimeout and Interval/2).
 	Interval, Timeout time.Duration
 	// StaleAfter is how long a replica's last good values are kept after
 	// its scrapes start failing; at least Interval.
@@ -310,7 +329,7 @@ type Weights struct {
 	Levels   int
 	// Smoothing, in (0, 1], is the EWMA weight of a new observation.
 	Smoothing float64
-	// Hysteresis, in [0, 1], is how far past a level boundary, as a
+	// Hysteresis, in [0, 1), is how far past a level boundary, as a
 	// fraction of a level's width, the smoothed value must move before
 	// the multiplier follows.
 	Hysteresis float64
@@ -326,7 +345,8 @@ type Hash struct {
 	// TableSize is the Maglev table size (prime); zero for ring_hash.
 	TableSize uint64
 	// MinRingSize and MaxRingSize bound the ring_hash ring; zero keeps
-	// the data plane's default.
+	// the data plane's default. MinRingSize is set whenever MaxRingSize
+	// is below DataPlaneMinRingSize.
 	MinRingSize, MaxRingSize uint64
 	// BalanceFactor is bounded-load hashing in percent of the average
 	// load (>= 100); zero turns it off.

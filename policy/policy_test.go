@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"cmp"
 	"flag"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -28,6 +31,9 @@ func TestValidFiles(t *testing.T) {
 			}
 			if p == nil || p.Filename != file {
 				t.Fatalf("Load returned %+v", p)
+			}
+			if err := checkPolicy(p); err != nil {
+				t.Error(err)
 			}
 		})
 	}
@@ -493,47 +499,65 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		for i, pool := range p.Pools {
-			if i > 0 && p.Pools[i-1].Name >= pool.Name {
-				t.Fatalf("pools not sorted or not unique: %q, %q", p.Pools[i-1].Name, pool.Name)
-			}
-			if pool.Port == 0 || pool.Port > 65535 {
-				t.Fatalf("invalid pool accepted: %+v", pool)
-			}
-			if pool.LoadBalancing == LoadBalancingHash {
-				if len(pool.Hash.Keys) == 0 {
-					t.Fatalf("hash pool without keys accepted: %+v", pool)
-				}
-				if (pool.Hash.Algorithm == Maglev) != isPrime(pool.Hash.TableSize) {
-					t.Fatalf("bad table size accepted: %+v", pool.Hash)
-				}
-			}
-			for _, ep := range pool.Static {
-				if ep.Weight < 1 || ep.Weight > MaxEndpointWeight || ep.Port == 0 || ep.Host == "" {
-					t.Fatalf("invalid endpoint accepted: %+v", ep)
-				}
-			}
-			if m := pool.Metrics; m != nil {
-				if m.Interval < MinScrapeInterval || m.Timeout <= 0 || m.Timeout >= m.Interval || m.StaleAfter < m.Interval ||
-					!strings.HasPrefix(m.Path, "/") || (m.Engine == EngineCustom) != (len(m.Signals) > 0) {
-					t.Fatalf("invalid metrics accepted: %+v", m)
-				}
-				for name, src := range m.Signals {
-					if checkMetricName(src.Metric) != nil || !(src.Scale > 0) || !slices.Contains(signalNames, name) {
-						t.Fatalf("invalid signal %q accepted: %+v", name, src)
-					}
-				}
-			}
-			e, w := pool.Escape, pool.Weights
-			if !(e.MaxQueueDepth > 0 && e.ResumeQueueDepth > 0 && e.ResumeQueueDepth < e.MaxQueueDepth &&
-				e.MaxKVOccupancy > 0 && e.MaxKVOccupancy <= 1 && e.ResumeKVOccupancy > 0 && e.ResumeKVOccupancy < e.MaxKVOccupancy &&
-				e.MaxPreemptionRate >= 0 && e.Hold >= 0 && e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
-				t.Fatalf("invalid escape accepted: %+v", e)
-			}
-			if !(w.Min >= 1 && w.Min <= w.Max && w.Max <= MaxWeightMultiplier && w.Levels >= 1 && w.Levels <= int(w.Max-w.Min)+1 &&
-				w.Smoothing > 0 && w.Smoothing <= 1 && w.Hysteresis >= 0 && w.Hysteresis < 1 && w.MinInterval >= 0) {
-				t.Fatalf("invalid weights accepted: %+v", w)
-			}
+		if err := checkPolicy(p); err != nil {
+			t.Fatal(err)
 		}
 	})
+}
+
+// checkPolicy checks the invariants of an accepted policy: every value
+// within the ranges the data planes and the weights package accept, and
+// every pair of related values consistent.
+func checkPolicy(p *Policy) error {
+	if xds, admin := mustHostPort(p.XDSAddress), mustHostPort(p.AdminAddress); xds.overlaps(admin) {
+		return fmt.Errorf("overlapping xds and admin addresses accepted: %s, %s", p.XDSAddress, p.AdminAddress)
+	}
+	for i, pool := range p.Pools {
+		if i > 0 && p.Pools[i-1].Name >= pool.Name {
+			return fmt.Errorf("pools not sorted or not unique: %q, %q", p.Pools[i-1].Name, pool.Name)
+		}
+		if pool.Port == 0 || pool.Port > 65535 {
+			return fmt.Errorf("invalid pool accepted: %+v", pool)
+		}
+		if h := pool.Hash; pool.LoadBalancing == LoadBalancingHash {
+			if len(h.Keys) == 0 {
+				return fmt.Errorf("hash pool without keys accepted: %+v", pool)
+			}
+			if (h.Algorithm == Maglev) != isPrime(h.TableSize) {
+				return fmt.Errorf("bad table size accepted: %+v", h)
+			}
+			// The data planes default the minimum and reject a maximum
+			// below it.
+			if h.MaxRingSize != 0 && cmp.Or(h.MinRingSize, DataPlaneMinRingSize) > h.MaxRingSize {
+				return fmt.Errorf("ring sizes the data planes reject accepted: %+v", h)
+			}
+		}
+		for _, ep := range pool.Static {
+			if ep.Weight < 1 || ep.Weight > MaxEndpointWeight || ep.Port == 0 || ep.Host == "" {
+				return fmt.Errorf("invalid endpoint accepted: %+v", ep)
+			}
+		}
+		if m := pool.Metrics; m != nil {
+			if m.Interval < MinScrapeInterval || m.Timeout <= 0 || m.Timeout >= m.Interval || m.StaleAfter < m.Interval ||
+				!strings.HasPrefix(m.Path, "/") || (m.Engine == EngineCustom) != (len(m.Signals) > 0) {
+				return fmt.Errorf("invalid metrics accepted: %+v", m)
+			}
+			for name, src := range m.Signals {
+				if checkMetricName(src.Metric) != nil || !(src.Scale > 0) || !slices.Contains(signalNames, name) {
+					return fmt.Errorf("invalid signal %q accepted: %+v", name, src)
+				}
+			}
+		}
+		e, w := pool.Escape, pool.Weights
+		if !(e.MaxQueueDepth > 0 && !math.IsInf(e.MaxQueueDepth, 0) && e.ResumeQueueDepth > 0 && e.ResumeQueueDepth < e.MaxQueueDepth &&
+			e.MaxKVOccupancy > 0 && e.MaxKVOccupancy <= 1 && e.ResumeKVOccupancy > 0 && e.ResumeKVOccupancy < e.MaxKVOccupancy &&
+			e.MaxPreemptionRate >= 0 && e.Hold >= 0 && e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
+			return fmt.Errorf("invalid escape accepted: %+v", e)
+		}
+		if !(w.Min >= 1 && w.Min <= w.Max && w.Max <= MaxWeightMultiplier && w.Levels >= 1 && w.Levels <= int(w.Max-w.Min)+1 &&
+			w.Smoothing > 0 && w.Smoothing <= 1 && w.Hysteresis >= 0 && w.Hysteresis < 1 && w.MinInterval >= 0) {
+			return fmt.Errorf("invalid weights accepted: %+v", w)
+		}
+	}
+	return nil
 }

@@ -23,3 +23,16 @@ pool "code" {
     engine = "custom"
   }
 }
+
+# Signal blocks make the engine custom.
+pool "embed" {
+  port = 10002
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {
+    signal "ttft" {
+      metric = "my_engine_ttft_seconds"
+    }
+  }
+}

@@ -21,7 +21,7 @@ pool "chat" {
 
   escape {
     max_kv_occupancy       = 1.2
-    resume_queue_depth     = 10
+    resume_queue_depth     = 0
     max_saturated_fraction = 2
   }
 

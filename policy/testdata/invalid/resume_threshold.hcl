@@ -7,7 +7,7 @@ pool "chat" {
   escape {
     max_queue_depth     = 8
     resume_queue_depth  = 8
-    resume_kv_occupancy = 0.9
+    resume_kv_occupancy = 1
   }
 }
 

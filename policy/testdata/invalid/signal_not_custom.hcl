@@ -11,15 +11,3 @@ pool "chat" {
   }
 }
 
-# The engine defaults to vllm.
-pool "code" {
-  port = 10001
-  hash {
-    key { header = "x-session-id" }
-  }
-  metrics {
-    signal "queue_depth" {
-      metric = "vllm:num_requests_waiting"
-    }
-  }
-}

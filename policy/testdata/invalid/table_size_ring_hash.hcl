@@ -10,6 +10,7 @@ pool "chat" {
 pool "code" {
   port = 10001
   hash {
+    table_size    = 65537
     min_ring_size = 1024
     key { header = "x-session-id" }
   }

@@ -21,3 +21,29 @@ pool "code" {
     levels = 0
   }
 }
+
+# max, left unset, rises to fit levels, but not beyond 128.
+pool "embed" {
+  port = 10002
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {}
+  weights {
+    min    = 100
+    levels = 50
+  }
+}
+
+# min cannot go below 1.
+pool "rerank" {
+  port = 10003
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {}
+  weights {
+    max    = 4
+    levels = 8
+  }
+}

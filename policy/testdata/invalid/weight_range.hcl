@@ -10,18 +10,6 @@ pool "chat" {
   }
 }
 
-# max defaults to 4.
-pool "code" {
-  port = 10001
-  hash {
-    key { header = "x-session-id" }
-  }
-  metrics {}
-  weights {
-    min = 8
-  }
-}
-
 pool "embed" {
   port = 10002
   hash {

@@ -1,0 +1,319 @@
+package policy
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// poolWith is a policy of one hash pool holding blocks.
+func poolWith(blocks string) string {
+	return `pool "p" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+` + blocks + "\n}\n"
+}
+
+// TestDefaultsFollowSetValues checks that a default which would conflict
+// with a value written in the file follows it instead.
+func TestDefaultsFollowSetValues(t *testing.T) {
+	metrics := func(edit func(m *Metrics)) *Metrics {
+		m := defaultMetricsValues
+		edit(&m)
+		return &m
+	}
+	escape := func(edit func(e *Escape)) Escape {
+		e := defaultEscapeValues
+		edit(&e)
+		return e
+	}
+	weights := func(edit func(w *Weights)) Weights {
+		w := defaultWeightsValues
+		edit(&w)
+		return w
+	}
+	ringHash := func(minRing, maxRing uint64) Hash {
+		return Hash{Algorithm: RingHash, MinRingSize: minRing, MaxRingSize: maxRing,
+			Keyless: DefaultKeyless, Keys: []HashKey{{Header: "x-session-id"}}}
+	}
+	hashBlock := func(attrs string) string {
+		return `pool "p" {
+  port = 10000
+  hash {
+    ` + attrs + `
+    key { header = "x-session-id" }
+  }
+}
+`
+	}
+	pool := func(p *Policy) any { return p.Pools[0] }
+	poolMetrics := func(p *Policy) any { return p.Pools[0].Metrics }
+	poolEscape := func(p *Policy) any { return p.Pools[0].Escape }
+	poolWeights := func(p *Policy) any { return p.Pools[0].Weights }
+	poolHash := func(p *Policy) any { return p.Pools[0].Hash }
+	addresses := func(p *Policy) any { return [2]string{p.XDSAddress, p.AdminAddress} }
+
+	tests := []struct {
+		name string
+		src  string
+		got  func(*Policy) any
+		want any
+	}{
+		// timeout: the shorter of 1s and half the interval.
+		{"interval 1s", poolWith(`metrics {
+  engine   = "vllm"
+  interval = "1s"
+}`), poolMetrics, metrics(func(m *Metrics) {
+			m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, 5*time.Second
+		})},
+		{"shortest interval", poolWith(`metrics { interval = "100ms" }`), poolMetrics,
+			metrics(func(m *Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 100*time.Millisecond, 50*time.Millisecond, 500*time.Millisecond
+			})},
+		{"interval 1.5s", poolWith(`metrics { interval = "1500ms" }`), poolMetrics,
+			metrics(func(m *Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 1500*time.Millisecond, 750*time.Millisecond, 7500*time.Millisecond
+			})},
+		{"interval 3s keeps timeout 1s", poolWith(`metrics { interval = "3s" }`), poolMetrics,
+			metrics(func(m *Metrics) { m.Interval, m.StaleAfter = 3*time.Second, 15*time.Second })},
+		{"empty timeout is unset", poolWith(`metrics {
+  interval = "1s"
+  timeout  = ""
+}`), poolMetrics, metrics(func(m *Metrics) {
+			m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, 5*time.Second
+		})},
+
+		// interval: 2s, or twice a timeout that does not fit, at most stale_after.
+		{"timeout 1.5s keeps interval 2s", poolWith(`metrics { timeout = "1500ms" }`), poolMetrics,
+			metrics(func(m *Metrics) { m.Timeout = 1500 * time.Millisecond })},
+		{"timeout 2s", poolWith(`metrics { timeout = "2s" }`), poolMetrics,
+			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 4*time.Second, 2*time.Second, 20*time.Second })},
+		{"timeout 5s", poolWith(`metrics { timeout = "5s" }`), poolMetrics,
+			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 10*time.Second, 5*time.Second, 50*time.Second })},
+		{"stale_after 1s", poolWith(`metrics { stale_after = "1s" }`), poolMetrics,
+			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, time.Second })},
+		{"stale_after 100ms", poolWith(`metrics { stale_after = "100ms" }`), poolMetrics,
+			metrics(func(m *Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 100*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond
+			})},
+		{"timeout and stale_after", poolWith(`metrics {
+  timeout     = "3s"
+  stale_after = "5s"
+}`), poolMetrics, metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 5*time.Second, 3*time.Second, 5*time.Second })},
+		{"timeout with a long stale_after", poolWith(`metrics {
+  timeout     = "3s"
+  stale_after = "1m"
+}`), poolMetrics, metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 6*time.Second, 3*time.Second, time.Minute })},
+
+		// engine: custom when signal blocks name the metrics.
+		{"signal blocks", poolWith(`metrics {
+  signal "queue_depth" { metric = "my_engine_queue" }
+}`), poolMetrics, metrics(func(m *Metrics) {
+			m.Engine = EngineCustom
+			m.Signals = map[string]SignalSource{SignalQueueDepth: {Metric: "my_engine_queue", Scale: 1}}
+		})},
+
+		// escape: a maximum left unset makes room for its resume value.
+		{"resume_queue_depth 10", poolWith(`metrics {}
+escape { resume_queue_depth = 10 }`), poolEscape, escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 20, 10 })},
+		{"resume_queue_depth 8", poolWith(`metrics {}
+escape { resume_queue_depth = 8 }`), poolEscape, escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 16, 8 })},
+		{"resume_queue_depth 3 keeps the maximum", poolWith(`metrics {}
+escape { resume_queue_depth = 3 }`), poolEscape, escape(func(e *Escape) { e.ResumeQueueDepth = 3 })},
+		{"max_queue_depth 1", poolWith(`metrics {}
+escape { max_queue_depth = 1 }`), poolEscape, escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 1, 0.5 })},
+		{"resume_kv_occupancy 0.9", poolWith(`metrics {}
+escape { resume_kv_occupancy = 0.9 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 1, 0.9 })},
+		{"resume_kv_occupancy 0.95", poolWith(`metrics {}
+escape { resume_kv_occupancy = 0.95 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 1, 0.95 })},
+		{"resume_kv_occupancy 0.5 keeps the maximum", poolWith(`metrics {}
+escape { resume_kv_occupancy = 0.5 }`), poolEscape, escape(func(e *Escape) { e.ResumeKVOccupancy = 0.5 })},
+		{"max_kv_occupancy 0.1", poolWith(`metrics {}
+escape { max_kv_occupancy = 0.1 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 0.1, 0.05 })},
+		{"max_kv_occupancy 0.15", poolWith(`metrics {}
+escape { max_kv_occupancy = 0.15 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 0.15, 0.05 })},
+
+		// weights: max left unset makes room for min and levels.
+		{"min 8", poolWith(`metrics {}
+weights { min = 8 }`), poolWeights, weights(func(w *Weights) { w.Min, w.Max, w.Levels = 8, 8, 1 })},
+		{"min 3 keeps max 4", poolWith(`metrics {}
+weights { min = 3 }`), poolWeights, weights(func(w *Weights) { w.Min, w.Levels = 3, 2 })},
+		{"levels 8", poolWith(`metrics {}
+weights { levels = 8 }`), poolWeights, weights(func(w *Weights) { w.Max, w.Levels = 8, 8 })},
+		{"min 2 levels 6", poolWith(`metrics {}
+weights {
+  min    = 2
+  levels = 6
+}`), poolWeights, weights(func(w *Weights) { w.Min, w.Max, w.Levels = 2, 7, 6 })},
+		{"min 100 levels 29", poolWith(`metrics {}
+weights {
+  min    = 100
+  levels = 29
+}`), poolWeights, weights(func(w *Weights) { w.Min, w.Max, w.Levels = 100, 128, 29 })},
+		{"max 2", poolWith(`metrics {}
+weights { max = 2 }`), poolWeights, weights(func(w *Weights) { w.Max, w.Levels = 2, 2 })},
+
+		// hash: ring sizes make a ring, and a small maximum lowers the
+		// data planes' minimum.
+		{"min_ring_size alone", hashBlock(`min_ring_size = 2048`), poolHash, ringHash(2048, 0)},
+		{"max_ring_size alone", hashBlock(`max_ring_size = 512`), poolHash, ringHash(512, 512)},
+		{"ring_hash max_ring_size 512", hashBlock(`algorithm = "ring_hash"
+    max_ring_size = 512`), poolHash, ringHash(512, 512)},
+		{"ring_hash max_ring_size 4096", hashBlock(`algorithm = "ring_hash"
+    max_ring_size = 4096`), poolHash, ringHash(0, 4096)},
+
+		// addresses: the unset one moves to the other's default.
+		{"admin on the xds default", `admin { address = "127.0.0.1:18000" }`, addresses,
+			[2]string{"127.0.0.1:19000", "127.0.0.1:18000"}},
+		{"xds on the admin default", `xds { address = "127.0.0.1:19000" }`, addresses,
+			[2]string{"127.0.0.1:19000", "127.0.0.1:18000"}},
+		{"admin on every interface", `admin { address = "0.0.0.0:18000" }`, addresses,
+			[2]string{"127.0.0.1:19000", "0.0.0.0:18000"}},
+		{"admin on every IPv6 interface", `admin { address = "[::]:18000" }`, addresses,
+			[2]string{"127.0.0.1:19000", "[::]:18000"}},
+		{"xds on every interface", `xds { address = ":19000" }`, addresses,
+			[2]string{":19000", "127.0.0.1:18000"}},
+		{"admin on another host", `admin { address = "127.0.0.2:18000" }`, addresses,
+			[2]string{"127.0.0.1:18000", "127.0.0.2:18000"}},
+
+		{"everything follows", poolWith(`metrics { interval = "500ms" }
+escape { resume_queue_depth = 12 }
+weights { min = 5 }`), pool, Pool{
+			Name: "p", Port: 10000, ListenAddress: DefaultListenAddress, LoadBalancing: LoadBalancingHash,
+			Hash: Hash{Algorithm: Maglev, TableSize: DefaultMaglevTableSize, Keyless: DefaultKeyless,
+				Keys: []HashKey{{Header: "x-session-id"}}},
+			Metrics: metrics(func(m *Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 500*time.Millisecond, 250*time.Millisecond, 2500*time.Millisecond
+			}),
+			Escape:  escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 24, 12 }),
+			Weights: weights(func(w *Weights) { w.Min, w.Max, w.Levels = 5, 5, 1 }),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, diags := Parse([]byte(tt.src), "p.hcl")
+			if len(diags) > 0 {
+				t.Fatalf("unexpected diagnostics:\n%s", Format(diags))
+			}
+			if err := checkPolicy(p); err != nil {
+				t.Fatal(err)
+			}
+			if got := tt.got(p); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// setting is one attribute of a block and values it may take, each valid
+// on its own.
+type setting struct {
+	name   string
+	values []string
+}
+
+// TestOnlyWrittenValuesConflict writes every combination of the given
+// values of a block's related settings (each one also left unset), and
+// checks that a single setting never draws a diagnostic, that every error
+// points into a setting the file holds, and that what is accepted holds
+// the policy's invariants.
+func TestOnlyWrittenValuesConflict(t *testing.T) {
+	blocks := []struct {
+		wrap     func(attrs string) string
+		settings []setting
+	}{
+		{func(a string) string { return poolWith("metrics {\n" + a + "}") }, []setting{
+			{"interval", []string{`"100ms"`, `"1s"`, `"2s"`, `"3s"`, `"1m"`}},
+			{"timeout", []string{`"50ms"`, `"999ms"`, `"1s"`, `"2s"`, `"5s"`}},
+			{"stale_after", []string{`"100ms"`, `"1s"`, `"4s"`, `"10s"`, `"1h"`}},
+		}},
+		{func(a string) string { return poolWith("metrics {}\nescape {\n" + a + "}") }, []setting{
+			{"max_queue_depth", []string{"0.5", "1", "8", "20"}},
+			{"resume_queue_depth", []string{"0.25", "4", "8", "10"}},
+			{"max_kv_occupancy", []string{"0.05", "0.5", "0.9", "1"}},
+			{"resume_kv_occupancy", []string{"0.01", "0.5", "0.9", "0.99"}},
+		}},
+		{func(a string) string { return poolWith("metrics {}\nweights {\n" + a + "}") }, []setting{
+			{"min", []string{"1", "4", "8", "100", "128"}},
+			{"max", []string{"1", "4", "8", "128"}},
+			{"levels", []string{"1", "4", "8", "29", "128"}},
+		}},
+		{func(a string) string {
+			return "pool \"p\" {\n  port = 10000\n  hash {\n" + a + "    key { header = \"x\" }\n  }\n}\n"
+		}, []setting{
+			{"algorithm", []string{`"maglev"`, `"ring_hash"`}},
+			{"table_size", []string{"65537"}},
+			{"min_ring_size", []string{"1", "512", "4096"}},
+			{"max_ring_size", []string{"1", "512", "4096"}},
+		}},
+		{func(a string) string { return a }, []setting{
+			{"xds", []string{`"127.0.0.1:18000"`, `"127.0.0.1:19000"`, `":18000"`, `"0.0.0.0:19000"`, `"[::]:18000"`}},
+			{"admin", []string{`"127.0.0.1:18000"`, `"127.0.0.1:19000"`, `":19000"`, `"[::1]:18000"`}},
+		}},
+	}
+	for _, b := range blocks {
+		for _, combo := range combinations(b.settings) {
+			var src strings.Builder
+			for i, v := range combo {
+				switch {
+				case v == "":
+				case b.settings[0].name == "xds": // blocks of their own
+					fmt.Fprintf(&src, "%s { address = %s }\n", b.settings[i].name, v)
+				default:
+					fmt.Fprintf(&src, "    %s = %s\n", b.settings[i].name, v)
+				}
+			}
+			text := b.wrap(src.String())
+			p, diags := Parse([]byte(text), "p.hcl")
+			if err := checkConflicts(text, b.settings, combo, p, diags); err != nil {
+				t.Errorf("%v\n%s", err, text)
+			}
+		}
+	}
+}
+
+func checkConflicts(text string, settings []setting, combo []string, p *Policy, diags hcl.Diagnostics) error {
+	var written []string
+	for i, v := range combo {
+		if v != "" {
+			written = append(written, settings[i].name)
+		}
+	}
+	if len(written) <= 1 && len(diags) > 0 {
+		return fmt.Errorf("a single setting drew diagnostics:\n%s", Format(diags))
+	}
+	lines := strings.Split(text, "\n")
+	for _, d := range diags {
+		line := strings.TrimSpace(lines[d.Subject.Start.Line-1])
+		if d.Severity == hcl.DiagError && !slices.ContainsFunc(written, func(name string) bool { return strings.HasPrefix(line, name+" ") }) {
+			return fmt.Errorf("error not at a written setting:\n%s", Format(hcl.Diagnostics{d}))
+		}
+	}
+	if p != nil {
+		return checkPolicy(p)
+	}
+	return nil
+}
+
+// combinations returns every choice of one value or none ("") per
+// setting.
+func combinations(settings []setting) [][]string {
+	out := [][]string{nil}
+	for _, s := range settings {
+		var next [][]string
+		for _, c := range out {
+			for _, v := range append([]string{""}, s.values...) {
+				next = append(next, append(append([]string(nil), c...), v))
+			}
+		}
+		out = next
+	}
+	return out
+}
