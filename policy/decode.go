@@ -65,6 +65,7 @@ type hashSpec struct {
 	MaxRingSize   *hcl.Attribute `hcl:"max_ring_size,optional"`
 	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
 	Keyless       *hcl.Attribute `hcl:"keyless,optional"`
+	GRPCRingCap   *hcl.Attribute `hcl:"grpc_ring_cap,optional"`
 	Keys          []keySpec      `hcl:"key,block"`
 }
 
@@ -536,6 +537,12 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 				"balance_factor %s is too large; the maximum is %d.", n, uint64(math.MaxUint32))
 		default:
 			h.BalanceFactor = uint32(n.Uint64())
+		}
+	}
+
+	if a := spec.GRPCRingCap; a != nil {
+		if n, good := d.uintIn(a.Name, a.Expr, MinGRPCRingCap, MaxRingSize, "Invalid gRPC ring cap"); good {
+			h.GRPCRingCap = n
 		}
 	}
 

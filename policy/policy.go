@@ -16,6 +16,7 @@
 //	    table_size     = 65537    # prime
 //	    balance_factor = 150      # bounded load, percent; 0 = off
 //	    keyless        = "round_robin" # requests with no key; or "least_request", "random"
+//	    grpc_ring_cap  = 4096     # gRPC clients' ring size cap, if raised on them
 //	    key { header = "x-session-id" } # tried in order; first present wins
 //	    key { cookie = "session" }
 //	  }
@@ -146,8 +147,12 @@ const (
 	MaxRingSize        = 8388608
 	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
 	DataPlaneMinRingSize = 1024
-	MaxEndpointWeight    = 128
-	MinBalanceFactor     = 100
+	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size
+	// cap; MinGRPCRingCap gives 64 units of weight one entry each.
+	DefaultGRPCRingCap = 4096
+	MinGRPCRingCap     = 64
+	MaxEndpointWeight  = 128
+	MinBalanceFactor   = 100
 )
 
 // Engines a metrics block may name. Each but EngineCustom has a built-in
@@ -351,6 +356,12 @@ type Hash struct {
 	// BalanceFactor is bounded-load hashing in percent of the average
 	// load (>= 100); zero turns it off.
 	BalanceFactor uint32
+	// GRPCRingCap is the ring size cap of the pool's proxyless gRPC
+	// clients (GRPC_RING_HASH_CAP in grpc-go, the channel option
+	// grpc.lb.ring_hash.ring_size_cap in grpc-js); zero means their
+	// default, DefaultGRPCRingCap. kvxds sizes their rings to fill it with
+	// 64 units of weight.
+	GRPCRingCap uint64
 	// Keys are tried in order; the first one present in a request wins.
 	Keys []HashKey
 	// Keyless is how requests carrying none of Keys are spread:

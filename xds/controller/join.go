@@ -48,6 +48,7 @@ func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
 				MaxRingSize:   pp.Hash.MaxRingSize,
 				BalanceFactor: pp.Hash.BalanceFactor,
 				Keyless:       fleet.Balancer(pp.Hash.Keyless),
+				GRPCRingCap:   pp.Hash.GRPCRingCap,
 			},
 		}
 		for _, k := range pp.Hash.Keys {

@@ -126,6 +126,10 @@ type Hash struct {
 	// BalanceFactor is bounded-load hashing in percent (>= 100); zero
 	// turns it off.
 	BalanceFactor uint32
+	// GRPCRingCap is the ring size cap of proxyless gRPC clients; zero
+	// is their default (4,096). Their rings are sized to fill it with
+	// 64 units of weight.
+	GRPCRingCap uint64
 	// Keys are tried in order; the first one present in a request wins.
 	Keys []HashKey
 	// Keyless is how requests carrying none of Keys are spread:
@@ -305,6 +309,9 @@ func (h Hash) validate(pool string) []error {
 	}
 	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
 		bad("balance factor %d below 100", h.BalanceFactor)
+	}
+	if h.GRPCRingCap != 0 && (h.GRPCRingCap < 64 || h.GRPCRingCap > 8<<20) {
+		bad("gRPC ring cap %d outside 64..%d", h.GRPCRingCap, 8<<20)
 	}
 	switch h.Keyless {
 	case RoundRobin, LeastRequest, Random:

@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"cmp"
+
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -9,29 +11,38 @@ import (
 	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
-// RingEntriesPerWeight is how many entries of a proxyless gRPC client's
-// ring each unit of endpoint weight gets.
+// RingFullWeight is the weight on a pool's ring, in units of endpoint
+// weight, at which kvxds's sizing fills proxyless gRPC clients' ring cap:
+// each unit of weight gets cap/RingFullWeight ring entries (64 with the
+// clients' default cap of 4,096).
 //
 // gRPC clients derive every endpoint's entry count from the ring size the
 // cluster asks for and the endpoint's share of the total weight. With a
 // fixed ring size, a replica leaving gives its entries to everyone else,
 // and each new entry takes an arc, and its keys, from a replica that
-// stayed. kvxds instead sizes each pool's ring to exactly this many
+// stayed. kvxds instead sizes each pool's ring to a fixed number of
 // entries per unit of the weight on the ring, so an endpoint whose weight
 // is unchanged keeps exactly the same entries whatever the membership:
 // only the keys of a replica that leaves move, and a replica that joins
 // takes keys only for itself.
 //
-// 64 is the most that fits the clients' default ring cap (4,096) for 64
-// replicas of weight 1; more entries would balance better (the largest
-// share falls roughly as 1 + 2.5/sqrt(entries)), fewer would let larger
-// pools keep the guarantee.
-const RingEntriesPerWeight = 64
+// The trade-off is balance: the largest share falls roughly as 1 +
+// 2.5/sqrt(entries per endpoint), and the cap bounds the entries. 64
+// keeps the guarantee up to 64 replicas of weight 1 (or 16 of weight 4);
+// beyond that entries per unit shrink with the weight and membership
+// changes move other keys again, a little.
+const RingFullWeight = 64
+
+// EntriesPerWeight is how many ring entries each unit of weight gets
+// under a client ring cap (0: the clients' default).
+func EntriesPerWeight(ringCap uint64) uint64 {
+	return max(1, cmp.Or(ringCap, ringhash.DefaultCap)/RingFullWeight)
+}
 
 // GRPCRingSize is the ring size (minimum and maximum alike) that gives
-// every unit of weight RingEntriesPerWeight entries when the endpoints on
-// the ring weigh weight in all, within the clients' cap. It returns 0 for
-// an empty ring (nothing to size).
+// every unit of weight EntriesPerWeight(ringCap) entries when the
+// endpoints on the ring weigh weight in all, within the clients' cap
+// (0: their default). It returns 0 for an empty ring (nothing to size).
 //
 // The size is one less than entries × weight on purpose: clients count
 // entries cumulatively in floating point, and a target a fraction below
@@ -40,15 +51,16 @@ const RingEntriesPerWeight = 64
 // entry less. When even one entry per unit of weight exceeds the cap, the
 // ring is the cap, shared in proportion to weight, and membership changes
 // move other keys again.
-func GRPCRingSize(weight uint64) uint64 {
+func GRPCRingSize(weight, ringCap uint64) uint64 {
 	if weight == 0 {
 		return 0
 	}
-	k := min(RingEntriesPerWeight, (ringhash.DefaultCap+1)/weight)
+	ringCap = cmp.Or(ringCap, ringhash.DefaultCap)
+	k := min(EntriesPerWeight(ringCap), (ringCap+1)/weight)
 	if k == 0 {
-		return ringhash.DefaultCap
+		return ringCap
 	}
-	return k*weight - 1
+	return max(1, k*weight-1) // a ring of one entry still needs it
 }
 
 // ringWeight is the weight gRPC clients put on p's ring: they use only
@@ -71,7 +83,7 @@ func ringWeight(p *fleet.Pool) uint64 {
 // membership and health; gRPC clients ignore hash_balance_factor.
 func grpcHashCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
 	rh := &clusterv3.Cluster_RingHashLbConfig{HashFunction: clusterv3.Cluster_RingHashLbConfig_XX_HASH}
-	if size := GRPCRingSize(ringWeight(p)); size != 0 {
+	if size := GRPCRingSize(ringWeight(p), p.Hash.GRPCRingCap); size != 0 {
 		rh.MinimumRingSize = wrapperspb.UInt64(size)
 		rh.MaximumRingSize = wrapperspb.UInt64(size)
 	}

@@ -14,30 +14,36 @@ import (
 )
 
 func TestGRPCRingSize(t *testing.T) {
-	for _, tc := range []struct{ weight, want uint64 }{
-		{0, 0},
-		{1, 63},
-		{4, 255},
-		{64, 4095},                  // 64 replicas of weight 1: the cap
-		{65, 63*65 - 1},             // fewer entries per weight beyond it
-		{4096, 4095},                // one entry per unit of weight
-		{4097, 4096},                // still one, the last endpoint one short
-		{4098, ringhash.DefaultCap}, // proportional
-		{1 << 20, ringhash.DefaultCap},
+	for _, tc := range []struct{ weight, ringCap, want uint64 }{
+		{0, 0, 0},
+		{1, 0, 63},
+		{4, 0, 255},
+		{64, 0, 4095},                  // 64 replicas of weight 1: the cap
+		{65, 0, 63*65 - 1},             // fewer entries per weight beyond it
+		{4096, 0, 4095},                // one entry per unit of weight
+		{4097, 0, 4096},                // still one, the last endpoint one short
+		{4098, 0, ringhash.DefaultCap}, // proportional
+		{1 << 20, 0, ringhash.DefaultCap},
+		{4, 4096, 255},
+		{4, 16384, 1023}, // a raised cap: 256 entries per unit
+		{64, 16384, 16383},
+		{65, 16384, 252*65 - 1},
+		{1, 64, 1}, // one entry per unit, and never an empty ring
+		{100, 64, 64},
 	} {
-		if got := GRPCRingSize(tc.weight); got != tc.want {
-			t.Errorf("GRPCRingSize(%d) = %d, want %d", tc.weight, got, tc.want)
+		if got := GRPCRingSize(tc.weight, tc.ringCap); got != tc.want {
+			t.Errorf("GRPCRingSize(%d, %d) = %d, want %d", tc.weight, tc.ringCap, got, tc.want)
 		}
 	}
 }
 
 // ringOf is the ring gRPC clients build for eps under kvxds's sizing.
 func ringOf(eps []ringhash.Endpoint) *ringhash.Ring {
-	var w uint64
-	for _, e := range eps {
-		w += e.Weight
-	}
-	size := GRPCRingSize(w)
+	return ringWithCap(eps, 0)
+}
+
+func ringWithCap(eps []ringhash.Endpoint, ringCap uint64) *ringhash.Ring {
+	size := GRPCRingSize(totalWeight(eps), ringCap)
 	return ringhash.Build(eps, size, size)
 }
 
@@ -58,7 +64,7 @@ func TestGRPCRingEntries(t *testing.T) {
 		r := ringOf(eps)
 		short := 0
 		for i, e := range eps {
-			want := int(e.Weight) * RingEntriesPerWeight
+			want := int(e.Weight * EntriesPerWeight(0))
 			if got := r.Counts[i]; got == want-1 {
 				short++
 			} else if got != want && n*4 <= 64 {
@@ -121,7 +127,7 @@ func TestGRPCRingMembershipMovesOnlyOwnKeys(t *testing.T) {
 	for _, n := range []int{4, 5, 8, 12, 16, 32, 63} {
 		for _, maxWeight := range []uint64{1, 4} {
 			eps := replicas(rng, n+1, maxWeight)
-			if w := totalWeight(eps); w*RingEntriesPerWeight > ringhash.DefaultCap+1 {
+			if w := totalWeight(eps); w*EntriesPerWeight(0) > ringhash.DefaultCap+1 {
 				continue // beyond the cap, entries per weight change with membership
 			}
 			for trial := range 4 {
@@ -155,28 +161,34 @@ func totalWeight(eps []ringhash.Endpoint) uint64 {
 // sizing and the clients' ring are deterministic.
 func TestGRPCRingBalance(t *testing.T) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# largest share ÷ ideal share of gRPC clients' ring hash, %d entries per unit of weight, ring cap %d\n", RingEntriesPerWeight, ringhash.DefaultCap)
-	fmt.Fprintf(&b, "%-4s %-8s %-9s %-7s %-7s %-7s\n", "N", "weights", "entries", "mean", "p90", "worst")
-	for _, n := range []int{4, 8, 16, 32, 64} {
-		for _, maxWeight := range []uint64{1, 4} {
-			rng := rand.New(rand.NewPCG(uint64(n), maxWeight))
-			const fleets = 20
-			var ratios []float64
-			var entries int
-			for range fleets {
-				eps := replicas(rng, n, maxWeight)
-				r := ringOf(eps)
-				entries += len(r.Entries)
-				shares := r.Shares()
-				w := float64(totalWeight(eps))
-				worst := 0.0
-				for i, e := range eps {
-					worst = math.Max(worst, shares[i]/(float64(e.Weight)/w))
+	fmt.Fprintf(&b, "# largest share of the hash space ÷ weight share, gRPC clients' ring hash sized by kvxds; 20 fleets each\n")
+	fmt.Fprintf(&b, "%-6s %-4s %-8s %-12s %-9s %-7s %-7s %-7s\n", "cap", "N", "weights", "entries/w", "ring", "mean", "p90", "worst")
+	for _, ringCap := range []uint64{4096, 16384, 65536} {
+		for _, n := range []int{4, 8, 16, 32, 64} {
+			for _, maxWeight := range []uint64{1, 4} {
+				rng := rand.New(rand.NewPCG(uint64(n), maxWeight))
+				const fleets = 20
+				var ratios []float64
+				var entries int
+				for range fleets {
+					eps := replicas(rng, n, maxWeight)
+					r := ringWithCap(eps, ringCap)
+					entries += len(r.Entries)
+					shares := r.Shares()
+					w := float64(totalWeight(eps))
+					worst := 0.0
+					for i, e := range eps {
+						worst = math.Max(worst, shares[i]/(float64(e.Weight)/w))
+					}
+					ratios = append(ratios, worst)
 				}
-				ratios = append(ratios, worst)
+				mean, p90, maxR := summarize(ratios)
+				perWeight := fmt.Sprint(EntriesPerWeight(ringCap))
+				if w := uint64(n) * maxWeight; w*EntriesPerWeight(ringCap) > ringCap+1 {
+					perWeight = "fewer"
+				}
+				fmt.Fprintf(&b, "%-6d %-4d 1..%-5d %-12s %-9d %-7.3f %-7.3f %-7.3f\n", ringCap, n, maxWeight, perWeight, entries/fleets, mean, p90, maxR)
 			}
-			mean, p90, maxR := summarize(ratios)
-			fmt.Fprintf(&b, "%-4d 1..%-5d %-9d %-7.3f %-7.3f %-7.3f\n", n, maxWeight, entries/fleets, mean, p90, maxR)
 		}
 	}
 	got := b.String()

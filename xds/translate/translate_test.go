@@ -437,7 +437,7 @@ func ringSizes(f fleet.Fleet) []uint64 {
 	n := f.Normalize()
 	out := make([]uint64, len(n.Pools))
 	for i := range n.Pools {
-		out[i] = GRPCRingSize(ringWeight(&n.Pools[i]))
+		out[i] = GRPCRingSize(ringWeight(&n.Pools[i]), n.Pools[i].Hash.GRPCRingCap)
 	}
 	return out
 }

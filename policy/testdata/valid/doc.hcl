@@ -9,6 +9,7 @@ pool "chat" {
     table_size     = 65537    # prime
     balance_factor = 150      # bounded load, percent; 0 = off
     keyless        = "round_robin" # requests with no key; or "least_request", "random"
+    grpc_ring_cap  = 4096     # gRPC clients' ring size cap, if raised on them
     key { header = "x-session-id" } # tried in order; first present wins
     key { cookie = "session" }
   }
