@@ -2,7 +2,7 @@ GO ?= go
 BIN := bin/kvxds
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: run build test vet fmt bench microbench demo golden clean
+.PHONY: run build test vet fmt e2e-deps bench microbench demo golden clean
 
 # kvxds alone on the example policy.
 run:
@@ -17,8 +17,18 @@ vet:
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# grpc-js for the end-to-end tests, from the registry, reinstalled when
+# the lock file changes.
+GRPCJS := test/e2e/grpcjs
+
+e2e-deps: $(GRPCJS)/node_modules
+
+$(GRPCJS)/node_modules: $(GRPCJS)/package-lock.json
+	cd $(GRPCJS) && npm ci --no-audit --no-fund
+	@touch $@
+
 # The README's second command.
-test: fmt vet
+test: fmt vet e2e-deps
 	$(GO) test -race -timeout 12m ./...
 
 # Translation and snapshot micro-benchmarks.
@@ -42,4 +52,4 @@ golden:
 	$(GO) test ./policy/ ./xds/... -update
 
 clean:
-	rm -rf bin
+	rm -rf bin $(GRPCJS)/node_modules

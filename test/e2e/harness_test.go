@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/xds"
 
 	"github.com/kvxds/kvxds/xds/bootstrap"
@@ -190,8 +189,10 @@ func policyTextWith(xdsAddr, adminAddr string, members []member, extra string) s
   }
   static {
 `)
+	// No hash_key: every endpoint's identity is its address, the one
+	// identity grpc-js places on its ring (grpc-go reads hash_key too).
 	for _, m := range members {
-		fmt.Fprintf(&b, "    endpoint %q {\n      weight   = %d\n      hash_key = %q\n    }\n", m.b.addr, m.weight, m.b.id)
+		fmt.Fprintf(&b, "    endpoint %q {\n      weight = %d\n    }\n", m.b.addr, m.weight)
 	}
 	b.WriteString("  }\n")
 	b.WriteString(extra)
@@ -332,16 +333,16 @@ func newClient(t *testing.T, xdsAddr string) testgrpc.TestServiceClient {
 	return testgrpc.NewTestServiceClient(cc)
 }
 
-// call sends one request of a session and returns the replica that served it.
-func call(cl testgrpc.TestServiceClient, session string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-session-id", session)
-	resp, err := cl.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		return "", err
-	}
-	return resp.GetServerId(), nil
+// dataPlane is a kind of proxyless gRPC client the tests run against.
+type dataPlane struct {
+	name string
+	new  func(t *testing.T, xdsAddr string) client
+}
+
+// dataPlanes are the real xDS clients every end-to-end check runs with.
+var dataPlanes = []dataPlane{
+	{"grpc-go", newGoClient},
+	{"grpc-js", newJSClient},
 }
 
 func sessions(n int) []string {
@@ -352,27 +353,47 @@ func sessions(n int) []string {
 	return out
 }
 
+// sessionCalls is one call per session, carrying its session header.
+func sessionCalls(ss []string) [][]string {
+	out := make([][]string, len(ss))
+	for i, s := range ss {
+		out[i] = []string{"x-session-id", s}
+	}
+	return out
+}
+
 // route sends one request per session and returns where each landed;
 // every failure fails the test.
-func route(t *testing.T, cl testgrpc.TestServiceClient, ss []string) map[string]string {
+func route(t *testing.T, cl client, ss []string) map[string]string {
 	t.Helper()
+	ids, errs := cl.callMany(sessionCalls(ss))
 	out := make(map[string]string, len(ss))
 	failed := 0
-	for _, s := range ss {
-		id, err := call(cl, s)
-		if err != nil {
+	for i, s := range ss {
+		if errs[i] != nil {
 			failed++
 			if failed <= 3 {
-				t.Errorf("session %s: %v", s, err)
+				t.Errorf("%s: session %s: %v", cl.name(), s, errs[i])
 			}
 			continue
 		}
-		out[s] = id
+		out[s] = ids[i]
 	}
 	if failed > 0 {
-		t.Fatalf("%d of %d requests failed", failed, len(ss))
+		t.Fatalf("%s: %d of %d requests failed", cl.name(), failed, len(ss))
 	}
 	return out
+}
+
+// callWith sends one request carrying the given metadata pairs and returns
+// the replica that served it.
+func callWith(t *testing.T, cl client, kv ...string) string {
+	t.Helper()
+	ids, errs := cl.callMany([][]string{kv})
+	if errs[0] != nil {
+		t.Fatalf("%s: %v", cl.name(), errs[0])
+	}
+	return ids[0]
 }
 
 // shares counts sessions per replica.

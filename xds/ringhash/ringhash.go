@@ -114,3 +114,33 @@ func (r *Ring) Shares() []float64 {
 func HeaderHash(value string) uint64 {
 	return xxhash.Sum64String(value)
 }
+
+// Extended returns a copy of r in which endpoint i of eps (the endpoints r
+// was built from) has one more entry.
+//
+// Clients count entries in floating point, and the last endpoint of a ring
+// in hash-key order ends exactly on the ring size: whether it gets its
+// final entry depends on rounding that differs between clients (grpc-go
+// normalises fixed-point weights, grpc-js divides the weights as they
+// are). A ring and its extension of the last endpoint are the two rings a
+// client may build.
+func (r *Ring) Extended(eps []Endpoint, i int) *Ring {
+	out := &Ring{Entries: slices.Clone(r.Entries), Counts: slices.Clone(r.Counts)}
+	e := Entry{xxhash.Sum64String(eps[i].HashKey + "_" + strconv.Itoa(r.Counts[i])), i}
+	at, _ := slices.BinarySearchFunc(out.Entries, e.Hash, func(x Entry, h uint64) int { return cmp.Compare(x.Hash, h) })
+	out.Entries = slices.Insert(out.Entries, at, e)
+	out.Counts[i]++
+	return out
+}
+
+// Last is the index of the endpoint of eps that comes last in hash-key
+// order, or -1 if there is none.
+func Last(eps []Endpoint) int {
+	last := -1
+	for i := range eps {
+		if last < 0 || eps[i].HashKey > eps[last].HashKey {
+			last = i
+		}
+	}
+	return last
+}

@@ -2,6 +2,7 @@ package ringhash
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -64,5 +65,24 @@ func TestOwner(t *testing.T) {
 	}
 	if one := Build([]Endpoint{{"a", 1}}, 1, 1); one.Shares()[0] != 1 {
 		t.Errorf("one entry: share %v, want 1", one.Shares())
+	}
+}
+
+func TestExtended(t *testing.T) {
+	eps := []Endpoint{{"b:1", 1}, {"a:1", 1}, {"c:1", 2}}
+	short := Build(eps, 15, 15) // 4, 4, 7: c, last, is one short
+	if short.Counts[2] != 7 || Last(eps) != 2 {
+		t.Fatalf("counts %v, last %d", short.Counts, Last(eps))
+	}
+	full := short.Extended(eps, Last(eps))
+	want := Build(eps, 16, 16)
+	if !slices.Equal(full.Entries, want.Entries) || !slices.Equal(full.Counts, want.Counts) {
+		t.Errorf("extended ring differs from the ring of size 16")
+	}
+	if len(short.Entries) != 15 {
+		t.Error("Extended modified its receiver")
+	}
+	if Last(nil) != -1 {
+		t.Error("Last(nil) != -1")
 	}
 }
