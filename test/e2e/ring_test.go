@@ -2,7 +2,7 @@ package e2e
 
 import (
 	"fmt"
-		"slices"
+	"slices"
 	"sync"
 	"testing"
 	"time"
