@@ -29,7 +29,7 @@ $(GRPCJS)/node_modules: $(GRPCJS)/package-lock.json
 
 # The README's second command.
 test: fmt vet e2e-deps
-	$(GO) test -race -timeout 12m ./...
+	$(GO) test -race -timeout 20m ./...
 
 # Translation and snapshot micro-benchmarks.
 microbench:

@@ -125,40 +125,57 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestWeightChangeBumpsOnlyEDS(t *testing.T) {
+// Weight, health and membership changes bump EDS, and for gRPC clients
+// the CDS of the pools whose ring size follows the healthy weight; never
+// LDS or RDS, and never Envoy's CDS.
+func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()
 	if err := s.Update(ctx, testFleet(1, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
+	eds := map[string]bool{resourcev3.EndpointType: true}
+	edsAndRing := map[string]bool{resourcev3.EndpointType: true, resourcev3.ClusterType: true}
 	for _, tc := range []struct {
-		name   string
-		fleet  fleet.Fleet
-		change map[string]bool // type URL → must change
+		name  string
+		fleet fleet.Fleet
+		// type URL → must change, for Envoy and for gRPC clients
+		envoy, grpc map[string]bool
 	}{
-		{"weights", testFleet(1, 3, 1), map[string]bool{resourcev3.EndpointType: true}},
-		{"membership", testFleet(1, 3, 1, 1), map[string]bool{resourcev3.EndpointType: true}},
-		{"same", testFleet(1, 3, 1, 1), map[string]bool{}},
+		{"weights", testFleet(1, 3, 1), eds, edsAndRing},
+		{"same total weight", testFleet(2, 2, 1), eds, eds},
+		{"membership", testFleet(2, 2, 1, 1), eds, edsAndRing},
+		{"same", testFleet(2, 2, 1, 1), nil, nil},
+		{"health", func() fleet.Fleet {
+			f := testFleet(2, 2, 1, 1)
+			f.Pools[0].Endpoints[0].Health = fleet.Draining
+			return f
+		}(), eds, edsAndRing},
 		{"balance factor", func() fleet.Fleet {
-			f := testFleet(1, 3, 1, 1)
+			f := testFleet(2, 2, 1, 1)
+			f.Pools[0].Endpoints[0].Health = fleet.Draining
 			f.Pools[0].Hash.BalanceFactor = 200
 			return f
-		}(), map[string]bool{resourcev3.ClusterType: true}},
+		}(), map[string]bool{resourcev3.ClusterType: true}, nil}, // gRPC ignores it
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, flavor := range []translate.Flavor{translate.Envoy, translate.GRPC} {
-				before := s.Versions(flavor)
-				if err := s.Update(ctx, tc.fleet); err != nil {
-					t.Fatal(err)
+			before := map[translate.Flavor]map[string]string{}
+			for _, flavor := range translate.Flavors {
+				before[flavor] = s.Versions(flavor)
+			}
+			if err := s.Update(ctx, tc.fleet); err != nil {
+				t.Fatal(err)
+			}
+			for _, flavor := range translate.Flavors {
+				want := tc.grpc
+				if flavor == translate.Envoy {
+					want = tc.envoy
 				}
-				after := s.Versions(flavor)
-				for typ, v := range after {
-					if changed := v != before[typ]; changed != tc.change[typ] {
-						t.Errorf("%s %s: changed=%v, want %v", flavor.String(), shortType(typ), changed, tc.change[typ])
+				for typ, v := range s.Versions(flavor) {
+					if changed := v != before[flavor][typ]; changed != want[typ] {
+						t.Errorf("%s %s: changed=%v, want %v", flavor, shortType(typ), changed, want[typ])
 					}
 				}
-				// Update is idempotent: the second flavor sees no change.
-				tc.change = map[string]bool{}
 			}
 		})
 	}

@@ -113,7 +113,7 @@ func hasKey(eps []ringhash.Endpoint, key string) bool {
 // last endpoint when the old one leaves or a new one sorts after it
 // (about 1/(64 × total weight) of keys).
 func TestGRPCRingMembershipMovesOnlyOwnKeys(t *testing.T) {
-	const samples = 200000
+	const samples = 100000
 	rng := rand.New(rand.NewPCG(2, 2))
 	worst := 0.0
 	check := func(what string, others int) {
