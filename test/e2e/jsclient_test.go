@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +104,13 @@ const jsDir = "grpcjs"
 // what `kvxds bootstrap --grpc` prints; it is stopped in t.Cleanup.
 func newJSClient(t *testing.T, xdsAddr string) client {
 	t.Helper()
+	return newJSClientWithCap(t, xdsAddr, 0)
+}
+
+// newJSClientWithCap is newJSClient with the channel's ring hash cap
+// raised to ringCap (0: grpc-js's default).
+func newJSClientWithCap(t *testing.T, xdsAddr string, ringCap int) client {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("grpc-js tests need Node.js (node on PATH): %v", err)
@@ -119,7 +127,11 @@ func newJSClient(t *testing.T, xdsAddr string) client {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(node, "client.js", "xds:///chat")
+	args := []string{"client.js", "xds:///chat"}
+	if ringCap != 0 {
+		args = append(args, strconv.Itoa(ringCap))
+	}
+	cmd := exec.Command(node, args...)
 	cmd.Dir = dir
 	// GRPC_XDS_BOOTSTRAP, if inherited, would take precedence over the
 	// inline config.

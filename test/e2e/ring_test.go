@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,13 +32,19 @@ func (e expectation) allows(s, id string) bool { return e[s][0] == id || e[s][1]
 // are the replicas on the ring: kvxds's ring size for their weight, and
 // the clients' ring (xds/ringhash) over their identities (addresses).
 func predict(members []member, ss []string) expectation {
+	return predictWithCap(members, ss, 0)
+}
+
+// predictWithCap is predict for clients whose ring cap is raised to
+// ringCap, told to kvxds by grpc_ring_cap.
+func predictWithCap(members []member, ss []string, ringCap uint64) expectation {
 	eps := make([]ringhash.Endpoint, len(members))
 	var w uint64
 	for i, m := range members {
 		eps[i] = ringhash.Endpoint{HashKey: m.b.addr, Weight: uint64(m.weight)}
 		w += uint64(m.weight)
 	}
-	size := translate.GRPCRingSize(w, 0)
+	size := translate.GRPCRingSize(w, ringCap)
 	r := ringhash.Build(eps, size, size)
 	ext := r.Extended(eps, ringhash.Last(eps))
 	out := make(expectation, len(ss))
@@ -255,5 +262,43 @@ func TestClientsAgree(t *testing.T) {
 	t.Logf("grpc-go and grpc-js disagree on %d of %d sessions", n, len(ss))
 	if n > len(ss)/200 {
 		t.Errorf("grpc-go and grpc-js disagree on %d sessions", n)
+	}
+}
+
+// TestRaisedRingCap: with grpc_ring_cap raised on kvxds and on the clients
+// (grpc-js's channel option; grpc-go reads its cap from the environment
+// at start-up), each replica gets cap/64 entries per unit of weight, and
+// a replica leaving still moves only its own sessions.
+func TestRaisedRingCap(t *testing.T) {
+	const ringCap = 16384
+	// 8 replicas of weight 4: a ring of 8,191 entries, beyond the default
+	// cap, which a client without the raised cap would not build.
+	bs := startBackends(t, 8)
+	var members []member
+	for _, b := range bs {
+		members = append(members, member{b, 4})
+	}
+	path, xdsAddr, adminAddr := policyFile(t)
+	capped := func(ms []member) string {
+		text := policyText(xdsAddr, adminAddr, ms)
+		const anchor = "    balance_factor = 150\n"
+		if !strings.Contains(text, anchor) {
+			t.Fatalf("policy has no %q", anchor)
+		}
+		return strings.Replace(text, anchor, anchor+fmt.Sprintf("    grpc_ring_cap  = %d\n", ringCap), 1)
+	}
+	writeAtomic(t, path, capped(members))
+	k := startInProcess(t, path, xdsAddr, adminAddr)
+	defer k.stop()
+	cl := newJSClientWithCap(t, xdsAddr, ringCap)
+	ss := sessions(numSessions)
+	before := settle(t, cl, ss, predictWithCap(members, ss, ringCap), "a raised cap")
+	rest := members[1:]
+	writeAtomic(t, path, capped(rest))
+	after := settle(t, cl, ss, predictWithCap(rest, ss, ringCap), "after removing a replica")
+	own, between := movement(before, after, members[0].b.id)
+	t.Logf("cap %d: removing 1 of %d moved its own %d sessions and %d between the others; shares %v", ringCap, len(members), own, between, shares(before))
+	if between > numSessions/100 {
+		t.Errorf("removing a replica moved %d sessions between the others", between)
 	}
 }

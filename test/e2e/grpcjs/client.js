@@ -21,13 +21,18 @@ require('@grpc/grpc-js-xds').register();
 
 const target = process.argv[2];
 if (!target) {
-  console.error('usage: node client.js TARGET');
+  console.error('usage: node client.js TARGET [RING_SIZE_CAP]');
   process.exit(2);
+}
+// A raised ring hash cap, as an operator would set it on the channel.
+const options = {};
+if (process.argv[3]) {
+  options['grpc.lb.ring_hash.ring_size_cap'] = Number(process.argv[3]);
 }
 
 const def = protoLoader.loadSync(path.join(__dirname, 'test.proto'), { keepCase: true });
 const { TestService } = grpc.loadPackageDefinition(def).grpc.testing;
-const client = new TestService(target, grpc.credentials.createInsecure());
+const client = new TestService(target, grpc.credentials.createInsecure(), options);
 
 function unary(pairs, deadlineMs) {
   // Bad metadata throws inside the executor and becomes this call's error.
