@@ -8,21 +8,26 @@
 //     extra checks that keep every client from NACKing), then builds, per
 //     pool P, one Listener, one RouteConfiguration, one Cluster and one
 //     ClusterLoadAssignment, all named P, and for a consistent-hashing
-//     pool a second Cluster "P/keyless" over the same ClusterLoadAssignment
-//     for requests that carry no hash key. It never does I/O and never
-//     panics; an invalid fleet or a resource failing its ValidateAll gives
-//     an error naming the pool and resource. Independent pools may be
-//     built on several goroutines; nothing is shared between calls.
+//     pool (except for grpc-js) a second Cluster "P/keyless" over the same
+//     ClusterLoadAssignment for requests that carry no hash key. It never
+//     does I/O and never panics; an invalid fleet or a resource failing its
+//     ValidateAll gives an error naming the pool and resource. Independent
+//     pools may be built on several goroutines; nothing is shared between
+//     calls.
 //   - Output is deterministic: equal fleets, whatever the order of their
 //     pools and endpoints, give byte-identical resources under
 //     proto.MarshalOptions{Deterministic: true}, and so equal Versions.
-//   - The two flavors differ only in their Listeners: Envoy gets a real
-//     listener on the pool's address, gRPC gets an API listener named P
-//     (clients dial xds:///P). Routes, clusters and endpoints are shared.
+//   - Each Flavor gets its own resources. Envoy gets a real listener on the
+//     pool's address and Maglev; proxyless gRPC clients get an API listener
+//     named P (clients dial xds:///P) and a ring hash whose size follows
+//     the pool's healthy weight (GRPCRingSize), so that membership changes
+//     move only the keys of the replicas that join or leave; grpc-js gets
+//     no keyless cluster and unit locality weights (see keylessCluster and
+//     buildEndpoints).
 //   - Snapshot gives each resource type its own content version, so a
-//     change of endpoint weights or health only bumps the EDS version.
-//     TranslateEndpoints and Resources.WithEndpoints are the fast path for
-//     such changes.
+//     change of endpoint weights, health or membership only bumps the EDS
+//     version, and for gRPC flavors the CDS version when a ring size
+//     changes. Retranslate is the fast path for such changes.
 //   - Resources are treated as immutable once returned: callers must not
 //     modify them (they may be shared between snapshots).
 //
@@ -33,7 +38,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"math"
 	"runtime"
 	"slices"
@@ -45,6 +49,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
 	"github.com/kvxds/kvxds/xds/fleet"
 )
