@@ -287,15 +287,8 @@ func TestDeterminism(t *testing.T) {
 			refSnap := mustSnapshot(t, ref)
 			for range 10 {
 				r := mustTranslate(t, shuffled(f, rng), flavor)
-				for _, pair := range [][2][][]byte{
-					{marshalAll(t, ref.Listeners), marshalAll(t, r.Listeners)},
-					{marshalAll(t, ref.Routes), marshalAll(t, r.Routes)},
-					{marshalAll(t, ref.Clusters), marshalAll(t, r.Clusters)},
-					{marshalAll(t, ref.Endpoints), marshalAll(t, r.Endpoints)},
-				} {
-					if !slices.EqualFunc(pair[0], pair[1], bytes.Equal) {
-						t.Fatalf("%s/%v: shuffled input gives different bytes", name, flavor)
-					}
+				if typ := differingType(t, ref, r); typ != "" {
+					t.Fatalf("%s/%v: shuffled input gives different %s bytes", name, flavor, typ)
 				}
 				s := mustSnapshot(t, r)
 				for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
@@ -432,6 +425,26 @@ func TestSnapshotVersions(t *testing.T) {
 	}
 }
 
+// differingType names the first resource type whose deterministic bytes
+// differ between a and b, or returns "".
+func differingType(t *testing.T, a, b *Resources) string {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		a, b [][]byte
+	}{
+		{"listeners", marshalAll(t, a.Listeners), marshalAll(t, b.Listeners)},
+		{"routes", marshalAll(t, a.Routes), marshalAll(t, b.Routes)},
+		{"clusters", marshalAll(t, a.Clusters), marshalAll(t, b.Clusters)},
+		{"endpoints", marshalAll(t, a.Endpoints), marshalAll(t, b.Endpoints)},
+	} {
+		if !slices.EqualFunc(c.a, c.b, bytes.Equal) {
+			return c.name
+		}
+	}
+	return ""
+}
+
 // ringSizes is the gRPC ring size of each pool of f, by pool name.
 func ringSizes(f fleet.Fleet) []uint64 {
 	n := f.Normalize()
@@ -523,15 +536,8 @@ func TestEndpointsFastPath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, pair := range [][2][][]byte{
-			{marshalAll(t, fast.Listeners), marshalAll(t, full.Listeners)},
-			{marshalAll(t, fast.Routes), marshalAll(t, full.Routes)},
-			{marshalAll(t, fast.Clusters), marshalAll(t, full.Clusters)},
-			{marshalAll(t, fast.Endpoints), marshalAll(t, full.Endpoints)},
-		} {
-			if !slices.EqualFunc(pair[0], pair[1], bytes.Equal) {
-				t.Fatalf("%v: Retranslate differs from Translate in resource type %d", flavor, i)
-			}
+		if typ := differingType(t, fast, full); typ != "" {
+			t.Fatalf("%v: Retranslate differs from Translate in its %s", flavor, typ)
 		}
 		if prev.Endpoints[0] != prevEps || &prev.Listeners[0] != &fast.Listeners[0] {
 			t.Fatal("Retranslate modified prev or did not share its listeners")
