@@ -200,6 +200,17 @@ func policyTextWith(xdsAddr, adminAddr string, members []member, extra string) s
 	return b.String()
 }
 
+// withHashSetting adds one setting (e.g. `keyless = "random"`) to the
+// hash block of a policy from policyText.
+func withHashSetting(t *testing.T, text, setting string) string {
+	t.Helper()
+	const anchor = "    balance_factor = 150\n"
+	if !strings.Contains(text, anchor) {
+		t.Fatalf("policy has no %q", anchor)
+	}
+	return strings.Replace(text, anchor, anchor+"    "+setting+"\n", 1)
+}
+
 // policyFile returns where a test's policy goes and free addresses for
 // kvxds's xDS and admin servers.
 func policyFile(t *testing.T) (path, xdsAddr, adminAddr string) {

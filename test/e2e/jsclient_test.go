@@ -268,67 +268,6 @@ func jsStatus(s string) error {
 	return status.Error(code, details)
 }
 
-// grpc-js end to end: a hash pool served to a grpc-js client keeps each
-// session on one replica.
-func TestGRPCJSDriver(t *testing.T) {
-	bs := startBackends(t, 4)
-	members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}, {bs[3], 1}}
-	path, xdsAddr, adminAddr := policyFile(t)
-	text := policyText(xdsAddr, adminAddr, members)
-	// Random keyless requests hash like keyed ones: the pool has a single
-	// ring-hash cluster.
-	const anchor = "    balance_factor = 150\n"
-	if !strings.Contains(text, anchor) {
-		t.Fatalf("policy has no %q", anchor)
-	}
-	text = strings.Replace(text, anchor, anchor+"    keyless        = \"random\"\n", 1)
-	writeAtomic(t, path, text)
-	k := startInProcess(t, path, xdsAddr, adminAddr)
-	defer k.stop()
-	cl := newJSClient(t, xdsAddr)
-
-	const n = 100
-	ss := sessions(n)
-	mds := make([][]string, 0, 2*n)
-	for range 2 {
-		for _, s := range ss {
-			mds = append(mds, []string{"x-session-id", s})
-		}
-	}
-	ids, errs := cl.callMany(mds)
-	failed := 0
-	for i, err := range errs {
-		if err != nil {
-			failed++
-			if failed <= 3 {
-				t.Errorf("call %d (%s): %v", i, mds[i][1], err)
-			}
-		}
-	}
-	if failed > 0 {
-		t.Fatalf("%s: %d of %d calls failed", cl.name(), failed, len(mds))
-	}
-	seen := map[string]int{}
-	for i, s := range ss {
-		if a, b := ids[i], ids[n+i]; a != b {
-			t.Errorf("session %s moved from %s to %s", s, a, b)
-		}
-		seen[ids[i]]++
-	}
-	t.Logf("%d sessions: %v", n, seen)
-	if len(seen) < 2 {
-		t.Errorf("all sessions on %v", seen)
-	}
-
-	// Requests without a key are served too.
-	ids, errs = cl.callMany([][]string{nil, nil})
-	for i, err := range errs {
-		if err != nil || ids[i] == "" {
-			t.Errorf("keyless call %d: %q, %v", i, ids[i], err)
-		}
-	}
-}
-
 func TestJSStatus(t *testing.T) {
 	err := jsStatus("DEADLINE_EXCEEDED: Deadline exceeded after 10.001s")
 	if s := status.Convert(err); s.Code() != codes.DeadlineExceeded || s.Message() != "Deadline exceeded after 10.001s" {

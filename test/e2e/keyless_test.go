@@ -3,7 +3,6 @@ package e2e
 import (
 	"cmp"
 	"fmt"
-	"strings"
 	"testing"
 )
 
@@ -31,11 +30,7 @@ func TestKeylessRequests(t *testing.T) {
 				path, xdsAddr, adminAddr := policyFile(t)
 				text := policyText(xdsAddr, adminAddr, members)
 				if tc.keyless != "" {
-					const anchor = "    balance_factor = 150\n"
-					if !strings.Contains(text, anchor) {
-						t.Fatalf("policy has no %q", anchor)
-					}
-					text = strings.Replace(text, anchor, anchor+fmt.Sprintf("    keyless        = %q\n", tc.keyless), 1)
+					text = withHashSetting(t, text, fmt.Sprintf("keyless = %q", tc.keyless))
 				}
 				writeAtomic(t, path, text)
 				k := startInProcess(t, path, xdsAddr, adminAddr)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -280,12 +279,7 @@ func TestRaisedRingCap(t *testing.T) {
 	}
 	path, xdsAddr, adminAddr := policyFile(t)
 	capped := func(ms []member) string {
-		text := policyText(xdsAddr, adminAddr, ms)
-		const anchor = "    balance_factor = 150\n"
-		if !strings.Contains(text, anchor) {
-			t.Fatalf("policy has no %q", anchor)
-		}
-		return strings.Replace(text, anchor, anchor+fmt.Sprintf("    grpc_ring_cap  = %d\n", ringCap), 1)
+		return withHashSetting(t, policyText(xdsAddr, adminAddr, ms), fmt.Sprintf("grpc_ring_cap = %d", ringCap))
 	}
 	writeAtomic(t, path, capped(members))
 	k := startInProcess(t, path, xdsAddr, adminAddr)
