@@ -2,7 +2,7 @@ GO ?= go
 BIN := bin/kvxds
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: run build test vet fmt e2e-deps bench microbench demo golden clean
+.PHONY: run build test vet fmt e2e-deps kube-deps bench microbench demo golden clean
 
 # kvxds alone on the example policy.
 run:
@@ -27,8 +27,14 @@ $(GRPCJS)/node_modules: $(GRPCJS)/package-lock.json
 	cd $(GRPCJS) && npm ci --no-audit --no-fund
 	@touch $@
 
+# A real kube-apiserver and etcd for the Kubernetes discovery tests, built
+# from Go modules into a cache directory once (several minutes the first
+# time; KVXDS_KUBE_BIN overrides the directory).
+kube-deps:
+	@GO=$(GO) test/kube/build.sh >/dev/null
+
 # The README's second command.
-test: fmt vet e2e-deps
+test: fmt vet e2e-deps kube-deps
 	$(GO) test -race -timeout 20m ./...
 
 # Translation and snapshot micro-benchmarks.

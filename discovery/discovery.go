@@ -1,15 +1,21 @@
 // Package discovery finds the replicas of each pool.
 //
-// A Discoverer sends the complete, current set of targets of every pool it
-// knows on each change; a pool it no longer knows is sent with no targets.
-// Sources never know about policy, metrics or xDS: the controller joins
-// their output into the fleet model.
+// A Source finds the replicas of one pool in one place (the policy's
+// static list, DNS, Kubernetes EndpointSlices). It sends the complete,
+// current set of its targets on every change, and an error instead when it
+// cannot tell (the API server or resolver is unreachable, an answer is
+// malformed): the Manager then keeps the source's last good targets (fail
+// static). Sources never know about policy, metrics or xDS: the Manager
+// merges their targets per pool, and the controller joins them with the
+// policy into the fleet model.
 package discovery
 
 import (
 	"cmp"
 	"context"
+	"net"
 	"slices"
+	"strconv"
 )
 
 // Target is one replica found by a source.
@@ -22,6 +28,28 @@ type Target struct {
 	// means host:port.
 	HashKey               string
 	Region, Zone, SubZone string
+	// Draining marks a replica that is going away (a terminating pod
+	// still serving): it takes no new keys, in-flight requests finish.
+	Draining bool
+}
+
+// Address is host:port, with brackets around an IPv6 host.
+func (t Target) Address() string {
+	return net.JoinHostPort(t.Host, strconv.FormatUint(uint64(t.Port), 10))
+}
+
+// Update is what a source sends: its complete current targets, or Err
+// when it cannot tell what they are (Targets is then ignored).
+type Update struct {
+	Targets []Target
+	Err     error
+}
+
+// Source finds the targets of one pool. Run sends an Update on every
+// change (the first as soon as it knows), never blocks past ctx, and
+// returns when ctx is done.
+type Source interface {
+	Run(ctx context.Context, up chan<- Update)
 }
 
 // Group is the current set of targets of one pool.
@@ -30,20 +58,22 @@ type Group struct {
 	Targets []Target
 }
 
-// Discoverer sends groups on up until ctx is done.
-type Discoverer interface {
-	Run(ctx context.Context, up chan<- []Group)
+// SortTargets orders targets by address, so equal sets compare equal.
+func SortTargets(ts []Target) {
+	slices.SortFunc(ts, func(a, b Target) int {
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port))
+	})
 }
 
-// Static is a fixed set of groups, as written in a policy.
-type Static []Group
+// Static is a fixed list of targets, as written in a policy.
+type Static []Target
 
-// Run sends the groups once, then waits for ctx.
-func (s Static) Run(ctx context.Context, up chan<- []Group) {
-	groups := slices.Clone(s)
-	slices.SortFunc(groups, func(a, b Group) int { return cmp.Compare(a.Pool, b.Pool) })
+// Run sends the targets once, then waits for ctx.
+func (s Static) Run(ctx context.Context, up chan<- Update) {
+	ts := slices.Clone(s)
+	SortTargets(ts)
 	select {
-	case up <- groups:
+	case up <- Update{Targets: ts}:
 	case <-ctx.Done():
 		return
 	}

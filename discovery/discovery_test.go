@@ -6,22 +6,19 @@ import (
 	"time"
 )
 
-func TestStaticSendsSortedGroupsOnce(t *testing.T) {
-	s := Static{
-		{Pool: "b", Targets: []Target{{Host: "127.0.0.1", Port: 2}}},
-		{Pool: "a", Targets: []Target{{Host: "127.0.0.1", Port: 1}}},
-	}
+func TestStaticSendsSortedTargetsOnce(t *testing.T) {
+	s := Static{{Host: "127.0.0.1", Port: 2}, {Host: "127.0.0.1", Port: 1}}
 	ctx, cancel := context.WithCancel(context.Background())
-	up := make(chan []Group)
+	up := make(chan Update)
 	done := make(chan struct{})
 	go func() { s.Run(ctx, up); close(done) }()
 	select {
 	case got := <-up:
-		if len(got) != 2 || got[0].Pool != "a" || got[1].Pool != "b" {
-			t.Fatalf("got %+v, want pools a, b in order", got)
+		if got.Err != nil || len(got.Targets) != 2 || got.Targets[0].Port != 1 {
+			t.Fatalf("got %+v, want ports 1, 2 in order", got)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("no groups sent")
+		t.Fatal("no update sent")
 	}
 	cancel()
 	select {
@@ -29,7 +26,21 @@ func TestStaticSendsSortedGroupsOnce(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-	if s[0].Pool != "b" {
+	if s[0].Port != 2 {
 		t.Fatal("Run reordered its receiver")
+	}
+}
+
+func TestTargetAddress(t *testing.T) {
+	for _, tc := range []struct {
+		t    Target
+		want string
+	}{
+		{Target{Host: "10.0.0.1", Port: 8000}, "10.0.0.1:8000"},
+		{Target{Host: "fd00::1", Port: 80}, "[fd00::1]:80"},
+	} {
+		if got := tc.t.Address(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.t, got, tc.want)
+		}
 	}
 }

@@ -42,19 +42,21 @@ type serverSpec struct {
 // poolSpec is a pool block. port is required, but checked by hand so that
 // the diagnostic names the pool rather than pointing at its closing brace.
 type poolSpec struct {
-	Name          string         `hcl:"name,label"`
-	NameRange     hcl.Range      `hcl:"name,label_range"`
-	DefRange      hcl.Range      `hcl:",def_range"`
-	Port          *hcl.Attribute `hcl:"port,optional"`
-	ListenAddress *hcl.Attribute `hcl:"listen_address,optional"`
-	RouteTimeout  *hcl.Attribute `hcl:"route_timeout,optional"`
-	IdleTimeout   *hcl.Attribute `hcl:"idle_timeout,optional"`
-	LoadBalancing *hcl.Attribute `hcl:"load_balancing,optional"`
-	Hash          []hashSpec     `hcl:"hash,block"`
-	Static        []staticSpec   `hcl:"static,block"`
-	Metrics       []metricsSpec  `hcl:"metrics,block"`
-	Escape        []escapeSpec   `hcl:"escape,block"`
-	Weights       []weightsSpec  `hcl:"weights,block"`
+	Name          string           `hcl:"name,label"`
+	NameRange     hcl.Range        `hcl:"name,label_range"`
+	DefRange      hcl.Range        `hcl:",def_range"`
+	Port          *hcl.Attribute   `hcl:"port,optional"`
+	ListenAddress *hcl.Attribute   `hcl:"listen_address,optional"`
+	RouteTimeout  *hcl.Attribute   `hcl:"route_timeout,optional"`
+	IdleTimeout   *hcl.Attribute   `hcl:"idle_timeout,optional"`
+	LoadBalancing *hcl.Attribute   `hcl:"load_balancing,optional"`
+	Hash          []hashSpec       `hcl:"hash,block"`
+	Static        []staticSpec     `hcl:"static,block"`
+	DNS           []dnsSpec        `hcl:"dns,block"`
+	Kubernetes    []kubernetesSpec `hcl:"kubernetes,block"`
+	Metrics       []metricsSpec    `hcl:"metrics,block"`
+	Escape        []escapeSpec     `hcl:"escape,block"`
+	Weights       []weightsSpec    `hcl:"weights,block"`
 }
 
 type hashSpec struct {
@@ -364,6 +366,12 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		}
 		d.errorf(spec.Static[i].DefRange, "Duplicate static block",
 			"Pool %q already has a static block at line %d; list all its endpoints in that one.", name, spec.Static[0].DefRange.Start.Line)
+	}
+	for i := range spec.DNS {
+		pool.DNS = append(pool.DNS, d.dns(&spec.DNS[i]))
+	}
+	for i := range spec.Kubernetes {
+		pool.Kubernetes = append(pool.Kubernetes, d.kubernetes(&spec.Kubernetes[i]))
 	}
 	if len(spec.Hash) > 0 && pool.LoadBalancing != LoadBalancingHash {
 		d.add(hcl.Diagnostics{{

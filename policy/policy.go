@@ -263,6 +263,10 @@ type Pool struct {
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
 	Static []StaticEndpoint
+	// DNS and Kubernetes are the pool's other sources of replicas, in file
+	// order; their replicas join the static ones.
+	DNS        []DNSSource
+	Kubernetes []KubernetesSource
 	// Metrics is how replicas are scraped; nil means no scraping and
 	// static weights only.
 	Metrics *Metrics

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
@@ -58,6 +59,7 @@ type Controller struct {
 	log      hclog.Logger
 	registry *prometheus.Registry
 	xds      *server.Server
+	disc     *discovery.Manager
 
 	xdsLis, adminLis net.Listener
 
@@ -105,6 +107,7 @@ func New(opts Options) (*Controller, error) {
 		log:        logger,
 		registry:   reg,
 		xds:        server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg}),
+		disc:       discovery.NewManager(logger.Named("discovery"), reg),
 		policy:     p,
 		dynamics:   map[string]*poolDynamics{},
 		dynMetrics: newDynamicMetrics(reg),
@@ -180,6 +183,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer c.stopDynamics()
+	defer c.disc.Stop()
 	if err := c.apply(ctx, c.policy); err != nil {
 		return fmt.Errorf("initial configuration: %w", err)
 	}
@@ -225,10 +229,14 @@ func (c *Controller) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	}()
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.rebuildLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		c.discoveryLoop(ctx)
 	}()
 	if w != nil {
 		wg.Add(1)
@@ -276,10 +284,36 @@ func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 	if old != nil && p != old && (p.XDSAddress != old.XDSAddress || p.AdminAddress != old.AdminAddress) {
 		c.log.Warn("xds/admin address changes take effect on restart", "xds", p.XDSAddress, "admin", p.AdminAddress)
 	}
-	base := Join(p, StaticGroups(p))
+	// Sources kept across the reload keep their targets; new ones get a
+	// moment to report, so that their pools are not pushed empty.
+	c.disc.Apply(ctx, sourceSpecs(p, c.log.Named("discovery")))
+	wctx, cancel := context.WithTimeout(ctx, discoverySyncTimeout)
+	if err := c.disc.WaitSynced(wctx); err != nil {
+		c.log.Warn("some discovery sources have not reported yet; their pools start without them", "waited", discoverySyncTimeout)
+	}
+	cancel()
+	if err := c.push(ctx, p); err != nil {
+		return err
+	}
+	c.log.Info("configuration applied", "pools", len(p.Pools), "policy", p.Filename)
+	return nil
+}
 
+// discoverySyncTimeout bounds how long a new configuration waits for its
+// sources' first answers.
+const discoverySyncTimeout = 10 * time.Second
+
+// push joins p (nil: the current policy) with the discovered replicas and
+// the current decisions and hands the fleet to the xDS server; the one
+// place the three meet. Pushes are serialised, and a push of the current
+// policy reads it under the same lock, so it never reverts a newer one.
+func (c *Controller) push(ctx context.Context, p *policy.Policy) error {
 	c.updateMu.Lock()
 	defer c.updateMu.Unlock()
+	if p == nil {
+		p = c.currentPolicy()
+	}
+	base := Join(p, c.disc.Groups())
 	f := applyDecisions(base, c.decisionsLocked())
 	if err := c.xds.Update(ctx, f); err != nil {
 		return err
@@ -290,8 +324,22 @@ func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 	c.policy, c.fleet = p, f
 	c.mu.Unlock()
 	c.updates.Inc()
-	c.log.Info("configuration applied", "pools", len(f.Pools), "policy", p.Filename)
 	return nil
+}
+
+// discoveryLoop pushes the fleet again whenever a source's replicas
+// change.
+func (c *Controller) discoveryLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.disc.Changed():
+		}
+		if err := c.push(ctx, nil); err != nil {
+			c.log.Error("discovered replicas not applied; last good configuration keeps serving", "error", err)
+		}
+	}
 }
 
 // reconcileDynamicsLocked starts scraping pools that gained a metrics

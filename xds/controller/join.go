@@ -9,19 +9,23 @@ import (
 
 // StaticGroups returns the endpoints written in a policy as discovery
 // groups, one per pool (a pool without a static block has an empty group).
-func StaticGroups(p *policy.Policy) discovery.Static {
-	out := make(discovery.Static, 0, len(p.Pools))
+func StaticGroups(p *policy.Policy) []discovery.Group {
+	out := make([]discovery.Group, 0, len(p.Pools))
 	for _, pool := range p.Pools {
-		g := discovery.Group{Pool: pool.Name}
-		for _, e := range pool.Static {
-			g.Targets = append(g.Targets, discovery.Target{
-				Host: e.Host, Port: e.Port, Weight: e.Weight, HashKey: e.HashKey,
-				Region: e.Region, Zone: e.Zone, SubZone: e.SubZone,
-			})
-		}
-		out = append(out, g)
+		out = append(out, discovery.Group{Pool: pool.Name, Targets: staticTargets(pool)})
 	}
 	return out
+}
+
+func staticTargets(pool policy.Pool) discovery.Static {
+	var ts discovery.Static
+	for _, e := range pool.Static {
+		ts = append(ts, discovery.Target{
+			Host: e.Host, Port: e.Port, Weight: e.Weight, HashKey: e.HashKey,
+			Region: e.Region, Zone: e.Zone, SubZone: e.SubZone,
+		})
+	}
+	return ts
 }
 
 // Join builds the fleet model from a policy and the discovered targets of
@@ -55,9 +59,13 @@ func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
 			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter})
 		}
 		for _, t := range targets[pp.Name] {
+			health := fleet.Healthy
+			if t.Draining {
+				health = fleet.Draining
+			}
 			fp.Endpoints = append(fp.Endpoints, fleet.Endpoint{
 				Host: t.Host, Port: t.Port, Weight: t.Weight, HashKey: t.HashKey,
-				Health:   fleet.Healthy,
+				Health:   health,
 				Locality: fleet.Locality{Region: t.Region, Zone: t.Zone, SubZone: t.SubZone},
 			})
 		}
@@ -67,7 +75,8 @@ func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
 }
 
 // Render returns, as YAML, the resources a kind of client receives for a
-// policy and its static endpoints.
+// policy and its static endpoints (replicas its dns and kubernetes blocks
+// would find are not looked up).
 func Render(p *policy.Policy, flavor translate.Flavor) ([]byte, error) {
 	r, err := translate.Translate(Join(p, StaticGroups(p)), flavor)
 	if err != nil {

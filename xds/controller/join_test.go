@@ -1,10 +1,13 @@
 package controller
 
 import (
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
@@ -76,6 +79,49 @@ pool "chat" {
 		if len(pool.Endpoints) != 0 {
 			t.Fatalf("pool %s has endpoints %v", pool.Name, pool.Endpoints)
 		}
+	}
+
+	// A draining target (a terminating pod) is pushed DRAINING.
+	got = Join(p, []discovery.Group{{Pool: "zeta", Targets: []discovery.Target{
+		{Host: "10.0.0.1", Port: 1, HashKey: "vllm-0"},
+		{Host: "10.0.0.2", Port: 1, HashKey: "vllm-1", Draining: true},
+	}}})
+	if eps := got.Pools[1].Endpoints; len(eps) != 2 || eps[0].Health != fleet.Healthy || eps[1].Health != fleet.Draining {
+		t.Fatalf("zeta endpoints %+v, want vllm-0 healthy and vllm-1 draining", eps)
+	}
+}
+
+// Sources keep their IDs while their blocks do not change, so a reload
+// keeps them running; a changed block gets a new ID.
+func TestSourceSpecs(t *testing.T) {
+	parse := func(src string) []discovery.Spec {
+		p, diags := policy.Parse([]byte(src), "sources.hcl")
+		if diags.HasErrors() {
+			t.Fatal(policy.Format(diags))
+		}
+		return sourceSpecs(p, hclog.NewNullLogger())
+	}
+	const pool = `pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  dns {
+    name     = "vllm.test"
+    resolver = "127.0.0.1:53"
+    refresh  = "%s"
+  }
+  static { endpoints = [%s] }
+}
+`
+	a := parse(fmt.Sprintf(pool, "5s", `"10.0.0.1:80"`))
+	b := parse(fmt.Sprintf(pool, "5s", `"10.0.0.1:80"`))
+	c := parse(fmt.Sprintf(pool, "6s", `"10.0.0.2:80"`))
+	if len(a) != 2 || a[0].ID != b[0].ID || a[1].ID != b[1].ID {
+		t.Fatalf("equal policies give different sources: %v, %v", a, b)
+	}
+	if a[0].ID == c[0].ID || a[1].ID == c[1].ID {
+		t.Fatalf("changed blocks keep their IDs: %v, %v", a, c)
 	}
 }
 

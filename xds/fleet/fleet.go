@@ -12,6 +12,7 @@ package fleet
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -75,6 +76,25 @@ const (
 	Unhealthy
 )
 
+// MarshalText writes the health as its name ("healthy", "draining", ...).
+func (h Health) MarshalText() ([]byte, error) {
+	if h < Healthy || h > Unhealthy {
+		return nil, fmt.Errorf("unknown health %d", int(h))
+	}
+	return []byte(h.String()), nil
+}
+
+// UnmarshalText reads a name MarshalText writes.
+func (h *Health) UnmarshalText(b []byte) error {
+	for c := Healthy; c <= Unhealthy; c++ {
+		if c.String() == string(b) {
+			*h = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown health %q", b)
+}
+
 func (h Health) String() string {
 	switch h {
 	case Healthy:
@@ -91,85 +111,132 @@ func (h Health) String() string {
 
 // Fleet is the whole model: every pool kvxds serves.
 type Fleet struct {
-	Pools []Pool
+	Pools []Pool `json:"pools"`
 }
 
 // Pool is one group of interchangeable replicas behind one listener.
 type Pool struct {
 	// Name names the pool's Envoy listener, route configuration and
 	// cluster; proxyless gRPC clients dial xds:///<Name>.
-	Name string
+	Name string `json:"name"`
 	// ListenAddress and Port are where Envoy listens for this pool.
-	ListenAddress string
-	Port          uint32
+	ListenAddress string `json:"listen_address"`
+	Port          uint32 `json:"port"`
 	// RouteTimeout bounds a whole request at Envoy. Zero disables it,
 	// which is the default: streamed generations can run for minutes.
-	RouteTimeout time.Duration
+	RouteTimeout time.Duration `json:"-"`
 	// IdleTimeout bounds the silence on a stream; zero keeps Envoy's
 	// default.
-	IdleTimeout time.Duration
+	IdleTimeout time.Duration `json:"-"`
 	// Balancer defaults to ConsistentHash; Hash only applies to it.
-	Balancer  Balancer
-	Hash      Hash
-	Endpoints []Endpoint
+	Balancer  Balancer   `json:"balancer"`
+	Hash      Hash       `json:"hash"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// poolJSON is a Pool's serialised form: durations as Go duration strings
+// ("10m0s"), omitted when zero.
+type poolJSON struct {
+	poolFields
+	RouteTimeout string `json:"route_timeout,omitempty"`
+	IdleTimeout  string `json:"idle_timeout,omitempty"`
+}
+
+// poolFields is Pool without its methods, so that poolJSON does not
+// recurse into them.
+type poolFields Pool
+
+// MarshalJSON writes p with its durations as strings.
+func (p Pool) MarshalJSON() ([]byte, error) {
+	j := poolJSON{poolFields: poolFields(p)}
+	if p.RouteTimeout != 0 {
+		j.RouteTimeout = p.RouteTimeout.String()
+	}
+	if p.IdleTimeout != 0 {
+		j.IdleTimeout = p.IdleTimeout.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *Pool) UnmarshalJSON(b []byte) error {
+	var j poolJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*p = Pool(j.poolFields)
+	for _, d := range []struct {
+		s   string
+		dst *time.Duration
+	}{{j.RouteTimeout, &p.RouteTimeout}, {j.IdleTimeout, &p.IdleTimeout}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil {
+			return fmt.Errorf("pool %q: %w", p.Name, err)
+		}
+		*d.dst = v
+	}
+	return nil
 }
 
 // Hash is how requests of a pool map to endpoints.
 type Hash struct {
-	Algorithm Algorithm
+	Algorithm Algorithm `json:"algorithm,omitempty"`
 	// TableSize is the Maglev table size (prime).
-	TableSize uint64
+	TableSize uint64 `json:"table_size,omitempty"`
 	// MinRingSize and MaxRingSize bound the ring; zero keeps the
 	// client's default.
-	MinRingSize uint64
-	MaxRingSize uint64
+	MinRingSize uint64 `json:"min_ring_size,omitempty"`
+	MaxRingSize uint64 `json:"max_ring_size,omitempty"`
 	// BalanceFactor is bounded-load hashing in percent (>= 100); zero
 	// turns it off.
-	BalanceFactor uint32
+	BalanceFactor uint32 `json:"balance_factor,omitempty"`
 	// GRPCRingCap is the ring size cap of proxyless gRPC clients; zero
 	// is their default (4,096). Their rings are sized to fill it with
 	// 64 units of weight.
-	GRPCRingCap uint64
+	GRPCRingCap uint64 `json:"grpc_ring_cap,omitempty"`
 	// Keys are tried in order; the first one present in a request wins.
-	Keys []HashKey
+	Keys []HashKey `json:"keys,omitempty"`
 	// Keyless is how requests carrying none of Keys are spread:
 	// RoundRobin (the default) or LeastRequest over the same endpoints,
 	// or Random. A missing key cannot pick a cache, and hashing a random
 	// value per request places requests like random assignment, which is
 	// burstier than round robin's rotation.
-	Keyless Balancer
+	Keyless Balancer `json:"keyless,omitempty"`
 }
 
 // HashKey is one source of a request's hash. Exactly one field is set.
 type HashKey struct {
-	Header         string
-	Cookie         string
-	QueryParameter string
+	Header         string `json:"header,omitempty"`
+	Cookie         string `json:"cookie,omitempty"`
+	QueryParameter string `json:"query_parameter,omitempty"`
 }
 
 // Locality places an endpoint; proxyless gRPC requires every endpoint to
 // belong to one.
 type Locality struct {
-	Region  string
-	Zone    string
-	SubZone string
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	SubZone string `json:"sub_zone,omitempty"`
 }
 
 // Endpoint is one replica of a pool.
 type Endpoint struct {
 	// Host is an IP address (names are resolved before the model);
 	// Port its serving port.
-	Host string
-	Port uint32
+	Host string `json:"host"`
+	Port uint32 `json:"port"`
 	// Weight is the endpoint's share of the hash table (>= 1).
-	Weight   uint32
-	Health   Health
-	Locality Locality
+	Weight   uint32   `json:"weight"`
+	Health   Health   `json:"health"`
+	Locality Locality `json:"locality"`
 	// HashKey is the endpoint's stable identity on the hash ring. Every
 	// data-plane instance must build the same table, and a replica that
 	// changes address while keeping its identity keeps its keys. Defaults
 	// to host:port.
-	HashKey string
+	HashKey string `json:"hash_key"`
 }
 
 // Address returns host:port.

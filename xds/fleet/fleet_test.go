@@ -1,8 +1,11 @@
 package fleet
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func pool(name string, port uint32, eps ...Endpoint) Pool {
@@ -64,5 +67,32 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("error %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The serialised form (/debug/fleet) reads well and round-trips.
+func TestJSON(t *testing.T) {
+	f := Fleet{Pools: []Pool{{
+		Name: "chat", ListenAddress: "0.0.0.0", Port: 10000, RouteTimeout: 10 * time.Minute, Balancer: ConsistentHash,
+		Hash:      Hash{Algorithm: Maglev, TableSize: 65537, Keys: []HashKey{{Header: "x-session-id"}}, Keyless: RoundRobin},
+		Endpoints: []Endpoint{{Host: "10.0.0.1", Port: 8000, Weight: 2, Health: Draining, HashKey: "vllm-0", Locality: Locality{Zone: "z1"}}},
+	}}}
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"pools":[{"name":"chat","listen_address":"0.0.0.0","port":10000,"balancer":"hash","hash":{"algorithm":"maglev","table_size":65537,"keys":[{"header":"x-session-id"}],"keyless":"round_robin"},"endpoints":[{"host":"10.0.0.1","port":8000,"weight":2,"health":"draining","locality":{"zone":"z1"},"hash_key":"vllm-0"}],"route_timeout":"10m0s"}]}`
+	if string(b) != want {
+		t.Errorf("JSON\n got %s\nwant %s", b, want)
+	}
+	var back Fleet
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, f) {
+		t.Errorf("round trip: %+v, want %+v", back, f)
+	}
+	if err := json.Unmarshal([]byte(`{"pools":[{"endpoints":[{"health":"sleepy"}]}]}`), &back); err == nil {
+		t.Error("unknown health accepted")
 	}
 }

@@ -1,0 +1,125 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fake is a source whose updates the test sends.
+type fake chan Update
+
+func (f fake) Run(ctx context.Context, up chan<- Update) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-f:
+			select {
+			case up <- u:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func tgt(host string, port uint32) Target { return Target{Host: host, Port: port} }
+
+// waitGroups polls m until its groups equal want.
+func waitGroups(t *testing.T, m *Manager, want []Group) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := m.Groups()
+		if slices.EqualFunc(got, want, func(a, b Group) bool { return a.Pool == b.Pool && slices.Equal(a.Targets, b.Targets) }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("groups %+v, want %+v", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestManagerMergesAndFailsStatic(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	m := NewManager(nil, reg)
+	a, b, c := make(fake), make(fake), make(fake)
+	m.Apply(ctx, []Spec{{"chat", "dns-1", a}, {"chat", "static", b}, {"code", "k8s-1", c}})
+
+	for _, step := range []struct {
+		name string
+		src  fake
+		u    Update
+		want []Group
+	}{
+		{"first source", a, Update{Targets: []Target{tgt("10.0.0.2", 80), tgt("10.0.0.1", 80)}},
+			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80)}}, {"code", nil}}},
+		{"second source merged, duplicate kept once", b, Update{Targets: []Target{tgt("10.0.0.3", 80), {Host: "10.0.0.1", Port: 80, Weight: 9}}},
+			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
+		{"other pool", c, Update{Targets: []Target{tgt("10.1.0.1", 8000)}},
+			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
+		{"a failing source keeps its last good targets", a, Update{Err: errors.New("SERVFAIL")},
+			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
+		{"an empty answer is an answer", c, Update{Targets: []Target{}},
+			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
+	} {
+		step.src <- step.u
+		waitGroups(t, m, step.want)
+	}
+	if got := testutil.ToFloat64(m.metrics.errors.WithLabelValues("chat", "dns-1")); got != 1 {
+		t.Errorf("errors counted %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.metrics.up.WithLabelValues("chat", "dns-1")); got != 0 {
+		t.Errorf("failing source up = %v, want 0", got)
+	}
+
+	// Removing a source drops its targets, and only its.
+	m.Apply(ctx, []Spec{{"chat", "static", b}, {"code", "k8s-1", c}})
+	waitGroups(t, m, []Group{{"chat", []Target{{Host: "10.0.0.1", Port: 80, Weight: 9}, tgt("10.0.0.3", 80)}}, {"code", nil}})
+	select {
+	case <-m.Changed():
+	default:
+		t.Error("no change signalled")
+	}
+	m.Stop()
+	if len(m.Groups()) != 0 {
+		t.Errorf("groups after Stop: %+v", m.Groups())
+	}
+}
+
+func TestManagerSignalsOnlyChanges(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := NewManager(nil, nil)
+	a := make(fake)
+	m.Apply(ctx, []Spec{{"chat", "a", a}})
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	if err := m.WaitSynced(wctx); err == nil {
+		t.Fatal("synced before the source reported")
+	}
+	wcancel()
+	a <- Update{Targets: []Target{tgt("10.0.0.1", 80)}}
+	wctx, wcancel = context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := m.WaitSynced(wctx); err != nil {
+		t.Fatal(err)
+	}
+	<-m.Changed()
+	// The same targets again (a resync) signal nothing.
+	a <- Update{Targets: []Target{tgt("10.0.0.1", 80)}}
+	a <- Update{Targets: []Target{tgt("10.0.0.1", 80)}} // the first was consumed
+	select {
+	case <-m.Changed():
+		t.Fatal("an unchanged update signalled a change")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
