@@ -125,31 +125,37 @@ func startBackends(t *testing.T, n int) []*backend {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &backend{id: fmt.Sprintf("replica-%d", i), addr: lis.Addr().String()}
-		g := grpc.NewServer()
-		testgrpc.RegisterTestServiceServer(g, b)
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /metrics", b.serveMetrics)
-		// gRPC and HTTP/1.1 on one port, as engines serve their API and
-		// /metrics together: gRPC clients speak HTTP/2 with prior knowledge.
-		var protocols http.Protocols
-		protocols.SetHTTP1(true)
-		protocols.SetUnencryptedHTTP2(true)
-		srv := &http.Server{
-			Protocols: &protocols,
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-					g.ServeHTTP(w, r)
-					return
-				}
-				mux.ServeHTTP(w, r)
-			}),
-		}
-		go srv.Serve(lis)
-		t.Cleanup(func() { srv.Close() })
-		out[i] = b
+		out[i] = serveBackend(t, lis, fmt.Sprintf("replica-%d", i))
 	}
 	return out
+}
+
+// serveBackend serves a replica called id on lis until the test ends.
+func serveBackend(t *testing.T, lis net.Listener, id string) *backend {
+	t.Helper()
+	b := &backend{id: id, addr: lis.Addr().String()}
+	g := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(g, b)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", b.serveMetrics)
+	// gRPC and HTTP/1.1 on one port, as engines serve their API and
+	// /metrics together: gRPC clients speak HTTP/2 with prior knowledge.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Protocols: &protocols,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+				g.ServeHTTP(w, r)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		}),
+	}
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Close() })
+	return b
 }
 
 // member is a backend as written in the policy.
@@ -348,12 +354,15 @@ func newClient(t *testing.T, xdsAddr string) testgrpc.TestServiceClient {
 type dataPlane struct {
 	name string
 	new  func(t *testing.T, xdsAddr string) client
+	// byAddress: the client places endpoints on its ring by address,
+	// ignoring their hash_key (grpc-js does not implement gRFC A76).
+	byAddress bool
 }
 
 // dataPlanes are the real xDS clients every end-to-end check runs with.
 var dataPlanes = []dataPlane{
-	{"grpc-go", newGoClient},
-	{"grpc-js", newJSClient},
+	{"grpc-go", newGoClient, false},
+	{"grpc-js", newJSClient, true},
 }
 
 func sessions(n int) []string {

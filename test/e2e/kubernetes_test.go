@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvxds/kvxds/test/kube"
 	"github.com/kvxds/kvxds/xds/fleet"
@@ -114,5 +118,144 @@ func TestKubernetesDiscovery(t *testing.T) {
 	want(ep("vllm-0", "10.213.0.10", fleet.Healthy), ep("vllm-1", "10.213.0.21", fleet.Healthy), ep("vllm-4", "10.213.0.14", fleet.Healthy))
 	if n := metric(t, adminAddr, "kvxds_discovery_errors_total"); n != 0 {
 		t.Errorf("%v discovery errors", n)
+	}
+}
+
+// pods is a Service's pods, each a replica in the pod network, as the
+// test lists them in one EndpointSlice.
+type pods struct {
+	t      *testing.T
+	ctx    context.Context
+	client kubernetes.Interface
+	net    *podNet
+	slice  *discoveryv1.EndpointSlice
+	byName map[string]*backend
+}
+
+// start serves a replica called name on the pod network's address i.
+func (p *pods) start(name string, i int) *backend {
+	b := serveBackend(p.t, p.net.listen(p.t, p.net.addr(i)+":8000"), name)
+	p.byName[name] = b
+	return b
+}
+
+// publish replaces the slice's endpoints: ready pods, then terminating
+// (still serving) ones.
+func (p *pods) publish(ready []string, terminating ...string) {
+	p.t.Helper()
+	p.slice.Endpoints = nil
+	for _, name := range ready {
+		host, _, _ := net.SplitHostPort(p.byName[name].addr)
+		p.slice.Endpoints = append(p.slice.Endpoints, pod(name, host, true, true, false))
+	}
+	for _, name := range terminating {
+		host, _, _ := net.SplitHostPort(p.byName[name].addr)
+		p.slice.Endpoints = append(p.slice.Endpoints, pod(name, host, false, true, true))
+	}
+	var err error
+	if p.slice.ResourceVersion == "" {
+		p.slice, err = p.client.DiscoveryV1().EndpointSlices("llm").Create(p.ctx, p.slice, metav1.CreateOptions{})
+	} else {
+		p.slice, err = p.client.DiscoveryV1().EndpointSlices("llm").Update(p.ctx, p.slice, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// members are the named pods as the ring sees them.
+func (p *pods) members(names ...string) []member {
+	out := make([]member, len(names))
+	for i, n := range names {
+		out[i] = member{p.byName[n], 1}
+	}
+	return out
+}
+
+// Pods discovered from a real API server, serving in a network namespace,
+// with each gRPC client: scaling 4 → 8 → 3 moves only the sessions of the
+// pods that come or go, a pod re-created under its name with a new address
+// keeps its sessions (grpc-go, which places pods by name), and a
+// terminating pod drains.
+func TestKubernetesRouting(t *testing.T) {
+	cluster := kube.Start(t)
+	for i, dp := range dataPlanes {
+		t.Run(dp.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			client := cluster.Client()
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "llm"}}
+			if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			p := &pods{t: t, ctx: ctx, client: client, net: newPodNet(t, 10+i, 10), byName: map[string]*backend{},
+				slice: &discoveryv1.EndpointSlice{
+					ObjectMeta:  metav1.ObjectMeta{Name: "vllm-" + dp.name, Namespace: "llm", Labels: map[string]string{discoveryv1.LabelServiceName: "vllm-" + dp.name}},
+					AddressType: discoveryv1.AddressTypeIPv4,
+					Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8000))}},
+				}}
+			names := make([]string, 8)
+			for j := range names {
+				names[j] = fmt.Sprintf("vllm-%d", j)
+				p.start(names[j], j)
+			}
+			p.publish(names[:4])
+
+			path, xdsAddr, adminAddr := policyFile(t)
+			writeAtomic(t, path, policyTextWith(xdsAddr, adminAddr, nil, fmt.Sprintf(`  kubernetes {
+    namespace  = "llm"
+    service    = "vllm-%s"
+    port       = "http"
+    kubeconfig = %q
+  }
+`, dp.name, cluster.Kubeconfig(t))))
+			k := startInProcess(t, path, xdsAddr, adminAddr)
+			defer k.stop()
+			// grpc-go places pods by name (hash_key), grpc-js by address.
+			key := func(m member) string { return m.b.id }
+			if dp.byAddress {
+				key = func(m member) string { return m.b.addr }
+			}
+			expect := func(names ...string) expectation {
+				return predictKeyed(p.members(names...), sessions(numSessions), 0, key)
+			}
+			cl := dp.new(t, xdsAddr)
+			ss := sessions(numSessions)
+			prev := settle(t, cl, ss, expect(names[:4]...), "4 pods")
+
+			step := func(what string, changed []string, ready []string, terminating ...string) {
+				t.Helper()
+				p.publish(ready, terminating...)
+				next := settle(t, cl, ss, expect(ready...), what)
+				_, between := movement(prev, next, "")
+				own := 0
+				for s, a := range prev {
+					if b := next[s]; a != b && (slices.Contains(changed, a) || slices.Contains(changed, b)) {
+						own++
+					}
+				}
+				between -= own
+				t.Logf("%s: %d sessions moved to or from %v, %d between the others", what, own, changed, between)
+				if between > numSessions/100 {
+					t.Errorf("%s moved %d sessions between pods that stayed", what, between)
+				}
+				prev = next
+			}
+			step("scale 4 → 8", names[4:8], names[:8])
+			step("scale 8 → 3", []string{names[3], names[4], names[5], names[6], names[7]}, names[:3])
+			// vllm-1 terminates: it drains (DRAINING: out of the table).
+			beforeRestart := prev
+			step("vllm-1 terminating", names[1:2], []string{names[0], names[2]}, names[1])
+			// vllm-1 comes back under its name at a new address: with
+			// grpc-go every session is back where it was.
+			p.start(names[1], 8)
+			step("vllm-1 re-created at a new address", names[1:2], names[:3])
+			if n, _, _ := moved(beforeRestart, prev); !dp.byAddress && n != 0 {
+				t.Errorf("after vllm-1 came back under its name, %d sessions are not where they were", n)
+			}
+			if n := metric(t, adminAddr, "kvxds_xds_nacks_total"); n != 0 {
+				t.Errorf("clients rejected %v responses", n)
+			}
+		})
 	}
 }

@@ -37,10 +37,15 @@ func predict(members []member, ss []string) expectation {
 // predictWithCap is predict for clients whose ring cap is raised to
 // ringCap, told to kvxds by grpc_ring_cap.
 func predictWithCap(members []member, ss []string, ringCap uint64) expectation {
+	return predictKeyed(members, ss, ringCap, func(m member) string { return m.b.addr })
+}
+
+// predictKeyed is predict for members whose ring identity is key(m).
+func predictKeyed(members []member, ss []string, ringCap uint64, key func(member) string) expectation {
 	eps := make([]ringhash.Endpoint, len(members))
 	var w uint64
 	for i, m := range members {
-		eps[i] = ringhash.Endpoint{HashKey: m.b.addr, Weight: uint64(m.weight)}
+		eps[i] = ringhash.Endpoint{HashKey: key(m), Weight: uint64(m.weight)}
 		w += uint64(m.weight)
 	}
 	size := translate.GRPCRingSize(w, ringCap)
