@@ -55,12 +55,14 @@ func TestDNSDiscovery(t *testing.T) {
 			defer k.stop()
 			cl := dp.new(t, xdsAddr)
 			ss := sessions(numSessions)
-			before := settle(t, cl, ss, predict(members, ss), "replicas from DNS")
+			want := predict(members, ss)
+			before := settle(t, cl, ss, want, "replicas from DNS")
 
 			grown := append(members[:3:3], member{bs[3], 1})
 			srv.Set(t, dnstest.Answer, srvRecords(t, grown)...)
-			after := settle(t, cl, ss, predict(grown, ss), "a replica added to DNS")
-			own, between := movement(before, after, bs[3].id)
+			wantGrown := predict(grown, ss)
+			after := settle(t, cl, ss, wantGrown, "a replica added to DNS")
+			own, between := movement(before, after, bs[3].id, want, wantGrown)
 			t.Logf("a replica added to DNS took %d sessions; %d moved between the others", own, between)
 			if own == 0 || between > numSessions/100 {
 				t.Errorf("adding a replica in DNS: %d sessions to it, %d between the others", own, between)
@@ -80,8 +82,9 @@ func TestDNSDiscovery(t *testing.T) {
 
 			shrunk := []member{grown[0], grown[2], grown[3]}
 			srv.Set(t, dnstest.Answer, srvRecords(t, shrunk)...)
-			final := settle(t, cl, ss, predict(shrunk, ss), "a replica removed from DNS")
-			own, between = movement(after, final, grown[1].b.id)
+			wantShrunk := predict(shrunk, ss)
+			final := settle(t, cl, ss, wantShrunk, "a replica removed from DNS")
+			own, between = movement(after, final, grown[1].b.id, wantGrown, wantShrunk)
 			t.Logf("a replica removed from DNS moved its own %d sessions; %d moved between the others", own, between)
 			if between > numSessions/100 {
 				t.Errorf("removing a replica from DNS moved %d sessions between the others", between)

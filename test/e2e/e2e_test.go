@@ -88,15 +88,17 @@ func TestMembershipChanges(t *testing.T) {
 
 				ss := sessions(numSessions)
 				cl := dp.new(t, xdsAddr)
-				before := settle(t, cl, ss, predict(members, ss), "the initial policy")
+				want := predict(members, ss)
+				before := settle(t, cl, ss, want, "the initial policy")
 
 				// Add one replica to N: about 1/(N+1) of sessions move,
 				// all of them to it.
 				added := bs[n]
 				grown := append(slices.Clone(members), member{added, 1})
 				writeAtomic(t, path, policyText(xdsAddr, adminAddr, grown))
-				after := settle(t, cl, ss, predict(grown, ss), "after adding a replica")
-				own, between := movement(before, after, added.id)
+				wantGrown := predict(grown, ss)
+				after := settle(t, cl, ss, wantGrown, "after adding a replica")
+				own, between := movement(before, after, added.id, want, wantGrown)
 				t.Logf("adding 1 replica to %d moved %d of %d sessions to it (ideal %d) and %d between the others",
 					n, own, numSessions, numSessions/(n+1), between)
 				if own == 0 || between > numSessions/100 {
@@ -112,8 +114,9 @@ func TestMembershipChanges(t *testing.T) {
 					}
 				}
 				writeAtomic(t, path, policyText(xdsAddr, adminAddr, rest))
-				final := settle(t, cl, ss, predict(rest, ss), "after removing a replica")
-				own, between = movement(after, final, removed.id)
+				wantRest := predict(rest, ss)
+				final := settle(t, cl, ss, wantRest, "after removing a replica")
+				own, between = movement(after, final, removed.id, wantGrown, wantRest)
 				t.Logf("removing %s moved its own %d sessions and %d between the others", removed.id, own, between)
 				if own != shares(after)[removed.id] || between > numSessions/100 {
 					t.Errorf("removing a replica: %d of its %d sessions moved, %d between the others (limit 1%%)",

@@ -69,7 +69,8 @@ func TestSaturatedReplicaShedsNewSessions(t *testing.T) {
 			eventually(t, "the first scrape", func() bool {
 				return metric(t, adminAddr, "kvxds_scrapes_total") >= 4
 			})
-			before := settle(t, cl, ss, predict(members, ss), "every replica healthy")
+			want := predict(members, ss)
+			before := settle(t, cl, ss, want, "every replica healthy")
 			hot := bs[2]
 			if shares(before)[hot.id] == 0 {
 				t.Fatal("the replica under test serves no session")
@@ -91,9 +92,10 @@ func TestSaturatedReplicaShedsNewSessions(t *testing.T) {
 				t.Errorf("took %v to shed new sessions, more than %v", shed, shedLimit)
 			}
 			rest := []member{members[0], members[1], members[3]}
-			during := settle(t, cl, ss, predict(rest, ss), "with the saturated replica out")
+			wantRest := predict(rest, ss)
+			during := settle(t, cl, ss, wantRest, "with the saturated replica out")
 			stray, probes, window := p.transient(ss[:200], before, during)
-			own, between := movement(before, during, hot.id)
+			own, between := movement(before, during, hot.id, want, wantRest)
 			t.Logf("taking %s out moved its own %d sessions and %d of the others; transient: %d of %d probes strayed over %v",
 				hot.id, own, between, stray, probes, window)
 			if own != shares(before)[hot.id] {

@@ -285,14 +285,18 @@ func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 		c.log.Warn("xds/admin address changes take effect on restart", "xds", p.XDSAddress, "admin", p.AdminAddress)
 	}
 	// Sources kept across the reload keep their targets; new ones get a
-	// moment to report, so that their pools are not pushed empty.
+	// moment to report, so that their pools are not pushed empty. Pushes
+	// wait meanwhile: a replaced source's targets are gone until its
+	// successor reports, and nothing may push the pool in between.
+	c.updateMu.Lock()
+	defer c.updateMu.Unlock()
 	c.disc.Apply(ctx, sourceSpecs(p, c.log.Named("discovery")))
 	wctx, cancel := context.WithTimeout(ctx, discoverySyncTimeout)
 	if err := c.disc.WaitSynced(wctx); err != nil {
 		c.log.Warn("some discovery sources have not reported yet; their pools start without them", "waited", discoverySyncTimeout)
 	}
 	cancel()
-	if err := c.push(ctx, p); err != nil {
+	if err := c.pushLocked(ctx, p); err != nil {
 		return err
 	}
 	c.log.Info("configuration applied", "pools", len(p.Pools), "policy", p.Filename)
@@ -303,16 +307,19 @@ func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 // sources' first answers.
 const discoverySyncTimeout = 10 * time.Second
 
-// push joins p (nil: the current policy) with the discovered replicas and
-// the current decisions and hands the fleet to the xDS server; the one
-// place the three meet. Pushes are serialised, and a push of the current
-// policy reads it under the same lock, so it never reverts a newer one.
-func (c *Controller) push(ctx context.Context, p *policy.Policy) error {
+// push joins the current policy with the discovered replicas and the
+// current decisions and hands the fleet to the xDS server. Pushes are
+// serialised, and the policy is read under the same lock, so a push never
+// reverts a newer policy.
+func (c *Controller) push(ctx context.Context) error {
 	c.updateMu.Lock()
 	defer c.updateMu.Unlock()
-	if p == nil {
-		p = c.currentPolicy()
-	}
+	return c.pushLocked(ctx, c.currentPolicy())
+}
+
+// pushLocked is the one place where policy, discovered replicas and
+// metric decisions meet. The caller holds updateMu.
+func (c *Controller) pushLocked(ctx context.Context, p *policy.Policy) error {
 	base := Join(p, c.disc.Groups())
 	f := applyDecisions(base, c.decisionsLocked())
 	if err := c.xds.Update(ctx, f); err != nil {
@@ -336,7 +343,7 @@ func (c *Controller) discoveryLoop(ctx context.Context) {
 			return
 		case <-c.disc.Changed():
 		}
-		if err := c.push(ctx, nil); err != nil {
+		if err := c.push(ctx); err != nil {
 			c.log.Error("discovered replicas not applied; last good configuration keeps serving", "error", err)
 		}
 	}
