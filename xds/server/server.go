@@ -124,23 +124,24 @@ func (s *Server) Update(ctx context.Context, f fleet.Fleet) error {
 		return nil
 	}
 	next := map[translate.Flavor]*translate.Resources{}
-	fast := s.last != nil && sameShape(*s.last, f)
-	for _, flavor := range translate.Flavors {
-		var r *translate.Resources
+	if s.last != nil && sameShape(*s.last, f) {
+		// Membership, weight and health changes touch only EDS (and gRPC
+		// clients' ring sizes): listeners and routes are reused as they
+		// are, so their versions cannot move.
 		var err error
-		if fast {
-			// Membership, weight and health changes touch only EDS (and
-			// gRPC clients' ring sizes): listeners and routes are reused
-			// as they are, so their versions cannot move.
-			r, err = translate.Retranslate(s.current[flavor], f, flavor)
-		} else {
-			r, err = translate.Translate(f, flavor)
-		}
-		if err != nil {
+		if next, err = translate.RetranslateAll(s.current, f); err != nil {
 			s.metrics.updateErrors.Inc()
-			return fmt.Errorf("translating for %s: %w", flavor, err)
+			return fmt.Errorf("translating endpoint changes: %w", err)
 		}
-		next[flavor] = r
+	} else {
+		for _, flavor := range translate.Flavors {
+			r, err := translate.Translate(f, flavor)
+			if err != nil {
+				s.metrics.updateErrors.Inc()
+				return fmt.Errorf("translating for %s: %w", flavor, err)
+			}
+			next[flavor] = r
+		}
 	}
 	snaps := map[translate.Flavor]*cachev3.Snapshot{}
 	for flavor, r := range next {

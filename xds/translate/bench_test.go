@@ -58,3 +58,32 @@ func BenchmarkWeightsOnly(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEndpointChangeAllFlavors: a weight change for every flavor,
+// as the server pushes it, snapshots included.
+func BenchmarkEndpointChangeAllFlavors(b *testing.B) {
+	f0, f1 := benchFleets()
+	prev := map[Flavor]*Resources{}
+	for _, flavor := range Flavors {
+		r, err := Translate(f0, flavor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prev[flavor] = r
+	}
+	fleets := [2]fleet.Fleet{f0, f1}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		all, err := RetranslateAll(prev, fleets[i%2])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range all {
+			if _, err := r.Snapshot(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

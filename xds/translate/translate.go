@@ -162,21 +162,56 @@ func Retranslate(prev *Resources, f fleet.Fleet, flavor Flavor) (*Resources, err
 	if err != nil {
 		return nil, err
 	}
+	return retranslate(prev, &n, flavor, nil)
+}
+
+// RetranslateAll is Retranslate for every flavor of prev (keyed by
+// flavor, each from the same previous fleet): it normalises and validates
+// f once, and Envoy and gRPC, which receive the same
+// ClusterLoadAssignments, share them and their marshalling. This is the
+// path of every weight, health and membership change.
+func RetranslateAll(prev map[Flavor]*Resources, f fleet.Fleet) (map[Flavor]*Resources, error) {
+	n, err := prepare(f)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[Flavor]*Resources, len(Flavors))
+	for _, flavor := range Flavors {
+		var same *Resources
+		if flavor == GRPC {
+			same = out[Envoy]
+		}
+		if out[flavor], err = retranslate(prev[flavor], &n, flavor, same); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// retranslate is Retranslate of a prepared fleet; if eps is not nil, its
+// ClusterLoadAssignments are this flavor's too and are shared, not built.
+func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources) (*Resources, error) {
 	out := &Resources{
 		Listeners: prev.Listeners,
 		Routes:    prev.Routes,
 		Clusters:  prev.Clusters,
 		Endpoints: make([]*endpointv3.ClusterLoadAssignment, len(n.Pools)),
 	}
+	if eps != nil {
+		out.Endpoints = eps.Endpoints
+		out.groups.cells[types.Endpoint] = eps.groups.cell(types.Endpoint)
+	}
 	var clusters [][]*clusterv3.Cluster
 	if flavor.proxyless() {
 		clusters = make([][]*clusterv3.Cluster, len(n.Pools))
 	}
-	err = parallel(len(n.Pools), func(i int) error {
+	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
-		if out.Endpoints[i], err = buildEndpoints(p, flavor); err != nil {
-			return resErr(p, "cluster load assignment", err)
+		if eps == nil {
+			if out.Endpoints[i], err = buildEndpoints(p, flavor); err != nil {
+				return resErr(p, "cluster load assignment", err)
+			}
 		}
 		if clusters != nil {
 			if clusters[i], err = buildClusters(p, flavor); err != nil {

@@ -550,6 +550,32 @@ func TestEndpointsFastPath(t *testing.T) {
 			t.Error("Retranslate of an invalid fleet: want error")
 		}
 	}
+
+	// RetranslateAll gives every flavor what Translate gives it, and
+	// Envoy and gRPC share one set of ClusterLoadAssignments.
+	prev := map[Flavor]*Resources{}
+	for _, flavor := range Flavors {
+		prev[flavor] = mustTranslate(t, base, flavor)
+	}
+	all, err := RetranslateAll(prev, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flavor := range Flavors {
+		full := mustTranslate(t, changed, flavor)
+		if typ := differingType(t, all[flavor], full); typ != "" {
+			t.Errorf("%v: RetranslateAll differs from Translate in its %s", flavor, typ)
+		}
+		if a, b := versions(mustSnapshot(t, all[flavor])), versions(mustSnapshot(t, full)); !maps.Equal(a, b) {
+			t.Errorf("%v: RetranslateAll versions %v, Translate %v", flavor, a, b)
+		}
+	}
+	if &all[Envoy].Endpoints[0] != &all[GRPC].Endpoints[0] {
+		t.Error("Envoy and gRPC do not share their ClusterLoadAssignments")
+	}
+	if _, err := RetranslateAll(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}); err == nil {
+		t.Error("RetranslateAll of an invalid fleet: want error")
+	}
 }
 
 func TestErrors(t *testing.T) {
