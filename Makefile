@@ -55,7 +55,7 @@ bench: microbench
 
 # Rewrite every golden file from the current code.
 golden:
-	$(GO) test ./policy/ ./xds/... -update
+	$(GO) test ./policy/ ./reconcile/ ./xds/... -update
 
 clean:
 	rm -rf bin $(GRPCJS)/node_modules

@@ -10,24 +10,12 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/kvxds/kvxds/weights"
 )
 
 // The metrics, escape and weights blocks of a pool: how kvxds scrapes each
 // replica's engine and turns its load into weights and health.
-
-// engines are the values of a metrics block's engine, in the order
-// diagnostics list them.
-var engines = []string{EngineVLLM, EngineSGLang, EngineTGI, EngineTRTLLM, EngineCustom}
-
-// signalNames are the labels a signal block may have, in the order
-// diagnostics list them; the first three are the core signals, of which a
-// custom engine needs at least one.
-var signalNames = []string{
-	SignalQueueDepth, SignalRunning, SignalKVOccupancy,
-	SignalPreemptions, SignalPrefixQueries, SignalPrefixHits, SignalPrefixHitRate, SignalTTFT,
-}
-
-const numCoreSignals = 3
 
 func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	m := &Metrics{
@@ -43,11 +31,11 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 		switch s, good := d.str(a.Name, a.Expr); {
 		case !good: // already reported
 			known = false
-		case slices.Contains(engines, s):
+		case slices.Contains(weights.Engines(), s):
 			m.Engine = s
 		default:
 			d.errorf(a.Expr.Range(), "Unknown engine",
-				`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(engines[:len(engines)-1], "or"))
+				`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(slices.DeleteFunc(weights.Engines(), func(e string) bool { return e == EngineCustom }), "or"))
 			known = false
 		}
 	} else if len(spec.Signals) > 0 {
@@ -217,9 +205,9 @@ func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSourc
 	for i := range spec.Signals {
 		sb := &spec.Signals[i]
 		named := true
-		if !slices.Contains(signalNames, sb.Name) {
+		if !slices.Contains(weights.SignalNames(), sb.Name) {
 			d.errorf(sb.NameRange, "Unknown signal",
-				"%q is not a signal; use %s.", sb.Name, quotedList(signalNames, "or"))
+				"%q is not a signal; use %s.", sb.Name, quotedList(weights.SignalNames(), "or"))
 			named, unknown = false, true
 		} else if prev, dup := seen[sb.Name]; dup {
 			d.errorf(sb.NameRange, "Duplicate signal",
@@ -235,8 +223,8 @@ func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSourc
 	}
 	// A misspelt signal name is likely the core signal meant; its own
 	// diagnostic says enough.
-	if custom && !unknown && !slices.ContainsFunc(signalNames[:numCoreSignals], func(n string) bool { _, ok := seen[n]; return ok }) {
-		core := quotedList(signalNames[:numCoreSignals], "or")
+	if custom && !unknown && !slices.ContainsFunc(weights.CoreSignalNames(), func(n string) bool { _, ok := seen[n]; return ok }) {
+		core := quotedList(weights.CoreSignalNames(), "or")
 		if spec.Engine != nil {
 			d.errorf(spec.Engine.Expr.Range(), "Missing core signal",
 				`A custom engine needs a signal block for at least one of %s, which weights and the escape hatch are computed from, as in signal "kv_occupancy" { metric = "my_engine_kv_used_ratio" }.`,

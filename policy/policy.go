@@ -115,6 +115,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/kvxds/kvxds/weights"
 )
 
 // Defaults of the policy file.
@@ -155,27 +157,29 @@ const (
 	MinBalanceFactor   = 100
 )
 
-// Engines a metrics block may name. Each but EngineCustom has a built-in
-// profile of metric names; a custom engine names its metrics in signal
-// blocks.
+// Engines a metrics block may name: the scraper's registry
+// (weights.Engines), so the policy accepts exactly the engines kvxds can
+// scrape. Each but EngineCustom has a built-in profile of metric names; a
+// custom engine names its metrics in signal blocks.
 const (
-	EngineVLLM   = "vllm" // V1 and V0 metric names
-	EngineSGLang = "sglang"
-	EngineTGI    = "tgi"
-	EngineTRTLLM = "trtllm"
-	EngineCustom = "custom"
+	EngineVLLM   = weights.EngineVLLM
+	EngineSGLang = weights.EngineSGLang
+	EngineTGI    = weights.EngineTGI
+	EngineTRTLLM = weights.EngineTRTLLM
+	EngineCustom = weights.EngineCustom
 )
 
-// Signals, the labels of a custom engine's signal blocks.
+// Signals, the labels of a custom engine's signal blocks
+// (weights.SignalNames).
 const (
-	SignalQueueDepth    = "queue_depth"
-	SignalRunning       = "running"
-	SignalKVOccupancy   = "kv_occupancy"
-	SignalPreemptions   = "preemptions"
-	SignalPrefixQueries = "prefix_queries"
-	SignalPrefixHits    = "prefix_hits"
-	SignalPrefixHitRate = "prefix_hit_rate"
-	SignalTTFT          = "ttft"
+	SignalQueueDepth    = weights.SignalQueueDepth
+	SignalRunning       = weights.SignalRunning
+	SignalKVOccupancy   = weights.SignalKVOccupancy
+	SignalPreemptions   = weights.SignalPreemptions
+	SignalPrefixQueries = weights.SignalPrefixQueries
+	SignalPrefixHits    = weights.SignalPrefixHits
+	SignalPrefixHitRate = weights.SignalPrefixHitRate
+	SignalTTFT          = weights.SignalTTFT
 )
 
 // Defaults and limits of the metrics block. Unset, engine is EngineCustom

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/kvxds/kvxds/weights"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid/*.diag from the current output")
@@ -543,7 +545,7 @@ func checkPolicy(p *Policy) error {
 				return fmt.Errorf("invalid metrics accepted: %+v", m)
 			}
 			for name, src := range m.Signals {
-				if checkMetricName(src.Metric) != nil || !(src.Scale > 0) || !slices.Contains(signalNames, name) {
+				if checkMetricName(src.Metric) != nil || !(src.Scale > 0) || !slices.Contains(weights.SignalNames(), name) {
 					return fmt.Errorf("invalid signal %q accepted: %+v", name, src)
 				}
 			}

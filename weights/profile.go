@@ -1,6 +1,6 @@
 package weights
 
-import "sort"
+import "slices"
 
 // Series names one metric, optionally restricted to label values.
 //
@@ -154,12 +154,6 @@ func BuiltinProfile(engine string) (*Profile, bool) {
 	return p.Clone(), true
 }
 
-// BuiltinEngines returns the names BuiltinProfile knows, sorted.
-func BuiltinEngines() []string {
-	names := make([]string, 0, len(builtinProfiles))
-	for n := range builtinProfiles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+// BuiltinEngines returns the names BuiltinProfile knows, in registry
+// order.
+func BuiltinEngines() []string { return slices.Clone(builtinEngines) }

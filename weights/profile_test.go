@@ -474,7 +474,7 @@ func TestParsePageCounterNames(t *testing.T) {
 }
 
 func TestBuiltinProfiles(t *testing.T) {
-	if got, want := BuiltinEngines(), []string{"sglang", "tgi", "trtllm", "vllm"}; !slices.Equal(got, want) {
+	if got, want := BuiltinEngines(), []string{"vllm", "sglang", "tgi", "trtllm"}; !slices.Equal(got, want) {
 		t.Errorf("BuiltinEngines() = %v, want %v", got, want)
 	}
 	for _, e := range BuiltinEngines() {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvxds/kvxds/examples"
 	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/xds/controller"
 	"github.com/kvxds/kvxds/xds/translate"
@@ -183,7 +184,7 @@ func render(args []string, stdout, stderr io.Writer) int {
 	case *jsOut:
 		flavor = translate.GRPCJS
 	}
-	out, err := controller.Render(p, flavor)
+	out, err := reconcile.Render(p, flavor)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvxds render: %v\n", err)
 		return 1

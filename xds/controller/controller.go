@@ -1,7 +1,8 @@
 // Package controller is the kvxds process: it loads and watches the
-// policy, joins it with discovery into the fleet model, hands the model to
-// the xDS server, and serves the admin endpoints (/metrics, /healthz,
-// /readyz, /debug/fleet).
+// policy, hands every valid version of it to the reconcile step (which
+// joins it with discovery and metrics into the fleet model and pushes
+// that to the xDS server), and serves xDS and the admin endpoints
+// (/metrics, /healthz, /readyz, /debug/fleet).
 //
 // It fails static: an invalid policy edit or a fleet that does not
 // translate is logged and counted, and the last good configuration keeps
@@ -17,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -30,9 +30,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
-	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/server"
 )
@@ -55,26 +54,14 @@ type Options struct {
 
 // Controller runs one kvxds instance.
 type Controller struct {
-	opts     Options
-	log      hclog.Logger
-	registry *prometheus.Registry
-	xds      *server.Server
-	disc     *discovery.Manager
+	opts      Options
+	log       hclog.Logger
+	registry  *prometheus.Registry
+	xds       *server.Server
+	reconcile *reconcile.Reconciler
+	initial   *policy.Policy
 
 	xdsLis, adminLis net.Listener
-
-	mu      sync.Mutex
-	policy  *policy.Policy
-	fleet   fleet.Fleet
-	updates prometheus.Counter
-
-	// updateMu serialises pushes; base is the fleet of the current
-	// policy before metric-driven decisions.
-	updateMu   sync.Mutex
-	base       fleet.Fleet
-	dynamics   map[string]*poolDynamics
-	dynMetrics *dynamicMetrics
-	rebuildCh  chan struct{}
 }
 
 // New loads the initial policy and prepares the server. It returns the
@@ -102,22 +89,18 @@ func New(opts Options) (*Controller, error) {
 		ConstLabels: prometheus.Labels{"version": opts.Version},
 	})
 	buildInfo.Set(1)
+	xdsServer := server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg})
 	c := &Controller{
-		opts:       opts,
-		log:        logger,
-		registry:   reg,
-		xds:        server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg}),
-		disc:       discovery.NewManager(logger.Named("discovery"), reg),
-		policy:     p,
-		dynamics:   map[string]*poolDynamics{},
-		dynMetrics: newDynamicMetrics(reg),
-		rebuildCh:  make(chan struct{}, 1),
-		updates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kvxds_fleet_updates_total",
-			Help: "Fleet models built from a new policy or discovery result.",
+		opts:     opts,
+		log:      logger,
+		registry: reg,
+		xds:      xdsServer,
+		reconcile: reconcile.New(reconcile.Options{
+			Sink: xdsServer, Logger: logger, Registerer: reg,
 		}),
+		initial: p,
 	}
-	reg.MustRegister(buildInfo, c.updates)
+	reg.MustRegister(buildInfo)
 	return c, nil
 }
 
@@ -134,8 +117,8 @@ func (c *Controller) Listen() error {
 	if c.xdsLis != nil {
 		return nil
 	}
-	xdsAddr := cmp.Or(c.opts.XDSAddress, c.policy.XDSAddress)
-	adminAddr := cmp.Or(c.opts.AdminAddress, c.policy.AdminAddress)
+	xdsAddr := cmp.Or(c.opts.XDSAddress, c.initial.XDSAddress)
+	adminAddr := cmp.Or(c.opts.AdminAddress, c.initial.AdminAddress)
 	xl, err := net.Listen("tcp", xdsAddr)
 	if err != nil {
 		return fmt.Errorf("listening for xDS on %s: %w", xdsAddr, err)
@@ -162,11 +145,7 @@ func (c *Controller) Registry() *prometheus.Registry { return c.registry }
 func (c *Controller) Server() *server.Server { return c.xds }
 
 // Fleet returns the fleet model currently served.
-func (c *Controller) Fleet() fleet.Fleet {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.fleet
-}
+func (c *Controller) Fleet() fleet.Fleet { return c.reconcile.Fleet() }
 
 // Run serves until ctx is done.
 func (c *Controller) Run(ctx context.Context) error {
@@ -182,9 +161,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer c.stopDynamics()
-	defer c.disc.Stop()
-	if err := c.apply(ctx, c.policy); err != nil {
+	defer c.reconcile.Close()
+	if err := c.apply(ctx, c.initial); err != nil {
 		return fmt.Errorf("initial configuration: %w", err)
 	}
 	var w *policy.Watcher
@@ -229,14 +207,10 @@ func (c *Controller) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	}()
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c.rebuildLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		c.discoveryLoop(ctx)
+		c.reconcile.Run(ctx)
 	}()
 	if w != nil {
 		wg.Add(1)
@@ -247,7 +221,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	c.log.Info("serving", "xds", c.XDSAddr(), "admin", c.AdminAddr(), "policy", c.currentPolicy().Filename)
+	c.log.Info("serving", "xds", c.XDSAddr(), "admin", c.AdminAddr(), "policy", c.reconcile.Policy().Filename)
 
 	var err error
 	select {
@@ -264,177 +238,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	return err
 }
 
-// stopDynamics stops every pool's scraping.
-func (c *Controller) stopDynamics() {
-	c.updateMu.Lock()
-	defer c.updateMu.Unlock()
-	for name, d := range c.dynamics {
-		d.cancel()
-		<-d.done
-		delete(c.dynamics, name)
-	}
-}
-
-// apply joins a policy into a fleet and pushes it, then points each
-// pool's metric scrapes at its replicas.
+// apply hands a policy to the reconcile step.
 func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
-	c.mu.Lock()
-	old := c.policy
-	c.mu.Unlock()
+	old := c.reconcile.Policy()
 	if old != nil && p != old && (p.XDSAddress != old.XDSAddress || p.AdminAddress != old.AdminAddress) {
 		c.log.Warn("xds/admin address changes take effect on restart", "xds", p.XDSAddress, "admin", p.AdminAddress)
 	}
-	// Sources kept across the reload keep their targets; new ones get a
-	// moment to report, so that their pools are not pushed empty. Pushes
-	// wait meanwhile: a replaced source's targets are gone until its
-	// successor reports, and nothing may push the pool in between.
-	c.updateMu.Lock()
-	defer c.updateMu.Unlock()
-	c.disc.Apply(ctx, sourceSpecs(p, c.log.Named("discovery")))
-	wctx, cancel := context.WithTimeout(ctx, discoverySyncTimeout)
-	if err := c.disc.WaitSynced(wctx); err != nil {
-		c.log.Warn("some discovery sources have not reported yet; their pools start without them", "waited", discoverySyncTimeout)
-	}
-	cancel()
-	if err := c.pushLocked(ctx, p); err != nil {
+	if err := c.reconcile.Apply(ctx, p); err != nil {
 		return err
 	}
 	c.log.Info("configuration applied", "pools", len(p.Pools), "policy", p.Filename)
 	return nil
-}
-
-// discoverySyncTimeout bounds how long a new configuration waits for its
-// sources' first answers.
-const discoverySyncTimeout = 10 * time.Second
-
-// push joins the current policy with the discovered replicas and the
-// current decisions and hands the fleet to the xDS server. Pushes are
-// serialised, and the policy is read under the same lock, so a push never
-// reverts a newer policy.
-func (c *Controller) push(ctx context.Context) error {
-	c.updateMu.Lock()
-	defer c.updateMu.Unlock()
-	return c.pushLocked(ctx, c.currentPolicy())
-}
-
-// pushLocked is the one place where policy, discovered replicas and
-// metric decisions meet. The caller holds updateMu.
-func (c *Controller) pushLocked(ctx context.Context, p *policy.Policy) error {
-	base := Join(p, c.disc.Groups())
-	f := applyDecisions(base, c.decisionsLocked())
-	if err := c.xds.Update(ctx, f); err != nil {
-		return err
-	}
-	c.base = base
-	c.reconcileDynamicsLocked(ctx, p, base)
-	c.mu.Lock()
-	c.policy, c.fleet = p, f
-	c.mu.Unlock()
-	c.updates.Inc()
-	return nil
-}
-
-// discoveryLoop pushes the fleet again whenever a source's replicas
-// change.
-func (c *Controller) discoveryLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.disc.Changed():
-		}
-		if err := c.push(ctx); err != nil {
-			c.log.Error("discovered replicas not applied; last good configuration keeps serving", "error", err)
-		}
-	}
-}
-
-// reconcileDynamicsLocked starts scraping pools that gained a metrics
-// block, stops those that lost it, restarts those whose settings changed,
-// and re-targets the rest.
-func (c *Controller) reconcileDynamicsLocked(ctx context.Context, p *policy.Policy, base fleet.Fleet) {
-	pools := map[string]fleet.Pool{}
-	for _, fp := range base.Pools {
-		pools[fp.Name] = fp
-	}
-	want := map[string]poolSpec{}
-	for _, pp := range p.Pools {
-		spec, ok := specOf(pp)
-		if !ok {
-			continue
-		}
-		// The policy package validates these values; this guards the
-		// two packages drifting apart.
-		if err := configOf(spec).Validate(); err != nil {
-			c.log.Error("metric-driven weights disabled for pool: invalid settings", "pool", pp.Name, "error", err)
-			continue
-		}
-		want[pp.Name] = spec
-	}
-	for name, d := range c.dynamics {
-		if spec, ok := want[name]; !ok || !reflect.DeepEqual(spec, d.spec) {
-			d.cancel()
-			<-d.done
-			delete(c.dynamics, name)
-			c.dynMetrics.forget(name)
-		}
-	}
-	for name, spec := range want {
-		d, ok := c.dynamics[name]
-		if !ok {
-			dctx, cancel := context.WithCancel(ctx)
-			d = &poolDynamics{pool: name, spec: spec, cancel: cancel, done: make(chan struct{})}
-			d.setTargets(pools[name])
-			c.dynamics[name] = d
-			go d.run(dctx, c.log.Named("weights").With("pool", name), c.dynMetrics, c.requestRebuild)
-			continue
-		}
-		d.setTargets(pools[name])
-	}
-}
-
-func (c *Controller) currentPolicy() *policy.Policy {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.policy
-}
-
-func (c *Controller) decisionsLocked() map[string]map[string]weights.Decision {
-	out := make(map[string]map[string]weights.Decision, len(c.dynamics))
-	for name, d := range c.dynamics {
-		out[name] = d.Decisions()
-	}
-	return out
-}
-
-// requestRebuild asks for the fleet to be rebuilt with fresh decisions;
-// bursts coalesce into one rebuild.
-func (c *Controller) requestRebuild() {
-	select {
-	case c.rebuildCh <- struct{}{}:
-	default:
-	}
-}
-
-func (c *Controller) rebuildLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.rebuildCh:
-		}
-		c.updateMu.Lock()
-		f := applyDecisions(c.base, c.decisionsLocked())
-		err := c.xds.Update(ctx, f)
-		c.updateMu.Unlock()
-		if err != nil {
-			c.log.Error("metric-driven update not applied; last good configuration keeps serving", "error", err)
-			continue
-		}
-		c.mu.Lock()
-		c.fleet = f
-		c.mu.Unlock()
-	}
 }
 
 func (c *Controller) adminHandler() http.Handler {

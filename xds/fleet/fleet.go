@@ -239,6 +239,15 @@ type Endpoint struct {
 	HashKey string `json:"hash_key"`
 }
 
+// Identity is the endpoint's place on the hash ring: its hash key, or its
+// address when it has none (Normalize fills HashKey in with it).
+func (e Endpoint) Identity() string {
+	if e.HashKey != "" {
+		return e.HashKey
+	}
+	return e.Address()
+}
+
 // Address returns host:port.
 func (e Endpoint) Address() string {
 	return joinHostPort(e.Host, e.Port)
@@ -281,9 +290,7 @@ func (f Fleet) Normalize() Fleet {
 			if e.Weight == 0 {
 				e.Weight = 1
 			}
-			if e.HashKey == "" {
-				e.HashKey = e.Address()
-			}
+			e.HashKey = e.Identity()
 			eps[j] = e
 		}
 		slices.SortFunc(eps, func(a, b Endpoint) int {

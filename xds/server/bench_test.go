@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // benchFleet is 10 pools × 100 endpoints; shift changes every weight.
@@ -31,8 +32,9 @@ func benchFleet(shift uint32) fleet.Fleet {
 // kinds rebuilt, versioned and set in the cache.
 func BenchmarkUpdateFull(b *testing.B) {
 	s := New(Options{})
-	fleets := [2]fleet.Fleet{benchFleet(0), benchFleet(0)}
-	fleets[1].Pools[0].Hash.BalanceFactor = 200
+	f1 := benchFleet(0)
+	f1.Pools[0].Hash.BalanceFactor = 200
+	fleets := [2]translate.Model{prepared(b, benchFleet(0)), prepared(b, f1)}
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -48,7 +50,7 @@ func BenchmarkUpdateFull(b *testing.B) {
 // endpoint assignments are rebuilt.
 func BenchmarkUpdateWeightsOnly(b *testing.B) {
 	s := New(Options{})
-	fleets := [2]fleet.Fleet{benchFleet(0), benchFleet(1)}
+	fleets := [2]translate.Model{prepared(b, benchFleet(0)), prepared(b, benchFleet(1))}
 	ctx := context.Background()
 	if err := s.Update(ctx, fleets[0]); err != nil {
 		b.Fatal(err)
@@ -61,4 +63,12 @@ func BenchmarkUpdateWeightsOnly(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func prepared(b *testing.B, f fleet.Fleet) translate.Model {
+	m, err := translate.Prepare(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

@@ -7,9 +7,9 @@
 // any node id is served and every client of a kind builds the same hash
 // table. See Classify for how a node's kind is recognised.
 //
-// The server fails static: Update validates a new fleet completely before
-// anything is swapped in, and a fleet that fails keeps the last good
-// snapshot serving.
+// The server fails static: Update takes a model that translate.Prepare
+// has already validated, builds every snapshot before anything is swapped
+// in, and a model that fails keeps the last good snapshots serving.
 package server
 
 import (
@@ -52,7 +52,7 @@ type Server struct {
 	streams *streamTracker
 
 	mu      sync.Mutex
-	last    *fleet.Fleet // last fleet that was pushed (normalised)
+	last    *translate.Model // last model that was pushed
 	current map[translate.Flavor]*translate.Resources
 	ready   bool
 }
@@ -110,32 +110,28 @@ func (s *Server) Versions(flavor translate.Flavor) map[string]string {
 	return out
 }
 
-// Update translates f and, if it is valid and differs from what is being
-// served, swaps the new snapshots in. On error nothing changes.
-func (s *Server) Update(ctx context.Context, f fleet.Fleet) error {
-	f = f.Normalize()
-	if err := f.Validate(); err != nil {
-		s.metrics.updateErrors.Inc()
-		return fmt.Errorf("invalid fleet: %w", err)
-	}
+// Update translates m and, if it differs from what is being served, swaps
+// the new snapshots in. On error nothing changes.
+func (s *Server) Update(ctx context.Context, m translate.Model) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.last != nil && reflect.DeepEqual(*s.last, f) {
+	if s.last != nil && s.last.Equal(m) {
 		return nil
 	}
+	f := m.Fleet()
 	next := map[translate.Flavor]*translate.Resources{}
-	if s.last != nil && sameShape(*s.last, f) {
+	if s.last != nil && sameShape(s.last.Fleet(), f) {
 		// Membership, weight and health changes touch only EDS (and gRPC
 		// clients' ring sizes): listeners and routes are reused as they
 		// are, so their versions cannot move.
 		var err error
-		if next, err = translate.RetranslateAll(s.current, f); err != nil {
+		if next, err = translate.RetranslateAll(s.current, m); err != nil {
 			s.metrics.updateErrors.Inc()
 			return fmt.Errorf("translating endpoint changes: %w", err)
 		}
 	} else {
 		for _, flavor := range translate.Flavors {
-			r, err := translate.Translate(f, flavor)
+			r, err := translate.Translate(m, flavor)
 			if err != nil {
 				s.metrics.updateErrors.Inc()
 				return fmt.Errorf("translating for %s: %w", flavor, err)
@@ -167,7 +163,7 @@ func (s *Server) Update(ctx context.Context, f fleet.Fleet) error {
 		}
 	}
 	s.current = next
-	s.last = &f
+	s.last = &m
 	s.ready = true
 	s.metrics.pools.Set(float64(len(f.Pools)))
 	n := 0

@@ -47,7 +47,7 @@ func start(t *testing.T, f fleet.Fleet) *harness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	s := New(Options{Registerer: reg})
-	if err := s.Update(context.Background(), f); err != nil {
+	if err := update(context.Background(), s, f); err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
@@ -131,7 +131,7 @@ func TestClassify(t *testing.T) {
 func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()
-	if err := s.Update(ctx, testFleet(1, 1, 1)); err != nil {
+	if err := update(ctx, s, testFleet(1, 1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	eds := map[string]bool{resourcev3.EndpointType: true}
@@ -163,7 +163,7 @@ func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 			for _, flavor := range translate.Flavors {
 				before[flavor] = s.Versions(flavor)
 			}
-			if err := s.Update(ctx, tc.fleet); err != nil {
+			if err := update(ctx, s, tc.fleet); err != nil {
 				t.Fatal(err)
 			}
 			for _, flavor := range translate.Flavors {
@@ -184,13 +184,13 @@ func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 func TestInvalidFleetKeepsLastGood(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()
-	if err := s.Update(ctx, testFleet(1, 1)); err != nil {
+	if err := update(ctx, s, testFleet(1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	before := s.Versions(translate.Envoy)
 	bad := testFleet(1, 1)
 	bad.Pools[1].Port = bad.Pools[0].Port
-	if err := s.Update(ctx, bad); err == nil {
+	if err := update(ctx, s, bad); err == nil {
 		t.Fatal("a fleet with two pools on one port was accepted")
 	}
 	if after := s.Versions(translate.Envoy); len(after) != len(before) || after[resourcev3.ListenerType] != before[resourcev3.ListenerType] {
@@ -259,7 +259,7 @@ func TestNACKIsNotResentInALoop(t *testing.T) {
 	// A new configuration is sent.
 	f := testFleet(1, 1)
 	f.Pools[0].Hash.Keyless = fleet.LeastRequest
-	if err := h.srv.Update(context.Background(), f); err != nil {
+	if err := update(context.Background(), h.srv, f); err != nil {
 		t.Fatal(err)
 	}
 	next, ok := next(msgs, 5*time.Second)
@@ -333,4 +333,13 @@ func TestStandaloneEDS(t *testing.T) {
 	if cla.GetClusterName() != "chat" || len(weights) != 2 || weights[0]+weights[1] != 7 {
 		t.Fatalf("got %s with weights %v, want chat with weights 2 and 5", cla.GetClusterName(), weights)
 	}
+}
+
+// update prepares f and hands it to s, as kvxds's reconcile step does.
+func update(ctx context.Context, s *Server, f fleet.Fleet) error {
+	m, err := translate.Prepare(f)
+	if err != nil {
+		return err
+	}
+	return s.Update(ctx, m)
 }

@@ -24,7 +24,7 @@ func BenchmarkFullRebuild(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, flavor := range Flavors {
-			r, err := Translate(f, flavor)
+			r, err := translateFleet(f, flavor)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -40,7 +40,7 @@ func BenchmarkFullRebuild(b *testing.B) {
 // Envoy.
 func BenchmarkWeightsOnly(b *testing.B) {
 	f0, f1 := benchFleets()
-	prev, err := Translate(f0, Envoy)
+	prev, err := translateFleet(f0, Envoy)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func BenchmarkWeightsOnly(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		r, err := Retranslate(prev, fleets[i%2], Envoy)
+		r, err := retranslateFleet(prev, fleets[i%2], Envoy)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func BenchmarkEndpointChangeAllFlavors(b *testing.B) {
 	f0, f1 := benchFleets()
 	prev := map[Flavor]*Resources{}
 	for _, flavor := range Flavors {
-		r, err := Translate(f0, flavor)
+		r, err := translateFleet(f0, flavor)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func BenchmarkEndpointChangeAllFlavors(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		all, err := RetranslateAll(prev, fleets[i%2])
+		all, err := retranslateAllFleet(prev, fleets[i%2])
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -159,7 +159,7 @@ func TestGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := loadFleet(t, in)
 			for _, flavor := range Flavors {
-				r, err := Translate(f, flavor)
+				r, err := translateFleet(f, flavor)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -3,9 +3,10 @@
 //
 // Contract:
 //
-//   - Translate is a pure function of its input: it normalises and validates
-//     the fleet (fleet.Fleet.Normalize, fleet.Fleet.Validate, plus the few
-//     extra checks that keep every client from NACKing), then builds, per
+//   - Prepare normalises and validates a fleet once (fleet.Fleet.Normalize,
+//     fleet.Fleet.Validate, plus the few extra checks that keep every
+//     client from NACKing) into a Model. Translate is a pure function of a
+//     Model and a Flavor: it builds, per
 //     pool P, one Listener, one RouteConfiguration, one Cluster and one
 //     ClusterLoadAssignment, all named P, and for a consistent-hashing
 //     pool (except for grpc-js) a second Cluster "P/keyless" over the same
@@ -39,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -104,26 +106,57 @@ type Resources struct {
 	groups groupMemo
 }
 
-// Options is reserved for future translation options.
-type Options struct{}
+// Model is a fleet ready to translate: normalised, valid, and within the
+// limits of every client. Only Prepare makes one, so that a push
+// normalises and validates its fleet once, whatever it builds from it.
+type Model struct {
+	f        fleet.Fleet
+	prepared bool
+}
 
-// Translate normalises and validates f and returns the resources for the
-// given flavor, each of which passes its ValidateAll.
-func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
-	if !flavor.valid() {
-		return nil, fmt.Errorf("translate: unknown flavor %v", flavor)
-	}
+// Prepare normalises and validates f (fleet.Fleet.Normalize,
+// fleet.Fleet.Validate, plus the checks that keep every client from
+// NACKing).
+func Prepare(f fleet.Fleet) (Model, error) {
 	n, err := prepare(f)
 	if err != nil {
+		return Model{}, err
+	}
+	return Model{f: n, prepared: true}, nil
+}
+
+// Fleet returns the normalised fleet. Callers must not modify it.
+func (m Model) Fleet() fleet.Fleet { return m.f }
+
+// Equal reports whether m and o hold the same fleet.
+func (m Model) Equal(o Model) bool {
+	return m.prepared == o.prepared && reflect.DeepEqual(m.f, o.f)
+}
+
+func (m Model) check(flavor Flavor) error {
+	if !flavor.valid() {
+		return fmt.Errorf("translate: unknown flavor %v", flavor)
+	}
+	if !m.prepared {
+		return errors.New("translate: the model was not made by Prepare")
+	}
+	return nil
+}
+
+// Translate returns the resources of m for the given flavor, each of which
+// passes its ValidateAll.
+func Translate(m Model, flavor Flavor) (*Resources, error) {
+	if err := m.check(flavor); err != nil {
 		return nil, err
 	}
+	n := &m.f
 	r := &Resources{
 		Listeners: make([]*listenerv3.Listener, len(n.Pools)),
 		Routes:    make([]*routev3.RouteConfiguration, len(n.Pools)),
 		Endpoints: make([]*endpointv3.ClusterLoadAssignment, len(n.Pools)),
 	}
 	clusters := make([][]*clusterv3.Cluster, len(n.Pools))
-	err = parallel(len(n.Pools), func(i int) error {
+	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
 		if r.Listeners[i], err = buildListener(p, flavor); err != nil {
@@ -147,32 +180,27 @@ func Translate(f fleet.Fleet, flavor Flavor) (*Resources, error) {
 	return r, nil
 }
 
-// Retranslate is the fast path of Translate for a fleet that differs from
+// Retranslate is the fast path of Translate for a model that differs from
 // the one prev was translated from only in its endpoints (membership,
-// weights, health): it normalises and validates f like Translate,
-// rebuilds the ClusterLoadAssignments and, for proxyless gRPC flavors,
-// the clusters (their ring size follows the healthy weight), and shares
-// prev's listeners and routes, already versioned. The result equals
-// Translate(f, flavor). If anything else may have changed, use Translate.
-func Retranslate(prev *Resources, f fleet.Fleet, flavor Flavor) (*Resources, error) {
-	if !flavor.valid() {
-		return nil, fmt.Errorf("translate: unknown flavor %v", flavor)
-	}
-	n, err := prepare(f)
-	if err != nil {
+// weights, health): it rebuilds the ClusterLoadAssignments and, for
+// proxyless gRPC flavors, the clusters (their ring size follows the
+// healthy weight), and shares prev's listeners and routes, already
+// versioned. The result equals Translate(m, flavor). If anything else may
+// have changed, use Translate.
+func Retranslate(prev *Resources, m Model, flavor Flavor) (*Resources, error) {
+	if err := m.check(flavor); err != nil {
 		return nil, err
 	}
-	return retranslate(prev, &n, flavor, nil)
+	return retranslate(prev, &m.f, flavor, nil)
 }
 
 // RetranslateAll is Retranslate for every flavor of prev (keyed by
-// flavor, each from the same previous fleet): it normalises and validates
-// f once, and Envoy and gRPC, which receive the same
-// ClusterLoadAssignments, share them and their marshalling. This is the
-// path of every weight, health and membership change.
-func RetranslateAll(prev map[Flavor]*Resources, f fleet.Fleet) (map[Flavor]*Resources, error) {
-	n, err := prepare(f)
-	if err != nil {
+// flavor, each from the same previous model): Envoy and gRPC, which
+// receive the same ClusterLoadAssignments, share them and their
+// marshalling. This is the path of every weight, health and membership
+// change.
+func RetranslateAll(prev map[Flavor]*Resources, m Model) (map[Flavor]*Resources, error) {
+	if err := m.check(Envoy); err != nil {
 		return nil, err
 	}
 	out := make(map[Flavor]*Resources, len(Flavors))
@@ -181,7 +209,8 @@ func RetranslateAll(prev map[Flavor]*Resources, f fleet.Fleet) (map[Flavor]*Reso
 		if flavor == GRPC {
 			same = out[Envoy]
 		}
-		if out[flavor], err = retranslate(prev[flavor], &n, flavor, same); err != nil {
+		var err error
+		if out[flavor], err = retranslate(prev[flavor], &m.f, flavor, same); err != nil {
 			return nil, err
 		}
 	}

@@ -93,9 +93,34 @@ func marshalAll[T proto.Message](t testing.TB, items []T) [][]byte {
 	return out
 }
 
+// translateFleet prepares f and translates it.
+func translateFleet(f fleet.Fleet, flavor Flavor) (*Resources, error) {
+	m, err := Prepare(f)
+	if err != nil {
+		return nil, err
+	}
+	return Translate(m, flavor)
+}
+
+func retranslateFleet(prev *Resources, f fleet.Fleet, flavor Flavor) (*Resources, error) {
+	m, err := Prepare(f)
+	if err != nil {
+		return nil, err
+	}
+	return Retranslate(prev, m, flavor)
+}
+
+func retranslateAllFleet(prev map[Flavor]*Resources, f fleet.Fleet) (map[Flavor]*Resources, error) {
+	m, err := Prepare(f)
+	if err != nil {
+		return nil, err
+	}
+	return RetranslateAll(prev, m)
+}
+
 func mustTranslate(t testing.TB, f fleet.Fleet, flavor Flavor) *Resources {
 	t.Helper()
-	r, err := Translate(f, flavor)
+	r, err := translateFleet(f, flavor)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +299,7 @@ func TestFlavors(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Translate(f, Flavor(7)); err == nil {
+	if _, err := translateFleet(f, Flavor(7)); err == nil {
 		t.Error("unknown flavor: want error")
 	}
 }
@@ -532,7 +557,7 @@ func TestEndpointsFastPath(t *testing.T) {
 		prev := mustTranslate(t, base, flavor)
 		prevEps := prev.Endpoints[0]
 		full := mustTranslate(t, changed, flavor)
-		fast, err := Retranslate(prev, changed, flavor)
+		fast, err := retranslateFleet(prev, changed, flavor)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -546,7 +571,7 @@ func TestEndpointsFastPath(t *testing.T) {
 		if !maps.Equal(sFast, sFull) {
 			t.Errorf("%v: fast path versions %v, full rebuild %v", flavor, sFast, sFull)
 		}
-		if _, err := Retranslate(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}, flavor); err == nil {
+		if _, err := retranslateFleet(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}, flavor); err == nil {
 			t.Error("Retranslate of an invalid fleet: want error")
 		}
 	}
@@ -557,7 +582,7 @@ func TestEndpointsFastPath(t *testing.T) {
 	for _, flavor := range Flavors {
 		prev[flavor] = mustTranslate(t, base, flavor)
 	}
-	all, err := RetranslateAll(prev, changed)
+	all, err := retranslateAllFleet(prev, changed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +598,7 @@ func TestEndpointsFastPath(t *testing.T) {
 	if &all[Envoy].Endpoints[0] != &all[GRPC].Endpoints[0] {
 		t.Error("Envoy and gRPC do not share their ClusterLoadAssignments")
 	}
-	if _, err := RetranslateAll(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}); err == nil {
+	if _, err := retranslateAllFleet(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}); err == nil {
 		t.Error("RetranslateAll of an invalid fleet: want error")
 	}
 }
@@ -614,12 +639,12 @@ func TestErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := good()
-			if _, err := Translate(fleet.Fleet{Pools: []fleet.Pool{p}}, Envoy); err != nil {
+			if _, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{p}}, Envoy); err != nil {
 				t.Fatalf("baseline: %v", err)
 			}
 			mutate(&p)
 			for _, flavor := range Flavors {
-				r, err := Translate(fleet.Fleet{Pools: []fleet.Pool{p}}, flavor)
+				r, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{p}}, flavor)
 				if err == nil {
 					t.Fatalf("%v: want error, got %d listeners", flavor, len(r.Listeners))
 				}
@@ -628,7 +653,7 @@ func TestErrors(t *testing.T) {
 				}
 			}
 			prev := mustTranslate(t, fleet.Fleet{Pools: []fleet.Pool{good()}}, Envoy)
-			if _, err := Retranslate(prev, fleet.Fleet{Pools: []fleet.Pool{p}}, Envoy); err == nil && name != "bad header name" {
+			if _, err := retranslateFleet(prev, fleet.Fleet{Pools: []fleet.Pool{p}}, Envoy); err == nil && name != "bad header name" {
 				t.Errorf("Retranslate: want error")
 			}
 		})
@@ -636,7 +661,7 @@ func TestErrors(t *testing.T) {
 	// A resource-level failure names the pool and the resource.
 	p := good()
 	p.Hash.Keys[0].Header = "x\nbad"
-	_, err := Translate(fleet.Fleet{Pools: []fleet.Pool{p}}, Envoy)
+	_, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{p}}, Envoy)
 	if err == nil || !strings.Contains(err.Error(), `pool "p"`) || !strings.Contains(err.Error(), "route configuration") {
 		t.Errorf("want error naming pool and route configuration, got %v", err)
 	}
@@ -928,5 +953,23 @@ func TestKeylessRoutes(t *testing.T) {
 		if got := re.MatchString(cookie); got != want {
 			t.Errorf("cookie %q: matched %v, want %v", cookie, got, want)
 		}
+	}
+}
+
+// Only Prepare makes a Model that translates: a zero Model was never
+// normalised or validated.
+func TestUnpreparedModel(t *testing.T) {
+	if _, err := Translate(Model{}, Envoy); err == nil {
+		t.Error("Translate of a zero Model: want error")
+	}
+	if _, err := RetranslateAll(nil, Model{}); err == nil {
+		t.Error("RetranslateAll of a zero Model: want error")
+	}
+	m, err := Prepare(fleet.Fleet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Translate(m, Envoy); err != nil {
+		t.Errorf("Translate of a prepared empty fleet: %v", err)
 	}
 }

@@ -1,8 +1,9 @@
-package controller
+package reconcile
 
 import (
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/translate"
 )
@@ -28,10 +29,15 @@ func staticTargets(pool policy.Pool) discovery.Static {
 	return ts
 }
 
-// Join builds the fleet model from a policy and the discovered targets of
-// each pool. It is the only place where the inputs meet; the result is
-// normalised.
-func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
+// Join builds the fleet model from a policy, the discovered targets of
+// each pool and the metric-driven decisions of each pool's replicas (by
+// pool, then replica identity). It is the only place where the inputs
+// meet. The result is not normalised: translate.Prepare does that, once.
+//
+// A decision's weight multiplies the replica's static weight, and a
+// saturated replica is draining, which takes it out of Envoy's and gRPC's
+// hash tables for new requests while in-flight ones finish.
+func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[string]weights.Decision) fleet.Fleet {
 	targets := map[string][]discovery.Target{}
 	for _, g := range groups {
 		targets[g.Pool] = append(targets[g.Pool], g.Targets...)
@@ -58,27 +64,39 @@ func Join(p *policy.Policy, groups []discovery.Group) fleet.Fleet {
 		for _, k := range pp.Hash.Keys {
 			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter})
 		}
+		dec := decisions[pp.Name]
 		for _, t := range targets[pp.Name] {
-			health := fleet.Healthy
-			if t.Draining {
-				health = fleet.Draining
-			}
-			fp.Endpoints = append(fp.Endpoints, fleet.Endpoint{
+			e := fleet.Endpoint{
 				Host: t.Host, Port: t.Port, Weight: t.Weight, HashKey: t.HashKey,
-				Health:   health,
 				Locality: fleet.Locality{Region: t.Region, Zone: t.Zone, SubZone: t.SubZone},
-			})
+			}
+			if t.Draining {
+				e.Health = fleet.Draining
+			}
+			if d, ok := dec[e.Identity()]; ok {
+				if d.Weight > 0 {
+					e.Weight = max(e.Weight, 1) * d.Weight
+				}
+				if d.Health == weights.Saturated {
+					e.Health = fleet.Draining
+				}
+			}
+			fp.Endpoints = append(fp.Endpoints, e)
 		}
 		f.Pools = append(f.Pools, fp)
 	}
-	return f.Normalize()
+	return f
 }
 
 // Render returns, as YAML, the resources a kind of client receives for a
 // policy and its static endpoints (replicas its dns and kubernetes blocks
 // would find are not looked up).
 func Render(p *policy.Policy, flavor translate.Flavor) ([]byte, error) {
-	r, err := translate.Translate(Join(p, StaticGroups(p)), flavor)
+	m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
+	if err != nil {
+		return nil, err
+	}
+	r, err := translate.Translate(m, flavor)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"flag"
@@ -22,7 +22,7 @@ func TestRenderGolden(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no policies: %v", err)
 	}
-	examples, err := filepath.Glob("../../examples/*.hcl")
+	examples, err := filepath.Glob("../examples/*.hcl")
 	if err != nil || len(examples) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
@@ -52,7 +52,7 @@ func TestRenderGolden(t *testing.T) {
 					t.Fatalf("%v (run go test -update)", err)
 				}
 				if string(got) != string(want) {
-					t.Errorf("%s changed; if intended, run go test ./xds/controller -update and review the diff\ngot:\n%s", golden, got)
+					t.Errorf("%s changed; if intended, run go test ./reconcile -update and review the diff\ngot:\n%s", golden, got)
 				}
 			})
 		}

@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"fmt"
@@ -64,7 +64,7 @@ pool "chat" {
 		},
 	}}
 	// Endpoints sort by identity: "127.0.0.1:8002" < "a".
-	got := Join(p, StaticGroups(p))
+	got := Join(p, StaticGroups(p), nil).Normalize()
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Join:\n got %+v\nwant %+v", got, want)
 	}
@@ -74,7 +74,7 @@ pool "chat" {
 
 	// Discovered targets of unknown pools are ignored; pools without
 	// targets are empty.
-	got = Join(p, []discovery.Group{{Pool: "ghost", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 1}}}})
+	got = Join(p, []discovery.Group{{Pool: "ghost", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 1}}}}, nil)
 	for _, pool := range got.Pools {
 		if len(pool.Endpoints) != 0 {
 			t.Fatalf("pool %s has endpoints %v", pool.Name, pool.Endpoints)
@@ -85,7 +85,7 @@ pool "chat" {
 	got = Join(p, []discovery.Group{{Pool: "zeta", Targets: []discovery.Target{
 		{Host: "10.0.0.1", Port: 1, HashKey: "vllm-0"},
 		{Host: "10.0.0.2", Port: 1, HashKey: "vllm-1", Draining: true},
-	}}})
+	}}}, nil).Normalize()
 	if eps := got.Pools[1].Endpoints; len(eps) != 2 || eps[0].Health != fleet.Healthy || eps[1].Health != fleet.Draining {
 		t.Fatalf("zeta endpoints %+v, want vllm-0 healthy and vllm-1 draining", eps)
 	}
@@ -99,7 +99,7 @@ func TestSourceSpecs(t *testing.T) {
 		if diags.HasErrors() {
 			t.Fatal(policy.Format(diags))
 		}
-		return sourceSpecs(p, hclog.NewNullLogger())
+		return SourceSpecs(p, hclog.NewNullLogger())
 	}
 	const pool = `pool "chat" {
   port = 10000
@@ -125,9 +125,10 @@ func TestSourceSpecs(t *testing.T) {
 	}
 }
 
-// Every valid policy's metric settings must be valid for weights.Step.
+// Every valid policy's metric settings must make a scraper's settings
+// valid for weights.Step: the policy and the scraper cannot drift apart.
 func TestPolicySettingsValidForStep(t *testing.T) {
-	files, _ := filepath.Glob("../../policy/testdata/valid/*.hcl")
+	files, _ := filepath.Glob("../policy/testdata/valid/*.hcl")
 	more, _ := filepath.Glob("testdata/render/*.hcl")
 	files = append(files, more...)
 	n := 0
@@ -136,17 +137,14 @@ func TestPolicySettingsValidForStep(t *testing.T) {
 		if diags.HasErrors() {
 			t.Fatalf("%s: %s", file, policy.Format(diags))
 		}
-		for _, pool := range p.Pools {
-			spec, ok := specOf(pool)
-			if !ok {
-				continue
-			}
+		specs, bad := ScrapeSpecs(p, fleet.Fleet{})
+		for pool, err := range bad {
+			t.Errorf("%s pool %s: %v", file, pool, err)
+		}
+		for pool, spec := range specs {
 			n++
-			if err := configOf(spec).Validate(); err != nil {
-				t.Errorf("%s pool %s: %v", file, pool.Name, err)
-			}
-			if profileOf(spec.Metrics) == nil {
-				t.Errorf("%s pool %s: no profile", file, pool.Name)
+			if err := spec.Config.Validate(); err != nil {
+				t.Errorf("%s pool %s: %v", file, pool, err)
 			}
 		}
 	}

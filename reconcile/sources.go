@@ -1,4 +1,4 @@
-package controller
+package reconcile
 
 import (
 	"context"
@@ -15,12 +15,12 @@ import (
 	"github.com/kvxds/kvxds/policy"
 )
 
-// sourceSpecs returns the discovery sources of every pool of p. Each
+// SourceSpecs returns the discovery sources of every pool of p. Each
 // source's ID carries its settings, so a changed block restarts its
 // source and an unchanged one keeps running (and its targets) across
 // policy reloads. A source that cannot be built is replaced by one that
 // reports why, so the pool keeps its other sources' replicas.
-func sourceSpecs(p *policy.Policy, logger hclog.Logger) []discovery.Spec {
+func SourceSpecs(p *policy.Policy, logger hclog.Logger) []discovery.Spec {
 	var out []discovery.Spec
 	for _, pool := range p.Pools {
 		log := logger.With("pool", pool.Name)

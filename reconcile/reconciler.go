@@ -1,0 +1,206 @@
+// Package reconcile is the one place where the policy, the replicas that
+// discovery finds and the decisions that scraping makes become kvxds's
+// fleet model, and where that model is normalised, validated and handed
+// to the xDS server, once per change of any input.
+//
+// Its pure parts (Join, SourceSpecs, ScrapeSpecs, Render) are functions
+// of their inputs. The Reconciler runs the stateful edges around them: a
+// discovery.Manager for each pool's sources and a weights.Runner for each
+// pool's metrics. It fails static: a source that fails keeps its last
+// good targets, and a model that does not validate or translate is
+// logged and counted while the last good one keeps serving.
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+// Sink receives every new model: the xDS server.
+type Sink interface {
+	Update(context.Context, translate.Model) error
+}
+
+// Options configure a Reconciler.
+type Options struct {
+	Sink       Sink
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+	// SyncTimeout bounds how long a new policy waits for its sources'
+	// first answers before it is pushed without them; zero means
+	// DefaultSyncTimeout.
+	SyncTimeout time.Duration
+}
+
+// DefaultSyncTimeout is Options.SyncTimeout's default.
+const DefaultSyncTimeout = 10 * time.Second
+
+// The causes of a push, as kvxds_fleet_updates_total labels them.
+const (
+	causePolicy    = "policy"
+	causeDiscovery = "discovery"
+	causeMetrics   = "metrics"
+)
+
+// Reconciler keeps the fleet model in step with its inputs.
+type Reconciler struct {
+	log         hclog.Logger
+	sink        Sink
+	syncTimeout time.Duration
+	disc        *discovery.Manager
+	scrape      *weights.Runner
+	updates     *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	metricsCh   chan struct{}
+
+	// pushMu serialises pushes, so that a push never reverts a newer
+	// policy; mu guards what readers see.
+	pushMu sync.Mutex
+	mu     sync.Mutex
+	policy *policy.Policy
+	fleet  fleet.Fleet
+}
+
+// New returns a Reconciler that has pushed nothing yet.
+func New(opts Options) *Reconciler {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	r := &Reconciler{
+		log:         log,
+		sink:        opts.Sink,
+		syncTimeout: opts.SyncTimeout,
+		disc:        discovery.NewManager(log.Named("discovery"), reg),
+		metricsCh:   make(chan struct{}, 1),
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_fleet_updates_total",
+			Help: "Fleet models pushed, by what changed: policy, discovery or metrics.",
+		}, []string{"cause"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_fleet_update_errors_total",
+			Help: "Fleet models not pushed because they did not validate or translate, by what changed; the last good one keeps serving.",
+		}, []string{"cause"}),
+	}
+	if r.syncTimeout <= 0 {
+		r.syncTimeout = DefaultSyncTimeout
+	}
+	r.scrape = weights.NewRunner(weights.RunnerOptions{
+		Logger: log.Named("weights"), Registerer: reg, OnChange: r.metricsChanged,
+	})
+	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics} {
+		r.updates.WithLabelValues(c)
+		r.failures.WithLabelValues(c)
+	}
+	reg.MustRegister(r.updates, r.failures)
+	return r
+}
+
+// Apply makes p the policy: it starts, keeps or stops discovery sources
+// to match p, waits (up to the sync timeout) for new sources' first
+// answers so their pools are not pushed empty, pushes the model and
+// points scraping at its replicas. Sources and scraping run until ctx
+// ends or Close. On error the previous policy stays in force.
+func (r *Reconciler) Apply(ctx context.Context, p *policy.Policy) error {
+	// Pushes wait meanwhile: a replaced source's targets are gone until
+	// its successor reports, and nothing may push the pool in between.
+	r.pushMu.Lock()
+	defer r.pushMu.Unlock()
+	r.disc.Apply(ctx, SourceSpecs(p, r.log.Named("discovery")))
+	wctx, cancel := context.WithTimeout(ctx, r.syncTimeout)
+	if err := r.disc.WaitSynced(wctx); err != nil {
+		r.log.Warn("some discovery sources have not reported yet; their pools start without them", "waited", r.syncTimeout)
+	}
+	cancel()
+	return r.pushLocked(ctx, p, causePolicy)
+}
+
+// Run pushes the model again whenever discovered replicas or metric
+// decisions change, until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	for {
+		cause := causeDiscovery
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.disc.Changed():
+		case <-r.metricsCh:
+			cause = causeMetrics
+		}
+		r.pushMu.Lock()
+		err := r.pushLocked(ctx, r.Policy(), cause)
+		r.pushMu.Unlock()
+		if err != nil {
+			r.log.Error("update not applied; last good configuration keeps serving", "cause", cause, "error", err)
+		}
+	}
+}
+
+// Close stops discovery and scraping.
+func (r *Reconciler) Close() {
+	r.scrape.Stop()
+	r.disc.Stop()
+}
+
+// Policy returns the policy in force (nil before the first Apply).
+func (r *Reconciler) Policy() *policy.Policy {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.policy
+}
+
+// Fleet returns the fleet model currently served.
+func (r *Reconciler) Fleet() fleet.Fleet {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fleet
+}
+
+// metricsChanged asks for a push with fresh decisions; bursts coalesce.
+func (r *Reconciler) metricsChanged() {
+	select {
+	case r.metricsCh <- struct{}{}:
+	default:
+	}
+}
+
+// pushLocked joins p with the discovered replicas and the current
+// decisions, prepares the model once and hands it to the sink. The
+// caller holds pushMu.
+func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause string) error {
+	m, err := translate.Prepare(Join(p, r.disc.Groups(), r.scrape.Decisions()))
+	if err == nil {
+		err = r.sink.Update(ctx, m)
+	}
+	if err != nil {
+		r.failures.WithLabelValues(cause).Inc()
+		return fmt.Errorf("pushing the fleet: %w", err)
+	}
+	// Replicas' identities and addresses do not depend on decisions, so
+	// the pushed model's replicas are the ones to scrape.
+	specs, bad := ScrapeSpecs(p, m.Fleet())
+	for pool, err := range bad {
+		r.log.Error("metric-driven weights disabled for pool", "pool", pool, "error", err)
+	}
+	r.scrape.Set(ctx, specs)
+	r.mu.Lock()
+	r.policy, r.fleet = p, m.Fleet()
+	r.mu.Unlock()
+	r.updates.WithLabelValues(cause).Inc()
+	return nil
+}

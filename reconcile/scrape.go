@@ -1,0 +1,96 @@
+package reconcile
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// ScrapeSpecs returns how each pool of p with a metrics block is scraped:
+// its settings from the policy, its targets the replicas of the pool in f
+// (their metric pages, by identity). A pool whose settings do not make a
+// profile is left out, with the reason.
+func ScrapeSpecs(p *policy.Policy, f fleet.Fleet) (map[string]weights.PoolScrape, map[string]error) {
+	replicas := map[string][]fleet.Endpoint{}
+	for _, fp := range f.Pools {
+		replicas[fp.Name] = fp.Endpoints
+	}
+	out := map[string]weights.PoolScrape{}
+	var bad map[string]error
+	for _, pp := range p.Pools {
+		if pp.Metrics == nil {
+			continue
+		}
+		spec, err := scrapeSettings(pp)
+		if err != nil {
+			if bad == nil {
+				bad = map[string]error{}
+			}
+			bad[pp.Name] = err
+			continue
+		}
+		spec.Targets = scrapeTargets(*pp.Metrics, replicas[pp.Name])
+		out[pp.Name] = spec
+	}
+	return out, bad
+}
+
+// scrapeSettings maps a pool's metrics, escape and weights blocks to the
+// scraper's settings.
+func scrapeSettings(pp policy.Pool) (weights.PoolScrape, error) {
+	m, e, w := *pp.Metrics, pp.Escape, pp.Weights
+	var signals map[string]weights.Series
+	if len(m.Signals) > 0 {
+		signals = make(map[string]weights.Series, len(m.Signals))
+		for name, src := range m.Signals {
+			signals[name] = weights.Series{Name: src.Metric, Labels: src.Labels, Scale: src.Scale}
+		}
+	}
+	profile, err := weights.ProfileFor(m.Engine, signals)
+	if err != nil {
+		return weights.PoolScrape{}, fmt.Errorf("pool %q: %w", pp.Name, err)
+	}
+	return weights.PoolScrape{
+		Config: weights.Config{
+			MinWeight:            w.Min,
+			MaxWeight:            w.Max,
+			Levels:               w.Levels,
+			Smoothing:            w.Smoothing,
+			Hysteresis:           w.Hysteresis,
+			MinChangeInterval:    w.MinInterval,
+			MaxQueueDepth:        e.MaxQueueDepth,
+			MaxKVOccupancy:       e.MaxKVOccupancy,
+			MaxPreemptionRate:    e.MaxPreemptionRate,
+			ResumeQueueDepth:     e.ResumeQueueDepth,
+			ResumeKVOccupancy:    e.ResumeKVOccupancy,
+			Hold:                 e.Hold,
+			MaxSaturatedFraction: e.MaxSaturatedFraction,
+			StaleAfter:           m.StaleAfter,
+		},
+		Profile:  profile,
+		Model:    m.Model,
+		Interval: m.Interval,
+		Timeout:  m.Timeout,
+	}, nil
+}
+
+// scrapeTargets are the metric pages of a pool's replicas: each on its
+// serving address, or on the metrics block's port.
+func scrapeTargets(m policy.Metrics, eps []fleet.Endpoint) []weights.Target {
+	out := make([]weights.Target, 0, len(eps))
+	for _, e := range eps {
+		port := e.Port
+		if m.Port != 0 {
+			port = m.Port
+		}
+		out = append(out, weights.Target{
+			ID:  e.Identity(),
+			URL: m.Scheme + "://" + net.JoinHostPort(e.Host, strconv.FormatUint(uint64(port), 10)) + m.Path,
+		})
+	}
+	return out
+}

@@ -1,0 +1,137 @@
+package reconcile
+
+import (
+	"testing"
+
+	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+func mustParse(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	p, diags := policy.Parse([]byte(src), "test.hcl")
+	if diags.HasErrors() {
+		t.Fatal(policy.Format(diags))
+	}
+	return p
+}
+
+// Decisions fold into the joined fleet by replica identity: a weight
+// multiplies the static weight, a saturated replica drains, a replica
+// without a decision and a pool without decisions are unchanged.
+func TestJoinDecisions(t *testing.T) {
+	p := mustParse(t, `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+}
+pool "batch" {
+  port = 10001
+  hash {
+    key { header = "x-session-id" }
+  }
+}
+`)
+	groups := []discovery.Group{
+		{Pool: "chat", Targets: []discovery.Target{
+			{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 2},
+			{Host: "10.0.0.2", Port: 80, HashKey: "b"},
+			{Host: "10.0.0.3", Port: 80, Weight: 3}, // identity: its address
+			{Host: "10.0.0.4", Port: 80, HashKey: "d", Draining: true},
+		}},
+		{Pool: "batch", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 5}}},
+	}
+	got := Join(p, groups, map[string]map[string]weights.Decision{
+		"chat": {
+			"a":           {Weight: 4},
+			"b":           {Weight: 2, Health: weights.Saturated},
+			"10.0.0.3:80": {Weight: 2},
+			"d":           {Weight: 3}, // a terminating replica stays draining
+		},
+	}).Normalize()
+	want := map[string]fleet.Endpoint{
+		"a":           {Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 8},
+		"b":           {Host: "10.0.0.2", Port: 80, HashKey: "b", Weight: 2, Health: fleet.Draining},
+		"10.0.0.3:80": {Host: "10.0.0.3", Port: 80, HashKey: "10.0.0.3:80", Weight: 6},
+		"d":           {Host: "10.0.0.4", Port: 80, HashKey: "d", Weight: 3, Health: fleet.Draining},
+	}
+	for _, pool := range got.Pools {
+		for _, e := range pool.Endpoints {
+			switch pool.Name {
+			case "chat":
+				if e != want[e.HashKey] {
+					t.Errorf("chat %s = %+v, want %+v", e.HashKey, e, want[e.HashKey])
+				}
+			case "batch":
+				if e.Weight != 5 || e.Health != fleet.Healthy {
+					t.Errorf("a pool without decisions changed: %+v", e)
+				}
+			}
+		}
+	}
+}
+
+func TestScrapeSpecs(t *testing.T) {
+	p := mustParse(t, `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {
+    engine   = "custom"
+    port     = 9090
+    path     = "/stats"
+    interval = "3s"
+    signal "queue_depth" {
+      metric = "q"
+      labels = { gpu = "0" }
+    }
+    signal "kv_occupancy" {
+      metric = "kv"
+      scale  = 0.01
+    }
+  }
+}
+pool "plain" {
+  port = 10001
+  hash {
+    key { header = "x-session-id" }
+  }
+}
+`)
+	f := fleet.Fleet{Pools: []fleet.Pool{
+		{Name: "chat", Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000, HashKey: "vllm-0"}, {Host: "fd00::1", Port: 8000}}},
+		{Name: "plain", Endpoints: []fleet.Endpoint{{Host: "10.0.0.9", Port: 8000}}},
+	}}
+	specs, bad := ScrapeSpecs(p, f)
+	if len(bad) != 0 || len(specs) != 1 {
+		t.Fatalf("specs %v, errors %v: want chat only", specs, bad)
+	}
+	s := specs["chat"]
+	if s.Interval.Seconds() != 3 || s.Profile == nil {
+		t.Fatalf("chat = %+v", s)
+	}
+	if q := s.Profile.QueueDepth; len(q) != 1 || q[0].Name != "q" || q[0].Labels["gpu"] != "0" {
+		t.Errorf("queue depth = %+v", q)
+	}
+	if kv := s.Profile.KVOccupancy; len(kv) != 1 || kv[0].Scale != 0.01 || len(s.Profile.Running) != 0 {
+		t.Errorf("kv = %+v, running = %+v", kv, s.Profile.Running)
+	}
+	want := []weights.Target{
+		{ID: "vllm-0", URL: "http://10.0.0.1:9090/stats"},
+		{ID: "[fd00::1]:8000", URL: "http://[fd00::1]:9090/stats"},
+	}
+	if len(s.Targets) != len(want) {
+		t.Fatalf("targets %+v", s.Targets)
+	}
+	for i, tg := range s.Targets {
+		if tg.ID != want[i].ID || tg.URL != want[i].URL {
+			t.Errorf("target %d = %s %s, want %s %s", i, tg.ID, tg.URL, want[i].ID, want[i].URL)
+		}
+	}
+}

@@ -1,0 +1,310 @@
+package weights
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// scrapeJitter spreads each pool's scrapes over this fraction of its
+// interval.
+const scrapeJitter = 0.5
+
+// PoolScrape is how one pool is scraped and what its decisions depend on.
+// A change of anything but Targets restarts the pool's scraping (and
+// forgets its state); a change of Targets only re-points it.
+type PoolScrape struct {
+	Config   Config
+	Profile  *Profile
+	Model    string // keep only series of this model_name, if set
+	Interval time.Duration
+	Timeout  time.Duration
+	// Targets are the replicas, ID and URL set; Parse is bound here.
+	Targets []Target
+}
+
+func (p PoolScrape) sameSettings(o PoolScrape) bool {
+	p.Targets, o.Targets = nil, nil
+	return reflect.DeepEqual(p, o)
+}
+
+// RunnerOptions configure a Runner.
+type RunnerOptions struct {
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+	// OnChange is called, from a scraping goroutine, whenever a pool's
+	// decisions differ from its previous cycle's.
+	OnChange func()
+}
+
+// Runner scrapes every pool that has metrics and keeps each replica's
+// latest Decision: the scraping stage of kvxds, between the replicas'
+// metric pages and the fleet model.
+type Runner struct {
+	log      hclog.Logger
+	metrics  *runnerMetrics
+	reg      prometheus.Registerer
+	onChange func()
+	seed     uint64
+
+	mu    sync.Mutex
+	pools map[string]*poolRunner
+}
+
+// NewRunner returns a Runner scraping nothing yet.
+func NewRunner(opts RunnerOptions) *Runner {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	onChange := opts.OnChange
+	if onChange == nil {
+		onChange = func() {}
+	}
+	return &Runner{
+		log: log, reg: reg, metrics: newRunnerMetrics(reg), onChange: onChange,
+		seed: jitterSeed(), pools: map[string]*poolRunner{},
+	}
+}
+
+// Set makes the runner scrape exactly these pools: it starts new ones,
+// stops those that are gone, restarts those whose settings changed and
+// re-points the rest at their targets. Scraping runs until ctx ends or
+// Stop.
+func (r *Runner) Set(ctx context.Context, pools map[string]PoolScrape) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, pr := range r.pools {
+		if want, ok := pools[name]; !ok || !want.sameSettings(pr.spec) {
+			pr.stop()
+			delete(r.pools, name)
+			r.metrics.forget(name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(pools)) {
+		spec := pools[name]
+		if err := spec.Config.Validate(); err != nil {
+			// The policy validates these values; this guards the two
+			// packages drifting apart.
+			r.log.Error("metric-driven weights disabled for pool: invalid settings", "pool", name, "error", err)
+			continue
+		}
+		if spec.Profile == nil {
+			r.log.Error("metric-driven weights disabled for pool: no engine profile", "pool", name)
+			continue
+		}
+		pr, ok := r.pools[name]
+		if !ok {
+			pctx, cancel := context.WithCancel(ctx)
+			pr = &poolRunner{pool: name, spec: spec, cancel: cancel, done: make(chan struct{})}
+			pr.setTargets(spec.Targets)
+			r.pools[name] = pr
+			go pr.run(pctx, r.log.With("pool", name), r.reg, r.metrics, r.seed, r.onChange)
+			continue
+		}
+		pr.setTargets(spec.Targets)
+	}
+}
+
+// Decisions returns every scraped pool's current decisions, by pool then
+// replica identity.
+func (r *Runner) Decisions() map[string]map[string]Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]map[string]Decision, len(r.pools))
+	for name, pr := range r.pools {
+		out[name] = pr.decisionsCopy()
+	}
+	return out
+}
+
+// Stop stops every pool's scraping and waits for it.
+func (r *Runner) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, pr := range r.pools {
+		pr.stop()
+		delete(r.pools, name)
+	}
+}
+
+// jitterSeed differs between kvxds instances, so that several instances
+// do not scrape a replica at the same instant.
+func jitterSeed() uint64 {
+	h := fnv.New64a()
+	host, _ := os.Hostname()
+	fmt.Fprintf(h, "%s/%d", host, os.Getpid())
+	return h.Sum64()
+}
+
+// runnerMetrics are kvxds's own metrics about metric-driven routing.
+type runnerMetrics struct {
+	weight    *prometheus.GaugeVec
+	saturated *prometheus.GaugeVec
+	fallback  *prometheus.GaugeVec
+}
+
+func newRunnerMetrics(reg prometheus.Registerer) *runnerMetrics {
+	m := &runnerMetrics{
+		weight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvxds_replica_weight_multiplier",
+			Help: "Metric-driven weight multiplier of each replica.",
+		}, []string{"pool", "replica"}),
+		saturated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvxds_replica_saturated",
+			Help: "1 while a replica is out of the hash table for saturation.",
+		}, []string{"pool", "replica"}),
+		fallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvxds_pool_affinity_fallback",
+			Help: "1 while too many replicas of a pool are saturated to take any out (pure affinity).",
+		}, []string{"pool"}),
+	}
+	reg.MustRegister(m.weight, m.saturated, m.fallback)
+	return m
+}
+
+// forget drops a pool's series once it is no longer scraped.
+func (m *runnerMetrics) forget(pool string) {
+	l := prometheus.Labels{"pool": pool}
+	m.weight.DeletePartialMatch(l)
+	m.saturated.DeletePartialMatch(l)
+	m.fallback.DeletePartialMatch(l)
+}
+
+// poolRunner scrapes one pool's replicas and keeps their decisions.
+type poolRunner struct {
+	pool   string
+	spec   PoolScrape
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	targets   []Target
+	ids       []string
+	decisions map[string]Decision
+}
+
+func (p *poolRunner) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// setTargets points the pool's scrapes at ts, binding the pool's profile.
+func (p *poolRunner) setTargets(ts []Target) {
+	profile, model := p.spec.Profile, p.spec.Model
+	parse := func(body []byte, contentType string) (Signals, error) {
+		return ParseSignals(profile, model, body, contentType)
+	}
+	targets := make([]Target, len(ts))
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		t.Parse = parse
+		targets[i], ids[i] = t, t.ID
+	}
+	p.mu.Lock()
+	p.targets, p.ids = targets, ids
+	p.mu.Unlock()
+}
+
+func (p *poolRunner) currentTargets() []Target {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.targets
+}
+
+func (p *poolRunner) decisionsCopy() map[string]Decision {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.decisions)
+}
+
+// run scrapes until ctx ends, folding each cycle into decisions and
+// calling changed whenever they differ from the previous cycle's.
+func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.Registerer, m *runnerMetrics, seed uint64, changed func()) {
+	defer close(p.done)
+	cfg := p.spec.Config
+	scraper := NewScraper(ScraperOptions{
+		Timeout:    p.spec.Timeout,
+		Logger:     log,
+		Registerer: reg,
+		Pool:       p.pool,
+		JitterSeed: seed,
+	})
+	out := make(chan []Observation, 1)
+	go scraper.Run(ctx, p.spec.Interval, scrapeJitter, p.currentTargets, out)
+	var state State
+	fallback := false
+	for {
+		var obs []Observation
+		select {
+		case <-ctx.Done():
+			return
+		case obs = <-out:
+		}
+		p.mu.Lock()
+		ids := p.ids
+		p.mu.Unlock()
+		next, res := Step(cfg, state, ids, obs, time.Now())
+		state = next
+		if res.Fallback != fallback {
+			fallback = res.Fallback
+			if fallback {
+				log.Warn("too many replicas saturated to take any out; falling back to pure affinity",
+					"saturated", res.Saturated, "replicas", len(ids), "max_saturated_fraction", cfg.MaxSaturatedFraction)
+				m.fallback.WithLabelValues(p.pool).Set(1)
+			} else {
+				log.Info("saturated replicas are few enough again to be taken out", "saturated", res.Saturated)
+				m.fallback.WithLabelValues(p.pool).Set(0)
+			}
+		}
+		p.mu.Lock()
+		prev := p.decisions
+		p.decisions = res.Decisions
+		p.mu.Unlock()
+		if reflect.DeepEqual(prev, res.Decisions) {
+			continue
+		}
+		p.record(log, m, prev, res.Decisions)
+		changed()
+	}
+}
+
+// record logs and exports what changed between two cycles' decisions.
+func (p *poolRunner) record(log hclog.Logger, m *runnerMetrics, prev, next map[string]Decision) {
+	for id, dec := range next {
+		old, had := prev[id]
+		m.weight.WithLabelValues(p.pool, id).Set(float64(dec.Weight))
+		sat := 0.0
+		if dec.Health == Saturated {
+			sat = 1
+		}
+		m.saturated.WithLabelValues(p.pool, id).Set(sat)
+		switch {
+		case had && old.Health != dec.Health && dec.Health == Saturated:
+			log.Info("replica saturated: out of the hash table until it recovers", "replica", id)
+		case had && old.Health != dec.Health:
+			log.Info("replica recovered: back in the hash table", "replica", id)
+		case had && old.Weight != dec.Weight:
+			log.Debug("replica weight changed", "replica", id, "from", old.Weight, "to", dec.Weight)
+		}
+	}
+	for id := range prev {
+		if _, ok := next[id]; !ok {
+			m.weight.DeleteLabelValues(p.pool, id)
+			m.saturated.DeleteLabelValues(p.pool, id)
+		}
+	}
+}

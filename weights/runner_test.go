@@ -1,0 +1,113 @@
+package weights
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The runner scrapes each pool it is given from a real metrics page,
+// keeps its decisions, re-points a pool without forgetting them, and
+// stops a pool (and drops its series) once it is no longer given.
+func TestRunner(t *testing.T) {
+	page, err := os.ReadFile("testdata/pages/vllm_v1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		w.Write(page)
+	}))
+	defer srv.Close()
+
+	reg := prometheus.NewRegistry()
+	var changes atomic.Int64
+	r := NewRunner(RunnerOptions{Registerer: reg, OnChange: func() { changes.Add(1) }})
+	defer r.Stop()
+	profile, _ := BuiltinProfile(EngineVLLM)
+	spec := PoolScrape{
+		Config:   DefaultConfig(),
+		Profile:  profile,
+		Interval: 50 * time.Millisecond,
+		Timeout:  time.Second,
+		Targets:  []Target{{ID: "a", URL: srv.URL + "/metrics"}},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.Set(ctx, map[string]PoolScrape{"chat": spec})
+	waitUntil(t, "a decision for a", func() bool { _, ok := r.Decisions()["chat"]["a"]; return ok })
+	if changes.Load() == 0 {
+		t.Error("OnChange was not called")
+	}
+
+	// New targets, same settings: the pool keeps running and its state.
+	spec.Targets = []Target{{ID: "a", URL: srv.URL + "/metrics"}, {ID: "b", URL: srv.URL + "/metrics"}}
+	r.Set(ctx, map[string]PoolScrape{"chat": spec})
+	if _, ok := r.Decisions()["chat"]["a"]; !ok {
+		t.Fatal("re-pointing a pool forgot its decisions")
+	}
+	waitUntil(t, "a decision for b", func() bool { _, ok := r.Decisions()["chat"]["b"]; return ok })
+
+	// Changed settings restart the pool: its decisions start over.
+	old := r.pools["chat"]
+	r.Set(ctx, map[string]PoolScrape{"chat": spec})
+	if r.pools["chat"] != old {
+		t.Fatal("an unchanged pool was restarted")
+	}
+	spec.Config.MaxQueueDepth++
+	r.Set(ctx, map[string]PoolScrape{"chat": spec})
+	if r.pools["chat"] == old {
+		t.Fatal("a pool whose settings changed was not restarted")
+	}
+	select {
+	case <-old.done:
+	default:
+		t.Fatal("the replaced pool is still running")
+	}
+	waitUntil(t, "decisions after the restart", func() bool { return len(r.Decisions()["chat"]) == 2 })
+
+	// A pool no longer given stops, and its series go.
+	if n := testutil.CollectAndCount(reg, "kvxds_replica_weight_multiplier"); n != 2 {
+		t.Fatalf("weight series = %d, want 2", n)
+	}
+	r.Set(ctx, nil)
+	if len(r.Decisions()) != 0 {
+		t.Fatal("a removed pool still has decisions")
+	}
+	if n := testutil.CollectAndCount(reg, "kvxds_replica_weight_multiplier"); n != 0 {
+		t.Errorf("weight series after removal = %d, want 0", n)
+	}
+	n := hits.Load()
+	time.Sleep(200 * time.Millisecond)
+	if hits.Load() != n {
+		t.Error("a removed pool is still scraped")
+	}
+
+	// Invalid settings are refused, not run.
+	bad := spec
+	bad.Profile = nil
+	r.Set(ctx, map[string]PoolScrape{"chat": bad})
+	if len(r.Decisions()) != 0 {
+		t.Error("a pool without a profile runs")
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
