@@ -9,7 +9,7 @@ import (
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 
-func mustParse(t *testing.T, src string) *policy.Policy {
+func mustParse(t testing.TB, src string) *policy.Policy {
 	t.Helper()
 	p, diags := policy.Parse([]byte(src), "test.hcl")
 	if diags.HasErrors() {

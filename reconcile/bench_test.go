@@ -1,0 +1,61 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/server"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+// BenchmarkPush is one push of a 1,000-replica pool after one replica
+// changed (a pod replaced, as in a rolling deploy): join, prepare once,
+// translate for every kind of client and swap the snapshots in.
+func BenchmarkPush(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			p := mustParse(b, `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+}
+`)
+			groups := [2][]discovery.Group{}
+			for v := range groups {
+				var ts []discovery.Target
+				for i := range n {
+					second := 1
+					if v == 1 && i == 0 {
+						second = 2 // the replaced pod's new address
+					}
+					host := fmt.Sprintf("10.%d.%d.%d", second, i/250, i%250)
+					ts = append(ts, discovery.Target{Host: host, Port: 8000, HashKey: fmt.Sprintf("vllm-%d", i), Zone: "a"})
+				}
+				groups[v] = []discovery.Group{{Pool: "chat", Targets: ts}}
+			}
+			decisions := map[string]map[string]weights.Decision{"chat": {}}
+			for i := range n {
+				decisions["chat"][fmt.Sprintf("vllm-%d", i)] = weights.Decision{Weight: uint32(1 + i%4)}
+			}
+			s := server.New(server.Options{})
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				m, err := translate.Prepare(Join(p, groups[i%2], decisions))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Update(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
