@@ -30,6 +30,7 @@ import (
 type fileSpec struct {
 	XDS   []serverSpec `hcl:"xds,block"`
 	Admin []serverSpec `hcl:"admin,block"`
+	HA    []haSpec     `hcl:"ha,block"`
 	Pools []poolSpec   `hcl:"pool,block"`
 }
 
@@ -204,6 +205,7 @@ func (d *decoder) policy(body hcl.Body) *Policy {
 	for i := range spec.Admin {
 		d.server("admin", &spec.Admin[i], admin)
 	}
+	p.HA = d.ha(spec.HA)
 	for i := range spec.Pools {
 		p.Pools = append(p.Pools, d.pool(&spec.Pools[i]))
 	}

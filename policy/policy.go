@@ -73,6 +73,25 @@
 //	  min_interval = "30s"   # DefaultWeightMinInterval; between two changes of one replica; >= 0
 //	}
 //
+// Several kvxds instances serve the same decisions with an ha block (at
+// most one per file), which either elects one leader that scrapes and
+// decides:
+//
+//	ha {
+//	  kubernetes {
+//	    namespace      = "kvxds"      # where the Lease and the decisions ConfigMap live
+//	    lease          = "kvxds-chat" # the Lease; the ConfigMap is "kvxds-chat-decisions"
+//	    kubeconfig     = "..."        # default: in-cluster, then $KUBECONFIG
+//	    lease_duration = "15s"        # DefaultLeaseDuration; > renew_deadline
+//	    renew_deadline = "10s"        # DefaultRenewDeadline; > 1.2 x retry_period
+//	    retry_period   = "2s"         # DefaultRetryPeriod
+//	  }
+//	}
+//
+// or follows one instance's published decisions (outside Kubernetes):
+//
+//	ha { follow = "http://10.0.0.5:19000" } # that instance's admin address
+//
 // A setting left unset never conflicts with one that is set: where its
 // default would, it follows the set one as above, so that only settings
 // written in the file can be reported as inconsistent, at the one that
@@ -238,6 +257,8 @@ type Policy struct {
 	XDSAddress string
 	// AdminAddress is where kvxds serves metrics and health (host:port).
 	AdminAddress string
+	// HA, if set, is how this instance agrees on decisions with others.
+	HA *HA
 	// Pools are sorted by Name.
 	Pools []Pool
 }

@@ -30,10 +30,14 @@ type PoolScrape struct {
 	Timeout  time.Duration
 	// Targets are the replicas, ID and URL set; Parse is bound here.
 	Targets []Target
+	// Seed, if set, are the decisions a pool starts from when its
+	// scraping starts: another decider's last ones (see Seed). They are
+	// the pool's decisions until its first scrape cycle.
+	Seed map[string]Decision
 }
 
 func (p PoolScrape) sameSettings(o PoolScrape) bool {
-	p.Targets, o.Targets = nil, nil
+	p.Targets, o.Targets, p.Seed, o.Seed = nil, nil, nil, nil
 	return reflect.DeepEqual(p, o)
 }
 
@@ -109,7 +113,7 @@ func (r *Runner) Set(ctx context.Context, pools map[string]PoolScrape) {
 		pr, ok := r.pools[name]
 		if !ok {
 			pctx, cancel := context.WithCancel(ctx)
-			pr = &poolRunner{pool: name, spec: spec, cancel: cancel, done: make(chan struct{})}
+			pr = &poolRunner{pool: name, spec: spec, cancel: cancel, done: make(chan struct{}), decisions: maps.Clone(spec.Seed)}
 			pr.setTargets(spec.Targets)
 			r.pools[name] = pr
 			go pr.run(pctx, r.log.With("pool", name), r.reg, r.metrics, r.seed, r.onChange)
@@ -246,6 +250,9 @@ func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.R
 	out := make(chan []Observation, 1)
 	go scraper.Run(ctx, p.spec.Interval, scrapeJitter, p.currentTargets, out)
 	var state State
+	if p.spec.Seed != nil {
+		state = Seed(cfg, p.spec.Seed, time.Now())
+	}
 	fallback := false
 	for {
 		var obs []Observation

@@ -15,12 +15,16 @@
 //     and the escape hatch that takes a saturated replica out of the hash
 //     table until it recovers.
 //
-// The package knows nothing of policy files or xDS: the controller builds
-// a Config from the policy and folds Decisions into the fleet model.
+// A Runner runs a Scraper and Step for every pool that has metrics. The
+// package knows nothing of policy files or xDS, except for the registry of
+// engines and signals (Engines, SignalNames) that the policy validates
+// against: the reconcile step builds a Config and a Profile from the
+// policy and folds Decisions into the fleet model.
 package weights
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -120,15 +124,32 @@ func (h Health) String() string {
 	return "serving"
 }
 
+// MarshalText writes the health as its name, so published decisions read
+// well.
+func (h Health) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
+// UnmarshalText reads a health name.
+func (h *Health) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "serving":
+		*h = Serving
+	case "saturated":
+		*h = Saturated
+	default:
+		return fmt.Errorf("unknown health %q", b)
+	}
+	return nil
+}
+
 // Decision is Step's verdict for one replica.
 type Decision struct {
 	// Weight multiplies the replica's static weight; it lies within
 	// [Config.MinWeight, Config.MaxWeight].
-	Weight uint32
-	Health Health
+	Weight uint32 `json:"weight"`
+	Health Health `json:"health"`
 	// Stale is set when the replica's metrics are older than the
 	// staleness window and Weight is the neutral weight.
-	Stale bool
+	Stale bool `json:"stale,omitempty"`
 }
 
 // Config tunes Step for one pool. The policy package fills in defaults;
