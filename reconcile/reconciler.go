@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
@@ -41,6 +42,14 @@ type Options struct {
 	// first answers before it is pushed without them; zero means
 	// DefaultSyncTimeout.
 	SyncTimeout time.Duration
+	// ID is this instance's identity among its peers.
+	ID string
+	// Peers, if set, elect the instance that decides, or name it; nil
+	// means this instance always decides.
+	Peers ha.Peers
+	// Board, if set, receives the decisions this instance serves, for
+	// instances that follow it.
+	Board *ha.Board
 }
 
 // DefaultSyncTimeout is Options.SyncTimeout's default.
@@ -51,6 +60,7 @@ const (
 	causePolicy    = "policy"
 	causeDiscovery = "discovery"
 	causeMetrics   = "metrics"
+	causeLeader    = "leader" // a leadership change, or the leader's decisions
 )
 
 // Reconciler keeps the fleet model in step with its inputs.
@@ -63,6 +73,11 @@ type Reconciler struct {
 	updates     *prometheus.CounterVec
 	failures    *prometheus.CounterVec
 	metricsCh   chan struct{}
+	haCh        chan struct{}
+	id          string
+	peers       ha.Peers
+	board       *ha.Board
+	haMetrics   *haMetrics
 
 	// pushMu serialises pushes, so that a push never reverts a newer
 	// policy; mu guards what readers see.
@@ -70,6 +85,8 @@ type Reconciler struct {
 	mu     sync.Mutex
 	policy *policy.Policy
 	fleet  fleet.Fleet
+	ha     haState
+	served ha.Decisions // the decisions of the last push
 }
 
 // New returns a Reconciler that has pushed nothing yet.
@@ -88,6 +105,11 @@ func New(opts Options) *Reconciler {
 		syncTimeout: opts.SyncTimeout,
 		disc:        discovery.NewManager(log.Named("discovery"), reg),
 		metricsCh:   make(chan struct{}, 1),
+		haCh:        make(chan struct{}, 1),
+		id:          opts.ID,
+		peers:       opts.Peers,
+		board:       opts.Board,
+		ha:          haState{reachable: true},
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
 			Help: "Fleet models pushed, by what changed: policy, discovery or metrics.",
@@ -100,10 +122,14 @@ func New(opts Options) *Reconciler {
 	if r.syncTimeout <= 0 {
 		r.syncTimeout = DefaultSyncTimeout
 	}
+	if r.board == nil {
+		r.board = ha.NewBoard()
+	}
 	r.scrape = weights.NewRunner(weights.RunnerOptions{
 		Logger: log.Named("weights"), Registerer: reg, OnChange: r.metricsChanged,
 	})
-	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics} {
+	r.haMetrics = newHAMetrics(reg, r)
+	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
@@ -127,12 +153,32 @@ func (r *Reconciler) Apply(ctx context.Context, p *policy.Policy) error {
 		r.log.Warn("some discovery sources have not reported yet; their pools start without them", "waited", r.syncTimeout)
 	}
 	cancel()
-	return r.pushLocked(ctx, p, causePolicy)
+	if err := r.pushLocked(ctx, p, causePolicy); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	leading := r.leadingLocked()
+	r.mu.Unlock()
+	r.haMetrics.setLeading(r, leading)
+	return nil
 }
 
-// Run pushes the model again whenever discovered replicas or metric
-// decisions change, until ctx ends.
+// Run pushes the model again whenever discovered replicas, metric
+// decisions or the leader's decisions change, and publishes this
+// instance's decisions while it leads, until ctx ends.
 func (r *Reconciler) Run(ctx context.Context) {
+	if r.peers != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			r.peers.Run(ctx, haHandler{r})
+		}()
+	}
+	r.mu.Lock()
+	served := r.served
+	r.mu.Unlock()
+	r.publish(ctx, served, true)
 	for {
 		cause := causeDiscovery
 		select {
@@ -141,13 +187,22 @@ func (r *Reconciler) Run(ctx context.Context) {
 		case <-r.disc.Changed():
 		case <-r.metricsCh:
 			cause = causeMetrics
+		case <-r.haCh:
+			cause = causeLeader
 		}
 		r.pushMu.Lock()
 		err := r.pushLocked(ctx, r.Policy(), cause)
+		r.mu.Lock()
+		served := r.served
+		r.mu.Unlock()
 		r.pushMu.Unlock()
 		if err != nil {
 			r.log.Error("update not applied; last good configuration keeps serving", "cause", cause, "error", err)
+			continue
 		}
+		// A new leader publishes at once, under its own term, what it
+		// serves: its predecessor's decisions.
+		r.publish(ctx, served, cause == causeLeader)
 	}
 }
 
@@ -183,7 +238,8 @@ func (r *Reconciler) metricsChanged() {
 // decisions, prepares the model once and hands it to the sink. The
 // caller holds pushMu.
 func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause string) error {
-	m, err := translate.Prepare(Join(p, r.disc.Groups(), r.scrape.Decisions()))
+	decisions := r.decisions()
+	m, err := translate.Prepare(Join(p, r.disc.Groups(), decisions))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -197,9 +253,9 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	for pool, err := range bad {
 		r.log.Error("metric-driven weights disabled for pool", "pool", pool, "error", err)
 	}
-	r.scrape.Set(ctx, specs)
+	r.scrapeSet(ctx, specs)
 	r.mu.Lock()
-	r.policy, r.fleet = p, m.Fleet()
+	r.policy, r.fleet, r.served = p, m.Fleet(), decisions
 	r.mu.Unlock()
 	r.updates.WithLabelValues(cause).Inc()
 	return nil

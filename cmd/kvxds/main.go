@@ -92,6 +92,7 @@ func serve(args []string, stderr io.Writer) int {
 	adminAddr := fs.String("admin", "", "admin listen address (/metrics, /healthz, /readyz), overrides the policy's admin block")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	id := fs.String("id", "", "this instance's identity among kvxds instances (ha block); default $POD_NAME, else the hostname")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -120,6 +121,7 @@ func serve(args []string, stderr io.Writer) int {
 		AdminAddress: *adminAddr,
 		Logger:       logger,
 		Version:      buildVersion(),
+		ID:           *id,
 	}
 	if *policyFile == "" {
 		opts.PolicySource = examples.Chat

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/xds/fleet"
@@ -50,6 +52,9 @@ type Options struct {
 	Logger       hclog.Logger
 	// Version is reported on /debug/fleet and the build info metric.
 	Version string
+	// ID is this instance's identity among kvxds instances (the policy's
+	// ha block); empty means $POD_NAME, else the hostname.
+	ID string
 }
 
 // Controller runs one kvxds instance.
@@ -59,6 +64,7 @@ type Controller struct {
 	registry  *prometheus.Registry
 	xds       *server.Server
 	reconcile *reconcile.Reconciler
+	board     *ha.Board
 	initial   *policy.Policy
 
 	xdsLis, adminLis net.Listener
@@ -90,18 +96,48 @@ func New(opts Options) (*Controller, error) {
 	})
 	buildInfo.Set(1)
 	xdsServer := server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg})
+	id := instanceID(opts.ID)
+	peers, follower, err := newPeers(p.HA, id, logger.Named("ha"))
+	if err != nil {
+		return nil, fmt.Errorf("ha: %w", err)
+	}
 	c := &Controller{
 		opts:     opts,
 		log:      logger,
 		registry: reg,
 		xds:      xdsServer,
-		reconcile: reconcile.New(reconcile.Options{
-			Sink: xdsServer, Logger: logger, Registerer: reg,
-		}),
-		initial: p,
+		board:    ha.NewBoard(),
+		initial:  p,
+	}
+	c.reconcile = reconcile.New(reconcile.Options{
+		Sink: xdsServer, Logger: logger, Registerer: reg,
+		ID: id, Peers: peers, Board: c.board,
+	})
+	if follower != nil {
+		follower.OnReach = c.reconcile.Reach
 	}
 	reg.MustRegister(buildInfo)
 	return c, nil
+}
+
+// instanceID is the --id flag, else $POD_NAME, else the hostname.
+func instanceID(flag string) string {
+	host, _ := os.Hostname()
+	return cmp.Or(flag, os.Getenv("POD_NAME"), host, "kvxds")
+}
+
+// newPeers connects this instance with the others as the ha block says;
+// none without one.
+func newPeers(h *policy.HA, id string, log hclog.Logger) (ha.Peers, *ha.Follower, error) {
+	switch {
+	case h == nil:
+		return nil, nil, nil
+	case h.Follow != "":
+		f := &ha.Follower{URL: h.Follow, Logger: log}
+		return f, f, nil
+	default:
+		return nil, nil, fmt.Errorf("kubernetes leader election is not available in this build")
+	}
 }
 
 // PolicyError is an invalid initial policy.
@@ -189,7 +225,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	c.xds.Register(g)
-	admin := &http.Server{Handler: c.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{
+		Handler: c.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
+		// Requests end with the process: long polls of followers too.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
 
 	errc := make(chan error, 3)
 	var wg sync.WaitGroup
@@ -262,7 +302,28 @@ func (c *Controller) adminHandler() http.Handler {
 			http.Error(w, "no configuration yet", http.StatusServiceUnavailable)
 			return
 		}
+		// Serving the last decisions of an unreachable leader is still
+		// serving (fail static): ready, with the reason.
 		fmt.Fprintln(w, "ok")
+		if st := c.reconcile.HA(); !st.Leading && st.Mode != "standalone" {
+			fmt.Fprintf(w, "decisions: %s, leader %q, term %d", st.Mode, st.Leader, st.Term)
+			if !st.DecisionsTime.IsZero() {
+				fmt.Fprintf(w, ", published %s ago", time.Since(st.DecisionsTime).Round(time.Second))
+			} else {
+				fmt.Fprint(w, ", none yet")
+			}
+			if !st.Reachable {
+				fmt.Fprintf(w, "; unreachable, serving the last decisions: %s", st.Error)
+			}
+			fmt.Fprintln(w)
+		}
+	})
+	mux.Handle("GET "+ha.DecisionsPath, c.board)
+	mux.HandleFunc("GET /debug/ha", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(c.reconcile.HA())
 	})
 	mux.HandleFunc("GET /debug/fleet", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
