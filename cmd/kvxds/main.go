@@ -115,6 +115,7 @@ func serve(args []string, stderr io.Writer) int {
 		Output:     stderr,
 		JSONFormat: *logFormat == "json",
 	})
+	routeKlog(logger.Named("k8s"))
 	opts := controller.Options{
 		PolicyFile:   *policyFile,
 		XDSAddress:   *xdsAddr,

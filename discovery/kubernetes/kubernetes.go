@@ -50,7 +50,7 @@ func New(cfg Config, logger hclog.Logger) (*Source, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	rc, err := restConfig(cfg.Kubeconfig)
+	rc, err := RESTConfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes %s: %w", cfg.name(), err)
 	}
@@ -93,9 +93,9 @@ func (c Config) check() error {
 	return nil
 }
 
-// restConfig loads path, or the in-cluster configuration, or the
+// RESTConfig loads path, or the in-cluster configuration, or the
 // kubeconfig kubectl would use.
-func restConfig(path string) (*rest.Config, error) {
+func RESTConfig(path string) (*rest.Config, error) {
 	if path != "" {
 		rc, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvxds/kvxds/ha"
+	hakube "github.com/kvxds/kvxds/ha/kubernetes"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/xds/fleet"
@@ -97,7 +98,7 @@ func New(opts Options) (*Controller, error) {
 	buildInfo.Set(1)
 	xdsServer := server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg})
 	id := instanceID(opts.ID)
-	peers, follower, err := newPeers(p.HA, id, logger.Named("ha"))
+	peers, reach, err := newPeers(p.HA, id, logger.Named("ha"))
 	if err != nil {
 		return nil, fmt.Errorf("ha: %w", err)
 	}
@@ -113,8 +114,8 @@ func New(opts Options) (*Controller, error) {
 		Sink: xdsServer, Logger: logger, Registerer: reg,
 		ID: id, Peers: peers, Board: c.board,
 	})
-	if follower != nil {
-		follower.OnReach = c.reconcile.Reach
+	if reach != nil {
+		*reach = c.reconcile.Reach
 	}
 	reg.MustRegister(buildInfo)
 	return c, nil
@@ -127,16 +128,25 @@ func instanceID(flag string) string {
 }
 
 // newPeers connects this instance with the others as the ha block says;
-// none without one.
-func newPeers(h *policy.HA, id string, log hclog.Logger) (ha.Peers, *ha.Follower, error) {
+// none without one. reach is where to put the callback told whether the
+// published decisions can be reached.
+func newPeers(h *policy.HA, id string, log hclog.Logger) (peers ha.Peers, reach *func(bool, error), err error) {
 	switch {
 	case h == nil:
 		return nil, nil, nil
 	case h.Follow != "":
 		f := &ha.Follower{URL: h.Follow, Logger: log}
-		return f, f, nil
+		return f, &f.OnReach, nil
 	default:
-		return nil, nil, fmt.Errorf("kubernetes leader election is not available in this build")
+		k := h.Kubernetes
+		p, err := hakube.New(hakube.Config{
+			Namespace: k.Namespace, Lease: k.Lease, ID: id,
+			LeaseDuration: k.LeaseDuration, RenewDeadline: k.RenewDeadline, RetryPeriod: k.RetryPeriod,
+		}, k.Kubeconfig, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, &p.OnReach, nil
 	}
 }
 
