@@ -14,8 +14,8 @@ func routeKlog(log hclog.Logger) {
 }
 
 type klogSink struct {
-	log  hclog.Logger
-	kv   []any
+	log hclog.Logger
+	kv  []any
 }
 
 func (s klogSink) Init(logr.RuntimeInfo) {}
