@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -200,7 +201,7 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	node := fs.String("node", "", "node id (required; any id is served)")
-	xdsAddr := fs.String("xds", "127.0.0.1:18000", "kvxds xDS address as the data plane reaches it")
+	xdsAddr := fs.String("xds", "127.0.0.1:18000", "kvxds xDS address as the data plane reaches it; several instances comma-separated, in order of preference")
 	grpcOut := fs.Bool("grpc", false, "print a gRPC xDS bootstrap (JSON) instead of an Envoy bootstrap (YAML)")
 	delta := fs.Bool("delta", false, "Envoy: use incremental (delta) xDS")
 	cluster := fs.String("cluster", "", "node cluster (Envoy service cluster)")
@@ -213,6 +214,9 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o := bootstrap.Options{NodeID: *node, NodeCluster: *cluster, XDSAddress: *xdsAddr, Delta: *delta, AdminAddress: *envoyAdmin}
+	if addrs := strings.Split(*xdsAddr, ","); len(addrs) > 1 {
+		o.XDSAddresses = addrs
+	}
 	var out []byte
 	var err error
 	if *grpcOut {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"sigs.k8s.io/yaml"
 )
 
@@ -37,6 +38,10 @@ type Options struct {
 	NodeCluster string
 	// XDSAddress is kvxds's xDS host:port.
 	XDSAddress string
+	// XDSAddresses, if set, are several kvxds instances (host:port each)
+	// serving the same configuration, in order of preference; it
+	// replaces XDSAddress.
+	XDSAddresses []string
 	// Delta makes Envoy use incremental xDS.
 	Delta bool
 	// AdminAddress is Envoy's admin host:port (default 127.0.0.1:9901).
@@ -65,8 +70,19 @@ func socket(host string, port uint32) *core.Address {
 	}}}
 }
 
+// xdsAddresses are the kvxds instances to reach.
+func (o Options) xdsAddresses() []string {
+	if len(o.XDSAddresses) > 0 {
+		return o.XDSAddresses
+	}
+	return []string{o.XDSAddress}
+}
+
 // Envoy returns a validated Envoy bootstrap that takes listeners and
-// clusters from kvxds over ADS.
+// clusters from kvxds over ADS. With several kvxds instances, the cluster
+// to them has every one, health-checked over gRPC, so Envoy's ADS stream
+// moves to a live instance when its instance goes away; instances serve
+// the same versions, so the move changes nothing.
 func Envoy(o Options) (*bootstrapv3.Bootstrap, error) {
 	if o.NodeID == "" {
 		return nil, fmt.Errorf("node id is empty")
@@ -77,9 +93,19 @@ func Envoy(o Options) (*bootstrapv3.Bootstrap, error) {
 	if o.AdminAddress == "" {
 		o.AdminAddress = "127.0.0.1:9901"
 	}
-	xdsHost, xdsPort, err := splitHostPort(o.XDSAddress)
-	if err != nil {
-		return nil, fmt.Errorf("xds address: %w", err)
+	discoveryType := clusterv3.Cluster_STATIC
+	var lbEndpoints []*endpointv3.LbEndpoint
+	for _, addr := range o.xdsAddresses() {
+		host, port, err := splitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("xds address: %w", err)
+		}
+		if _, err := netip.ParseAddr(host); err != nil {
+			discoveryType = clusterv3.Cluster_STRICT_DNS
+		}
+		lbEndpoints = append(lbEndpoints, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socket(host, port)}},
+		})
 	}
 	adminHost, adminPort, err := splitHostPort(o.AdminAddress)
 	if err != nil {
@@ -101,10 +127,6 @@ func Envoy(o Options) (*bootstrapv3.Bootstrap, error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	discoveryType := clusterv3.Cluster_STRICT_DNS
-	if _, err := netip.ParseAddr(xdsHost); err == nil {
-		discoveryType = clusterv3.Cluster_STATIC
 	}
 	ads := &core.ConfigSource{
 		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
@@ -134,17 +156,22 @@ func Envoy(o Options) (*bootstrapv3.Bootstrap, error) {
 				},
 				LoadAssignment: &endpointv3.ClusterLoadAssignment{
 					ClusterName: XDSClusterName,
-					Endpoints: []*endpointv3.LocalityLbEndpoints{{
-						LbEndpoints: []*endpointv3.LbEndpoint{{
-							HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-								Address: socket(xdsHost, xdsPort),
-							}},
-						}},
-					}},
+					Endpoints:   []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbEndpoints}},
 				},
 			}},
 		},
 		Admin: &bootstrapv3.Admin{Address: socket(adminHost, adminPort)},
+	}
+	if len(lbEndpoints) > 1 {
+		// kvxds serves grpc.health.v1: an instance that stops answering
+		// leaves the cluster within a few seconds.
+		b.StaticResources.Clusters[0].HealthChecks = []*core.HealthCheck{{
+			Timeout:            durationpb.New(time.Second),
+			Interval:           durationpb.New(2 * time.Second),
+			UnhealthyThreshold: wrapperspb.UInt32(2),
+			HealthyThreshold:   wrapperspb.UInt32(1),
+			HealthChecker:      &core.HealthCheck_GrpcHealthCheck_{GrpcHealthCheck: &core.HealthCheck_GrpcHealthCheck{}},
+		}}
 	}
 	if err := b.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("invalid bootstrap: %w", err)
@@ -194,22 +221,29 @@ type GRPCNode struct {
 }
 
 // GRPCJSON returns a gRPC xDS bootstrap that reaches kvxds with insecure
-// credentials. The node carries an empty locality (grpc-js requires one)
+// credentials. Several kvxds instances are listed as xds_servers in order:
+// grpc-go and grpc-java fall back to the next one while the first cannot
+// be reached and a resource is not cached yet (gRFC A71), and otherwise
+// keep their last configuration until it returns. The node carries an empty locality (grpc-js requires one)
 // and the metadata that marks it as a proxyless gRPC client, so it is
 // classified correctly whatever its user agent.
 func GRPCJSON(o Options) ([]byte, error) {
 	if o.NodeID == "" {
 		return nil, fmt.Errorf("node id is empty")
 	}
-	if _, _, err := splitHostPort(o.XDSAddress); err != nil {
-		return nil, fmt.Errorf("xds address: %w", err)
-	}
-	b := GRPC{
-		XDSServers: []GRPCServer{{
-			ServerURI:      o.XDSAddress,
+	var servers []GRPCServer
+	for _, addr := range o.xdsAddresses() {
+		if _, _, err := splitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("xds address: %w", err)
+		}
+		servers = append(servers, GRPCServer{
+			ServerURI:      addr,
 			ChannelCreds:   []GRPCChannelCred{{Type: "insecure"}},
 			ServerFeatures: []string{"xds_v3"},
-		}},
+		})
+	}
+	b := GRPC{
+		XDSServers: servers,
 		Node: GRPCNode{
 			ID:       o.NodeID,
 			Cluster:  o.NodeCluster,

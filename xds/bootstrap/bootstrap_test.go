@@ -38,6 +38,7 @@ func TestEnvoyGolden(t *testing.T) {
 	}{
 		{"envoy-sotw.yaml", Options{NodeID: "envoy-1", XDSAddress: "127.0.0.1:18000"}},
 		{"envoy-delta-dns.yaml", Options{NodeID: "edge", NodeCluster: "edge", XDSAddress: "kvxds.infra.svc:18000", Delta: true, AdminAddress: "0.0.0.0:9901"}},
+		{"envoy-ha.yaml", Options{NodeID: "envoy-1", XDSAddresses: []string{"10.0.0.5:18000", "10.0.0.6:18000", "kvxds-2.infra:18000"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := EnvoyYAML(tc.opts)
@@ -62,6 +63,12 @@ func TestGRPCGolden(t *testing.T) {
 		t.Error("node locality must be present (grpc-js requires it)")
 	}
 	golden(t, "grpc.json", append(got, '\n'))
+
+	got, err = GRPCJSON(Options{NodeID: "client-1", XDSAddresses: []string{"10.0.0.5:18000", "10.0.0.6:18000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "grpc-ha.json", append(got, '\n'))
 }
 
 func TestErrors(t *testing.T) {

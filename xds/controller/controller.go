@@ -29,6 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvxds/kvxds/ha"
@@ -235,6 +237,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	c.xds.Register(g)
+	// Envoy health-checks the kvxds instances its bootstrap lists
+	// (grpc.health.v1): this one serves a configuration by now.
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	defer hs.Shutdown()
 	admin := &http.Server{
 		Handler: c.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
 		// Requests end with the process: long polls of followers too.

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/translate"
