@@ -132,7 +132,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func health(f fleet.Fleet, addr string) fleet.Health {
+func endpointHealth(f fleet.Fleet, addr string) fleet.Health {
 	for _, p := range f.Pools {
 		for _, e := range p.Endpoints {
 			if e.Address() == addr {
@@ -177,12 +177,12 @@ func TestFollow(t *testing.T) {
 	// one long-poll round trip.
 	engines[0].waiting.Store(50)
 	waitUntil(t, "the leader to drain the saturated replica", func() bool {
-		return health(leader.c.Fleet(), engines[0].addr) == fleet.Draining
+		return endpointHealth(leader.c.Fleet(), engines[0].addr) == fleet.Draining
 	})
 	start := time.Now()
 	waitUntil(t, "the follower to drain it too", func() bool { return same() })
 	t.Logf("the follower agreed %v after the leader", time.Since(start))
-	if health(follower.c.Fleet(), engines[0].addr) != fleet.Draining {
+	if endpointHealth(follower.c.Fleet(), engines[0].addr) != fleet.Draining {
 		t.Fatal("the follower does not drain the saturated replica")
 	}
 	if st := follower.c.reconcile.HA(); st.Leading || !st.Reachable || st.Term != 0 {
@@ -211,6 +211,21 @@ func TestFollow(t *testing.T) {
 	}
 	leader = startController(t, "leader", haPolicy(engines, ""), leaderAdmin)
 	waitUntil(t, "the follower to reach the leader again", func() bool {
-		return follower.c.reconcile.HA().Reachable && same() && health(follower.c.Fleet(), engines[0].addr) == fleet.Healthy
+		return follower.c.reconcile.HA().Reachable && same() && endpointHealth(follower.c.Fleet(), engines[0].addr) == fleet.Healthy
 	})
+}
+
+// kvxds answers gRPC health checks, which Envoy's bootstrap for several
+// instances uses to leave a dead one.
+func TestGRPCHealth(t *testing.T) {
+	r := startController(t, "one", haPolicy([]*engine{startEngine(t)}, ""), "")
+	cc, err := grpc.NewClient(r.c.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v, %v", resp, err)
+	}
 }
