@@ -19,7 +19,7 @@ import (
 )
 
 // haStatus is an instance's /debug/ha.
-func haStatus(t *testing.T, adminAddr string) (reconcile.HAStatus, bool) {
+func haStatus(t testing.TB, adminAddr string) (reconcile.HAStatus, bool) {
 	t.Helper()
 	resp, err := http.Get("http://" + adminAddr + "/debug/ha")
 	if err != nil {

@@ -117,7 +117,7 @@ func (b *backend) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, metricsPage, q, kv, pre)
 }
 
-func startBackends(t *testing.T, n int) []*backend {
+func startBackends(t testing.TB, n int) []*backend {
 	t.Helper()
 	out := make([]*backend, n)
 	for i := range out {
@@ -131,7 +131,7 @@ func startBackends(t *testing.T, n int) []*backend {
 }
 
 // serveBackend serves a replica called id on lis until the test ends.
-func serveBackend(t *testing.T, lis net.Listener, id string) *backend {
+func serveBackend(t testing.TB, lis net.Listener, id string) *backend {
 	t.Helper()
 	b := &backend{id: id, addr: lis.Addr().String()}
 	g := grpc.NewServer()
@@ -164,7 +164,7 @@ type member struct {
 	weight int
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -225,7 +225,7 @@ func policyFile(t *testing.T) (path, xdsAddr, adminAddr string) {
 }
 
 // writeAtomic replaces path the way editors and ConfigMap volumes do.
-func writeAtomic(t *testing.T, path, text string) {
+func writeAtomic(t testing.TB, path, text string) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
@@ -301,7 +301,21 @@ func startBinary(t *testing.T, policyPath, xdsAddr, adminAddr string) instance {
 	return b
 }
 
-func waitReady(t *testing.T, adminAddr string) {
+// startBinaryWith runs the kvxds binary with args and environment env
+// (nil: this process's) until stopped; it does not wait for it to be
+// ready.
+func startBinaryWith(t testing.TB, args, env []string) *binary {
+	t.Helper()
+	cmd := exec.Command(kvxdsBinary, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = testWriter{t}, testWriter{t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &binary{cmd: cmd}
+}
+
+func waitReady(t testing.TB, adminAddr string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -318,7 +332,7 @@ func waitReady(t *testing.T, adminAddr string) {
 }
 
 // testWriter sends a child's output to the test log while the test runs.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 var logMu sync.Mutex
 
@@ -334,6 +348,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 // what `kvxds bootstrap --grpc` prints.
 func newClient(t *testing.T, xdsAddr string) testgrpc.TestServiceClient {
 	t.Helper()
+	return newClientOf(t, xdsAddr, "chat")
+}
+
+// newClientOf is newClient for any pool.
+func newClientOf(t testing.TB, xdsAddr, pool string) testgrpc.TestServiceClient {
+	t.Helper()
 	cfg, err := bootstrap.GRPCJSON(bootstrap.Options{NodeID: "e2e-" + t.Name(), XDSAddress: xdsAddr})
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +362,7 @@ func newClient(t *testing.T, xdsAddr string) testgrpc.TestServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient("xds:///chat", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient("xds:///"+pool, grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

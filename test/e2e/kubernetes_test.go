@@ -22,7 +22,7 @@ import (
 )
 
 // servedFleet is kvxds's /debug/fleet.
-func servedFleet(t *testing.T, adminAddr string) fleet.Fleet {
+func servedFleet(t testing.TB, adminAddr string) fleet.Fleet {
 	t.Helper()
 	resp, err := http.Get("http://" + adminAddr + "/debug/fleet")
 	if err != nil {
