@@ -2,7 +2,9 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -189,4 +191,48 @@ func TestElection(t *testing.T) {
 	if cm.Annotations[TermAnnotation] == "" || cm.Annotations[LeaderAnnotation] != second.name {
 		t.Fatalf("decisions annotations %v", cm.Annotations)
 	}
+}
+
+// BenchmarkPublish is one publish of a 1,000-replica pool's decisions to
+// a real API server: its size and its latency (a Lease read, a ConfigMap
+// read and one ConfigMap write).
+func BenchmarkPublish(b *testing.B) {
+	c := kube.Start(b)
+	ctx := context.Background()
+	if _, err := c.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvxds"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := NewForConfig(Config{
+		Namespace: "kvxds", Lease: "kvxds-chat", ID: "a",
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+	}, c.Config(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := &instance{name: "a"}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go p.Run(rctx, i)
+	for {
+		if l, _, _ := i.state(); l {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, term, _ := i.state()
+	pool := map[string]weights.Decision{}
+	for r := range 1000 {
+		pool[fmt.Sprintf("vllm-%d", r)] = weights.Decision{Weight: uint32(1 + r%4)}
+	}
+	d := ha.Document{Leader: "a", Term: term, Time: time.Now().UTC(), Pools: ha.Decisions{"chat": pool}}
+	body, _ := json.Marshal(d)
+	n := 0
+	for b.Loop() {
+		n++
+		pool["vllm-0"] = weights.Decision{Weight: uint32(1 + n%4)}
+		if err := p.Publish(ctx, d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(body))/1024, "doc_KiB")
 }
