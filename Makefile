@@ -48,7 +48,8 @@ demo:
 	./bin/kvxds-bench --workload chat --modes round_robin,kvxds,upper-bound --replicas 8 --out bench-out/demo
 
 # The micro-benchmarks, then every workload under every routing mode
-# (8 replicas, 70% load; results in bench-out/).
+# (8 replicas, 70% load; results in bench-out/), and the rolling restart
+# under round robin and kvxds where it can run (root, iproute2, kube-deps).
 bench: microbench
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out

@@ -7,6 +7,7 @@
 //
 //	kvxds-bench --workload chat --modes round_robin,kvxds --replicas 4
 //	kvxds-bench --workload all            # every workload, every mode
+//	kvxds-bench --workload rolling        # rolling restarts (root, iproute2, make kube-deps)
 package main
 
 import (
@@ -44,7 +45,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvxds-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		wl         = fs.String("workload", "chat", "comma-separated workloads ("+strings.Join(workload.Names(), ", ")+") or \"all\"")
+		wl = fs.String("workload", "chat", "comma-separated workloads ("+strings.Join(bench.WorkloadNames(), ", ")+") or \"all\" "+
+			"(rolling only where it can run: as root, with iproute2 and make kube-deps)")
 		replicas   = fs.Int("replicas", 8, "simulated replicas in the fleet")
 		load       = fs.Float64("load", 0.7, "offered load as a fraction of the fleet's capacity without prefix reuse")
 		duration   = fs.Duration("duration", 0, "simulated length of each request stream (0: wall-per-mode × time scale)")
@@ -61,6 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		budget     = fs.Float64("message-budget", 40000, "streamed tokens per wall second the automatic time scale aims at")
 		logLevel   = fs.String("log-level", "info", "level of kvxds's log in OUT/kvxds.log")
 		noProgress = fs.Bool("no-progress", false, "do not print the progress line")
+		variants   = fs.String("rolling-variants", "statefulset,deployment", "the rolling workload's rollouts: statefulset, deployment")
 		workloads  []string
 	)
 	if err := fs.Parse(args); err != nil {
@@ -71,6 +74,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *wl == "all" {
 		workloads = workload.Names()
+		if err := bench.RollingUsable(); err != nil {
+			fmt.Fprintf(stderr, "kvxds-bench: skipping %s: %v\n", bench.RollingName, err)
+		} else {
+			workloads = append(workloads, bench.RollingName)
+		}
 	} else {
 		for _, w := range strings.Split(*wl, ",") {
 			workloads = append(workloads, strings.TrimSpace(w))
@@ -89,6 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--time-scale must not be negative (0 picks one per workload), not %g", *scale)
 	case *kvBlocks < 0:
 		return fmt.Errorf("--kv-blocks must not be negative (0 keeps the workload's default), not %d", *kvBlocks)
+	}
+	var rolling bench.Rolling
+	for _, v := range strings.Split(*variants, ",") {
+		rolling.Variants = append(rolling.Variants, bench.RollVariant(strings.TrimSpace(v)))
 	}
 	if *quick {
 		*wall = 6 * time.Second
@@ -115,6 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		WarmupFraction: *warmup,
 		Clients:        *clients,
 		EchoReplies:    *echo,
+		Rolling:        rolling,
 		Out:            *out,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.LevelFromString(*logLevel),
 			Output: logFile, TimeFormat: "15:04:05.000"}),

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvxds/kvxds/test/workload"
+	"github.com/kvxds/kvxds/test/bench"
+	"github.com/kvxds/kvxds/test/kube"
 )
 
 func TestHelpListsWorkloads(t *testing.T) {
@@ -16,7 +17,7 @@ func TestHelpListsWorkloads(t *testing.T) {
 	if err := run(context.Background(), []string{"-h"}, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, name := range workload.Names() {
+	for _, name := range bench.WorkloadNames() {
 		if !strings.Contains(stderr.String(), name) {
 			t.Errorf("help does not list workload %q:\n%s", name, stderr.String())
 		}
@@ -28,5 +29,19 @@ func TestUnknownWorkload(t *testing.T) {
 	err := run(context.Background(), []string{"--workload", "chat-apps,nope", "--out", t.TempDir(), "--no-progress"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), `unknown workload "nope"`) || !strings.Contains(err.Error(), "chat-apps") {
 		t.Fatalf("got %v, want an unknown-workload error listing chat-apps", err)
+	}
+}
+
+// Asked for where it cannot run, the rolling workload fails at once with
+// the reason, before any other workload runs.
+func TestRollingUnavailable(t *testing.T) {
+	t.Setenv(kube.BinDirEnv, t.TempDir()) // no API server binaries there
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"--workload", "chat,rolling", "--out", t.TempDir(), "--no-progress"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "rolling workload cannot run here") || !strings.Contains(err.Error(), "make kube-deps") {
+		t.Fatalf("got %v, want the reason the rolling workload cannot run", err)
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("a workload ran:\n%s", stdout.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/kvxds/kvxds/test/workload"
@@ -126,6 +127,9 @@ type WorkloadReport struct {
 	Modes      []ModeResult
 	Targets    []Target
 	Charts     []string
+	// Rolling holds the rolling workload's results (its Modes are empty);
+	// nil for the other workloads.
+	Rolling *RollingReport
 }
 
 // Report is a whole benchmark run.
@@ -151,6 +155,12 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	c = c.Defaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	// Fail before minutes of other workloads, not after.
+	if slices.Contains(c.Workloads, RollingName) {
+		if err := RollingUsable(); err != nil {
+			return nil, err
+		}
 	}
 	start := time.Now()
 	rep := &Report{Config: c}
@@ -178,6 +188,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 
 // RunWorkload runs one workload under every mode of a defaulted Config.
 func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, error) {
+	if name == RollingName {
+		return runRollingWorkload(ctx, c)
+	}
 	p, err := planWorkload(c, name)
 	if err != nil {
 		return nil, err
@@ -262,6 +275,10 @@ func Targets(w *WorkloadReport) []Target {
 	kw, okKW := w.Mode(KVXDSWeights)
 	ub, okUB := w.Mode(UpperBound)
 	switch w.Name {
+	case RollingName:
+		if w.Rolling != nil {
+			rollingTargets(w, add)
+		}
 	case "chat":
 		if okKV && okUB {
 			r := kv.HitRate / ub.HitRate
@@ -290,6 +307,11 @@ func Targets(w *WorkloadReport) []Target {
 	failed := 0
 	for _, m := range w.Modes {
 		failed += m.Failed
+	}
+	if w.Rolling != nil {
+		for _, x := range w.Rolling.Results {
+			failed += x.Failed
+		}
 	}
 	add("no failed request", fmt.Sprintf("%d failed", failed), failed == 0)
 	return out

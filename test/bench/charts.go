@@ -24,8 +24,12 @@ func fileSafe(s string) string {
 // WriteCharts draws a workload's charts into dir and returns their paths:
 // hit rate per mode and client TTFT p95 per mode (bar charts), and each
 // replica's queue depth over simulated time for round_robin, kvxds and
-// kvxds+weights.
+// kvxds+weights; for the rolling workload, the hit rate over time per
+// variant.
 func WriteCharts(dir string, wr *WorkloadReport) ([]string, error) {
+	if wr.Rolling != nil {
+		return writeRollingCharts(dir, wr)
+	}
 	var paths []string
 	var names []string
 	var hits []float64

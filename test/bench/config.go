@@ -75,7 +75,9 @@ func joinModes(ms []Mode) string {
 // Config describes a benchmark run: one or more workloads, each replayed
 // under each mode. Zero fields take defaults (see Defaults).
 type Config struct {
-	// Workloads are workload.Names() entries; empty means all of them.
+	// Workloads are WorkloadNames() entries; empty means every one of
+	// workload.Names() (RollingName, which needs root and a built API
+	// server, only when asked for).
 	Workloads []string
 	// Replicas is the fleet size. Default 8.
 	Replicas int
@@ -134,6 +136,9 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// Escape configures KVXDSWeights; the zero value takes DefaultEscape.
 	Escape Escape
+	// Rolling configures the rolling workload; zero fields take defaults.
+	// Duration and WarmupFraction do not apply to it.
+	Rolling Rolling
 	// Out is the directory for results.md, results.csv and the charts.
 	// Empty writes nothing.
 	Out string
@@ -195,14 +200,20 @@ func (c Config) Defaults() Config {
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
+	c.Rolling = c.Rolling.defaults()
 	return c
 }
 
 // Validate reports the first invalid setting of a defaulted Config.
 func (c Config) Validate() error {
 	for _, w := range c.Workloads {
-		if _, ok := workload.ByName(w); !ok {
-			return fmt.Errorf("unknown workload %q; known: %s", w, strings.Join(workload.Names(), ", "))
+		if _, ok := workload.ByName(w); !ok && w != RollingName {
+			return fmt.Errorf("unknown workload %q; known: %s", w, strings.Join(WorkloadNames(), ", "))
+		}
+		if w == RollingName {
+			if err := c.Rolling.validate(); err != nil {
+				return err
+			}
 		}
 	}
 	switch {

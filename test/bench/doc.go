@@ -145,5 +145,52 @@
 // minutes, hit rate 0.94 → 0.77, TTFT p95 64 ms → 1.6 s); at 3× it takes
 // one escape there and the zipf-tenants balance still ends near 1.2.
 //
+// # The rolling workload
+//
+// rolling (RollingName, not among workload.Names()) measures a rolling
+// restart: chat traffic on Config.Replicas pods that a Kubernetes API
+// server (test/kube: a real kube-apiserver and etcd) lists in one
+// EndpointSlice, which kvxds follows through its kubernetes discovery
+// (the generated policy's kubernetes block and a kubeconfig), replaced
+// one at a time while the traffic runs. The API server refuses loopback
+// addresses, so every pod's replica serves at its own address in a
+// network namespace (test/netns), reached from the host. It needs root,
+// iproute2 and make kube-deps (RollingUsable); `--workload all` runs it
+// only where those are there and otherwise says why it skips it, and
+// asking for it there fails with the reason.
+//
+// After Rolling.Warmup (40 s) and Rolling.Steady (50 s) one pod is
+// replaced every Rolling.Step (15 s) until all have been, then the stream
+// runs Rolling.After (30 s) more: 4 simulated minutes with 8 replicas, at
+// a time scale of at most 5 (the API server, etcd and the namespace's
+// traffic share the CPU too), about 50 s of wall time per run. A new pod has an empty cache and a new
+// address, is listed not ready at first and ready Rolling.Startup (2 s)
+// later. An old pod is listed terminating and still serving (kvxds
+// drains it: its sessions move, its requests in flight go on) for
+// Rolling.Drain (4 s), then shuts down as an engine does on SIGTERM,
+// letting its requests stream to their end (sim.Replica.Shutdown; cut off
+// after Rolling.Grace, 60 s, and counted as failed), and is removed from
+// the slice. Two variants: statefulset, where the old pod goes first and
+// the new one comes up under its name (its identity on the ring), highest
+// ordinal first; deployment, where a new pod with a new random name is
+// ready before an old one terminates (maxSurge 1). Each runs under
+// round_robin and kvxds (the other modes are left out), replaying the
+// same request sequence, each run on a fresh fleet, Service and kvxds.
+// The roller times each change by when kvxds's model first shows it.
+//
+// Replicas that leave take their counters with them, so the rolling
+// workload's hit rates come from the responses' trailers (each request's
+// x-cached-tokens and x-prompt-tokens, the replica's own accounting),
+// Σ cached / Σ prompt tokens of the requests sent in a window: steady
+// (from the warm-up's end to the roll), during the roll (from the first
+// replacement's start to the last one's end) and after it. Loss is steady
+// − during, also relative to steady; TTFT p95 is at the client, per
+// window. A turn sent during the roll whose previous turn went to a pod
+// that stayed ready and not terminating in between is a turn on a pod
+// that stayed: kvxds should keep it there (a move to another pod that
+// stayed is one no membership change asked for) and hitting. The report
+// adds the hit rate over time per variant (a chart marking the roll and
+// each replacement) and rolling.csv.
+//
 // The ring hash uses RingSize entries.
 package bench

@@ -102,9 +102,19 @@ func (e Escape) Resolve(ref float64) Escape {
 type PolicyOptions struct {
 	Mode      Mode
 	Endpoints []string // ip:port; endpoint i gets hash_key "replica-i"
-	TimeScale float64
-	Scrape    time.Duration // wall
-	Escape    Escape
+	// Kubernetes, if set, discovers the endpoints from a Service's
+	// EndpointSlices instead (the rolling workload).
+	Kubernetes *KubernetesSource
+	TimeScale  float64
+	Scrape     time.Duration // wall
+	Escape     Escape
+}
+
+// KubernetesSource is a policy's kubernetes block: the pool's replicas
+// are the endpoints of Service in Namespace, at the EndpointSlice port
+// named (or numbered) Port, read through Kubeconfig.
+type KubernetesSource struct {
+	Namespace, Service, Port, Kubeconfig string
 }
 
 // wallDuration formats a simulated duration as the wall duration kvxds
@@ -130,11 +140,16 @@ func Policy(o PolicyOptions) (string, error) {
 	default:
 		return "", fmt.Errorf("mode %q has no policy", o.Mode)
 	}
-	b.WriteString("  static {\n")
-	for i, e := range o.Endpoints {
-		fmt.Fprintf(&b, "    endpoint %q { hash_key = \"replica-%d\" }\n", e, i)
+	if k := o.Kubernetes; k != nil {
+		fmt.Fprintf(&b, "  kubernetes {\n    namespace  = %q\n    service    = %q\n    port       = %q\n    kubeconfig = %q\n  }\n",
+			k.Namespace, k.Service, k.Port, k.Kubeconfig)
+	} else {
+		b.WriteString("  static {\n")
+		for i, e := range o.Endpoints {
+			fmt.Fprintf(&b, "    endpoint %q { hash_key = \"replica-%d\" }\n", e, i)
+		}
+		b.WriteString("  }\n")
 	}
-	b.WriteString("  }\n")
 	if o.Mode == KVXDSWeights {
 		e := o.Escape
 		timeout := max(o.Scrape*4/5, 50*time.Millisecond)

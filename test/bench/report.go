@@ -24,22 +24,32 @@ func (r *Report) Write(dir string) error {
 			return err
 		}
 		r.Workloads[i].Charts = charts
+		if wr := &r.Workloads[i]; wr.Rolling != nil {
+			if err := writeFile(filepath.Join(dir, "rolling.csv"), func(w io.Writer) error { return wr.Rolling.csv(w, wr) }); err != nil {
+				return err
+			}
+		}
 	}
 	var md strings.Builder
 	r.Markdown(&md)
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
 		return fmt.Errorf("writing results.md: %w", err)
 	}
-	f, err := os.Create(filepath.Join(dir, "results.csv"))
+	return writeFile(filepath.Join(dir, "results.csv"), r.CSV)
+}
+
+// writeFile creates path and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("writing results.csv: %w", err)
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 	}
-	if err := r.CSV(f); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("writing results.csv: %w", err)
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing results.csv: %w", err)
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
 	}
 	return nil
 }
@@ -101,6 +111,10 @@ func (r *Report) Markdown(w io.Writer) {
 }
 
 func (wr *WorkloadReport) markdownTable(w io.Writer) {
+	if wr.Rolling != nil {
+		wr.Rolling.markdown(w, wr)
+		return
+	}
 	fmt.Fprintf(w, "## %s\n\n", wr.Name)
 	fmt.Fprintf(w, "%d replicas, load %.2f: %.2f req/s (capacity without reuse %.2f req/s per replica); "+
 		"%d requests, %d sessions, mean prompt %.0f tokens, mean output %.0f tokens; %v simulated at time scale %g; "+

@@ -79,11 +79,41 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRu
 	if err != nil {
 		return nil, err
 	}
+	k, err := startKVXDS(ctx, c, pol, w.Name, mode)
+	if err != nil {
+		return nil, err
+	}
+	defer k.stop()
+	clients, err := k.connect(ctx, c, w.Name, mode, c.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
+	g := &dispatcher{cfg: c, plan: w, mode: mode, clients: clients, reps: reps, http: k.http, ctrl: k.ctrl, run: run}
+	if err := g.dispatch(ctx); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// kvxdsRun is an in-process kvxds serving one generated policy, and the
+// grpc-go clients connected to it.
+type kvxdsRun struct {
+	ctrl   *controller.Controller
+	http   *http.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	conns  []*grpc.ClientConn
+}
+
+// startKVXDS starts kvxds on policy pol and waits until it serves a
+// configuration. stop ends it.
+func startKVXDS(ctx context.Context, c Config, pol, name string, mode Mode) (*kvxdsRun, error) {
 	ctrl, err := controller.New(controller.Options{
 		PolicySource: []byte(pol),
 		XDSAddress:   "127.0.0.1:0",
 		AdminAddress: "127.0.0.1:0",
-		Logger:       c.Logger.With("workload", w.Name, "mode", string(mode)),
+		Logger:       c.Logger.With("workload", name, "mode", string(mode)),
 		Version:      "bench",
 	})
 	if err != nil {
@@ -93,48 +123,46 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRu
 		return nil, fmt.Errorf("kvxds: %w", err)
 	}
 	kctx, kcancel := context.WithCancel(ctx)
-	kdone := make(chan struct{})
-	var kerr error // set before kdone closes
+	k := &kvxdsRun{ctrl: ctrl, http: httpClient(), cancel: kcancel, done: make(chan struct{})}
+	var kerr error // set before k.done closes
 	go func() {
-		defer close(kdone)
+		defer close(k.done)
 		kerr = ctrl.Run(kctx)
 	}()
-	defer func() {
-		kcancel()
-		<-kdone
-	}()
-	httpc := httpClient()
-	if err := waitReady(ctx, httpc, ctrl.AdminAddr(), kdone, &kerr); err != nil {
+	if err := waitReady(ctx, k.http, ctrl.AdminAddr(), k.done, &kerr); err != nil {
+		k.stop()
 		return nil, err
 	}
+	return k, nil
+}
 
+// connect dials c.Clients grpc-go xDS clients, each its own node, and
+// warms their connections to all n replicas.
+func (k *kvxdsRun) connect(ctx context.Context, c Config, name string, mode Mode, n int) ([]testgrpc.TestServiceClient, error) {
 	clients := make([]testgrpc.TestServiceClient, c.Clients)
-	conns := make([]*grpc.ClientConn, 0, c.Clients)
-	defer func() {
-		for _, cc := range conns {
-			cc.Close()
-		}
-	}()
 	for i := range clients {
-		cc, err := dialXDS(ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-%s-%s-%d", w.Name, mode, i))
+		cc, err := dialXDS(k.ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-%s-%s-%d", name, mode, i))
 		if err != nil {
 			return nil, err
 		}
-		conns = append(conns, cc)
+		k.conns = append(k.conns, cc)
 		clients[i] = testgrpc.NewTestServiceClient(cc)
 	}
 	for i, cl := range clients {
-		if err := warmConnections(ctx, cl, c.Replicas); err != nil {
+		if err := warmConnections(ctx, cl, n); err != nil {
 			return nil, fmt.Errorf("client %d: %w", i, err)
 		}
 	}
+	return clients, nil
+}
 
-	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
-	g := &dispatcher{cfg: c, plan: w, mode: mode, clients: clients, reps: reps, http: httpc, ctrl: ctrl, run: run}
-	if err := g.dispatch(ctx); err != nil {
-		return nil, err
+// stop closes the clients and stops kvxds.
+func (k *kvxdsRun) stop() {
+	for _, cc := range k.conns {
+		cc.Close()
 	}
-	return run, nil
+	k.cancel()
+	<-k.done
 }
 
 // waitReady polls kvxds's /readyz until it answers 200, kvxds stops (done
@@ -222,6 +250,9 @@ type dispatcher struct {
 	http    *http.Client
 	ctrl    *controller.Controller
 	run     *liveRun
+	// onStart, if set, is called with the dispatch's time zero before the
+	// first request (the rolling workload starts its rollout from it).
+	onStart func(start time.Time)
 
 	done, failed atomic.Int64
 }
@@ -270,6 +301,9 @@ func (g *dispatcher) dispatch(ctx context.Context) error {
 	cpu0 := processCPU()
 	mcpu0, mok := machineCPU()
 	start := time.Now()
+	if g.onStart != nil {
+		g.onStart(start)
+	}
 
 	stopAux := make(chan struct{})
 	var aux sync.WaitGroup

@@ -1,6 +1,7 @@
-// Package kube runs a real Kubernetes API server for tests: kube-apiserver
-// backed by etcd, both built from their Go modules (test/kube/build.sh, or
-// make kube-deps) and started per test on free loopback ports.
+// Package kube runs a real Kubernetes API server for tests and the
+// benchmark: kube-apiserver backed by etcd, both built from their Go
+// modules (test/kube/build.sh, or make kube-deps) and started per test on
+// free loopback ports.
 //
 // There are no nodes, controllers or kubelets: objects are only stored and
 // watched, which is what clients of the API (informers, RBAC, tokens) need.
@@ -12,6 +13,7 @@ package kube
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,23 +70,67 @@ func BinDir() string {
 // a test should not do behind the back of its runner.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	bins := BinDir()
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(bins, b)); err != nil {
-			t.Fatalf("kube: %s not found in %s (run make kube-deps, or test/kube/build.sh): %v", b, bins, err)
-		}
+	if err := Available(); err != nil {
+		t.Fatalf("kube: %v", err)
 	}
-	c, err := start(t, bins)
+	began := time.Now()
+	c, err := start(t.TempDir())
 	if err != nil {
 		t.Fatalf("kube: %v", err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-apiserver's last output:\n%s", tail(c.apiLog(), 30))
+			t.Logf("etcd's last output:\n%s", tail(c.etcd.log, 30))
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("kube: %v", err)
+		}
+	})
+	t.Logf("kube: kube-apiserver %s ready at %s in %s", Version, c.host, time.Since(began).Round(time.Millisecond))
 	return c
 }
 
-func start(t testing.TB, bins string) (*Cluster, error) {
+// StartCluster is Start for programs that are not tests (the benchmark):
+// the servers keep their files in dir, which must exist, and run until
+// Close. logf, if not nil, is told when the API server is ready.
+func StartCluster(dir string, logf func(format string, args ...any)) (*Cluster, error) {
+	if err := Available(); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
 	began := time.Now()
-	c := &Cluster{dir: t.TempDir(), bin: filepath.Join(bins, "kube-apiserver")}
-	var err error
+	c, err := start(dir)
+	if err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	if logf != nil {
+		logf("kube: kube-apiserver %s ready at %s in %s", Version, c.host, time.Since(began).Round(time.Millisecond))
+	}
+	return c, nil
+}
+
+// Available says why a cluster cannot be started here (the binaries have
+// not been built), or nil.
+func Available() error {
+	bins := BinDir()
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(bins, b)); err != nil {
+			return fmt.Errorf("%s not found in %s (run make kube-deps, or test/kube/build.sh): %w", b, bins, err)
+		}
+	}
+	return nil
+}
+
+// start runs etcd and kube-apiserver with their files in dir. On error
+// it stops whatever it started.
+func start(dir string) (c *Cluster, err error) {
+	bins := BinDir()
+	c = &Cluster{dir: dir, bin: filepath.Join(bins, "kube-apiserver")}
+	defer func() {
+		if err != nil {
+			_ = c.Close()
+		}
+	}()
 	if c.pki, err = newPKI(c.dir); err != nil {
 		return nil, err
 	}
@@ -95,7 +141,7 @@ func start(t testing.TB, bins string) (*Cluster, error) {
 	if err := os.WriteFile(tokens, []byte(c.token+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("writing the token file: %w", err)
 	}
-	etcdURL, err := c.startEtcd(t, filepath.Join(bins, "etcd"))
+	etcdURL, err := c.startEtcd(filepath.Join(bins, "etcd"))
 	if err != nil {
 		return nil, err
 	}
@@ -122,29 +168,18 @@ func start(t testing.TB, bins string) (*Cluster, error) {
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 	}
-	// Registered after etcd's, so it runs first: kube-apiserver is slow to
-	// exit once etcd is gone.
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kube-apiserver's last output:\n%s", tail(c.apiLog(), 30))
-		}
-		if err := c.Stop(); err != nil {
-			t.Errorf("kube: %v", err)
-		}
-	})
 	if err := c.StartAgain(); err != nil {
 		return nil, err
 	}
 	if c.client, err = kubernetes.NewForConfig(c.Config()); err != nil {
 		return nil, fmt.Errorf("building the admin client: %w", err)
 	}
-	t.Logf("kube: kube-apiserver %s ready at %s in %s", Version, c.host, time.Since(began).Round(time.Millisecond))
 	return c, nil
 }
 
-// startEtcd starts etcd on free ports, stops it when the test ends, and
-// returns its client URL once it is healthy.
-func (c *Cluster) startEtcd(t testing.TB, bin string) (string, error) {
+// startEtcd starts etcd on free ports and returns its client URL once it
+// is healthy.
+func (c *Cluster) startEtcd(bin string) (string, error) {
 	clientPort, err := freePort()
 	if err != nil {
 		return "", err
@@ -169,18 +204,20 @@ func (c *Cluster) startEtcd(t testing.TB, bin string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("etcd's last output:\n%s", tail(c.etcd.log, 30))
-		}
-		if err := c.etcd.stop(stopGrace); err != nil {
-			t.Errorf("kube: %v", err)
-		}
-	})
 	if err := waitHealthy(c.etcd, clientURL+"/health", nil, ""); err != nil {
 		return "", err
 	}
 	return clientURL, nil
+}
+
+// Close stops kube-apiserver, then etcd (kube-apiserver is slow to exit
+// once etcd is gone). Its files stay in the directory it was started in.
+func (c *Cluster) Close() error {
+	err := c.Stop()
+	if c.etcd != nil {
+		err = errors.Join(err, c.etcd.stop(stopGrace))
+	}
+	return err
 }
 
 func (c *Cluster) apiLog() string { return filepath.Join(c.dir, "kube-apiserver.log") }

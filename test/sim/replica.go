@@ -93,12 +93,26 @@ var errClosed = errors.New("replica closed")
 // with a gRPC content type go to the gRPC server, the rest to the OpenAI API
 // and /metrics.
 func Start(cfg Config, addr string) (*Replica, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.withDefaults().validate(); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		return nil, err
+	}
+	r, err := Serve(cfg, ln)
+	if err != nil {
+		ln.Close()
+	}
+	return r, err
+}
+
+// Serve runs a replica on a listener the caller opened (one inside a
+// network namespace, say), as Start does; the replica closes it. On error
+// the listener is left open.
+func Serve(cfg Config, ln net.Listener) (*Replica, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	r := &Replica{
@@ -187,6 +201,18 @@ func (r *Replica) Close() error {
 			err = serr
 		}
 	})
+	return err
+}
+
+// Shutdown stops the replica gracefully, as an engine does on SIGTERM: it
+// stops accepting connections, tells its clients to go away (HTTP/2
+// GOAWAY), lets the requests in flight stream to their end, then closes.
+// If ctx ends first, it closes at once, failing what is left.
+func (r *Replica) Shutdown(ctx context.Context) error {
+	err := r.srv.Shutdown(ctx)
+	if cerr := r.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }
 

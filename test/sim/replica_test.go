@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -541,5 +542,58 @@ func TestFleetAndClose(t *testing.T) {
 	}
 	if err := fleet[0].Close(); err != nil {
 		t.Errorf("second close: %v", err)
+	}
+}
+
+// A replica served on the caller's listener shuts down gracefully: the
+// request in flight streams to its end, new connections are refused, and
+// the listener is closed.
+func TestServeAndShutdown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Serve(Config{ID: "replica-s", TimeScale: 20}, ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.Addr() != ln.Addr().String() {
+		t.Errorf("Addr() = %s, want the listener's %s", r.Addr(), ln.Addr())
+	}
+	client := testpb.NewTestServiceClient(dialGRPC(t, r.Addr()))
+	const want = 200 // ≈ 2.5 simulated seconds of decoding, ≈ 0.13 s of wall time
+	body, _ := json.Marshal(GenerateRequest{Prompt: "hello there", MaxTokens: want})
+	stream, err := client.StreamingOutputCall(context.Background(), &testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: body}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Shutdown(ctx) }()
+	got := 1
+	for {
+		_, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the request in flight failed after %d tokens: %v", got, err)
+		}
+		got++
+	}
+	if got != want {
+		t.Errorf("streamed %d tokens, want %d", got, want)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", r.Addr(), time.Second); err == nil {
+		c.Close()
+		t.Error("the replica still accepts connections after Shutdown")
 	}
 }
