@@ -2,7 +2,7 @@ GO ?= go
 BIN := bin/kvxds
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: run build test vet fmt e2e-deps kube-deps bench microbench demo golden clean
+.PHONY: run build test vet fmt e2e-deps kube-deps bench microbench clusterbench demo golden clean
 
 # kvxds alone on the example policy.
 run:
@@ -37,9 +37,16 @@ kube-deps:
 test: fmt vet e2e-deps kube-deps
 	$(GO) test -race -timeout 20m ./...
 
-# Translation and snapshot micro-benchmarks.
+# Translation, snapshot, push, scraping and publishing micro-benchmarks.
 microbench:
-	$(GO) test -run '^$$' -bench . -benchmem ./xds/...
+	$(GO) test -run '^$$' -bench . -benchmem ./xds/... ./reconcile/ ./weights/ ./ha/...
+
+# Against a real kube-apiserver (root, iproute2 and kube-deps): an
+# EndpointSlice change to a grpc-go client, kvxds's footprint at 1,000
+# endpoints, and HA failover after SIGKILL.
+clusterbench: kube-deps
+	$(GO) test -run '^$$' -bench 'EndpointSliceToClient|KubernetesFootprint' -benchtime 1x -timeout 30m ./test/e2e/
+	$(GO) test -run '^$$' -bench 'HAFailover' -benchtime 10x -timeout 30m ./test/e2e/
 
 # Chat on 8 simulated replicas: round robin, then kvxds, and the offline
 # upper bound; prints the comparison table and where the charts are.
@@ -50,7 +57,7 @@ demo:
 # The micro-benchmarks, then every workload under every routing mode
 # (8 replicas, 70% load; results in bench-out/), and the rolling restart
 # under round robin and kvxds where it can run (root, iproute2, kube-deps).
-bench: microbench
+bench: microbench clusterbench
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
 

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvxds/kvxds/test/kube"
@@ -51,7 +53,15 @@ func loadRBAC(t testing.TB) rbac {
 		default:
 			t.Fatalf("rbac.yaml: unexpected kind %q", tm.Kind)
 		}
-		if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		// The API server's strict decoder, which unlike encoding/json
+		// matches field names case-sensitively: a field spelt "apigroups"
+		// fails here instead of being read as apiGroups.
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			t.Fatalf("rbac.yaml: %v", err)
+		}
+		strict, err := kjson.UnmarshalStrict(js, into)
+		if err := errors.Join(append(strict, err)...); err != nil {
 			t.Fatalf("rbac.yaml: %s: %v", tm.Kind, err)
 		}
 	}
