@@ -31,6 +31,9 @@ type Target struct {
 	// Draining marks a replica that is going away (a terminating pod
 	// still serving): it takes no new keys, in-flight requests finish.
 	Draining bool
+	// Source is the ID of the source that reported the target; the
+	// Manager sets it (sources leave it empty).
+	Source string
 }
 
 // Address is host:port, with brackets around an IPv6 host.

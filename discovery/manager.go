@@ -210,6 +210,7 @@ func (m *Manager) Groups() []Group {
 				continue
 			}
 			seen[k] = id
+			t.Source = id
 			byPool[p] = append(byPool[p], t)
 		}
 	}

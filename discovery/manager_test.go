@@ -31,13 +31,21 @@ func (f fake) Run(ctx context.Context, up chan<- Update) {
 
 func tgt(host string, port uint32) Target { return Target{Host: host, Port: port} }
 
+// sameTarget compares targets, and their Source when want names one.
+func sameTarget(got, want Target) bool {
+	if want.Source == "" {
+		got.Source = ""
+	}
+	return got == want
+}
+
 // waitGroups polls m until its groups equal want.
 func waitGroups(t *testing.T, m *Manager, want []Group) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got := m.Groups()
-		if slices.EqualFunc(got, want, func(a, b Group) bool { return a.Pool == b.Pool && slices.Equal(a.Targets, b.Targets) }) {
+		if slices.EqualFunc(got, want, func(a, b Group) bool { return a.Pool == b.Pool && slices.EqualFunc(a.Targets, b.Targets, sameTarget) }) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -122,4 +130,26 @@ func TestManagerSignalsOnlyChanges(t *testing.T) {
 		t.Fatal("an unchanged update signalled a change")
 	case <-time.After(50 * time.Millisecond):
 	}
+}
+
+// Each merged target names the source that reported it; an address two
+// sources report is kept from the first in ID order.
+func TestManagerNamesSources(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := NewManager(nil, nil)
+	defer m.Stop()
+	m.Apply(ctx, []Spec{
+		{"chat", "static 1", Static{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80)}},
+		{"chat", "dns A vllm.test", Static{tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}},
+	})
+	if err := m.WaitSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []Target{
+		{Host: "10.0.0.1", Port: 80, Source: "static 1"},
+		{Host: "10.0.0.2", Port: 80, Source: "dns A vllm.test"},
+		{Host: "10.0.0.3", Port: 80, Source: "dns A vllm.test"},
+	}
+	waitGroups(t, m, []Group{{Pool: "chat", Targets: want}})
 }

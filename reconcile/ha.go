@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/weights"
 )
 
@@ -30,17 +31,9 @@ type haState struct {
 	lastErr   string
 }
 
-// HAStatus is how this instance takes part in high availability.
-type HAStatus struct {
-	Mode    string `json:"mode"` // "standalone", or how the peers agree
-	Leading bool   `json:"leading"`
-	Leader  string `json:"leader,omitempty"`
-	Term    int64  `json:"term"`
-	// DecisionsTime is when the decisions served were published.
-	DecisionsTime time.Time `json:"decisions_time,omitzero"`
-	Reachable     bool      `json:"reachable"`
-	Error         string    `json:"error,omitempty"`
-}
+// HAStatus is how this instance takes part in high availability (also
+// part of the status read model).
+type HAStatus = status.HA
 
 // HA returns this instance's part in high availability.
 func (r *Reconciler) HA() HAStatus {

@@ -50,6 +50,9 @@ type Options struct {
 	// Board, if set, receives the decisions this instance serves, for
 	// instances that follow it.
 	Board *ha.Board
+	// Now is the clock of the status and of scraping decisions; nil
+	// means time.Now.
+	Now func() time.Time
 }
 
 // DefaultSyncTimeout is Options.SyncTimeout's default.
@@ -78,6 +81,7 @@ type Reconciler struct {
 	peers       ha.Peers
 	board       *ha.Board
 	haMetrics   *haMetrics
+	now         func() time.Time
 
 	// pushMu serialises pushes, so that a push never reverts a newer
 	// policy; mu guards what readers see.
@@ -87,6 +91,11 @@ type Reconciler struct {
 	fleet  fleet.Fleet
 	ha     haState
 	served ha.Decisions // the decisions of the last push
+	groups []discovery.Group // the discovered replicas of the last push
+	// For the status: when each replica entered its health, and its
+	// share of gRPC clients' ring, as of the last push.
+	since  map[string]map[string]healthSince
+	shares map[string]map[string]float64
 }
 
 // New returns a Reconciler that has pushed nothing yet.
@@ -110,6 +119,7 @@ func New(opts Options) *Reconciler {
 		peers:       opts.Peers,
 		board:       opts.Board,
 		ha:          haState{reachable: true},
+		now:         opts.Now,
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
 			Help: "Fleet models pushed, by what changed: policy, discovery or metrics.",
@@ -125,15 +135,18 @@ func New(opts Options) *Reconciler {
 	if r.board == nil {
 		r.board = ha.NewBoard()
 	}
+	if r.now == nil {
+		r.now = time.Now
+	}
 	r.scrape = weights.NewRunner(weights.RunnerOptions{
-		Logger: log.Named("weights"), Registerer: reg, OnChange: r.metricsChanged,
+		Logger: log.Named("weights"), Registerer: reg, OnChange: r.metricsChanged, Now: r.now,
 	})
 	r.haMetrics = newHAMetrics(reg, r)
 	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
-	reg.MustRegister(r.updates, r.failures)
+	reg.MustRegister(r.updates, r.failures, newStatusCollector(r))
 	return r
 }
 
@@ -239,7 +252,8 @@ func (r *Reconciler) metricsChanged() {
 // caller holds pushMu.
 func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause string) error {
 	decisions := r.decisions()
-	m, err := translate.Prepare(Join(p, r.disc.Groups(), decisions))
+	groups := r.disc.Groups()
+	m, err := translate.Prepare(Join(p, groups, decisions))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -254,8 +268,13 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 		r.log.Error("metric-driven weights disabled for pool", "pool", pool, "error", err)
 	}
 	r.scrapeSet(ctx, specs)
+	f := m.Fleet()
+	shares := tableShares(f)
+	now := r.now()
 	r.mu.Lock()
-	r.policy, r.fleet, r.served = p, m.Fleet(), decisions
+	r.policy, r.fleet, r.served, r.groups = p, f, decisions, groups
+	r.since = trackSince(r.since, f, decisions, now)
+	r.shares = shares
 	r.mu.Unlock()
 	r.updates.WithLabelValues(cause).Inc()
 	return nil

@@ -48,6 +48,9 @@ type RunnerOptions struct {
 	// OnChange is called, from a scraping goroutine, whenever a pool's
 	// decisions differ from its previous cycle's.
 	OnChange func()
+	// Now is the clock of decisions and of View's counts; nil means
+	// time.Now. Observation times come from the scrapes.
+	Now func() time.Time
 }
 
 // Runner scrapes every pool that has metrics and keeps each replica's
@@ -58,6 +61,7 @@ type Runner struct {
 	metrics  *runnerMetrics
 	reg      prometheus.Registerer
 	onChange func()
+	now      func() time.Time
 	seed     uint64
 
 	mu    sync.Mutex
@@ -78,8 +82,12 @@ func NewRunner(opts RunnerOptions) *Runner {
 	if onChange == nil {
 		onChange = func() {}
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
 	return &Runner{
-		log: log, reg: reg, metrics: newRunnerMetrics(reg), onChange: onChange,
+		log: log, reg: reg, metrics: newRunnerMetrics(reg), onChange: onChange, now: now,
 		seed: jitterSeed(), pools: map[string]*poolRunner{},
 	}
 }
@@ -113,7 +121,10 @@ func (r *Runner) Set(ctx context.Context, pools map[string]PoolScrape) {
 		pr, ok := r.pools[name]
 		if !ok {
 			pctx, cancel := context.WithCancel(ctx)
-			pr = &poolRunner{pool: name, spec: spec, cancel: cancel, done: make(chan struct{}), decisions: maps.Clone(spec.Seed)}
+			pr = &poolRunner{
+				pool: name, spec: spec, cancel: cancel, done: make(chan struct{}), decisions: maps.Clone(spec.Seed),
+				now: r.now, replicas: map[string]*replicaRecord{},
+			}
 			pr.setTargets(spec.Targets)
 			r.pools[name] = pr
 			go pr.run(pctx, r.log.With("pool", name), r.reg, r.metrics, r.seed, r.onChange)
@@ -195,10 +206,16 @@ type poolRunner struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	now       func() time.Time
 	mu        sync.Mutex
 	targets   []Target
 	ids       []string
 	decisions map[string]Decision
+	// What View reports beyond decisions: per replica, and the pool's
+	// recent events.
+	replicas map[string]*replicaRecord
+	fallback bool
+	events   eventLog
 }
 
 func (p *poolRunner) stop() {
@@ -251,7 +268,7 @@ func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.R
 	go scraper.Run(ctx, p.spec.Interval, scrapeJitter, p.currentTargets, out)
 	var state State
 	if p.spec.Seed != nil {
-		state = Seed(cfg, p.spec.Seed, time.Now())
+		state = Seed(cfg, p.spec.Seed, p.now())
 	}
 	fallback := false
 	for {
@@ -264,8 +281,10 @@ func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.R
 		p.mu.Lock()
 		ids := p.ids
 		p.mu.Unlock()
-		next, res := Step(cfg, state, ids, obs, time.Now())
+		now := p.now()
+		next, res := Step(cfg, state, ids, obs, now)
 		state = next
+		p.observe(ids, obs, res, now)
 		if res.Fallback != fallback {
 			fallback = res.Fallback
 			if fallback {

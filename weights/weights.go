@@ -15,11 +15,14 @@
 //     and the escape hatch that takes a saturated replica out of the hash
 //     table until it recovers.
 //
-// A Runner runs a Scraper and Step for every pool that has metrics. The
-// package knows nothing of policy files or xDS, except for the registry of
-// engines and signals (Engines, SignalNames) that the policy validates
-// against: the reconcile step builds a Config and a Profile from the
-// policy and folds Decisions into the fleet model.
+// A Runner runs a Scraper and Step for every pool that has metrics, and
+// keeps for its View each replica's latest scrape and a bounded History
+// (hit rate, preemption rate and TTFT percentiles over the last minute);
+// Step's decisions depend on neither. The package knows nothing of policy
+// files or xDS, except for the registry of engines and signals (Engines,
+// SignalNames) that the policy validates against: the reconcile step
+// builds a Config and a Profile from the policy and folds Decisions into
+// the fleet model.
 package weights
 
 import (

@@ -5,6 +5,7 @@
 //	kvxds validate FILE...
 //	kvxds render [--grpc | --grpc-js] FILE
 //	kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta]
+//	kvxds status [--admin HOST:PORT] [--watch] [--json]
 //	kvxds version
 package main
 
@@ -45,6 +46,7 @@ Usage:
   kvxds validate FILE...
   kvxds render [--grpc | --grpc-js] FILE
   kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--cluster NAME] [--envoy-admin HOST:PORT]
+  kvxds status [--admin HOST:PORT] [--watch] [--json]
   kvxds version
 
 Without --policy, serve runs the embedded example policy (examples/chat.hcl).
@@ -64,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bootstrapCmd(args[1:], stdout, stderr)
 	case "render":
 		return render(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "kvxds", buildVersion())
 		return 0
@@ -90,7 +94,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	policyFile := fs.String("policy", "", "policy file (HCL), hot-reloaded; default: the embedded example policy")
 	xdsAddr := fs.String("xds", "", "xDS listen address, overrides the policy's xds block")
-	adminAddr := fs.String("admin", "", "admin listen address (/metrics, /healthz, /readyz), overrides the policy's admin block")
+	adminAddr := fs.String("admin", "", "admin listen address (/metrics, /healthz, /readyz, /api/v1/status), overrides the policy's admin block")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	id := fs.String("id", "", "this instance's identity among kvxds instances (ha block); default $POD_NAME, else the hostname")

@@ -2,7 +2,7 @@
 // policy, hands every valid version of it to the reconcile step (which
 // joins it with discovery and metrics into the fleet model and pushes
 // that to the xDS server), and serves xDS and the admin endpoints
-// (/metrics, /healthz, /readyz, /debug/fleet).
+// (/metrics, /healthz, /readyz, /api/v1/status, /debug/fleet).
 //
 // It fails static: an invalid policy edit or a fleet that does not
 // translate is logged and counted, and the last good configuration keeps
@@ -37,6 +37,7 @@ import (
 	hakube "github.com/kvxds/kvxds/ha/kubernetes"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
+	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/server"
 )
@@ -195,6 +196,17 @@ func (c *Controller) Server() *server.Server { return c.xds }
 // Fleet returns the fleet model currently served.
 func (c *Controller) Fleet() fleet.Fleet { return c.reconcile.Fleet() }
 
+// Status returns the read model GET /api/v1/status serves: the reconcile
+// step's pools and replicas, with the data planes connected to the xDS
+// server and the versions it serves.
+func (c *Controller) Status() status.Status {
+	st := c.reconcile.Status()
+	st.Instance.Version = c.opts.Version
+	st.Served = c.xds.Served()
+	st.DataPlanes = c.xds.DataPlanes()
+	return st
+}
+
 // Run serves until ctx is done.
 func (c *Controller) Run(ctx context.Context) error {
 	if err := c.Listen(); err != nil {
@@ -343,6 +355,7 @@ func (c *Controller) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(c.reconcile.HA())
 	})
+	mux.Handle("GET "+status.Path, status.Handler(c.Status))
 	mux.HandleFunc("GET /debug/fleet", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -41,6 +42,8 @@ type Options struct {
 	Logger hclog.Logger
 	// Registerer receives the server's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Now is the clock of DataPlanes' times; nil means time.Now.
+	Now func() time.Time
 }
 
 // Server holds the current snapshots and the xDS gRPC services.
@@ -70,7 +73,11 @@ func New(opts Options) *Server {
 		metrics: m,
 		current: map[translate.Flavor]*translate.Resources{},
 	}
-	s.streams = newStreamTracker(logger.Named("stream"), m)
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s.streams = newStreamTracker(logger.Named("stream"), m, now)
 	// ads=false: go-control-plane's ADS mode withholds a response until the
 	// requested names cover every resource of the type, so a gRPC client
 	// that asks for one pool's listener would never get it. Without it the

@@ -3,14 +3,19 @@ package server
 import (
 	"context"
 	"sync"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/peer"
+
+	"github.com/kvxds/kvxds/status"
 )
 
 // streamTracker implements go-control-plane's server callbacks: it counts
-// streams, and detects and contains NACKs.
+// streams, detects and contains NACKs, and remembers each open stream's
+// node, peer and acknowledged versions for the status (see DataPlanes).
 //
 // go-control-plane has no NACK hook, and its snapshot cache answers a NACK
 // (a request that still carries the previously accepted version) by
@@ -22,6 +27,7 @@ import (
 type streamTracker struct {
 	log hclog.Logger
 	m   *metrics
+	now func() time.Time
 
 	mu      sync.Mutex
 	streams map[int64]*streamState
@@ -30,15 +36,33 @@ type streamTracker struct {
 type streamState struct {
 	node     *core.Node
 	lastSent map[string]string // type URL → version last sent
+
+	// For the status.
+	peer     string
+	opened   time.Time
+	delta    bool
+	acked    map[string]string    // type URL → version last accepted
+	sentLast map[string]deltaSent // delta: type URL → last response
+	lastNACK *status.NACK
 }
 
-func newStreamTracker(log hclog.Logger, m *metrics) *streamTracker {
-	return &streamTracker{log: log, m: m, streams: map[int64]*streamState{}}
+// deltaSent is a delta response, whose ACK names only its nonce.
+type deltaSent struct{ nonce, version string }
+
+func newStreamTracker(log hclog.Logger, m *metrics, now func() time.Time) *streamTracker {
+	return &streamTracker{log: log, m: m, now: now, streams: map[int64]*streamState{}}
 }
 
-func (t *streamTracker) open(id int64) {
+func (t *streamTracker) open(ctx context.Context, id int64, delta bool) {
+	st := &streamState{lastSent: map[string]string{}, opened: t.now(), delta: delta, acked: map[string]string{}}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		st.peer = p.Addr.String()
+	}
+	if delta {
+		st.sentLast = map[string]deltaSent{}
+	}
 	t.mu.Lock()
-	t.streams[id] = &streamState{lastSent: map[string]string{}}
+	t.streams[id] = st
 	t.mu.Unlock()
 	t.m.streams.Inc()
 }
@@ -52,6 +76,11 @@ func (t *streamTracker) closed(id int64, node *core.Node) {
 }
 
 func (t *streamTracker) nack(id int64, node *core.Node, typeURL, version, nonce, detail string) {
+	t.mu.Lock()
+	if st := t.streams[id]; st != nil {
+		st.lastNACK = &status.NACK{Type: shortType(typeURL), Version: version, Message: detail, Time: t.now()}
+	}
+	t.mu.Unlock()
 	clients := Classify(node).String()
 	t.m.nacks.WithLabelValues(clients, shortType(typeURL)).Inc()
 	t.log.Warn("client rejected configuration; not re-sending it until it changes",
@@ -59,8 +88,8 @@ func (t *streamTracker) nack(id int64, node *core.Node, typeURL, version, nonce,
 		"version", version, "nonce", nonce, "error", detail)
 }
 
-func (t *streamTracker) OnStreamOpen(_ context.Context, id int64, typeURL string) error {
-	t.open(id)
+func (t *streamTracker) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	t.open(ctx, id, false)
 	t.log.Debug("stream opened", "stream", id, "type", typeURL)
 	return nil
 }
@@ -79,6 +108,10 @@ func (t *streamTracker) OnStreamRequest(id int64, req *discovery.DiscoveryReques
 	}
 	node := st.node
 	rejected := ""
+	if req.GetErrorDetail() == nil && req.GetVersionInfo() != "" {
+		// An ACK, or a reconnecting client naming what it runs.
+		st.acked[req.GetTypeUrl()] = req.GetVersionInfo()
+	}
 	if req.GetErrorDetail() != nil {
 		rejected = st.lastSent[req.GetTypeUrl()]
 		if rejected != "" {
@@ -102,8 +135,8 @@ func (t *streamTracker) OnStreamResponse(_ context.Context, id int64, _ *discove
 	}
 }
 
-func (t *streamTracker) OnDeltaStreamOpen(_ context.Context, id int64, typeURL string) error {
-	t.open(id)
+func (t *streamTracker) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	t.open(ctx, id, true)
 	t.log.Debug("delta stream opened", "stream", id, "type", typeURL)
 	return nil
 }
@@ -120,17 +153,31 @@ func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDisco
 		st.node = req.GetNode()
 	}
 	var node *core.Node
+	rejected := ""
 	if st != nil {
 		node = st.node
+		// A delta ACK or NACK names the response by its nonce.
+		if sent, ok := st.sentLast[req.GetTypeUrl()]; ok && req.GetResponseNonce() != "" && sent.nonce == req.GetResponseNonce() {
+			if req.GetErrorDetail() == nil {
+				st.acked[req.GetTypeUrl()] = sent.version
+			} else {
+				rejected = sent.version
+			}
+		}
 	}
 	t.mu.Unlock()
 	if req.GetErrorDetail() != nil {
-		t.nack(id, node, req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+		t.nack(id, node, req.GetTypeUrl(), rejected, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
 	}
 	return nil
 }
 
-func (t *streamTracker) OnStreamDeltaResponse(int64, *discovery.DeltaDiscoveryRequest, *discovery.DeltaDiscoveryResponse) {
+func (t *streamTracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.streams[id]; st != nil && st.sentLast != nil {
+		st.sentLast[resp.GetTypeUrl()] = deltaSent{nonce: resp.GetNonce(), version: resp.GetSystemVersionInfo()}
+	}
 }
 
 func (t *streamTracker) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {

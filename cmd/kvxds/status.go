@@ -1,0 +1,368 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kvxds/kvxds/status"
+)
+
+// watchInterval is how often --watch refreshes.
+const watchInterval = 2 * time.Second
+
+// statusCmd prints what a running kvxds knows: its pools, their replicas
+// (the ones that need attention first) and the data planes connected.
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	admin := fs.String("admin", "127.0.0.1:19000", "kvxds admin address")
+	watch := fs.Bool("watch", false, "refresh every 2 s until interrupted")
+	raw := fs.Bool("json", false, "print the status as JSON, as GET "+status.Path+" returns it")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kvxds status: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	url := *admin
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	url = strings.TrimSuffix(url, "/") + status.Path
+	tty := isTerminal(stdout)
+	color := tty && os.Getenv("NO_COLOR") == ""
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	client := &http.Client{Timeout: 5 * time.Second}
+	for {
+		body, err := fetchStatus(ctx, client, url)
+		switch {
+		case err != nil && !*watch:
+			fmt.Fprintf(stderr, "kvxds status: %v\n", err)
+			return 1
+		case err != nil:
+			fmt.Fprintf(stderr, "kvxds status: %v (retrying)\n", err)
+		case *raw:
+			stdout.Write(body)
+		default:
+			var st status.Status
+			if err := json.Unmarshal(body, &st); err != nil {
+				fmt.Fprintf(stderr, "kvxds status: %s: %v\n", url, err)
+				return 1
+			}
+			if *watch && tty {
+				fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home, clear: redraw in place
+			}
+			printStatus(stdout, &st, color)
+		}
+		if !*watch {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(watchInterval):
+		}
+		if !tty {
+			fmt.Fprintln(stdout)
+		}
+	}
+}
+
+func fetchStatus(ctx context.Context, client *http.Client, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return body, nil
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// ANSI colours.
+const (
+	red    = "\x1b[31m"
+	yellow = "\x1b[33m"
+	green  = "\x1b[32m"
+	dim    = "\x1b[2m"
+	bold   = "\x1b[1m"
+	reset  = "\x1b[0m"
+)
+
+// cell is one table cell and its colour (none if empty).
+type cell struct{ text, color string }
+
+// table writes rows with columns padded to their widest cell, colouring
+// cells after padding so that escape codes do not skew the alignment.
+type table struct {
+	rows  [][]cell
+	color bool
+}
+
+func (t *table) add(cells ...cell) { t.rows = append(t.rows, cells) }
+
+func (t *table) write(w io.Writer, indent string) {
+	var widths []int
+	for _, r := range t.rows {
+		for i, c := range r {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c.text))
+		}
+	}
+	for _, r := range t.rows {
+		var b strings.Builder
+		b.WriteString(indent)
+		for i, c := range r {
+			text := c.text
+			if i < len(r)-1 {
+				text += strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c.text)+2)
+			}
+			if t.color && c.color != "" {
+				text = c.color + strings.TrimRight(text, " ") + reset + text[len(strings.TrimRight(text, " ")):]
+			}
+			b.WriteString(text)
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+func plain(s string) cell { return cell{text: s} }
+
+// printStatus writes st as tables: the instance, each pool and its
+// replicas (saturated, draining and stale first, then by queue), and the
+// data planes.
+func printStatus(w io.Writer, st *status.Status, color bool) {
+	paint := func(s, c string) string {
+		if !color {
+			return s
+		}
+		return c + s + reset
+	}
+	role := st.HA.Mode
+	switch {
+	case st.HA.Mode == "standalone":
+	case st.HA.Leading:
+		role += ", leading (term " + strconv.FormatInt(st.HA.Term, 10) + ")"
+	default:
+		role += ", following " + cmp.Or(st.HA.Leader, "nobody yet")
+		if !st.HA.Reachable {
+			role += paint(" (leader unreachable: "+st.HA.Error+")", red)
+		}
+	}
+	fmt.Fprintf(w, "%s %s %s  %s  %s\n", paint("kvxds", bold), st.Instance.ID, cmp.Or(st.Instance.Version, "(devel)"), role,
+		st.Time.UTC().Format("2006-01-02 15:04:05 UTC"))
+	if st.Instance.Policy != "" {
+		fmt.Fprintf(w, "policy %s\n", st.Instance.Policy)
+	}
+	for _, p := range st.Pools {
+		fmt.Fprintln(w)
+		printPool(w, st, &p, color, paint)
+	}
+	fmt.Fprintln(w)
+	if len(st.DataPlanes) == 0 {
+		fmt.Fprintln(w, paint("DATA PLANES", bold)+"  none connected")
+		return
+	}
+	fmt.Fprintln(w, paint("DATA PLANES", bold))
+	t := &table{color: color}
+	t.add(cell{"NODE", dim}, cell{"KIND", dim}, cell{"ADDRESS", dim}, cell{"STREAMS", dim}, cell{"CONNECTED", dim}, cell{"STATE", dim})
+	for _, dp := range st.DataPlanes {
+		state, c := dataPlaneState(st, &dp)
+		streams := strconv.Itoa(dp.Streams)
+		if dp.Delta {
+			streams += " delta"
+		}
+		t.add(plain(dp.NodeID), plain(dp.Kind), plain(dp.Address), plain(streams), plain(ago(st.Time, dp.Connected)), cell{state, c})
+	}
+	t.write(w, "  ")
+}
+
+func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint func(string, string) string) {
+	kind := p.Balancer
+	if p.Algorithm != "" {
+		kind += "/" + p.Algorithm
+	}
+	head := []string{paint("POOL "+p.Name, bold), kind}
+	if p.Engine != "" {
+		head = append(head, p.Engine)
+	}
+	head = append(head, plural(len(p.Replicas), "replica"))
+	if p.HitRate1m != nil {
+		head = append(head, "hit rate 1m "+percent(p.HitRate1m))
+	}
+	if p.Balance != nil {
+		head = append(head, fmt.Sprintf("balance %.2f", *p.Balance))
+	}
+	if p.Engine != "" {
+		head = append(head, fmt.Sprintf("escapes 1h %d", p.Escapes1h), fmt.Sprintf("weight moves 1h %d", p.WeightMoves1h))
+	}
+	fmt.Fprintln(w, strings.Join(head, "  "))
+	if p.Hotspot {
+		fmt.Fprintln(w, paint(fmt.Sprintf("  HOTSPOT: the busiest replica queues %.1f× the mean while the hit rate is %s (rule: balance above %g, hit rate at least %g)",
+			*p.Balance, percent(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast), red))
+	}
+	if p.Fallback {
+		fmt.Fprintln(w, paint("  FALLBACK: too many replicas saturated to take any out; pure affinity", red))
+	}
+	if len(p.Replicas) == 0 {
+		return
+	}
+	reps := slices.Clone(p.Replicas)
+	slices.SortStableFunc(reps, func(a, b status.Replica) int {
+		return cmp.Or(cmp.Compare(healthRank(a.Health), healthRank(b.Health)),
+			cmp.Compare(value(b.QueueDepth), value(a.QueueDepth)), cmp.Compare(a.ID, b.ID))
+	})
+	t := &table{color: color}
+	t.add(cell{"ID", dim}, cell{"ADDRESS", dim}, cell{"HEALTH", dim}, cell{"WEIGHT", dim}, cell{"SHARE", dim},
+		cell{"QUEUE", dim}, cell{"KV", dim}, cell{"HIT 1M", dim}, cell{"TTFT P95", dim}, cell{"", ""})
+	for _, r := range reps {
+		weight := strconv.FormatUint(uint64(r.Weight), 10)
+		if r.Multiplier != 0 {
+			weight = fmt.Sprintf("%d (%d×%d)", r.Weight, r.StaticWeight, r.Multiplier)
+		}
+		note := r.Reason
+		if r.LastScrape != nil && !r.LastScrape.OK {
+			note = strings.TrimPrefix(strings.Join([]string{note, "last scrape failed " + ago(st.Time, r.LastScrape.Time) + ": " + r.LastScrape.Error}, "; "), "; ")
+		}
+		if !r.Since.IsZero() && r.Health != status.Serving {
+			note = strings.TrimSuffix("since "+ago(st.Time, r.Since)+": "+note, ": ")
+		}
+		t.add(plain(r.ID), plain(r.Address), cell{r.Health, healthColor(r.Health)}, plain(weight), plain(percent(r.TableShare)),
+			plain(number(r.QueueDepth)), plain(percent(r.KVOccupancy)), plain(percent(r.HitRate1m)), plain(seconds(r.TTFTP95)), plain(note))
+	}
+	t.write(w, "  ")
+}
+
+// dataPlaneState compares what a data plane accepted with what its kind
+// is served.
+func dataPlaneState(st *status.Status, dp *status.DataPlane) (string, string) {
+	served := st.Served[dp.Kind]
+	var behind []string
+	for _, typ := range slices.Sorted(maps.Keys(served)) {
+		if dp.ACKed[typ] != served[typ] {
+			behind = append(behind, typ)
+		}
+	}
+	if n := dp.LastNACK; n != nil && dp.ACKed[n.Type] != served[n.Type] {
+		return fmt.Sprintf("NACK %s %s %s: %s", n.Type, n.Version, ago(st.Time, n.Time), n.Message), red
+	}
+	switch {
+	case len(dp.ACKed) == 0:
+		return "waiting for its first ACK", yellow
+	case len(behind) > 0:
+		return "behind: " + strings.Join(behind, ", "), yellow
+	}
+	return "in sync", green
+}
+
+func healthRank(h string) int {
+	switch h {
+	case status.Saturated:
+		return 0
+	case status.Draining:
+		return 1
+	case status.Serving:
+		return 3
+	}
+	return 2
+}
+
+func healthColor(h string) string {
+	switch h {
+	case status.Saturated, status.Unhealthy:
+		return red
+	case status.Serving:
+		return green
+	}
+	return yellow
+}
+
+func value(v *float64) float64 {
+	if v == nil {
+		return -1
+	}
+	return *v
+}
+
+func number(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', -1, 64)
+}
+
+func percent(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v*100, 'f', 1, 64) + "%"
+}
+
+func seconds(v *float64) string {
+	switch {
+	case v == nil:
+		return "-"
+	case *v < 1:
+		return strconv.FormatFloat(*v*1000, 'f', 0, 64) + "ms"
+	}
+	return strconv.FormatFloat(*v, 'f', 2, 64) + "s"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// ago is how long before now t was, coarsely.
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s ago"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m ago"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + "h ago"
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + "d ago"
+}

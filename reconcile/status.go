@@ -1,0 +1,329 @@
+package reconcile
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/status"
+	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/ringhash"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+// Status returns the read model of this instance's pools, replicas and
+// part in high availability, as of now: the model last pushed, joined
+// with what scraping knows of each replica. The caller adds what the
+// reconcile step does not know (data planes, served versions, the build
+// version).
+func (r *Reconciler) Status() status.Status {
+	now := r.now()
+	r.mu.Lock()
+	in := statusInput{
+		now: now, policy: r.policy, fleet: r.fleet, decisions: r.served,
+		since: r.since, shares: r.shares, rule: status.DefaultHotspotRule,
+		sources: sourceKinds(r.groups),
+	}
+	r.mu.Unlock()
+	// A follower scrapes nothing: its views are empty.
+	in.views = r.scrape.View()
+	return buildStatus(&in, r.id, r.HA())
+}
+
+func buildStatus(in *statusInput, id string, haSt status.HA) status.Status {
+	st := status.Status{
+		Time:        in.now,
+		Instance:    status.Instance{ID: id},
+		HA:          haSt,
+		HotspotRule: in.rule,
+		Pools:       buildPools(in),
+		DataPlanes:  []status.DataPlane{},
+	}
+	if in.policy != nil {
+		st.Instance.Policy = in.policy.Filename
+	}
+	return st
+}
+
+// statusInput is everything a status is built from; buildPools is a pure
+// function of it.
+type statusInput struct {
+	now       time.Time
+	policy    *policy.Policy
+	fleet     fleet.Fleet
+	decisions ha.Decisions
+	views     map[string]weights.PoolView
+	sources   map[string]map[string]string // pool → address → source kind
+	since     map[string]map[string]healthSince
+	shares    map[string]map[string]float64 // pool → identity → gRPC ring share
+	rule      status.HotspotRule
+}
+
+// healthSince is when a replica entered its current health.
+type healthSince struct {
+	health string
+	since  time.Time
+}
+
+func buildPools(in *statusInput) []status.Pool {
+	engines := map[string]string{}
+	if in.policy != nil {
+		for _, p := range in.policy.Pools {
+			if p.Metrics != nil {
+				engines[p.Name] = p.Metrics.Engine
+			}
+		}
+	}
+	out := make([]status.Pool, 0, len(in.fleet.Pools))
+	for _, fp := range in.fleet.Pools {
+		view, scraped := in.views[fp.Name]
+		sp := status.Pool{
+			Name: fp.Name, Balancer: string(fp.Balancer), Engine: engines[fp.Name],
+			Replicas: make([]status.Replica, 0, len(fp.Endpoints)),
+		}
+		if fp.Balancer == fleet.ConsistentHash {
+			sp.Algorithm = string(fp.Hash.Algorithm)
+		}
+		if scraped {
+			sp.Escapes1h, sp.WeightMoves1h, sp.Fallback = view.Escapes, view.WeightMoves, view.Fallback
+		}
+		dec, sources, since, shares := in.decisions[fp.Name], in.sources[fp.Name], in.since[fp.Name], in.shares[fp.Name]
+		var queries, hits, gaugeSum, qSum, qMax float64
+		var gauges, queues int
+		for _, e := range fp.Endpoints {
+			id := e.Identity()
+			d, hasD := dec[id]
+			rep := status.Replica{
+				ID: id, Address: e.Address(), Source: sources[e.Address()],
+				Health: replicaHealth(e, d, hasD), StaticWeight: e.Weight, Weight: e.Weight,
+			}
+			if e.Locality != (fleet.Locality{}) {
+				rep.Locality = &status.Locality{Region: e.Locality.Region, Zone: e.Locality.Zone, SubZone: e.Locality.SubZone}
+			}
+			if hasD && d.Weight > 0 {
+				rep.Multiplier = d.Weight
+				rep.StaticWeight = e.Weight / d.Weight
+			}
+			if s, ok := since[id]; ok && s.health == rep.Health {
+				rep.Since = s.since
+			}
+			if share, ok := shares[id]; ok {
+				rep.TableShare = &share
+			}
+			if e.Health == fleet.Draining && rep.Health == status.Draining {
+				rep.Reason = "going away (discovery)"
+			}
+			if rv, ok := view.Replicas[id]; ok {
+				if rep.Health == status.Saturated || rep.Health == status.Stale {
+					rep.Reason = rv.Reason
+				}
+				fillSignals(&rep, &rv)
+				w := &rv.Window
+				if q := w.QueueDepth; q == q {
+					qSum += q
+					qMax = max(qMax, q)
+					queues++
+				}
+				if w.PrefixQueries == w.PrefixQueries && w.PrefixHits == w.PrefixHits {
+					queries += w.PrefixQueries
+					hits += w.PrefixHits
+				} else if w.HitRate == w.HitRate {
+					gaugeSum += w.HitRate
+					gauges++
+				}
+			}
+			sp.Replicas = append(sp.Replicas, rep)
+		}
+		switch {
+		case queries > 0:
+			sp.HitRate1m = status.Number(min(hits/queries, 1))
+		case gauges > 0:
+			sp.HitRate1m = status.Number(gaugeSum / float64(gauges))
+		}
+		var busiest *float64
+		if queues > 0 {
+			busiest = status.Number(qMax)
+			if mean := qSum / float64(queues); mean > 0 {
+				sp.Balance = status.Number(qMax / mean)
+			} else {
+				sp.Balance = status.Number(1) // nothing queues anywhere: even
+			}
+		}
+		sp.Hotspot = in.rule.Hotspot(sp.Balance, sp.HitRate1m, busiest)
+		out = append(out, sp)
+	}
+	return out
+}
+
+// fillSignals copies what scraping knows of a replica.
+func fillSignals(rep *status.Replica, rv *weights.ReplicaView) {
+	if !rv.LastScrape.IsZero() {
+		rep.LastScrape = &status.Scrape{Time: rv.LastScrape, OK: rv.LastError == nil}
+		if rv.LastError != nil {
+			rep.LastScrape.Error = rv.LastError.Error()
+		}
+	}
+	if rv.LastGood.IsZero() {
+		return
+	}
+	s, w := &rv.Signals, &rv.Window
+	rep.QueueDepth = status.Number(s.QueueDepth)
+	rep.Running = status.Number(s.Running)
+	rep.KVOccupancy = status.Number(s.KVOccupancy)
+	rep.QueueDepth1m = status.Number(w.QueueDepth)
+	rep.HitRate1m = status.Number(w.HitRate)
+	rep.HitRateTotal = status.Number(w.HitRateTotal)
+	rep.TTFTP50 = status.Number(w.TTFTP50)
+	rep.TTFTP95 = status.Number(w.TTFTP95)
+	rep.PreemptionRate = status.Number(w.PreemptionRate)
+}
+
+// replicaHealth is a replica's health as the status names it: what the
+// escape hatch decided wins over what discovery says, which wins over
+// stale metrics.
+func replicaHealth(e fleet.Endpoint, d weights.Decision, hasD bool) string {
+	switch {
+	case hasD && d.Health == weights.Saturated:
+		return status.Saturated
+	case e.Health == fleet.Draining:
+		return status.Draining
+	case e.Health == fleet.Degraded:
+		return status.Degraded
+	case e.Health == fleet.Unhealthy:
+		return status.Unhealthy
+	case hasD && d.Stale:
+		return status.Stale
+	}
+	return status.Serving
+}
+
+// trackSince updates when each replica of f entered its health; replicas
+// that left are forgotten. The caller holds mu.
+func trackSince(prev map[string]map[string]healthSince, f fleet.Fleet, decisions ha.Decisions, now time.Time) map[string]map[string]healthSince {
+	out := make(map[string]map[string]healthSince, len(f.Pools))
+	for _, p := range f.Pools {
+		old, dec := prev[p.Name], decisions[p.Name]
+		m := make(map[string]healthSince, len(p.Endpoints))
+		for _, e := range p.Endpoints {
+			id := e.Identity()
+			d, hasD := dec[id]
+			h := replicaHealth(e, d, hasD)
+			if o, ok := old[id]; ok && o.health == h {
+				m[id] = o
+			} else {
+				m[id] = healthSince{health: h, since: now}
+			}
+		}
+		out[p.Name] = m
+	}
+	return out
+}
+
+// tableShares models, for each hash pool of a normalised fleet, the
+// share of proxyless gRPC clients' ring each endpoint owns: the ring
+// kvxds asks them to build (translate.GRPCRingSize) over the endpoints
+// they put on it (healthy ones only). Out of the ring, a share is 0.
+func tableShares(f fleet.Fleet) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	for _, p := range f.Pools {
+		if p.Balancer != fleet.ConsistentHash {
+			continue
+		}
+		m := make(map[string]float64, len(p.Endpoints))
+		var eps []ringhash.Endpoint
+		var ids []string
+		var weight uint64
+		for _, e := range p.Endpoints {
+			m[e.Identity()] = 0
+			if e.Health != fleet.Healthy {
+				continue
+			}
+			eps = append(eps, ringhash.Endpoint{HashKey: e.Identity(), Weight: uint64(e.Weight)})
+			ids = append(ids, e.Identity())
+			weight += uint64(e.Weight)
+		}
+		if size := translate.GRPCRingSize(weight, p.Hash.GRPCRingCap); size > 0 {
+			for i, s := range ringhash.Build(eps, size, size).Shares() {
+				m[ids[i]] = s
+			}
+		}
+		out[p.Name] = m
+	}
+	return out
+}
+
+// statusCollector exports the pool figures kvxds computes better than a
+// query over the engines' own series would (a fleet hit rate weighted by
+// lookups, queue balance, the hotspot rule), and each replica's share of
+// the hash table. Series are built at each scrape from the status, so a
+// replica's and a pool's series go when they do.
+type statusCollector struct {
+	r                                *Reconciler
+	hitRate, balance, hotspot, share *prometheus.Desc
+}
+
+func newStatusCollector(r *Reconciler) *statusCollector {
+	rule := status.DefaultHotspotRule
+	return &statusCollector{
+		r: r,
+		hitRate: prometheus.NewDesc("kvxds_pool_hit_rate",
+			"Prefix-cache hit rate of a pool over the last minute: its replicas' hits over their lookups.", []string{"pool"}, nil),
+		balance: prometheus.NewDesc("kvxds_pool_balance",
+			"Busiest replica's mean queue depth over the last minute divided by the pool's mean (1 is even).", []string{"pool"}, nil),
+		hotspot: prometheus.NewDesc("kvxds_pool_hotspot",
+			fmt.Sprintf("1 while a pool's balance is above %g with a hit rate of at least %g and the busiest replica queueing at least %g requests.",
+				rule.BalanceAbove, rule.HitRateAtLeast, rule.BusiestQueueAtLeast), []string{"pool"}, nil),
+		share: prometheus.NewDesc("kvxds_replica_table_share",
+			"Fraction of proxyless gRPC clients' hash ring a replica owns (0 while out of it).", []string{"pool", "replica"}, nil),
+	}
+}
+
+func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.hitRate
+	ch <- c.balance
+	ch <- c.hotspot
+	ch <- c.share
+}
+
+func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.r.Status().Pools {
+		if p.HitRate1m != nil {
+			ch <- prometheus.MustNewConstMetric(c.hitRate, prometheus.GaugeValue, *p.HitRate1m, p.Name)
+		}
+		if p.Balance != nil {
+			ch <- prometheus.MustNewConstMetric(c.balance, prometheus.GaugeValue, *p.Balance, p.Name)
+		}
+		hot := 0.0
+		if p.Hotspot {
+			hot = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.hotspot, prometheus.GaugeValue, hot, p.Name)
+		for _, rep := range p.Replicas {
+			if rep.TableShare != nil {
+				ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, *rep.TableShare, p.Name, rep.ID)
+			}
+		}
+	}
+}
+
+// sourceKinds returns, for each pool, the kind of source (static, dns,
+// kubernetes: the first word of the source's ID) that reported each
+// address.
+func sourceKinds(groups []discovery.Group) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(groups))
+	for _, g := range groups {
+		m := make(map[string]string, len(g.Targets))
+		for _, t := range g.Targets {
+			kind, _, _ := strings.Cut(t.Source, " ")
+			m[t.Address()] = kind
+		}
+		out[g.Pool] = m
+	}
+	return out
+}

@@ -1,0 +1,423 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/status"
+	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/server"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+func recordedSignals(t testing.TB, page string) weights.Signals {
+	t.Helper()
+	body, err := os.ReadFile("../weights/testdata/pages/" + page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := weights.BuiltinProfile(weights.EngineVLLM)
+	s, err := weights.ParseSignals(p, "", body, "text/plain; version=0.0.4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var statusT0 = time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC)
+
+// fixedStatusInput is a fleet of two pools: "chat" hashes over five
+// replicas found by three kinds of source, scraped from recorded vLLM
+// pages (serving, saturated, stale, draining, not scraped yet), and
+// "batch" round-robins over one static replica without metrics.
+func fixedStatusInput(t testing.TB) *statusInput {
+	p := mustParse(t, `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics { engine = "vllm" }
+}
+pool "batch" {
+  port           = 10001
+  load_balancing = "round_robin"
+  static { endpoints = ["10.0.1.1:8000"] }
+}
+`)
+	groups := []discovery.Group{
+		{Pool: "chat", Targets: []discovery.Target{
+			{Host: "10.0.0.1", Port: 8000, Zone: "a"},
+			{Host: "10.0.0.2", Port: 8000, Zone: "a"},
+			{Host: "10.0.0.3", Port: 8000, Zone: "b", Weight: 2},
+			{Host: "10.0.0.4", Port: 8000, Zone: "b", Draining: true},
+			{Host: "10.0.0.5", Port: 8000, Zone: "b", HashKey: "vllm-5"},
+		}},
+		{Pool: "batch", Targets: []discovery.Target{{Host: "10.0.1.1", Port: 8000}}},
+	}
+	decisions := ha.Decisions{"chat": {
+		"10.0.0.1:8000": {Weight: 4},
+		"10.0.0.2:8000": {Weight: 2, Health: weights.Saturated},
+		"10.0.0.3:8000": {Weight: 3, Stale: true},
+		"10.0.0.4:8000": {Weight: 4},
+		"vllm-5":        {Weight: 3},
+	}}
+	m, err := translate.Prepare(Join(p, groups, decisions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := m.Fleet()
+
+	// Replica 1 served the recorded page, then its later version a
+	// minute on: hit rate 0.8, TTFT p95 0.333 s (see weights'
+	// TestWindowFromRecordedPages for the arithmetic).
+	before, after := recordedSignals(t, "vllm_v1.txt"), recordedSignals(t, "vllm_v1_later.txt")
+	h1 := weights.NewHistory(0)
+	h1.Add(statusT0.Add(-time.Minute), &before)
+	h1.Add(statusT0, &after)
+	// Replica 2's queue grew past the escape threshold; its hits and
+	// lookups lag replica 1's.
+	busy := after
+	busy.QueueDepth, busy.PrefixQueries, busy.PrefixHits = 12, before.PrefixQueries+5000, before.PrefixHits+2000
+	h2 := weights.NewHistory(0)
+	h2.Add(statusT0.Add(-time.Minute), &before)
+	h2.Add(statusT0, &busy)
+	h3 := weights.NewHistory(0)
+	h3.Add(statusT0.Add(-time.Minute), &before)
+	h4 := weights.NewHistory(0)
+	h4.Add(statusT0, &after)
+	view := func(d weights.Decision, h *weights.History, lastErr error, reason string) weights.ReplicaView {
+		sig, at := h.Latest()
+		rv := weights.ReplicaView{Decision: d, HasDecision: true, Reason: reason, Signals: sig, LastGood: at,
+			Window: h.Window(), LastScrape: statusT0, LastError: lastErr}
+		return rv
+	}
+	refused := &weights.ScrapeError{Kind: weights.FailRefused, Err: errors.New("dial tcp 10.0.0.3:8000: connect: connection refused")}
+	views := map[string]weights.PoolView{"chat": {Escapes: 1, WeightMoves: 4, Replicas: map[string]weights.ReplicaView{
+		"10.0.0.1:8000": view(decisions["chat"]["10.0.0.1:8000"], h1, nil, ""),
+		"10.0.0.2:8000": view(decisions["chat"]["10.0.0.2:8000"], h2, nil, "queue depth 12 ≥ 8"),
+		"10.0.0.3:8000": view(decisions["chat"]["10.0.0.3:8000"], h3, refused, "metrics older than 10s"),
+		"10.0.0.4:8000": view(decisions["chat"]["10.0.0.4:8000"], h4, nil, ""),
+		"vllm-5":        {Decision: decisions["chat"]["vllm-5"], HasDecision: true, Signals: before, Window: weights.NewHistory(0).Window()},
+	}}}
+	// Health since: everything appeared ten minutes ago, then replica 2
+	// saturated and replica 3 went stale a minute ago.
+	start := decisions["chat"]
+	decisions0 := ha.Decisions{"chat": {"10.0.0.1:8000": start["10.0.0.1:8000"], "10.0.0.2:8000": {Weight: 2},
+		"10.0.0.3:8000": {Weight: 3}, "10.0.0.4:8000": start["10.0.0.4:8000"], "vllm-5": start["vllm-5"]}}
+	since := trackSince(nil, f, decisions0, statusT0.Add(-10*time.Minute))
+	since = trackSince(since, f, decisions, statusT0.Add(-time.Minute))
+	return &statusInput{
+		now: statusT0, policy: p, fleet: f, decisions: decisions, views: views,
+		sources: map[string]map[string]string{
+			"chat":  {"10.0.0.1:8000": "kubernetes", "10.0.0.2:8000": "kubernetes", "10.0.0.3:8000": "kubernetes", "10.0.0.4:8000": "kubernetes", "10.0.0.5:8000": "dns"},
+			"batch": {"10.0.1.1:8000": "static"},
+		},
+		since: since, shares: tableShares(f), rule: status.DefaultHotspotRule,
+	}
+}
+
+// GET /api/v1/status for a fixed fleet, through a real HTTP server.
+// Regenerate with go test -update.
+func TestStatusGolden(t *testing.T) {
+	in := fixedStatusInput(t)
+	st := buildStatus(in, "kvxds-0", status.HA{Mode: "standalone", Leading: true, Leader: "kvxds-0", Reachable: true})
+	st.Instance.Version = "v0.0.0-test"
+	st.Served = map[string]map[string]string{
+		"envoy": {"cds": "c1", "eds": "e1", "lds": "l1", "rds": "r1"},
+		"grpc":  {"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"},
+	}
+	st.DataPlanes = []status.DataPlane{
+		{NodeID: "app-1", Kind: "grpc", Address: "10.0.3.4:51234", Streams: 1, Connected: statusT0.Add(-time.Hour),
+			ACKed: map[string]string{"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"}},
+		{NodeID: "envoy-1", Kind: "envoy", Address: "10.0.3.5:40000", Streams: 1, Connected: statusT0.Add(-time.Hour),
+			ACKed:    map[string]string{"eds": "e1", "lds": "l1", "rds": "r1"},
+			LastNACK: &status.NACK{Type: "cds", Version: "c1", Message: "cluster chat: unknown field", Time: statusT0.Add(-time.Minute)}},
+	}
+	srv := httptest.NewServer(status.Handler(func() status.Status { return st }))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + status.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	golden := "testdata/status/status.json"
+	if *update {
+		os.MkdirAll("testdata/status", 0o755)
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("status differs from %s (go test -update to accept):\n%s", golden, got)
+	}
+
+	// What the golden file shows, checked by hand.
+	chat := st.Pools[1]
+	if chat.Name != "chat" {
+		t.Fatalf("pools %v", st.Pools)
+	}
+	// Lookups and hits over the minute: replica 1 20,000 and 16,000,
+	// replica 2 5,000 and 2,000: (16,000 + 2,000)/(20,000 + 5,000).
+	if got := *chat.HitRate1m; math.Abs(got-18000.0/25000) > 1e-12 {
+		t.Errorf("pool hit rate %v, want 0.72", got)
+	}
+	// Mean queues over the minute: replica 1 (3+3)/2 = 3, replica 2
+	// (3+12)/2 = 7.5, replica 3 3, replica 4 3: busiest 7.5 over a mean
+	// of 16.5/4 = 4.125.
+	if got := *chat.Balance; math.Abs(got-7.5/4.125) > 1e-12 {
+		t.Errorf("balance %v, want 1.818", got)
+	}
+	var shares float64
+	for _, r := range chat.Replicas {
+		if r.TableShare != nil {
+			shares += *r.TableShare
+		}
+	}
+	if math.Abs(shares-1) > 1e-9 {
+		t.Errorf("table shares sum to %v, want 1", shares)
+	}
+}
+
+func TestHotspotRule(t *testing.T) {
+	n := func(v float64) *float64 { return &v }
+	rule := status.DefaultHotspotRule
+	for _, tc := range []struct {
+		name                    string
+		balance, hitRate, queue *float64
+		want                    bool
+	}{
+		{"hot tenant under affinity", n(2.7), n(0.93), n(12), true},
+		{"escape hatch on", n(1.18), n(0.82), n(5), false},
+		{"round robin: no affinity to blame", n(2.5), n(0.22), n(10), false},
+		{"idle fleet: one queued request", n(8), n(0.9), n(1), false},
+		{"unknown hit rate", n(3), nil, n(10), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := rule.Hotspot(tc.balance, tc.hitRate, tc.queue); got != tc.want {
+				t.Errorf("Hotspot = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// pageReplica serves the recorded vLLM page, then its later version, on
+// a loopback address.
+func pageReplica(t *testing.T, addr string) string {
+	t.Helper()
+	first, err := os.ReadFile("../weights/testdata/pages/vllm_v1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, err := os.ReadFile("../weights/testdata/pages/vllm_v1_later.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		if n.Add(1) == 1 {
+			w.Write(first)
+			return
+		}
+		w.Write(later)
+	}))
+	srv.Listener.Close()
+	srv.Listener = lis
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return lis.Addr().String()
+}
+
+// The reconciler's status: replicas found by the policy's static block,
+// scraped from real pages, their shares of the ring, and the pool series
+// it exports, which follow membership.
+func TestReconcilerStatus(t *testing.T) {
+	var addrs []string
+	for i := range 3 {
+		addrs = append(addrs, pageReplica(t, fmt.Sprintf("127.0.0.%d:0", i+1)))
+	}
+	policyFor := func(addrs []string) string {
+		return fmt.Sprintf(`
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  static { endpoints = ["%s"] }
+  metrics { interval = "100ms" }
+}
+`, strings.Join(addrs, `", "`))
+	}
+	reg := prometheus.NewRegistry()
+	r := New(Options{Sink: server.New(server.Options{}), Logger: hclog.NewNullLogger(), Registerer: reg, ID: "kvxds-test"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, mustParse(t, policyFor(addrs))); err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	waitFor(t, "a pool hit rate", func() bool {
+		p := r.Status().Pools[0]
+		return p.HitRate1m != nil && p.Balance != nil
+	})
+	st := r.Status()
+	pool := st.Pools[0]
+	if st.Instance.ID != "kvxds-test" || pool.Name != "chat" || pool.Engine != "vllm" || len(pool.Replicas) != 3 {
+		t.Fatalf("status %+v", st)
+	}
+	if math.Abs(*pool.HitRate1m-0.8) > 1e-9 {
+		t.Errorf("pool hit rate %v, want 0.8", *pool.HitRate1m)
+	}
+	for _, rep := range pool.Replicas {
+		if rep.Source != "static" || rep.Health != status.Serving || rep.TableShare == nil || rep.Multiplier == 0 || rep.LastScrape == nil {
+			t.Errorf("replica %+v: want a static, serving, scraped replica with a share and a multiplier", rep)
+		}
+	}
+	if n := testutil.CollectAndCount(reg, "kvxds_replica_table_share"); n != 3 {
+		t.Errorf("%d table share series, want 3", n)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kvxds_pool_hotspot 1 while a pool's balance is above 2 with a hit rate of at least 0.5 and the busiest replica queueing at least 2 requests.
+# TYPE kvxds_pool_hotspot gauge
+kvxds_pool_hotspot{pool="chat"} 0
+`), "kvxds_pool_hotspot"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "kvxds_pool_hit_rate"); n != 1 {
+		t.Errorf("%d pool hit rate series, want 1", n)
+	}
+
+	// A replica that leaves takes its series along.
+	if err := r.Apply(ctx, mustParse(t, policyFor(addrs[:2]))); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "kvxds_replica_table_share"); n != 2 {
+		t.Errorf("%d table share series after a replica left, want 2", n)
+	}
+	if got := r.Status().Pools[0].Replicas; len(got) != 2 {
+		t.Errorf("%d replicas after one left, want 2", len(got))
+	}
+}
+
+// BenchmarkStatus builds the status of a pool of 1,000 scraped replicas,
+// each with a minute of history, and encodes it as /api/v1/status does.
+func BenchmarkStatus(b *testing.B) {
+	in := benchStatusInput(b, 1000)
+	b.Run("build", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buildStatus(in, "kvxds-0", status.HA{Mode: "standalone"})
+		}
+	})
+	b.Run("build+json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			status.Write(io.Discard, buildStatus(in, "kvxds-0", status.HA{Mode: "standalone"}))
+		}
+	})
+	b.Run("table shares", func(b *testing.B) {
+		// Once per push, not per status.
+		b.ReportAllocs()
+		for b.Loop() {
+			tableShares(in.fleet)
+		}
+	})
+	b.Run("views", func(b *testing.B) {
+		// What the runner's View costs: every replica's window.
+		hs := make([]*weights.History, 0, 1000)
+		before, after := recordedSignals(b, "vllm_v1.txt"), recordedSignals(b, "vllm_v1_later.txt")
+		for range 1000 {
+			h := weights.NewHistory(0)
+			for j := range 30 {
+				s := before
+				if j >= 15 {
+					s = after
+				}
+				h.Add(statusT0.Add(time.Duration(j)*2*time.Second), &s)
+			}
+			hs = append(hs, h)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, h := range hs {
+				h.Window()
+			}
+		}
+	})
+}
+
+func benchStatusInput(b *testing.B, n int) *statusInput {
+	p := mustParse(b, `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics { engine = "vllm" }
+}
+`)
+	var ts []discovery.Target
+	dec := map[string]weights.Decision{}
+	views := map[string]weights.ReplicaView{}
+	sources := map[string]string{}
+	before, after := recordedSignals(b, "vllm_v1.txt"), recordedSignals(b, "vllm_v1_later.txt")
+	for i := range n {
+		tg := discovery.Target{Host: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000}
+		ts = append(ts, tg)
+		id := tg.Address()
+		dec[id] = weights.Decision{Weight: uint32(1 + i%4)}
+		h := weights.NewHistory(0)
+		h.Add(statusT0.Add(-time.Minute), &before)
+		h.Add(statusT0, &after)
+		sig, at := h.Latest()
+		views[id] = weights.ReplicaView{Decision: dec[id], HasDecision: true, Signals: sig, LastGood: at, LastScrape: at, Window: h.Window()}
+		sources[id] = "kubernetes"
+	}
+	decisions := ha.Decisions{"chat": dec}
+	m, err := translate.Prepare(Join(p, []discovery.Group{{Pool: "chat", Targets: ts}}, decisions))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := m.Fleet()
+	return &statusInput{
+		now: statusT0, policy: p, fleet: f, decisions: decisions,
+		views:   map[string]weights.PoolView{"chat": {Replicas: views}},
+		sources: map[string]map[string]string{"chat": sources},
+		since:   trackSince(nil, f, decisions, statusT0), shares: tableShares(f), rule: status.DefaultHotspotRule,
+	}
+}

@@ -1,0 +1,255 @@
+// Package status is the read model of what one kvxds instance knows: its
+// pools and replicas as the reconcile step joined them (with each
+// replica's latest engine signals and what kvxds decided from them), and
+// the data planes connected to its xDS server. GET /api/v1/status serves
+// it as JSON and `kvxds status` prints it.
+//
+// The types are plain data with stable snake_case JSON names. A value
+// kvxds does not know (no metrics for the pool, a signal the engine does
+// not export, a rate without two samples yet) is omitted, never 0.
+package status
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"time"
+)
+
+// Path is where the admin server serves the status.
+const Path = "/api/v1/status"
+
+// Status is the body of GET /api/v1/status, for example (abridged):
+//
+//	{
+//	  "time": "2025-07-01T12:00:00Z",
+//	  "instance": {"id": "kvxds-0", "version": "v0.4.0", "policy": "/etc/kvxds/policy.hcl"},
+//	  "ha": {"mode": "standalone", "leading": true, "leader": "kvxds-0", "term": 0, "reachable": true},
+//	  "hotspot_rule": {"balance_above": 2, "hit_rate_at_least": 0.5, "busiest_queue_at_least": 2},
+//	  "pools": [{
+//	    "name": "chat", "balancer": "hash", "algorithm": "maglev", "engine": "vllm",
+//	    "replicas": [{
+//	      "id": "10.0.0.7:8000", "address": "10.0.0.7:8000", "source": "kubernetes",
+//	      "health": "saturated", "reason": "queue depth 9 ≥ 8", "since": "2025-07-01T11:59:40Z",
+//	      "static_weight": 1, "multiplier": 2, "weight": 2, "table_share": 0.126,
+//	      "queue_depth": 9, "queue_depth_1m": 6.5, "running": 12, "kv_occupancy": 0.61,
+//	      "hit_rate_1m": 0.83, "hit_rate_total": 0.8, "ttft_p50_seconds": 0.07, "ttft_p95_seconds": 0.41,
+//	      "preemption_rate": 0,
+//	      "last_scrape": {"time": "2025-07-01T11:59:59Z", "ok": true}
+//	    }],
+//	    "balance": 1.4, "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false
+//	  }],
+//	  "served": {"envoy": {"cds": "…", "eds": "…", "lds": "…", "rds": "…"}, "grpc": {…}, "grpc-js": {…}},
+//	  "data_planes": [{
+//	    "node_id": "envoy-1", "kind": "envoy", "address": "10.0.3.4:51234", "streams": 1,
+//	    "connected": "2025-07-01T10:00:00Z", "acked": {"cds": "…", "eds": "…", "lds": "…", "rds": "…"},
+//	    "last_nack": {"type": "cds", "version": "…", "message": "…", "time": "…"}
+//	  }]
+//	}
+//
+// Rates and percentiles ("_1m") cover the last minute of scrapes;
+// counters that go down (an engine restart) are rebased, not counted as
+// negative. A follower instance (see HA) serves its leader's decisions
+// but scrapes nothing itself: its replicas carry health and weights, and
+// no signals.
+type Status struct {
+	Time     time.Time `json:"time"`
+	Instance Instance  `json:"instance"`
+	HA       HA        `json:"ha"`
+	// HotspotRule is when a pool is flagged a hotspot.
+	HotspotRule HotspotRule `json:"hotspot_rule"`
+	Pools       []Pool      `json:"pools"`
+	// Served are the per-type versions served to each kind of client
+	// (envoy, grpc, grpc-js), by short type (cds, eds, lds, rds), to
+	// compare with what each data plane acknowledged.
+	Served     map[string]map[string]string `json:"served,omitempty"`
+	DataPlanes []DataPlane                  `json:"data_planes"`
+}
+
+// Instance is the kvxds process answering.
+type Instance struct {
+	ID      string `json:"id"`
+	Version string `json:"version,omitempty"`
+	// Policy is the policy file in force.
+	Policy string `json:"policy,omitempty"`
+}
+
+// HA is how this instance takes part in high availability.
+type HA struct {
+	Mode    string `json:"mode"` // "standalone", or how the peers agree
+	Leading bool   `json:"leading"`
+	Leader  string `json:"leader,omitempty"`
+	Term    int64  `json:"term"`
+	// DecisionsTime is when the decisions served were published.
+	DecisionsTime time.Time `json:"decisions_time,omitzero"`
+	Reachable     bool      `json:"reachable"`
+	Error         string    `json:"error,omitempty"`
+}
+
+// HotspotRule flags a pool whose load concentrates on a few replicas
+// while affinity is paying off: Balance above BalanceAbove, the pool's
+// hit rate at least HitRateAtLeast, and the busiest replica's mean queue
+// at least BusiestQueueAtLeast requests (a queue of one or two on an
+// idle fleet is noise, not a hotspot).
+type HotspotRule struct {
+	BalanceAbove        float64 `json:"balance_above"`
+	HitRateAtLeast      float64 `json:"hit_rate_at_least"`
+	BusiestQueueAtLeast float64 `json:"busiest_queue_at_least"`
+}
+
+// DefaultHotspotRule is kvxds's rule. Plain affinity under one hot
+// tenant leaves the busiest replica near 2.7× the mean queue, the escape
+// hatch brings it near 1.2×: 2× is well between. A hit rate of one half
+// is where affinity is clearly working (round robin rarely reaches it).
+var DefaultHotspotRule = HotspotRule{BalanceAbove: 2, HitRateAtLeast: 0.5, BusiestQueueAtLeast: 2}
+
+// Hotspot applies the rule to a pool's figures (nil: unknown, no hotspot).
+func (r HotspotRule) Hotspot(balance, hitRate, busiestQueue *float64) bool {
+	return balance != nil && hitRate != nil && busiestQueue != nil &&
+		*balance > r.BalanceAbove && *hitRate >= r.HitRateAtLeast && *busiestQueue >= r.BusiestQueueAtLeast
+}
+
+// Pool is one pool and its replicas, in identity order.
+type Pool struct {
+	Name      string `json:"name"`
+	Balancer  string `json:"balancer"`            // hash, round_robin, least_request
+	Algorithm string `json:"algorithm,omitempty"` // maglev or ring_hash, for hash pools
+	// Engine is the metrics block's engine; empty without metrics.
+	Engine   string    `json:"engine,omitempty"`
+	Replicas []Replica `json:"replicas"`
+	// Balance is the busiest replica's mean queue depth over the last
+	// minute divided by the pool's mean: 1 is even, 2 means the busiest
+	// queues twice the average. 1 when no replica queues at all.
+	Balance *float64 `json:"balance,omitempty"`
+	// HitRate1m is the pool's prefix-cache hit rate over the last
+	// minute: the replicas' hits over their lookups, summed (so busy
+	// replicas weigh more).
+	HitRate1m *float64 `json:"hit_rate_1m,omitempty"`
+	// Escapes1h counts replicas taken out of the hash table for
+	// saturation in the last hour; WeightMoves1h counts weight changes.
+	// Both count only what this instance decided while leading.
+	Escapes1h     int `json:"escapes_1h"`
+	WeightMoves1h int `json:"weight_moves_1h"`
+	// Fallback is set while too many replicas are saturated to take any
+	// out (pure affinity).
+	Fallback bool `json:"fallback,omitempty"`
+	Hotspot  bool `json:"hotspot"`
+}
+
+// Health values of a Replica.
+const (
+	Serving   = "serving"   // in the hash table
+	Draining  = "draining"  // going away: discovery says so; no new keys
+	Saturated = "saturated" // out of the hash table until it recovers (escape hatch)
+	Stale     = "stale"     // metrics too old: serving with the neutral weight
+	Degraded  = "degraded"
+	Unhealthy = "unhealthy"
+)
+
+// Replica is one replica of a pool.
+type Replica struct {
+	// ID is the replica's identity on the hash ring (its hash key).
+	ID       string    `json:"id"`
+	Address  string    `json:"address"`
+	Locality *Locality `json:"locality,omitempty"`
+	// Source is the discovery source that found it: static, dns or
+	// kubernetes.
+	Source string `json:"source,omitempty"`
+	Health string `json:"health"`
+	// Reason says why a replica is not plainly serving.
+	Reason string `json:"reason,omitempty"`
+	// Since is when the replica entered its current health (as seen by
+	// this instance).
+	Since time.Time `json:"since,omitzero"`
+	// StaticWeight is the weight discovery or the policy gives;
+	// Multiplier the metric-driven factor (absent without metrics);
+	// Weight the endpoint weight served.
+	StaticWeight uint32 `json:"static_weight"`
+	Multiplier   uint32 `json:"multiplier,omitempty"`
+	Weight       uint32 `json:"weight"`
+	// TableShare is the fraction of proxyless gRPC clients' hash ring
+	// the replica owns (0 while out of it), for hash pools. Envoy's
+	// Maglev table gives shares within a fraction of a percent of the
+	// weight's.
+	TableShare *float64 `json:"table_share,omitempty"`
+	// Latest engine signals.
+	QueueDepth  *float64 `json:"queue_depth,omitempty"`
+	Running     *float64 `json:"running,omitempty"`
+	KVOccupancy *float64 `json:"kv_occupancy,omitempty"`
+	// Over the last minute.
+	QueueDepth1m   *float64 `json:"queue_depth_1m,omitempty"` // mean of the scrapes
+	HitRate1m      *float64 `json:"hit_rate_1m,omitempty"`
+	TTFTP50        *float64 `json:"ttft_p50_seconds,omitempty"`
+	TTFTP95        *float64 `json:"ttft_p95_seconds,omitempty"`
+	PreemptionRate *float64 `json:"preemption_rate,omitempty"` // per second
+	// HitRateTotal is the engine's hit rate since it started.
+	HitRateTotal *float64 `json:"hit_rate_total,omitempty"`
+	LastScrape   *Scrape  `json:"last_scrape,omitempty"`
+}
+
+// Locality places a replica.
+type Locality struct {
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	SubZone string `json:"sub_zone,omitempty"`
+}
+
+// Scrape is the outcome of a replica's latest scrape.
+type Scrape struct {
+	Time  time.Time `json:"time"`
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+}
+
+// DataPlane is one xDS client connected to this instance: the streams of
+// one node id from one address.
+type DataPlane struct {
+	NodeID  string `json:"node_id"`
+	Cluster string `json:"cluster,omitempty"`
+	// Kind is the kind of client kvxds serves it as: envoy, grpc or
+	// grpc-js.
+	Kind    string `json:"kind"`
+	Address string `json:"address,omitempty"`
+	Streams int    `json:"streams"`
+	Delta   bool   `json:"delta,omitempty"`
+	// Connected is when its oldest open stream opened.
+	Connected time.Time `json:"connected"`
+	// ACKed is the last version the client accepted, by short type.
+	ACKed    map[string]string `json:"acked,omitempty"`
+	LastNACK *NACK             `json:"last_nack,omitempty"`
+}
+
+// NACK is a configuration a client rejected.
+type NACK struct {
+	Type    string    `json:"type"`
+	Version string    `json:"version,omitempty"`
+	Message string    `json:"message"`
+	Time    time.Time `json:"time"`
+}
+
+// Number returns a pointer to v, or nil when v is NaN or infinite (an
+// unknown value, omitted from the JSON).
+func Number(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// Write writes s as indented JSON.
+func Write(w io.Writer, s Status) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(s)
+}
+
+// Handler serves the status that build returns, as indented JSON.
+func Handler(build func() Status) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		Write(w, build())
+	})
+}

@@ -1,0 +1,183 @@
+package weights
+
+import (
+	"fmt"
+	"maps"
+	"time"
+)
+
+// ReplicaView is what a Runner knows of one replica: its decision, why,
+// its latest scrape and signals, and its recent history.
+type ReplicaView struct {
+	Decision    Decision
+	HasDecision bool
+	// Reason says why a replica is saturated or stale; empty otherwise.
+	Reason string
+	// LastScrape is when the latest scrape ended, LastError its error
+	// (nil when it succeeded).
+	LastScrape time.Time
+	LastError  error
+	// Signals are the latest good signals (all NaN before any), taken at
+	// LastGood. Their TTFT histogram is shared: do not modify it.
+	Signals  Signals
+	LastGood time.Time
+	// Window covers the last HistoryWindow of good scrapes.
+	Window Window
+}
+
+// PoolView is what a Runner knows of one pool.
+type PoolView struct {
+	// Fallback is set while too many replicas are saturated to take any
+	// out.
+	Fallback bool
+	// Escapes counts replicas that became saturated in the last hour,
+	// WeightMoves weight changes (each moves hash keys), as of the
+	// Runner's clock.
+	Escapes, WeightMoves int
+	Replicas             map[string]ReplicaView
+}
+
+// View returns what the Runner knows of every pool it scrapes.
+func (r *Runner) View() map[string]PoolView {
+	r.mu.Lock()
+	pools := maps.Clone(r.pools)
+	r.mu.Unlock()
+	now := r.now()
+	out := make(map[string]PoolView, len(pools))
+	for name, pr := range pools {
+		out[name] = pr.view(now)
+	}
+	return out
+}
+
+// replicaRecord is what a poolRunner keeps of a replica for View.
+type replicaRecord struct {
+	lastScrape time.Time
+	lastErr    error
+	reason     string // why it saturated, set when it does
+	hist       *History
+}
+
+// observe records a cycle's observations and decisions for View. It runs
+// before p.decisions is replaced, so those are the previous cycle's.
+func (p *poolRunner) observe(ids []string, obs []Observation, res Result, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	members := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		members[id] = true
+		if p.replicas[id] == nil {
+			p.replicas[id] = &replicaRecord{hist: NewHistory(HistoryWindow)}
+		}
+	}
+	for id := range p.replicas {
+		if !members[id] {
+			delete(p.replicas, id)
+		}
+	}
+	for i := range obs {
+		o := &obs[i]
+		rec := p.replicas[o.ID]
+		if rec == nil {
+			continue
+		}
+		if !o.Time.Before(rec.lastScrape) {
+			rec.lastScrape, rec.lastErr = o.Time, o.Err
+		}
+		if o.Err == nil {
+			rec.hist.Add(o.Time, &o.Signals)
+		}
+	}
+	escapes, moves := 0, 0
+	for id, d := range res.Decisions {
+		prev, had := p.decisions[id]
+		rec := p.replicas[id]
+		if d.Health == Saturated && (!had || prev.Health != Saturated) {
+			escapes++
+			if rec != nil {
+				sig, _ := rec.hist.Latest()
+				rec.reason = saturationReason(&p.spec.Config, &sig)
+			}
+		}
+		if had && prev.Weight != d.Weight {
+			moves++
+		}
+	}
+	p.fallback = res.Fallback
+	p.events.add(now, escapes, moves)
+}
+
+// saturationReason names the threshold a replica's signals crossed.
+func saturationReason(cfg *Config, s *Signals) string {
+	if q, ok := usable(s.QueueDepth); ok && q >= cfg.MaxQueueDepth {
+		return fmt.Sprintf("queue depth %g ≥ %g", q, cfg.MaxQueueDepth)
+	}
+	if kv, ok := usable(s.KVOccupancy); ok && kv >= cfg.MaxKVOccupancy {
+		return fmt.Sprintf("KV occupancy %.2f ≥ %.2f", kv, cfg.MaxKVOccupancy)
+	}
+	return fmt.Sprintf("preemption rate above %g/s", cfg.MaxPreemptionRate)
+}
+
+func (p *poolRunner) view(now time.Time) PoolView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := PoolView{Fallback: p.fallback, Replicas: make(map[string]ReplicaView, len(p.ids))}
+	v.Escapes, v.WeightMoves = p.events.sum(now)
+	for _, id := range p.ids {
+		rv := ReplicaView{Signals: nanSignals()}
+		rv.Decision, rv.HasDecision = p.decisions[id]
+		if rec := p.replicas[id]; rec != nil {
+			rv.LastScrape, rv.LastError = rec.lastScrape, rec.lastErr
+			rv.Signals, rv.LastGood = rec.hist.Latest()
+			rv.Window = rec.hist.Window()
+			if rv.Decision.Health == Saturated {
+				rv.Reason = rec.reason
+			}
+		} else {
+			rv.Window = NewHistory(0).Window()
+		}
+		if rv.Decision.Stale {
+			if rv.LastGood.IsZero() {
+				rv.Reason = "no good scrape yet"
+			} else {
+				rv.Reason = fmt.Sprintf("metrics older than %s", p.spec.Config.StaleAfter)
+			}
+		}
+		v.Replicas[id] = rv
+	}
+	return v
+}
+
+// eventLog counts a pool's escapes and weight moves per minute over the
+// last hour: fixed memory whatever the churn.
+type eventLog struct {
+	minutes [60]struct {
+		minute         int64
+		escapes, moves int
+	}
+}
+
+func (l *eventLog) add(now time.Time, escapes, moves int) {
+	if escapes == 0 && moves == 0 {
+		return
+	}
+	m := now.Unix() / 60
+	b := &l.minutes[m%60]
+	if b.minute != m {
+		b.minute, b.escapes, b.moves = m, 0, 0
+	}
+	b.escapes += escapes
+	b.moves += moves
+}
+
+// sum counts the events of the last 60 minutes, the current one included.
+func (l *eventLog) sum(now time.Time) (escapes, moves int) {
+	m := now.Unix() / 60
+	for _, b := range l.minutes {
+		if b.minute > m-60 && b.minute <= m && (b.escapes > 0 || b.moves > 0) {
+			escapes += b.escapes
+			moves += b.moves
+		}
+	}
+	return escapes, moves
+}
