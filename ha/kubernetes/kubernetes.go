@@ -104,7 +104,7 @@ func (p *Peers) Describe() string {
 func (p *Peers) Run(ctx context.Context, h ha.Handler) {
 	var wg sync.WaitGroup
 	wg.Go(func() { p.watch(ctx, h) })
-	wg.Go(func() { p.probe(ctx) })
+	wg.Go(func() { p.probe(ctx, h) })
 	defer wg.Wait()
 	for ctx.Err() == nil {
 		p.campaign(ctx, h)
@@ -233,16 +233,9 @@ func (p *Peers) watch(ctx context.Context, h ha.Handler) {
 		fields.OneTermEqualSelector("metadata.name", p.configMap()))
 	inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
 	deliver := func(obj any) {
-		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok {
-			return
+		if cm, ok := obj.(*corev1.ConfigMap); ok {
+			p.deliver(cm, h)
 		}
-		var doc ha.Document
-		if err := json.Unmarshal([]byte(cm.Data[DataKey]), &doc); err != nil {
-			p.log.Error("unreadable decisions", "configmap", p.configMap(), "error", err)
-			return
-		}
-		h.Published(doc)
 	}
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    deliver,
@@ -252,8 +245,10 @@ func (p *Peers) watch(ctx context.Context, h ha.Handler) {
 }
 
 // probe reads the Lease every RetryPeriod to tell whether the API server,
-// and so the published decisions, can be reached.
-func (p *Peers) probe(ctx context.Context) {
+// and so the published decisions, can be reached. When it can again, it
+// reads the decisions at once: the watch may take client-go's backoff
+// (tens of seconds) to resume.
+func (p *Peers) probe(ctx context.Context, h ha.Handler) {
 	t := time.NewTicker(p.cfg.RetryPeriod)
 	defer t.Stop()
 	reached := true
@@ -277,10 +272,35 @@ func (p *Peers) probe(ctx context.Context) {
 			p.log.Warn("cannot reach the API server; serving the last decisions", "error", err)
 		case err == nil && !reached:
 			p.log.Info("reached the API server again")
+			p.readDecisions(ctx, h)
 		}
 		reached = err == nil
 		if p.OnReach != nil {
 			p.OnReach(reached, err)
 		}
 	}
+}
+
+// deliver tells h of the document in cm.
+func (p *Peers) deliver(cm *corev1.ConfigMap, h ha.Handler) {
+	var doc ha.Document
+	if err := json.Unmarshal([]byte(cm.Data[DataKey]), &doc); err != nil {
+		p.log.Error("unreadable decisions", "configmap", p.configMap(), "error", err)
+		return
+	}
+	h.Published(doc)
+}
+
+// readDecisions reads the decisions ConfigMap once.
+func (p *Peers) readDecisions(ctx context.Context, h ha.Handler) {
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.RetryPeriod)
+	defer cancel()
+	cm, err := p.client.CoreV1().ConfigMaps(p.cfg.Namespace).Get(rctx, p.configMap(), metav1.GetOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			p.log.Warn("reading the decisions", "error", err)
+		}
+		return
+	}
+	p.deliver(cm, h)
 }
