@@ -446,4 +446,17 @@ func TestKubernetesManifests(t *testing.T) {
 	if n := metric(t, adminAddr, "kvxds_discovery_errors_total"); n != 0 {
 		t.Errorf("%v discovery errors", n)
 	}
+
+	// The ha block works with the Role's permissions: the instance takes
+	// the Lease, and publishes its decisions in the ConfigMap.
+	eventually(t, "kvxds to lead", func() bool {
+		st, ok := haStatus(t, adminAddr)
+		return ok && st.Leading
+	})
+	eventually(t, "decisions published", func() bool {
+		return metric(t, adminAddr, "kvxds_ha_decisions_published_total") > 0
+	})
+	if n := metric(t, adminAddr, "kvxds_ha_publish_errors_total"); n != 0 {
+		t.Errorf("%v publish errors", n)
+	}
 }
