@@ -105,6 +105,8 @@ func kubeconfigVia(t *testing.T, path string, c *cable) string {
 // 30 s: every instance keeps serving, nothing moves, and after it returns
 // a leader carries on from the same decisions.
 func TestHAPartitionAndOutage(t *testing.T) {
+	// Mostly waiting (outages, leases): runs beside the other waiting tests.
+	t.Parallel()
 	cluster := kube.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

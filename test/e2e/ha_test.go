@@ -64,6 +64,8 @@ func drained(f fleet.Fleet, addr string) bool {
 // the lease duration, starting from its decisions, and no client's
 // session moves.
 func TestHAKubernetes(t *testing.T) {
+	// Mostly waiting (outages, leases): runs beside the other waiting tests.
+	t.Parallel()
 	cluster := kube.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -163,7 +165,7 @@ func TestHAKubernetes(t *testing.T) {
 	eventually(t, "a new leader", func() bool { return len(leaders(rest)) == 1 })
 	took := time.Since(killed)
 	t.Logf("new leader %s after SIGKILL (lease duration %s)", took.Round(time.Millisecond), leaseDuration)
-	if took > leaseDuration+3*time.Second {
+	if took > leaseDuration+5*time.Second {
 		t.Errorf("new leader after %s, want within the lease duration %s (plus retries)", took, leaseDuration)
 	}
 	newLeader := leaders(rest)[0]

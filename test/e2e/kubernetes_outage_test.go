@@ -34,6 +34,8 @@ func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bo
 // watch resumes by itself: a pod added afterwards takes its share of
 // sessions, and only those move.
 func TestKubernetesAPIServerOutage(t *testing.T) {
+	// Mostly waiting (outages, leases): runs beside the other waiting tests.
+	t.Parallel()
 	const outage = 30 * time.Second
 	cluster := kube.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
