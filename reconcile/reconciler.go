@@ -90,7 +90,7 @@ type Reconciler struct {
 	policy *policy.Policy
 	fleet  fleet.Fleet
 	ha     haState
-	served ha.Decisions // the decisions of the last push
+	served ha.Decisions      // the decisions of the last push
 	groups []discovery.Group // the discovered replicas of the last push
 	// For the status: when each replica entered its health, and its
 	// share of gRPC clients' ring, as of the last push.
