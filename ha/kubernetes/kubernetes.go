@@ -135,10 +135,11 @@ func (p *Peers) campaign(ctx context.Context, h ha.Handler) {
 		Name:            p.cfg.Lease,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) {
-				rec, _, err := lock.Get(ctx)
+				// Read the Lease apart from the lock, which the elector's
+				// renewals use concurrently.
 				term := int64(0)
-				if err == nil {
-					term = int64(rec.LeaderTransitions)
+				if l, err := p.client.CoordinationV1().Leases(p.cfg.Namespace).Get(ctx, p.cfg.Lease, metav1.GetOptions{}); err == nil && l.Spec.LeaseTransitions != nil {
+					term = int64(*l.Spec.LeaseTransitions)
 				}
 				p.mu.Lock()
 				p.leading, p.term = true, term
