@@ -10,11 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/xds"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/test/kube"
+	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 
@@ -184,6 +189,13 @@ func TestHAKubernetes(t *testing.T) {
 	if !drained(servedFleet(t, newLeader.admin), bs[0].addr) {
 		t.Error("the new leader does not keep the saturated replica out")
 	}
+	// A client starting now, whose bootstrap lists the killed instance
+	// first, falls back to the next one and routes every session alike.
+	fallback := newFallbackClient(t, []string{leader.xds, newLeader.xds})
+	if got := route(t, fallback, ss); !maps.Equal(got, saturated) {
+		n, _, _ := moved(saturated, got)
+		t.Errorf("a client falling back to another instance routes %d sessions elsewhere", n)
+	}
 
 	// The new leader decides: the replica recovers on every survivor.
 	leader.proc = nil
@@ -195,4 +207,25 @@ func TestHAKubernetes(t *testing.T) {
 		n, _, _ := moved(steady, back)
 		t.Errorf("%d sessions not back where they were before the saturation", n)
 	}
+}
+
+// newFallbackClient is a grpc-go client of pool "chat" whose bootstrap
+// lists several kvxds instances, as `kvxds bootstrap --grpc --xds a,b`
+// prints it.
+func newFallbackClient(t *testing.T, xdsAddrs []string) client {
+	t.Helper()
+	cfg, err := bootstrap.GRPCJSON(bootstrap.Options{NodeID: "e2e-fallback-" + t.Name(), XDSAddresses: xdsAddrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := xds.NewXDSResolverWithConfigForTesting(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient("xds:///chat", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return &goClient{cl: testgrpc.NewTestServiceClient(cc)}
 }
