@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -30,17 +29,7 @@ func BenchmarkHAFailover(b *testing.B) {
 	bs := startBackends(b, 4)
 	members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}, {bs[3], 1}}
 	path := b.TempDir() + "/policy.hcl"
-	text := fmt.Sprintf(`ha {
-  kubernetes {
-    namespace      = "kvxds"
-    lease          = "kvxds-chat"
-    kubeconfig     = %q
-    lease_duration = "4s"
-    renew_deadline = "3s"
-    retry_period   = "500ms"
-  }
-}
-`, cluster.Kubeconfig(b)) + dynamicPolicy("127.0.0.1:1", "127.0.0.1:2", members, fixedWeights)
+	text := haPolicy(cluster.Kubeconfig(b), members)
 	writeAtomic(b, path, text)
 	start := func(i *haInstance) {
 		i.proc = startBinaryWith(b, []string{"serve", "--policy", path, "--xds", i.xds, "--admin", i.admin, "--id", i.id, "--log-level", "warn"}, nil)

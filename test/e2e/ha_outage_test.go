@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -127,17 +126,7 @@ func TestHAPartitionAndOutage(t *testing.T) {
 		cb := newCable(t, u.Host)
 		cables[id] = cb
 		path, _, _ := policyFile(t)
-		writeAtomic(t, path, fmt.Sprintf(`ha {
-  kubernetes {
-    namespace      = "kvxds"
-    lease          = "kvxds-chat"
-    kubeconfig     = %q
-    lease_duration = "4s"
-    renew_deadline = "3s"
-    retry_period   = "500ms"
-  }
-}
-`, kubeconfigVia(t, admin, cb))+dynamicPolicy("127.0.0.1:1", "127.0.0.1:2", members, fixedWeights))
+		writeAtomic(t, path, haPolicy(kubeconfigVia(t, admin, cb), members))
 		i := &haInstance{id: id, xds: freeAddr(t), admin: freeAddr(t)}
 		i.proc = startBinaryWith(t, []string{"serve", "--policy", path, "--xds", i.xds, "--admin", i.admin, "--id", id, "--log-level", "info"}, nil)
 		proc := i.proc

@@ -38,6 +38,27 @@ func haStatus(t testing.TB, adminAddr string) (reconcile.HAStatus, bool) {
 	return st, true
 }
 
+// haLease is the lease duration of the HA tests' policy.
+const haLease = 4 * time.Second
+
+// haPolicy is pool "chat" of members with metric-driven health (fixed
+// weights), its instances electing a leader through kubeconfig's API
+// server with short lease timings; each instance gets its listen
+// addresses as flags.
+func haPolicy(kubeconfig string, members []member) string {
+	return fmt.Sprintf(`ha {
+  kubernetes {
+    namespace      = "kvxds"
+    lease          = "kvxds-chat"
+    kubeconfig     = %q
+    lease_duration = %q
+    renew_deadline = "3s"
+    retry_period   = "500ms"
+  }
+}
+`, kubeconfig, haLease) + dynamicPolicy("127.0.0.1:1", "127.0.0.1:2", members, fixedWeights)
+}
+
 // haInstance is one kvxds process of an HA group.
 type haInstance struct {
 	id, xds, admin string
@@ -80,18 +101,7 @@ func TestHAKubernetes(t *testing.T) {
 	bs := startBackends(t, 4)
 	members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}, {bs[3], 1}}
 	path, _, _ := policyFile(t)
-	const leaseDuration = 4 * time.Second
-	text := fmt.Sprintf(`ha {
-  kubernetes {
-    namespace      = "kvxds"
-    lease          = "kvxds-chat"
-    kubeconfig     = %q
-    lease_duration = %q
-    renew_deadline = "3s"
-    retry_period   = "500ms"
-  }
-}
-`, cluster.Kubeconfig(t), leaseDuration) + dynamicPolicy("127.0.0.1:1", "127.0.0.1:2", members, fixedWeights)
+	text := haPolicy(cluster.Kubeconfig(t), members)
 	writeAtomic(t, path, text)
 
 	var group []*haInstance
@@ -169,9 +179,9 @@ func TestHAKubernetes(t *testing.T) {
 	}
 	eventually(t, "a new leader", func() bool { return len(leaders(rest)) == 1 })
 	took := time.Since(killed)
-	t.Logf("new leader %s after SIGKILL (lease duration %s)", took.Round(time.Millisecond), leaseDuration)
-	if took > leaseDuration+5*time.Second {
-		t.Errorf("new leader after %s, want within the lease duration %s (plus retries)", took, leaseDuration)
+	t.Logf("new leader %s after SIGKILL (lease duration %s)", took.Round(time.Millisecond), haLease)
+	if took > haLease+5*time.Second {
+		t.Errorf("new leader after %s, want within the lease duration %s (plus retries)", took, haLease)
 	}
 	newLeader := leaders(rest)[0]
 	st, _ := haStatus(t, newLeader.admin)
