@@ -134,6 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if !*noProgress {
 		cfg.Progress = stderr
+		cfg.ProgressLive = isTerminal(stderr)
 	}
 	if *warmup == 0 {
 		cfg.WarmupFraction = -1 // none; Config treats 0 as unset
@@ -146,4 +147,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			*out, time.Since(start).Round(time.Second))
 	}
 	return err
+}
+
+// isTerminal reports whether w is a terminal, where a progress line may
+// be rewritten in place; in a log it would run a whole mode into one line.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

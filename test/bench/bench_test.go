@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/csv"
 	"image/png"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,4 +233,42 @@ func TestParseModes(t *testing.T) {
 	if ms, _ := ParseModes("all"); len(ms) != len(AllModes()) {
 		t.Errorf("all = %v", ms)
 	}
+}
+
+// Progress written to a log is one plain line per report, never a line
+// rewritten with carriage returns.
+func TestProgressLines(t *testing.T) {
+	for _, live := range []bool{false, true} {
+		var buf strings.Builder
+		var mu sync.Mutex
+		g := &dispatcher{cfg: Config{Progress: lockedWriter{&mu, &buf}, ProgressLive: live, ProgressEvery: 20 * time.Millisecond},
+			plan: &workloadPlan{Name: "chat"}, mode: KVXDS}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { defer close(done); g.progressLoop(time.Now(), stop) }()
+		time.Sleep(110 * time.Millisecond)
+		close(stop)
+		<-done
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		lines := strings.Count(out, "\n")
+		switch {
+		case !live && (strings.Contains(out, "\r") || lines < 2):
+			t.Errorf("log progress %q: want plain lines", out)
+		case live && (lines != 0 || !strings.HasPrefix(out, "\r")):
+			t.Errorf("terminal progress %q: want one rewritten line", out)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -142,9 +142,13 @@ type Config struct {
 	// Out is the directory for results.md, results.csv and the charts.
 	// Empty writes nothing.
 	Out string
-	// Progress receives a progress line (rewritten with \r) while a mode
-	// runs; nil is silent.
-	Progress io.Writer
+	// Progress receives the progress of a mode while it runs: a line
+	// rewritten with \r twice a second when ProgressLive (a terminal),
+	// else a plain line every ProgressEvery (10 s when zero) and at the
+	// end, so that a log keeps one line per report. Nil is silent.
+	Progress      io.Writer
+	ProgressLive  bool
+	ProgressEvery time.Duration
 	// Logger receives kvxds's own log (warnings and above are useful: the
 	// escape hatch logs its decisions at info). Nil discards it.
 	Logger hclog.Logger

@@ -375,8 +375,8 @@ dispatch:
 	}
 	close(stopAux)
 	aux.Wait()
-	if g.cfg.Progress != nil {
-		fmt.Fprintln(g.cfg.Progress)
+	if g.cfg.Progress != nil && g.cfg.ProgressLive {
+		fmt.Fprintln(g.cfg.Progress) // end the rewritten line
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
 		return ctx.Err()
@@ -508,23 +508,34 @@ func proportional(a, b []uint32) bool {
 	return true
 }
 
-// progressLoop rewrites one status line.
+// progressLoop reports how far the mode has got (see Config.Progress).
 func (g *dispatcher) progressLoop(start time.Time, stop <-chan struct{}) {
 	if g.cfg.Progress == nil {
 		return
 	}
-	t := time.NewTicker(500 * time.Millisecond)
+	every, format := g.cfg.ProgressEvery, "%-14s %-14s %6.1fs  %6d/%d requests done  %d failed\n"
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	if g.cfg.ProgressLive {
+		every, format = 500*time.Millisecond, "\r%-14s %-14s %6.1fs  %6d/%d requests done  %d failed "
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	total := len(g.plan.Requests)
+	report := func() {
+		fmt.Fprintf(g.cfg.Progress, format, g.plan.Name, g.mode, time.Since(start).Seconds(), g.done.Load(), total, g.failed.Load())
+	}
+	if g.cfg.ProgressLive {
+		report()
+	}
 	for {
-		fmt.Fprintf(g.cfg.Progress, "\r%-14s %-14s %6.1fs  %6d/%d requests done  %d failed ",
-			g.plan.Name, g.mode, time.Since(start).Seconds(), g.done.Load(), total, g.failed.Load())
 		select {
 		case <-stop:
-			fmt.Fprintf(g.cfg.Progress, "\r%-14s %-14s %6.1fs  %6d/%d requests done  %d failed ",
-				g.plan.Name, g.mode, time.Since(start).Seconds(), g.done.Load(), total, g.failed.Load())
+			report()
 			return
 		case <-t.C:
+			report()
 		}
 	}
 }
