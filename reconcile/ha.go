@@ -39,12 +39,13 @@ type HAStatus = status.HA
 func (r *Reconciler) HA() HAStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := HAStatus{Mode: "standalone", Leading: r.ha.leading, Term: r.ha.term, Reachable: r.ha.reachable, Error: r.ha.lastErr}
+	// A standalone instance decides for itself: it leads.
+	st := HAStatus{Mode: "standalone", Leading: r.leadingLocked(), Term: r.ha.term, Reachable: r.ha.reachable, Error: r.ha.lastErr}
 	if r.peers != nil {
 		st.Mode = r.peers.Describe()
 	}
 	switch {
-	case r.ha.leading:
+	case st.Leading:
 		st.Leader = r.id
 		if r.ha.published != nil {
 			st.DecisionsTime = r.ha.published.Time
