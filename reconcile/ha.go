@@ -157,8 +157,11 @@ func (h haHandler) Leading(leading bool, term int64) {
 		r.haMetrics.changes.Inc()
 	case !leading && was:
 		// Keep serving this instance's last decisions until the next
-		// leader publishes its own.
-		r.ha.remote = r.ha.published
+		// leader publishes its own (or the previous leader's, if this
+		// one lost the lead before it published).
+		if p := r.ha.published; p != nil && (r.ha.remote == nil || !p.Time.Before(r.ha.remote.Time)) {
+			r.ha.remote = p
+		}
 		r.log.Info("no longer leading: serving the leader's decisions", "term", term)
 		r.haMetrics.changes.Inc()
 	}
