@@ -166,13 +166,19 @@ func newLargeCluster(t testing.TB, ctx context.Context) (*kube.Cluster, kubernet
 // kubernetesPolicy is pool "chat" discovering Service vllm in namespace
 // llm.
 func kubernetesPolicy(xdsAddr, adminAddr, kubeconfig string) string {
+	return kubernetesPolicyFor(xdsAddr, adminAddr, "vllm", kubeconfig)
+}
+
+// kubernetesPolicyFor is pool "chat" discovering a Service of namespace
+// llm.
+func kubernetesPolicyFor(xdsAddr, adminAddr, service, kubeconfig string) string {
 	return policyTextWith(xdsAddr, adminAddr, nil, fmt.Sprintf(`  kubernetes {
     namespace  = "llm"
-    service    = "vllm"
+    service    = %q
     port       = "http"
     kubeconfig = %q
   }
-`, kubeconfig))
+`, service, kubeconfig))
 }
 
 // A 1,000-pod Service over ten EndpointSlices: kvxds serves every pod to

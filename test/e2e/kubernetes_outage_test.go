@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvxds/kvxds/test/kube"
@@ -44,27 +42,11 @@ func TestKubernetesAPIServerOutage(t *testing.T) {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "llm"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p := &pods{t: t, ctx: ctx, client: kc, net: newPodNet(t, 41, 5), byName: map[string]*backend{},
-		slice: &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: "vllm-x1", Namespace: "llm", Labels: map[string]string{discoveryv1.LabelServiceName: "vllm"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8000))}},
-		}}
-	names := make([]string, 5)
-	for i := range names {
-		names[i] = fmt.Sprintf("vllm-%d", i)
-		p.start(names[i], i)
-	}
+	p, names := newPods(t, ctx, kc, "vllm", 41, 5)
 	p.publish(names[:4])
 
 	path, xdsAddr, adminAddr := policyFile(t)
-	writeAtomic(t, path, policyTextWith(xdsAddr, adminAddr, nil, fmt.Sprintf(`  kubernetes {
-    namespace  = "llm"
-    service    = "vllm"
-    port       = "http"
-    kubeconfig = %q
-  }
-`, cluster.Kubeconfig(t))))
+	writeAtomic(t, path, kubernetesPolicy(xdsAddr, adminAddr, cluster.Kubeconfig(t)))
 	k := startInProcess(t, path, xdsAddr, adminAddr)
 	defer k.stop()
 

@@ -132,6 +132,25 @@ type pods struct {
 	byName map[string]*backend
 }
 
+// newPods serves n pods vllm-0, vllm-1, ... of Service service
+// (namespace llm) in pod network subnet, which keeps two more addresses
+// for pods re-created elsewhere; publish lists them.
+func newPods(t *testing.T, ctx context.Context, client kubernetes.Interface, service string, subnet, n int) (*pods, []string) {
+	t.Helper()
+	p := &pods{t: t, ctx: ctx, client: client, net: newPodNet(t, subnet, n+2), byName: map[string]*backend{},
+		slice: &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: service + "-x1", Namespace: "llm", Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8000))}},
+		}}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("vllm-%d", i)
+		p.start(names[i], i)
+	}
+	return p, names
+}
+
 // start serves a replica called name on the pod network's address i.
 func (p *pods) start(name string, i int) *backend {
 	b := serveBackend(p.t, p.net.listen(p.t, p.net.addr(i)+":8000"), name)
@@ -188,27 +207,11 @@ func TestKubernetesRouting(t *testing.T) {
 			if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatal(err)
 			}
-			p := &pods{t: t, ctx: ctx, client: client, net: newPodNet(t, 10+i, 10), byName: map[string]*backend{},
-				slice: &discoveryv1.EndpointSlice{
-					ObjectMeta:  metav1.ObjectMeta{Name: "vllm-" + dp.name, Namespace: "llm", Labels: map[string]string{discoveryv1.LabelServiceName: "vllm-" + dp.name}},
-					AddressType: discoveryv1.AddressTypeIPv4,
-					Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8000))}},
-				}}
-			names := make([]string, 8)
-			for j := range names {
-				names[j] = fmt.Sprintf("vllm-%d", j)
-				p.start(names[j], j)
-			}
+			p, names := newPods(t, ctx, client, "vllm-"+dp.name, 10+i, 8)
 			p.publish(names[:4])
 
 			path, xdsAddr, adminAddr := policyFile(t)
-			writeAtomic(t, path, policyTextWith(xdsAddr, adminAddr, nil, fmt.Sprintf(`  kubernetes {
-    namespace  = "llm"
-    service    = "vllm-%s"
-    port       = "http"
-    kubeconfig = %q
-  }
-`, dp.name, cluster.Kubeconfig(t))))
+			writeAtomic(t, path, kubernetesPolicyFor(xdsAddr, adminAddr, "vllm-"+dp.name, cluster.Kubeconfig(t)))
 			k := startInProcess(t, path, xdsAddr, adminAddr)
 			defer k.stop()
 			// grpc-go places pods by name (hash_key), grpc-js by address.

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -313,6 +314,9 @@ func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 	old := c.reconcile.Policy()
 	if old != nil && p != old && (p.XDSAddress != old.XDSAddress || p.AdminAddress != old.AdminAddress) {
 		c.log.Warn("xds/admin address changes take effect on restart", "xds", p.XDSAddress, "admin", p.AdminAddress)
+	}
+	if p != c.initial && !reflect.DeepEqual(p.HA, c.initial.HA) {
+		c.log.Warn("ha block changes take effect on restart", "ha", p.HA.String(), "in force", c.initial.HA.String())
 	}
 	if err := c.reconcile.Apply(ctx, p); err != nil {
 		return err
