@@ -2,7 +2,7 @@ GO ?= go
 BIN := bin/kvxds
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: run build test vet fmt e2e-deps kube-deps bench microbench clusterbench demo golden clean
+.PHONY: run build test vet fmt e2e-deps kube-deps bench microbench clusterbench adsbench demo golden clean
 
 # kvxds alone on the example policy.
 run:
@@ -48,16 +48,32 @@ clusterbench: kube-deps
 	$(GO) test -run '^$$' -bench 'EndpointSliceToClient|KubernetesFootprint' -benchtime 1x -timeout 30m ./test/e2e/
 	$(GO) test -run '^$$' -bench 'HAFailover' -benchtime 10x -timeout 30m ./test/e2e/
 
+# Push latency to Envoy-like ADS streams (state of the world and delta):
+# kvxds's binary on a 100-replica pool of simulated engines, changed by a
+# policy rewrite and by one engine's queue, next to a bare go-control-plane
+# server; detection, fan-out p50/p99/last, missed updates and memory per
+# stream, and a CPU and heap profile of kvxds at 5,000 streams. Stream
+# counts the file descriptor limit cannot hold are skipped. Table and
+# profiles in bench-out/adsload/.
+ADSBENCH_STREAMS ?= 1000,5000,10000
+
+adsbench: build
+	$(GO) build -o bin/kvxds-adsload ./cmd/kvxds-adsload
+	./bin/kvxds-adsload bench --kvxds $(BIN) --streams $(ADSBENCH_STREAMS) --delta both --repeats 10 --profile-streams 5000 --out bench-out/adsload
+
 # Chat on 8 simulated replicas: round robin, then kvxds, and the offline
 # upper bound; prints the comparison table and where the charts are.
+# While it runs, each mode's kvxds shows its status page on DEMO_ADMIN.
+DEMO_ADMIN ?= 127.0.0.1:19100
 demo:
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
-	./bin/kvxds-bench --workload chat --modes round_robin,kvxds,upper-bound --replicas 8 --out bench-out/demo
+	./bin/kvxds-bench --workload chat --modes round_robin,kvxds,upper-bound --replicas 8 --admin $(DEMO_ADMIN) --out bench-out/demo
 
-# The micro-benchmarks, then every workload under every routing mode
-# (8 replicas, 70% load; results in bench-out/), and the rolling restart
-# under round robin and kvxds where it can run (root, iproute2, kube-deps).
-bench: microbench clusterbench
+# The micro-benchmarks, the cluster and ADS push benchmarks, then every
+# workload under every routing mode (8 replicas, 70% load; results in
+# bench-out/), and the rolling restart under round robin and kvxds where it
+# can run (root, iproute2, kube-deps).
+bench: microbench clusterbench adsbench
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
 

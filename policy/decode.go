@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,10 +35,12 @@ type fileSpec struct {
 	Pools []poolSpec   `hcl:"pool,block"`
 }
 
-// serverSpec is an xds or admin block.
+// serverSpec is an xds or admin block; the rest of it is decoded by
+// xdsServer and adminServer (servers.go).
 type serverSpec struct {
 	DefRange hcl.Range      `hcl:",def_range"`
 	Address  *hcl.Attribute `hcl:"address,optional"`
+	Rest     hcl.Body       `hcl:",remain"`
 }
 
 // poolSpec is a pool block. port is required, but checked by hand so that
@@ -58,6 +61,7 @@ type poolSpec struct {
 	Metrics       []metricsSpec    `hcl:"metrics,block"`
 	Escape        []escapeSpec     `hcl:"escape,block"`
 	Weights       []weightsSpec    `hcl:"weights,block"`
+	Mesh          []meshSpec       `hcl:"mesh,block"`
 }
 
 type hashSpec struct {
@@ -69,6 +73,7 @@ type hashSpec struct {
 	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
 	Keyless       *hcl.Attribute `hcl:"keyless,optional"`
 	GRPCRingCap   *hcl.Attribute `hcl:"grpc_ring_cap,optional"`
+	MaxBodyBytes  *hcl.Attribute `hcl:"max_body_bytes,optional"`
 	Keys          []keySpec      `hcl:"key,block"`
 }
 
@@ -79,6 +84,8 @@ type keySpec struct {
 	Header         *hcl.Attribute `hcl:"header,optional"`
 	Cookie         *hcl.Attribute `hcl:"cookie,optional"`
 	QueryParameter *hcl.Attribute `hcl:"query_parameter,optional"`
+	JSONField      *hcl.Attribute `hcl:"json_field,optional"`
+	PromptPrefix   *hcl.Attribute `hcl:"prompt_prefix,optional"`
 }
 
 type staticSpec struct {
@@ -152,8 +159,10 @@ type weightsSpec struct {
 // only track validity where a later check depends on it.
 type decoder struct {
 	diags hcl.Diagnostics
+	dir   string // the policy file's directory, for relative paths
 
 	poolNames map[string]hcl.Range // pool name -> label of its first definition
+	meshNames map[string]meshName  // mesh cluster name -> its pool (mesh.go)
 	listeners []listener
 }
 
@@ -205,11 +214,13 @@ func (d *decoder) policy(body hcl.Body) *Policy {
 	for i := range spec.Admin {
 		d.server("admin", &spec.Admin[i], admin)
 	}
+	p.XDS, p.Admin = d.xdsServer(spec.XDS), d.adminServer(spec.Admin)
 	p.HA = d.ha(spec.HA)
 	for i := range spec.Pools {
 		p.Pools = append(p.Pools, d.pool(&spec.Pools[i]))
 	}
 	d.checkServerClash(xds, admin)
+	d.checkMeshNames()
 	slices.SortFunc(p.Pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
 	return p
 }
@@ -430,6 +441,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	if len(spec.Metrics) == 0 && len(spec.Weights) > 0 {
 		noEffect("weights", spec.Weights[0].DefRange)
 	}
+	d.poolMesh(spec, &pool)
 	return pool
 }
 
@@ -571,6 +583,7 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 	}
 
 	h.Keys = d.keys(spec)
+	d.bodyKeys(spec, &h)
 	return h
 }
 
@@ -608,10 +621,10 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 	var keys []HashKey
 	seen := map[HashKey]hcl.Range{}
 	for _, kb := range hash.Keys {
-		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter)
+		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter, kb.JSONField, kb.PromptPrefix)
 		if len(set) == 0 {
 			d.errorf(kb.DefRange, "Empty hash key",
-				`A key block needs exactly one of header, cookie or query_parameter, as in key { header = "x-session-id" }.`)
+				`A key block needs exactly one of header, cookie, query_parameter, json_field or prompt_prefix, as in key { header = "x-session-id" }.`)
 			continue
 		}
 		for _, a := range set[1:] {
@@ -620,6 +633,12 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 				set[0].Name, set[0].Range.Start.Line, a.Name)
 		}
 		a := set[0]
+		if a == kb.PromptPrefix {
+			if k, good := d.promptPrefix(a); good && d.uniqueKey(seen, k, a, fmt.Sprint(k.PromptPrefix)) && len(set) == 1 {
+				keys = append(keys, k)
+			}
+			continue
+		}
 		s, good := d.str(a.Name, a.Expr)
 		if !good {
 			continue
@@ -629,7 +648,11 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 		switch a {
 		case kb.Header:
 			s = strings.ToLower(s)
-			k.Header, err = checkHeaderName(s)
+			if k.Header, err = checkHeaderName(s); err == nil {
+				err = checkNotGenerated(s)
+			}
+		case kb.JSONField:
+			k.JSONField, err = checkJSONField(s)
 		case kb.Cookie:
 			k.Cookie, err = checkCookieName(s)
 		case kb.QueryParameter:
@@ -639,12 +662,9 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 			d.errorf(a.Expr.Range(), "Invalid hash key", "%s.", err)
 			continue
 		}
-		if prev, dup := seen[k]; dup {
-			d.errorf(a.Expr.Range(), "Duplicate hash key",
-				"%s %q is already a key at line %d; remove one of them.", a.Name, s, prev.Start.Line)
+		if !d.uniqueKey(seen, k, a, strconv.Quote(s)) {
 			continue
 		}
-		seen[k] = a.Expr.Range()
 		if len(set) == 1 {
 			keys = append(keys, k)
 		}

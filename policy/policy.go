@@ -19,6 +19,9 @@
 //	    grpc_ring_cap  = 4096     # gRPC clients' ring size cap, if raised on them
 //	    key { header = "x-session-id" } # tried in order; first present wins
 //	    key { cookie = "session" }
+//	    key { json_field = "metadata.conversation_id" } # JSON body (Envoy only)
+//	    key { prompt_prefix = 4096 } # first bytes of the prompt (Envoy only)
+//	    max_body_bytes = 4194304     # DefaultMaxBodyBytes; body keys only
 //	  }
 //	  static {
 //	    endpoints = ["127.0.0.1:8001"]
@@ -92,6 +95,39 @@
 //
 //	ha { follow = "http://10.0.0.5:19000" } # that instance's admin address
 //
+// A pool's mesh block (mesh.go, at most one) also serves its endpoints
+// under the name of a cluster another control plane defines, for a mesh
+// that keeps its control plane (EDS only; kvxds recipe prints the rest):
+//
+//	mesh {
+//	  eds_cluster_name = "outbound|8000||vllm.llm.svc.cluster.local" # required; no pool's name
+//	  istio_mtls       = true # endpoints carry tlsMode = "istio"; default false
+//	}
+//
+// The xds and admin blocks also say how their servers treat clients
+// (servers.go, tls.go; file paths are relative to the policy file):
+//
+//	xds {
+//	  address                     = "0.0.0.0:18000"
+//	  max_streams_per_address     = 1000  # DefaultMaxStreamsPerAddress; 0 = no cap
+//	  keepalive_time              = "30s" # DefaultKeepaliveTime; at least 1s
+//	  keepalive_timeout           = "10s" # DefaultKeepaliveTimeout; at least 1s
+//	  keepalive_min_ping_interval = "5s"  # DefaultKeepaliveMinPingInterval; at least 1s
+//	  tls {                               # no tls block: plaintext
+//	    cert_file      = "tls/tls.crt"
+//	    key_file       = "tls/tls.key"
+//	    client_ca_file = "tls/ca.crt"     # optional: clients must present a certificate of this CA
+//	  }
+//	}
+//	admin {
+//	  address    = "0.0.0.0:19000"
+//	  token_file = "admin-token"  # bearer token for everything but /healthz and /readyz
+//	  tls {
+//	    cert_file = "tls/tls.crt"
+//	    key_file  = "tls/tls.key"
+//	  }
+//	}
+//
 // A setting left unset never conflicts with one that is set: where its
 // default would, it follows the set one as above, so that only settings
 // written in the file can be reported as inconsistent, at the one that
@@ -129,6 +165,7 @@ package policy
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -257,6 +294,9 @@ type Policy struct {
 	XDSAddress string
 	// AdminAddress is where kvxds serves metrics and health (host:port).
 	AdminAddress string
+	// XDS and Admin are the servers' other settings (servers.go).
+	XDS   XDSServer
+	Admin AdminServer
 	// HA, if set, is how this instance agrees on decisions with others.
 	HA *HA
 	// Pools are sorted by Name.
@@ -299,6 +339,9 @@ type Pool struct {
 	// file says nothing; they only take effect with Metrics.
 	Escape  Escape
 	Weights Weights
+	// Mesh, if set, also serves the pool's endpoints under a mesh's own
+	// cluster name (mesh.go); nil for none.
+	Mesh *Mesh
 }
 
 // Metrics is how a pool's replicas are scraped for load signals.
@@ -397,12 +440,24 @@ type Hash struct {
 	// KeylessRoundRobin (DefaultKeyless), KeylessLeastRequest, or
 	// KeylessRandom (they stay on the hash table with a random hash).
 	Keyless string
+	// MaxBodyBytes is the longest request body Envoy buffers to compute
+	// body keys (json_field, prompt_prefix); a longer one, or one of
+	// unknown length, goes on without them. DefaultMaxBodyBytes when the
+	// chain has body keys, zero otherwise.
+	MaxBodyBytes int
 }
 
 // HashKey is one source of a request's hash key. Exactly one field is set;
-// Header is lower-cased.
+// Header is lower-cased. JSONField and PromptPrefix read the JSON request
+// body (Envoy only; see bodykeys.go).
 type HashKey struct {
 	Header, Cookie, QueryParameter string
+	// JSONField is a dot path of object keys to a string field of the
+	// body, as in "metadata.conversation_id".
+	JSONField string
+	// PromptPrefix is a number of bytes of the prompt: the raw JSON text
+	// of the body's top-level "messages" (else "prompt") value.
+	PromptPrefix int
 }
 
 // StaticEndpoint is one replica listed in the policy file.
@@ -427,7 +482,7 @@ func Parse(src []byte, filename string) (*Policy, hcl.Diagnostics) {
 		// confuse; the syntax errors are what needs fixing first.
 		return nil, sortDiagnostics(diags)
 	}
-	d := &decoder{}
+	d := &decoder{dir: filepath.Dir(filename)}
 	p := d.policy(file.Body)
 	diags = sortDiagnostics(append(diags, d.diags...))
 	if diags.HasErrors() {

@@ -311,6 +311,9 @@ func TestDecodedValues(t *testing.T) {
 				t.Fatalf("unexpected diagnostics:\n%s", Format(diags))
 			}
 			tt.want.Filename = file
+			if tt.want.XDS == (XDSServer{}) {
+				tt.want.XDS = DefaultXDSServer()
+			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
@@ -323,7 +326,7 @@ func TestParseEmpty(t *testing.T) {
 	if len(diags) > 0 {
 		t.Fatalf("unexpected diagnostics:\n%s", Format(diags))
 	}
-	want := &Policy{Filename: "empty.hcl", XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress}
+	want := &Policy{Filename: "empty.hcl", XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress, XDS: DefaultXDSServer()}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got %+v, want %+v", p, want)
 	}

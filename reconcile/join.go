@@ -59,10 +59,15 @@ func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[s
 				BalanceFactor: pp.Hash.BalanceFactor,
 				Keyless:       fleet.Balancer(pp.Hash.Keyless),
 				GRPCRingCap:   pp.Hash.GRPCRingCap,
+				MaxBodyBytes:  pp.Hash.MaxBodyBytes,
 			},
 		}
+		if m := pp.Mesh; m != nil {
+			fp.Mesh = &fleet.Mesh{ClusterName: m.EDSClusterName, IstioMTLS: m.IstioMTLS}
+		}
 		for _, k := range pp.Hash.Keys {
-			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter})
+			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,
+				JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
 		}
 		dec := decisions[pp.Name]
 		for _, t := range targets[pp.Name] {

@@ -92,6 +92,7 @@ func buildPools(in *statusInput) []status.Pool {
 		}
 		if scraped {
 			sp.Escapes1h, sp.WeightMoves1h, sp.Fallback = view.Escapes, view.WeightMoves, view.Fallback
+			sp.RecentDecisions = recentDecisions(view.Changes)
 		}
 		dec, sources, since, shares := in.decisions[fp.Name], in.sources[fp.Name], in.since[fp.Name], in.shares[fp.Name]
 		var queries, hits, gaugeSum, qSum, qMax float64
@@ -182,6 +183,29 @@ func fillSignals(rep *status.Replica, rv *weights.ReplicaView) {
 	rep.TTFTP50 = status.Number(w.TTFTP50)
 	rep.TTFTP95 = status.Number(w.TTFTP95)
 	rep.PreemptionRate = status.Number(w.PreemptionRate)
+	if len(rv.Trend) > 0 {
+		tr := &status.Trend{StepSeconds: weights.TrendStep.Seconds(), Points: make([]status.TrendPoint, len(rv.Trend))}
+		for i, p := range rv.Trend {
+			tr.Points[i] = status.TrendPoint{Time: p.Time, QueueDepth: status.Number(p.QueueDepth),
+				HitRate: status.Number(p.HitRate), TTFTP95: status.Number(p.TTFTP95)}
+		}
+		rep.Trend = tr
+	}
+}
+
+// recentDecisions names the scraping runner's changes as the status
+// does.
+func recentDecisions(cs []weights.Change) []status.Decision {
+	if len(cs) == 0 {
+		return nil
+	}
+	kinds := map[string]string{weights.ChangeEscape: status.Escape, weights.ChangeReturn: status.Return, weights.ChangeWeight: status.WeightMove}
+	out := make([]status.Decision, len(cs))
+	for i, c := range cs {
+		out[i] = status.Decision{Time: c.Time, Replica: c.Replica, Kind: kinds[c.Kind],
+			FromMultiplier: c.From, ToMultiplier: c.To, Reason: c.Reason}
+	}
+	return out
 }
 
 // replicaHealth is a replica's health as the status names it: what the

@@ -110,9 +110,16 @@ pool "batch" {
 			Window: h.Window(), LastScrape: statusT0, LastError: lastErr}
 		return rv
 	}
+	// Replica 1's trend: the same two pages, a step apart.
+	var tr1 weights.Trend
+	tr1.Add(statusT0.Add(-time.Minute), &before)
+	tr1.Add(statusT0, &after)
 	refused := &weights.ScrapeError{Kind: weights.FailRefused, Err: errors.New("dial tcp 10.0.0.3:8000: connect: connection refused")}
-	views := map[string]weights.PoolView{"chat": {Escapes: 1, WeightMoves: 4, Replicas: map[string]weights.ReplicaView{
-		"10.0.0.1:8000": view(decisions["chat"]["10.0.0.1:8000"], h1, nil, ""),
+	views := map[string]weights.PoolView{"chat": {Escapes: 1, WeightMoves: 4, Changes: []weights.Change{
+		{Time: statusT0.Add(-time.Minute), Replica: "10.0.0.2:8000", Kind: weights.ChangeEscape, From: 2, To: 2, Reason: "queue depth 12 ≥ 8"},
+		{Time: statusT0.Add(-5 * time.Minute), Replica: "10.0.0.1:8000", Kind: weights.ChangeWeight, From: 3, To: 4, Reason: "free capacity: queue depth 3 of 8"},
+	}, Replicas: map[string]weights.ReplicaView{
+		"10.0.0.1:8000": withTrend(view(decisions["chat"]["10.0.0.1:8000"], h1, nil, ""), tr1.Points(statusT0)),
 		"10.0.0.2:8000": view(decisions["chat"]["10.0.0.2:8000"], h2, nil, "queue depth 12 ≥ 8"),
 		"10.0.0.3:8000": view(decisions["chat"]["10.0.0.3:8000"], h3, refused, "metrics older than 10s"),
 		"10.0.0.4:8000": view(decisions["chat"]["10.0.0.4:8000"], h4, nil, ""),
@@ -135,7 +142,13 @@ pool "batch" {
 	}
 }
 
-// GET /api/v1/status for a fixed fleet, through a real HTTP server.
+func withTrend(rv weights.ReplicaView, pts []weights.TrendPoint) weights.ReplicaView {
+	rv.Trend = pts
+	return rv
+}
+
+// GET /api/v1/status?trend=1 for a fixed fleet, through a real HTTP
+// server; without trend=1 the same body carries no trend.
 // Regenerate with go test -update.
 func TestStatusGolden(t *testing.T) {
 	in := fixedStatusInput(t)
@@ -154,17 +167,28 @@ func TestStatusGolden(t *testing.T) {
 	}
 	srv := httptest.NewServer(status.Handler(func() status.Status { return st }))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + status.Path)
-	if err != nil {
+	get := func(query string) []byte {
+		resp, err := http.Get(srv.URL + status.Path + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q", ct)
+		}
+		return body
+	}
+	got := get("?trend=1")
+	var without bytes.Buffer
+	if err := status.Write(&without, status.WithoutTrends(st)); err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	got, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type %q", ct)
+	if plain := get(""); !bytes.Equal(plain, without.Bytes()) || bytes.Contains(plain, []byte("trend_15m")) || !bytes.Contains(got, []byte("trend_15m")) {
+		t.Errorf("the trend is not in the body exactly when asked for:\n%s", plain)
 	}
 	golden := "testdata/status/status.json"
 	if *update {
@@ -205,6 +229,21 @@ func TestStatusGolden(t *testing.T) {
 	}
 	if math.Abs(shares-1) > 1e-9 {
 		t.Errorf("table shares sum to %v, want 1", shares)
+	}
+	// Replica 1's trend: a step with the first page's queue only, then
+	// one with the minute's hit rate, 16,000 hits of 20,000 lookups.
+	var r1 status.Replica
+	for _, r := range chat.Replicas {
+		if r.ID == "10.0.0.1:8000" {
+			r1 = r
+		}
+	}
+	if tr := r1.Trend; tr == nil || tr.StepSeconds != weights.TrendStep.Seconds() || len(tr.Points) != 2 ||
+		tr.Points[0].HitRate != nil || *tr.Points[0].QueueDepth != 3 || math.Abs(*tr.Points[1].HitRate-0.8) > 1e-12 {
+		t.Errorf("replica 1's trend %+v", r1.Trend)
+	}
+	if d := chat.RecentDecisions; len(d) != 2 || d[0].Kind != status.Escape || d[1].Kind != status.WeightMove || d[1].ToMultiplier != 4 {
+		t.Errorf("recent decisions %+v", d)
 	}
 }
 

@@ -38,7 +38,9 @@ const Path = "/api/v1/status"
 //	      "preemption_rate": 0,
 //	      "last_scrape": {"time": "2025-07-01T11:59:59Z", "ok": true}
 //	    }],
-//	    "balance": 1.4, "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false
+//	    "balance": 1.4, "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false,
+//	    "recent_decisions": [{"time": "2025-07-01T11:59:40Z", "replica": "10.0.0.7:8000", "kind": "escape",
+//	      "from_multiplier": 2, "to_multiplier": 2, "reason": "queue depth 9 ≥ 8"}]
 //	  }],
 //	  "served": {"envoy": {"cds": "…", "eds": "…", "lds": "…", "rds": "…"}, "grpc": {…}, "grpc-js": {…}},
 //	  "data_planes": [{
@@ -47,6 +49,10 @@ const Path = "/api/v1/status"
 //	    "last_nack": {"type": "cds", "version": "…", "message": "…", "time": "…"}
 //	  }]
 //	}
+//
+// With ?trend=1 each scraped replica also carries its last 15 minutes in
+// 15-second steps: "trend_15m": {"step_seconds": 15, "points": [{"time":
+// "…", "queue_depth": 6, "hit_rate": 0.83, "ttft_p95_seconds": 0.4}, …]}.
 //
 // Rates and percentiles ("_1m") cover the last minute of scrapes;
 // counters that go down (an engine restart) are rebased, not counted as
@@ -135,6 +141,31 @@ type Pool struct {
 	// out (pure affinity).
 	Fallback bool `json:"fallback,omitempty"`
 	Hotspot  bool `json:"hotspot"`
+	// RecentDecisions are the latest changes this instance decided for
+	// the pool's replicas while leading (at most 32, within the last
+	// hour), newest first.
+	RecentDecisions []Decision `json:"recent_decisions,omitempty"`
+}
+
+// Kinds of Decision.
+const (
+	Escape     = "escape" // out of the hash table for saturation
+	Return     = "return" // back in after saturation
+	WeightMove = "weight" // weight multiplier moved
+)
+
+// Decision is one change kvxds decided for a replica.
+type Decision struct {
+	Time    time.Time `json:"time"`
+	Replica string    `json:"replica"`
+	Kind    string    `json:"kind"` // escape, return, weight
+	// FromMultiplier and ToMultiplier are the replica's weight
+	// multiplier before and after.
+	FromMultiplier uint32 `json:"from_multiplier,omitempty"`
+	ToMultiplier   uint32 `json:"to_multiplier,omitempty"`
+	// Reason is what the decision followed: the threshold crossed, the
+	// calm run, the free capacity.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Health values of a Replica.
@@ -186,6 +217,27 @@ type Replica struct {
 	// HitRateTotal is the engine's hit rate since it started.
 	HitRateTotal *float64 `json:"hit_rate_total,omitempty"`
 	LastScrape   *Scrape  `json:"last_scrape,omitempty"`
+	// Trend is the last 15 minutes of the replica's queue, hit rate and
+	// TTFT in 15-second steps. The JSON carries it only when asked for
+	// (GET /api/v1/status?trend=1): at 1,000 replicas it would triple
+	// the body.
+	Trend *Trend `json:"trend_15m,omitempty"`
+}
+
+// Trend is a replica's recent past in fixed steps, oldest first. A step
+// without good scrapes has no point.
+type Trend struct {
+	StepSeconds float64      `json:"step_seconds"`
+	Points      []TrendPoint `json:"points"`
+}
+
+// TrendPoint is one step of a Trend, starting at Time; the last may
+// cover less than a step.
+type TrendPoint struct {
+	Time       time.Time `json:"time"`
+	QueueDepth *float64  `json:"queue_depth,omitempty"` // mean of the step's scrapes
+	HitRate    *float64  `json:"hit_rate,omitempty"`
+	TTFTP95    *float64  `json:"ttft_p95_seconds,omitempty"`
 }
 
 // Locality places a replica.
@@ -245,11 +297,32 @@ func Write(w io.Writer, s Status) error {
 	return enc.Encode(s)
 }
 
-// Handler serves the status that build returns, as indented JSON.
+// Handler serves the status that build returns, as indented JSON,
+// with each replica's trend only if the query asks for it (trend=1).
 func Handler(build func() Status) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		Write(w, build())
+		st := build()
+		if r.URL.Query().Get("trend") != "1" {
+			st = WithoutTrends(st)
+		}
+		Write(w, st)
 	})
+}
+
+// WithoutTrends returns s without its replicas' trends; s is unchanged.
+func WithoutTrends(s Status) Status {
+	pools := make([]Pool, len(s.Pools))
+	for i, p := range s.Pools {
+		reps := make([]Replica, len(p.Replicas))
+		for j, rep := range p.Replicas {
+			rep.Trend = nil
+			reps[j] = rep
+		}
+		p.Replicas = reps
+		pools[i] = p
+	}
+	s.Pools = pools
+	return s
 }

@@ -216,6 +216,7 @@ type poolRunner struct {
 	replicas map[string]*replicaRecord
 	fallback bool
 	events   eventLog
+	changes  []Change // oldest first, at most MaxChanges
 }
 
 func (p *poolRunner) stop() {

@@ -3,6 +3,8 @@ package weights
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -23,6 +25,9 @@ type ReplicaView struct {
 	LastGood time.Time
 	// Window covers the last HistoryWindow of good scrapes.
 	Window Window
+	// Trend covers the last TrendWindow of good scrapes in TrendStep
+	// steps, oldest first.
+	Trend []TrendPoint
 }
 
 // PoolView is what a Runner knows of one pool.
@@ -34,7 +39,32 @@ type PoolView struct {
 	// WeightMoves weight changes (each moves hash keys), as of the
 	// Runner's clock.
 	Escapes, WeightMoves int
-	Replicas             map[string]ReplicaView
+	// Changes are the latest decisions that changed a replica (at most
+	// MaxChanges, within the last hour), newest first.
+	Changes  []Change
+	Replicas map[string]ReplicaView
+}
+
+// Kinds of Change.
+const (
+	ChangeEscape = "escape" // out of the hash table for saturation
+	ChangeReturn = "return" // back in after saturation
+	ChangeWeight = "weight" // weight multiplier moved
+)
+
+// MaxChanges bounds the changes a Runner keeps per pool.
+const MaxChanges = 32
+
+// Change is one decision a Runner changed for one replica.
+type Change struct {
+	Time    time.Time
+	Replica string
+	Kind    string // ChangeEscape, ChangeReturn or ChangeWeight
+	// From and To are the weight multipliers before and after.
+	From, To uint32
+	// Reason says what the decision followed: the threshold crossed, the
+	// calm run, the free capacity.
+	Reason string
 }
 
 // View returns what the Runner knows of every pool it scrapes.
@@ -56,6 +86,7 @@ type replicaRecord struct {
 	lastErr    error
 	reason     string // why it saturated, set when it does
 	hist       *History
+	trend      Trend
 }
 
 // observe records a cycle's observations and decisions for View. It runs
@@ -86,25 +117,66 @@ func (p *poolRunner) observe(ids []string, obs []Observation, res Result, now ti
 		}
 		if o.Err == nil {
 			rec.hist.Add(o.Time, &o.Signals)
+			rec.trend.Add(o.Time, &o.Signals)
 		}
 	}
 	escapes, moves := 0, 0
-	for id, d := range res.Decisions {
+	cfg := &p.spec.Config
+	for _, id := range slices.Sorted(maps.Keys(res.Decisions)) {
+		d := res.Decisions[id]
 		prev, had := p.decisions[id]
 		rec := p.replicas[id]
-		if d.Health == Saturated && (!had || prev.Health != Saturated) {
+		sig := nanSignals()
+		if rec != nil {
+			sig, _ = rec.hist.Latest()
+		}
+		switch {
+		case d.Health == Saturated && (!had || prev.Health != Saturated):
 			escapes++
+			reason := saturationReason(cfg, &sig)
 			if rec != nil {
-				sig, _ := rec.hist.Latest()
-				rec.reason = saturationReason(&p.spec.Config, &sig)
+				rec.reason = reason
 			}
+			p.addChange(Change{Time: now, Replica: id, Kind: ChangeEscape, From: prev.Weight, To: d.Weight, Reason: reason})
+		case had && prev.Health == Saturated && d.Health != Saturated:
+			reason := fmt.Sprintf("calm for %s: queue depth below %g and KV occupancy below %.2f", cfg.Hold, cfg.ResumeQueueDepth, cfg.ResumeKVOccupancy)
+			if res.Fallback {
+				reason = fmt.Sprintf("too many replicas saturated (more than %g of the pool): pure affinity", cfg.MaxSaturatedFraction)
+			}
+			p.addChange(Change{Time: now, Replica: id, Kind: ChangeReturn, From: prev.Weight, To: d.Weight, Reason: reason})
 		}
 		if had && prev.Weight != d.Weight {
 			moves++
+			p.addChange(Change{Time: now, Replica: id, Kind: ChangeWeight, From: prev.Weight, To: d.Weight, Reason: freeCapacityReason(cfg, &sig)})
 		}
 	}
 	p.fallback = res.Fallback
 	p.events.add(now, escapes, moves)
+}
+
+// addChange records a change, keeping the latest MaxChanges. The caller
+// holds mu.
+func (p *poolRunner) addChange(c Change) {
+	if len(p.changes) == MaxChanges {
+		copy(p.changes, p.changes[1:])
+		p.changes = p.changes[:MaxChanges-1]
+	}
+	p.changes = append(p.changes, c)
+}
+
+// freeCapacityReason names the signals a weight follows.
+func freeCapacityReason(cfg *Config, s *Signals) string {
+	var parts []string
+	if q, ok := usable(s.QueueDepth); ok {
+		parts = append(parts, fmt.Sprintf("queue depth %g of %g", q, cfg.MaxQueueDepth))
+	}
+	if kv, ok := usable(s.KVOccupancy); ok {
+		parts = append(parts, fmt.Sprintf("KV occupancy %.2f of %.2f", kv, cfg.MaxKVOccupancy))
+	}
+	if len(parts) == 0 {
+		return "free capacity"
+	}
+	return "free capacity: " + strings.Join(parts, ", ")
 }
 
 // saturationReason names the threshold a replica's signals crossed.
@@ -123,6 +195,11 @@ func (p *poolRunner) view(now time.Time) PoolView {
 	defer p.mu.Unlock()
 	v := PoolView{Fallback: p.fallback, Replicas: make(map[string]ReplicaView, len(p.ids))}
 	v.Escapes, v.WeightMoves = p.events.sum(now)
+	for i := len(p.changes) - 1; i >= 0; i-- {
+		if c := p.changes[i]; now.Sub(c.Time) <= time.Hour {
+			v.Changes = append(v.Changes, c)
+		}
+	}
 	for _, id := range p.ids {
 		rv := ReplicaView{Signals: nanSignals()}
 		rv.Decision, rv.HasDecision = p.decisions[id]
@@ -130,6 +207,7 @@ func (p *poolRunner) view(now time.Time) PoolView {
 			rv.LastScrape, rv.LastError = rec.lastScrape, rec.lastErr
 			rv.Signals, rv.LastGood = rec.hist.Latest()
 			rv.Window = rec.hist.Window()
+			rv.Trend = rec.trend.Points(now)
 			if rv.Decision.Health == Saturated {
 				rv.Reason = rec.reason
 			}

@@ -8,6 +8,7 @@
 //	kvxds-bench --workload chat --modes round_robin,kvxds --replicas 4
 //	kvxds-bench --workload all            # every workload, every mode
 //	kvxds-bench --workload rolling        # rolling restarts (root, iproute2, make kube-deps)
+//	kvxds-bench --trace conversation_trace.jsonl --modes round_robin,kvxds,upper-bound  # a Mooncake trace
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,7 +66,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logLevel   = fs.String("log-level", "info", "level of kvxds's log in OUT/kvxds.log")
 		noProgress = fs.Bool("no-progress", false, "do not print the progress line")
 		variants   = fs.String("rolling-variants", "statefulset,deployment", "the rolling workload's rollouts: statefulset, deployment")
+		admin      = fs.String("admin", "127.0.0.1:0", "admin address (status page, /metrics) of the kvxds each live mode runs, reused mode after mode")
+		trace      = fs.String("trace", "", "replay this JSONL trace (Mooncake's FAST'25 format) instead of --workload, with the prompt_prefix key")
+		prefix     = fs.String("prefix-blocks", "1,4", "with --trace: the prompt_prefix lengths kvxds runs with, in 512-token trace blocks")
 		workloads  []string
+		prefixes   []int
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,6 +88,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		for _, w := range strings.Split(*wl, ",") {
 			workloads = append(workloads, strings.TrimSpace(w))
+		}
+	}
+	if *trace != "" {
+		for _, f := range strings.Split(*prefix, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("--prefix-blocks: %q is not a positive number of blocks", f)
+			}
+			prefixes = append(prefixes, n)
+		}
+		if *modes == "all" {
+			*modes = "round_robin,kvxds,upper-bound"
 		}
 	}
 	ms, err := bench.ParseModes(*modes)
@@ -128,6 +146,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Clients:        *clients,
 		EchoReplies:    *echo,
 		Rolling:        rolling,
+		AdminAddress:   *admin,
+		Trace:          *trace,
+		PrefixBlocks:   prefixes,
 		Out:            *out,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.LevelFromString(*logLevel),
 			Output: logFile, TimeFormat: "15:04:05.000"}),

@@ -4,8 +4,9 @@
 //	kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT]
 //	kvxds validate FILE...
 //	kvxds render [--grpc | --grpc-js] FILE
-//	kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta]
-//	kvxds status [--admin HOST:PORT] [--watch] [--json]
+//	kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]
+//	kvxds recipe istio|envoy-gateway|envoy POOL --policy FILE [--xds-address HOST:PORT] [--namespace NS] [--gateway NAME]
+//	kvxds status [--admin [https://]HOST:PORT] [--token-file FILE] [--tls-ca FILE] [--watch] [--json]
 //	kvxds version
 package main
 
@@ -46,7 +47,9 @@ Usage:
   kvxds validate FILE...
   kvxds render [--grpc | --grpc-js] FILE
   kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--cluster NAME] [--envoy-admin HOST:PORT]
-  kvxds status [--admin HOST:PORT] [--watch] [--json]
+                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]
+  kvxds recipe istio|envoy-gateway|envoy POOL --policy FILE [--xds-address HOST:PORT] [--namespace NS] [--gateway NAME]
+  kvxds status [--admin [https://]HOST:PORT] [--token-file FILE] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] [--watch] [--json]
   kvxds version
 
 Without --policy, serve runs the embedded example policy (examples/chat.hcl).
@@ -66,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bootstrapCmd(args[1:], stdout, stderr)
 	case "render":
 		return render(args[1:], stdout, stderr)
+	case "recipe":
+		return recipeCmd(args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
@@ -210,6 +215,10 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	delta := fs.Bool("delta", false, "Envoy: use incremental (delta) xDS")
 	cluster := fs.String("cluster", "", "node cluster (Envoy service cluster)")
 	envoyAdmin := fs.String("envoy-admin", "127.0.0.1:9901", "Envoy admin address")
+	tlsCA := fs.String("tls-ca", "", "reach kvxds over TLS: the CA file (PEM) that signed kvxds's certificate (the policy's xds tls block)")
+	tlsCert := fs.String("tls-cert", "", "with --tls-ca: the data plane's certificate file (PEM), for kvxds's client_ca_file")
+	tlsKey := fs.String("tls-key", "", "with --tls-cert: the data plane's private key file (PEM)")
+	tlsServerName := fs.String("tls-server-name", "", "with --tls-ca, Envoy only: the name kvxds's certificate holds (SNI and the name checked); default: the --xds hosts")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -220,6 +229,13 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	o := bootstrap.Options{NodeID: *node, NodeCluster: *cluster, XDSAddress: *xdsAddr, Delta: *delta, AdminAddress: *envoyAdmin}
 	if addrs := strings.Split(*xdsAddr, ","); len(addrs) > 1 {
 		o.XDSAddresses = addrs
+	}
+	switch {
+	case *tlsCA != "":
+		o.TLS = &bootstrap.TLS{CAFile: *tlsCA, CertFile: *tlsCert, KeyFile: *tlsKey, ServerName: *tlsServerName}
+	case *tlsCert != "" || *tlsKey != "" || *tlsServerName != "":
+		fmt.Fprintln(stderr, "kvxds bootstrap: --tls-cert, --tls-key and --tls-server-name need --tls-ca")
+		return 2
 	}
 	var out []byte
 	var err error

@@ -31,6 +31,11 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	admin := fs.String("admin", "127.0.0.1:19000", "kvxds admin address")
 	watch := fs.Bool("watch", false, "refresh every 2 s until interrupted")
 	raw := fs.Bool("json", false, "print the status as JSON, as GET "+status.Path+" returns it")
+	var access adminAccess
+	fs.StringVar(&access.tokenFile, "token-file", "", "file holding the admin token (admin token_file); default $"+adminTokenEnv)
+	fs.StringVar(&access.caFile, "tls-ca", "", "CA file (PEM) that signed the admin server's certificate (admin tls); implies https")
+	fs.StringVar(&access.certFile, "tls-cert", "", "client certificate file (PEM), if the admin tls block has a client_ca_file")
+	fs.StringVar(&access.keyFile, "tls-key", "", "client private key file (PEM), with --tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -40,14 +45,18 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	url := *admin
 	if !strings.Contains(url, "://") {
-		url = "http://" + url
+		url = access.scheme() + url
 	}
 	url = strings.TrimSuffix(url, "/") + status.Path
 	tty := isTerminal(stdout)
 	color := tty && os.Getenv("NO_COLOR") == ""
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	client := &http.Client{Timeout: 5 * time.Second}
+	client, err := access.client(5 * time.Second)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvxds status: %v\n", err)
+		return 2
+	}
 	for {
 		body, err := fetchStatus(ctx, client, url)
 		switch {

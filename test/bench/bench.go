@@ -191,6 +191,9 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 	if name == RollingName {
 		return runRollingWorkload(ctx, c)
 	}
+	if name == TraceName && c.Trace != "" {
+		return runTraceWorkload(ctx, c)
+	}
 	p, err := planWorkload(c, name)
 	if err != nil {
 		return nil, err

@@ -134,8 +134,18 @@ type Config struct {
 	// ScrapeInterval is kvxds's metrics interval (wall time) in
 	// KVXDSWeights mode. Default 250ms.
 	ScrapeInterval time.Duration
+	// AdminAddress is where each live mode's kvxds serves its admin
+	// endpoints and status page, one mode after another; default
+	// 127.0.0.1:0 (a free port per mode). Progress names the page.
+	AdminAddress string
 	// Escape configures KVXDSWeights; the zero value takes DefaultEscape.
 	Escape Escape
+	// Trace, if set, is a JSONL trace in Mooncake's format to replay
+	// instead of Workloads (see TraceName); PrefixBlocks are the
+	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
+	// Default 1 and 4.
+	Trace        string
+	PrefixBlocks []int
 	// Rolling configures the rolling workload; zero fields take defaults.
 	// Duration and WarmupFraction do not apply to it.
 	Rolling Rolling
@@ -156,6 +166,12 @@ type Config struct {
 
 // Defaults returns c with zero fields filled in.
 func (c Config) Defaults() Config {
+	if c.Trace != "" {
+		c.Workloads = []string{TraceName}
+		if len(c.PrefixBlocks) == 0 {
+			c.PrefixBlocks = []int{1, 4}
+		}
+	}
 	if len(c.Workloads) == 0 {
 		c.Workloads = workload.Names()
 	}
@@ -198,6 +214,9 @@ func (c Config) Defaults() Config {
 	if c.ScrapeInterval == 0 {
 		c.ScrapeInterval = 250 * time.Millisecond
 	}
+	if c.AdminAddress == "" {
+		c.AdminAddress = "127.0.0.1:0"
+	}
 	if c.Escape == (Escape{}) {
 		c.Escape = DefaultEscape()
 	}
@@ -210,7 +229,15 @@ func (c Config) Defaults() Config {
 
 // Validate reports the first invalid setting of a defaulted Config.
 func (c Config) Validate() error {
+	for _, b := range c.PrefixBlocks {
+		if b < 1 {
+			return fmt.Errorf("prefix blocks must be at least 1, not %d", b)
+		}
+	}
 	for _, w := range c.Workloads {
+		if w == TraceName && c.Trace != "" {
+			continue
+		}
 		if _, ok := workload.ByName(w); !ok && w != RollingName {
 			return fmt.Errorf("unknown workload %q; known: %s", w, strings.Join(WorkloadNames(), ", "))
 		}

@@ -150,6 +150,31 @@ func Policy(o PolicyOptions) (string, error) {
 		}
 		b.WriteString("  }\n")
 	}
+	if o.Mode != KVXDSWeights && o.Kubernetes == nil {
+		// Scraped for the status page only: no replica can reach a
+		// threshold and the weights stay 1, so every mode routes as it
+		// would without metrics. At least a second apart: a page read by
+		// people, not the escape hatch.
+		every := max(o.Scrape, time.Second)
+		timeout := every * 4 / 5
+		fmt.Fprintf(&b, `  metrics {
+    engine      = "vllm"
+    interval    = %q
+    timeout     = %q
+    stale_after = %q
+  }
+  escape {
+    max_queue_depth        = 1000000000
+    max_kv_occupancy       = 1
+    max_preemption_rate    = 1000000000
+    max_saturated_fraction = 0
+  }
+  weights {
+    min = 1
+    max = 1
+  }
+`, every.String(), timeout.String(), (8 * every).String())
+	}
 	if o.Mode == KVXDSWeights {
 		e := o.Escape
 		timeout := max(o.Scrape*4/5, 50*time.Millisecond)
@@ -161,6 +186,10 @@ func Policy(o PolicyOptions) (string, error) {
     signal "queue_depth"  { metric = "vllm:num_requests_running" }
     signal "kv_occupancy" { metric = "vllm:kv_cache_usage_perc" }
     signal "preemptions"  { metric = "vllm:num_preemptions_total" }
+    # For the status page; the decisions follow the three above.
+    signal "prefix_queries" { metric = "vllm:prefix_cache_queries_total" }
+    signal "prefix_hits"    { metric = "vllm:prefix_cache_hits_total" }
+    signal "ttft"           { metric = "vllm:time_to_first_token_seconds" }
   }
   escape {
     max_queue_depth        = %d

@@ -112,7 +112,7 @@ func startKVXDS(ctx context.Context, c Config, pol, name string, mode Mode) (*kv
 	ctrl, err := controller.New(controller.Options{
 		PolicySource: []byte(pol),
 		XDSAddress:   "127.0.0.1:0",
-		AdminAddress: "127.0.0.1:0",
+		AdminAddress: c.AdminAddress,
 		Logger:       c.Logger.With("workload", name, "mode", string(mode)),
 		Version:      "bench",
 	})
@@ -132,6 +132,9 @@ func startKVXDS(ctx context.Context, c Config, pol, name string, mode Mode) (*kv
 	if err := waitReady(ctx, k.http, ctrl.AdminAddr(), k.done, &kerr); err != nil {
 		k.stop()
 		return nil, err
+	}
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "%s, %s: status page at http://%s/\n", name, mode, ctrl.AdminAddr())
 	}
 	return k, nil
 }

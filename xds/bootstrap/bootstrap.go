@@ -46,6 +46,8 @@ type Options struct {
 	Delta bool
 	// AdminAddress is Envoy's admin host:port (default 127.0.0.1:9901).
 	AdminAddress string
+	// TLS, if set, reaches kvxds over TLS (tls.go); nil is plaintext.
+	TLS *TLS
 }
 
 func splitHostPort(addr string) (string, uint32, error) {
@@ -95,11 +97,13 @@ func Envoy(o Options) (*bootstrapv3.Bootstrap, error) {
 	}
 	discoveryType := clusterv3.Cluster_STATIC
 	var lbEndpoints []*endpointv3.LbEndpoint
+	var hosts []string
 	for _, addr := range o.xdsAddresses() {
 		host, port, err := splitHostPort(addr)
 		if err != nil {
 			return nil, fmt.Errorf("xds address: %w", err)
 		}
+		hosts = append(hosts, host)
 		if _, err := netip.ParseAddr(host); err != nil {
 			discoveryType = clusterv3.Cluster_STRICT_DNS
 		}
@@ -162,6 +166,13 @@ func Envoy(o Options) (*bootstrapv3.Bootstrap, error) {
 		},
 		Admin: &bootstrapv3.Admin{Address: socket(adminHost, adminPort)},
 	}
+	if o.TLS != nil {
+		ts, err := o.TLS.envoyTransportSocket(hosts)
+		if err != nil {
+			return nil, err
+		}
+		b.StaticResources.Clusters[0].TransportSocket = ts
+	}
 	if len(lbEndpoints) > 1 {
 		// kvxds serves grpc.health.v1: an instance that stops answering
 		// leaves the cluster within a few seconds.
@@ -209,7 +220,8 @@ type GRPCServer struct {
 
 // GRPCChannelCred names the channel credentials to kvxds.
 type GRPCChannelCred struct {
-	Type string `json:"type"`
+	Type   string         `json:"type"`
+	Config *GRPCTLSConfig `json:"config,omitempty"`
 }
 
 // GRPCNode is the node a gRPC client presents.
@@ -221,7 +233,7 @@ type GRPCNode struct {
 }
 
 // GRPCJSON returns a gRPC xDS bootstrap that reaches kvxds with insecure
-// credentials. Several kvxds instances are listed as xds_servers in order:
+// credentials, or TLS ones with o.TLS. Several kvxds instances are listed as xds_servers in order:
 // grpc-go and grpc-java fall back to the next one while the first cannot
 // be reached and a resource is not cached yet (gRFC A71), and otherwise
 // keep their last configuration until it returns. The node carries an empty locality (grpc-js requires one)
@@ -233,12 +245,19 @@ func GRPCJSON(o Options) ([]byte, error) {
 	}
 	var servers []GRPCServer
 	for _, addr := range o.xdsAddresses() {
-		if _, _, err := splitHostPort(addr); err != nil {
+		host, _, err := splitHostPort(addr)
+		if err != nil {
 			return nil, fmt.Errorf("xds address: %w", err)
+		}
+		creds := GRPCChannelCred{Type: "insecure"}
+		if o.TLS != nil {
+			if creds, err = o.TLS.grpcChannelCreds(host); err != nil {
+				return nil, err
+			}
 		}
 		servers = append(servers, GRPCServer{
 			ServerURI:      addr,
-			ChannelCreds:   []GRPCChannelCred{{Type: "insecure"}},
+			ChannelCreds:   []GRPCChannelCred{creds},
 			ServerFeatures: []string{"xds_v3"},
 		})
 	}

@@ -8,6 +8,10 @@
 // translate is logged and counted, and the last good configuration keeps
 // serving. Only the first policy must be valid, or the process does not
 // start.
+//
+// Both servers may speak TLS with certificates that follow their files on
+// disk (package certs), the admin server may require a bearer token, and
+// the xDS server caps the streams of each source address (security.go).
 package controller
 
 import (
@@ -32,7 +36,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvxds/kvxds/ha"
 	hakube "github.com/kvxds/kvxds/ha/kubernetes"
@@ -71,6 +74,7 @@ type Controller struct {
 	reconcile *reconcile.Reconciler
 	board     *ha.Board
 	initial   *policy.Policy
+	security  *security
 
 	xdsLis, adminLis net.Listener
 }
@@ -101,11 +105,16 @@ func New(opts Options) (*Controller, error) {
 	})
 	buildInfo.Set(1)
 	xdsServer := server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg})
+	sec, err := newSecurity(p, reg, logger)
+	if err != nil {
+		return nil, err
+	}
 	id := instanceID(opts.ID)
 	peers, reach, err := newPeers(p.HA, id, logger.Named("ha"))
 	if err != nil {
 		return nil, fmt.Errorf("ha: %w", err)
 	}
+	sec.follow(peers)
 	c := &Controller{
 		opts:     opts,
 		log:      logger,
@@ -113,6 +122,7 @@ func New(opts Options) (*Controller, error) {
 		xds:      xdsServer,
 		board:    ha.NewBoard(),
 		initial:  p,
+		security: sec,
 	}
 	c.reconcile = reconcile.New(reconcile.Options{
 		Sink: xdsServer, Logger: logger, Registerer: reg,
@@ -243,12 +253,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 
-	g := grpc.NewServer(
-		// Data planes keep their ADS stream for days: probe dead peers,
-		// and let clients ping as often as Envoy's defaults do.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	// A client that stops reading loses its connection instead of holding
+	// a stream's goroutine forever (see server.Listener).
+	g := grpc.NewServer(append(c.security.grpcOptions(c.initial.XDS), c.xds.GRPCOptions()...)...)
 	c.xds.Register(g)
 	// Envoy health-checks the kvxds instances its bootstrap lists
 	// (grpc.health.v1): this one serves a configuration by now.
@@ -257,24 +264,25 @@ func (c *Controller) Run(ctx context.Context) error {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	defer hs.Shutdown()
 	admin := &http.Server{
-		Handler: c.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
+		Handler: c.security.adminHandler(c.adminHandler()), ReadHeaderTimeout: 10 * time.Second,
 		// Requests end with the process: long polls of followers too.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 5)
 	var wg sync.WaitGroup
 	serving = true
+	c.security.run(ctx, &wg, errc)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := g.Serve(c.xdsLis); err != nil {
+		if err := g.Serve(c.xds.Listener(c.xdsLis)); err != nil {
 			errc <- fmt.Errorf("xDS server: %w", err)
 		}
 	}()
 	go func() {
 		defer wg.Done()
-		if err := admin.Serve(c.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := admin.Serve(c.security.adminListener(c.adminLis)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("admin server: %w", err)
 		}
 	}()
@@ -292,7 +300,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	c.log.Info("serving", "xds", c.XDSAddr(), "admin", c.AdminAddr(), "policy", c.reconcile.Policy().Filename)
+	c.log.Info("serving", "xds", c.XDSAddr(), "admin", c.AdminAddr(), "policy", c.reconcile.Policy().Filename, "xds settings", c.initial.XDS.String())
+	c.security.warnUnprotected(c.log, c.adminLis.Addr())
 
 	var err error
 	select {
@@ -318,6 +327,7 @@ func (c *Controller) apply(ctx context.Context, p *policy.Policy) error {
 	if p != c.initial && !reflect.DeepEqual(p.HA, c.initial.HA) {
 		c.log.Warn("ha block changes take effect on restart", "ha", p.HA.String(), "in force", c.initial.HA.String())
 	}
+	c.security.applyPolicy(c.log, p, c.initial)
 	if err := c.reconcile.Apply(ctx, p); err != nil {
 		return err
 	}
@@ -360,6 +370,7 @@ func (c *Controller) adminHandler() http.Handler {
 		enc.Encode(c.reconcile.HA())
 	})
 	mux.Handle("GET "+status.Path, status.Handler(c.Status))
+	mux.Handle("GET /{$}", status.PageHandler(c.Status))
 	mux.HandleFunc("GET /debug/fleet", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -132,6 +132,22 @@ type Pool struct {
 	Balancer  Balancer   `json:"balancer"`
 	Hash      Hash       `json:"hash"`
 	Endpoints []Endpoint `json:"endpoints"`
+	// Mesh, if set, also serves the endpoints under a cluster name that
+	// another control plane defines (see Mesh); nil for none.
+	Mesh *Mesh `json:"mesh,omitempty"`
+}
+
+// Mesh is a pool's assignment for a cluster of another control plane: an
+// Istio or Envoy Gateway cluster whose endpoints, weights and health
+// come from kvxds (EDS only), next to the pool's own resources.
+type Mesh struct {
+	// ClusterName is the mesh's cluster (and assignment) name, such as
+	// Istio's "outbound|8000||vllm.llm.svc.cluster.local". It differs
+	// from every pool name and every other pool's mesh name.
+	ClusterName string `json:"cluster_name"`
+	// IstioMTLS marks the endpoints with Istio's transport socket match
+	// (tlsMode = "istio"), so that sidecars keep using mTLS.
+	IstioMTLS bool `json:"istio_mtls,omitempty"`
 }
 
 // poolJSON is a Pool's serialised form: durations as Go duration strings
@@ -205,6 +221,9 @@ type Hash struct {
 	// value per request places requests like random assignment, which is
 	// burstier than round robin's rotation.
 	Keyless Balancer `json:"keyless,omitempty"`
+	// MaxBodyBytes is the longest request body Envoy buffers for body
+	// keys; set when Keys has one.
+	MaxBodyBytes int `json:"max_body_bytes,omitempty"`
 }
 
 // HashKey is one source of a request's hash. Exactly one field is set.
@@ -212,7 +231,14 @@ type HashKey struct {
 	Header         string `json:"header,omitempty"`
 	Cookie         string `json:"cookie,omitempty"`
 	QueryParameter string `json:"query_parameter,omitempty"`
+	// JSONField (a dot path) and PromptPrefix (bytes) read the JSON
+	// request body: Envoy only, through a generated Lua filter.
+	JSONField    string `json:"json_field,omitempty"`
+	PromptPrefix int    `json:"prompt_prefix,omitempty"`
 }
+
+// Body reports whether k is read from the request body.
+func (k HashKey) Body() bool { return k.JSONField != "" || k.PromptPrefix != 0 }
 
 // Locality places an endpoint; proxyless gRPC requires every endpoint to
 // belong to one.
@@ -315,6 +341,7 @@ func (f Fleet) Validate() error {
 	var errs []error
 	names := map[string]bool{}
 	ports := map[string]string{}
+	errs = append(errs, f.validateMesh()...)
 	for _, p := range f.Pools {
 		if p.Name == "" {
 			errs = append(errs, errors.New("pool with empty name"))
@@ -363,6 +390,33 @@ func (f Fleet) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateMesh keeps mesh cluster names non-empty and apart from each
+// other and from pool names: all of them name assignments.
+func (f Fleet) validateMesh() []error {
+	var errs []error
+	pools := make(map[string]bool, len(f.Pools))
+	for _, p := range f.Pools {
+		pools[p.Name] = true
+	}
+	meshes := map[string]string{}
+	for _, p := range f.Pools {
+		if p.Mesh == nil {
+			continue
+		}
+		n := p.Mesh.ClusterName
+		switch other, dup := meshes[n]; {
+		case n == "":
+			errs = append(errs, fmt.Errorf("pool %q: empty mesh cluster name", p.Name))
+		case pools[n]:
+			errs = append(errs, fmt.Errorf("pool %q: mesh cluster name %q is a pool's name", p.Name, n))
+		case dup:
+			errs = append(errs, fmt.Errorf("pool %q: mesh cluster name %q already used by pool %q", p.Name, n, other))
+		}
+		meshes[n] = p.Name
+	}
+	return errs
+}
+
 // validate reports what is wrong with a consistent-hashing pool's Hash.
 func (h Hash) validate(pool string) []error {
 	var errs []error
@@ -395,16 +449,27 @@ func (h Hash) validate(pool string) []error {
 	if len(h.Keys) == 0 {
 		bad("no hash key")
 	}
+	body := false
 	for i, k := range h.Keys {
 		n := 0
-		for _, s := range []string{k.Header, k.Cookie, k.QueryParameter} {
+		for _, s := range []string{k.Header, k.Cookie, k.QueryParameter, k.JSONField} {
 			if s != "" {
 				n++
 			}
 		}
+		if k.PromptPrefix != 0 {
+			n++
+		}
 		if n != 1 {
 			bad("hash key %d must set exactly one source", i)
 		}
+		if k.PromptPrefix < 0 {
+			bad("hash key %d: negative prompt prefix %d", i, k.PromptPrefix)
+		}
+		body = body || k.Body()
+	}
+	if body && h.MaxBodyBytes <= 0 {
+		bad("body hash keys need a positive body limit, not %d", h.MaxBodyBytes)
 	}
 	return errs
 }

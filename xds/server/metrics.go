@@ -6,6 +6,7 @@ type metrics struct {
 	nacks        *prometheus.CounterVec
 	pushes       *prometheus.CounterVec
 	streams      prometheus.Gauge
+	dropped      *prometheus.CounterVec
 	updateErrors prometheus.Counter
 	pools        prometheus.Gauge
 	endpoints    prometheus.Gauge
@@ -25,6 +26,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kvxds_xds_streams",
 			Help: "Open xDS streams.",
 		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_xds_streams_dropped_total",
+			Help: "xDS client connections dropped by kvxds, by reason (slow_reader: a response stayed unsent past the send timeout).",
+		}, []string{"reason"}),
 		updateErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvxds_xds_update_errors_total",
 			Help: "Fleet updates rejected before being pushed; the last good snapshot kept serving.",
@@ -39,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nacks, m.pushes, m.streams, m.updateErrors, m.pools, m.endpoints)
+		reg.MustRegister(m.nacks, m.pushes, m.streams, m.dropped, m.updateErrors, m.pools, m.endpoints)
 	}
 	return m
 }

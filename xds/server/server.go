@@ -44,6 +44,10 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock of DataPlanes' times; nil means time.Now.
 	Now func() time.Time
+	// SendTimeout is how long one response may stay unsent to a client
+	// that stopped reading before its connection is dropped (see
+	// Listener); 0 means DefaultSendTimeout.
+	SendTimeout time.Duration
 }
 
 // Server holds the current snapshots and the xDS gRPC services.
@@ -53,6 +57,7 @@ type Server struct {
 	xds     serverv3.Server
 	metrics *metrics
 	streams *streamTracker
+	guard   *guard
 
 	mu      sync.Mutex
 	last    *translate.Model // last model that was pushed
@@ -78,6 +83,11 @@ func New(opts Options) *Server {
 		now = time.Now
 	}
 	s.streams = newStreamTracker(logger.Named("stream"), m, now)
+	slow := m.dropped.WithLabelValues("slow_reader")
+	s.guard = newGuard(opts.SendTimeout, func() {
+		slow.Inc()
+		logger.Warn("dropping a client connection: a response stayed unsent past the send timeout", "timeout", opts.SendTimeout)
+	})
 	// ads=false: go-control-plane's ADS mode withholds a response until the
 	// requested names cover every resource of the type, so a gRPC client
 	// that asks for one pool's listener would never get it. Without it the

@@ -79,11 +79,26 @@ func adsSource() *corev3.ConfigSource {
 // are legitimate, and the route timeout is the one knob for them.
 // stream_idle_timeout keeps Envoy's default (5m) until the route is
 // chosen; the route's idle_timeout overrides it when the pool sets one.
-func httpConnectionManager(p *fleet.Pool) (*hcmv3.HttpConnectionManager, error) {
+//
+// For Envoy, a hash pool with body keys gets the Lua filter that sets
+// their headers first (see bodyKeyFilter).
+func httpConnectionManager(p *fleet.Pool, flavor Flavor) (*hcmv3.HttpConnectionManager, error) {
 	router, err := typed(&routerv3.Router{})
 	if err != nil {
 		return nil, err
 	}
+	var filters []*hcmv3.HttpFilter
+	if bodyKeys(p, flavor) {
+		f, err := bodyKeyFilter(p)
+		if err != nil {
+			return nil, fmt.Errorf("body keys: %w", err)
+		}
+		filters = append(filters, f)
+	}
+	filters = append(filters, &hcmv3.HttpFilter{
+		Name:       wellknown.Router,
+		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
+	})
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix: p.Name,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
@@ -91,15 +106,12 @@ func httpConnectionManager(p *fleet.Pool) (*hcmv3.HttpConnectionManager, error) 
 			ConfigSource:    adsSource(),
 			RouteConfigName: p.Name,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{{
-			Name:       wellknown.Router,
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
-		}},
+		HttpFilters: filters,
 	}, nil
 }
 
 func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
-	hcm, err := httpConnectionManager(p)
+	hcm, err := httpConnectionManager(p, flavor)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +136,9 @@ func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
 				}},
 			}},
 		}
+		if bodyKeys(p, flavor) {
+			l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(bodyBufferLimit(p))
+		}
 	case GRPC, GRPCJS:
 		// A client-side API listener: no address, named after the
 		// target the client dials (xds:///P).
@@ -145,8 +160,9 @@ func buildRoute(p *fleet.Pool, flavor Flavor) (*routev3.RouteConfiguration, erro
 	// the hash, later ones are only fallbacks (Envoy and gRPC both stop at
 	// the first terminal policy that produced a hash). gRPC ignores
 	// cookie and query-parameter policies.
-	hp := make([]*routev3.RouteAction_HashPolicy, 0, len(p.Hash.Keys))
-	for _, k := range p.Hash.Keys {
+	keys := routeKeys(p, flavor)
+	hp := make([]*routev3.RouteAction_HashPolicy, 0, len(keys))
+	for _, k := range keys {
 		h := &routev3.RouteAction_HashPolicy{Terminal: true}
 		switch {
 		case k.Header != "":
@@ -182,7 +198,7 @@ func buildRoute(p *fleet.Pool, flavor Flavor) (*routev3.RouteConfiguration, erro
 		// the keyless cluster. gRPC skips routes that match on query
 		// parameters (it has none), and never sees a cookie unless the
 		// application sends one as metadata.
-		for _, k := range p.Hash.Keys {
+		for _, k := range keys {
 			m := prefixMatch()
 			switch {
 			case k.Header != "":

@@ -33,6 +33,10 @@ type yamlPool struct {
 	IdleTimeout   string         `json:"idleTimeout"`
 	Hash          yamlHash       `json:"hash"`
 	Endpoints     []yamlEndpoint `json:"endpoints"`
+	Mesh          *struct {
+		ClusterName string `json:"clusterName"`
+		IstioMTLS   bool   `json:"istioMTLS"`
+	} `json:"mesh"`
 }
 
 type yamlHash struct {
@@ -42,10 +46,13 @@ type yamlHash struct {
 	MaxRingSize   uint64 `json:"maxRingSize"`
 	BalanceFactor uint32 `json:"balanceFactor"`
 	Keyless       string `json:"keyless"`
+	MaxBodyBytes  int    `json:"maxBodyBytes"`
 	Keys          []struct {
 		Header         string `json:"header"`
 		Cookie         string `json:"cookie"`
 		QueryParameter string `json:"queryParameter"`
+		JSONField      string `json:"jsonField"`
+		PromptPrefix   int    `json:"promptPrefix"`
 	} `json:"keys"`
 }
 
@@ -98,10 +105,15 @@ func loadFleet(t testing.TB, path string) fleet.Fleet {
 				MaxRingSize:   yp.Hash.MaxRingSize,
 				BalanceFactor: yp.Hash.BalanceFactor,
 				Keyless:       fleet.Balancer(yp.Hash.Keyless),
+				MaxBodyBytes:  yp.Hash.MaxBodyBytes,
 			},
 		}
+		if m := yp.Mesh; m != nil {
+			p.Mesh = &fleet.Mesh{ClusterName: m.ClusterName, IstioMTLS: m.IstioMTLS}
+		}
 		for _, k := range yp.Hash.Keys {
-			p.Hash.Keys = append(p.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter})
+			p.Hash.Keys = append(p.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,
+				JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
 		}
 		for _, ye := range yp.Endpoints {
 			e := fleet.Endpoint{

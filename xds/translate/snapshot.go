@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -15,7 +16,9 @@ import (
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -59,8 +62,9 @@ func combine(digests [][sha256.Size]byte) string {
 //
 // The snapshot's VersionMap (per-resource hashes, for delta xDS) is filled
 // in exactly as cache.Snapshot.ConstructVersionMap would, from the same
-// single deterministic marshalling that gives the type versions, so
-// resources are marshalled once.
+// single deterministic marshalling that gives the type versions; for
+// endpoint assignments that marshalling is also what the cache sends (see
+// preEncoded), once per version, not once per client.
 //
 // Snapshot checks that references resolve (listener → route → cluster →
 // endpoints); cache.Snapshot.Consistent cannot, since it does not follow
@@ -141,6 +145,7 @@ type typeGroup struct {
 // hashes, as cache.Snapshot.ConstructVersionMap computes them.
 func group[T types.Resource](items []T) (*typeGroup, error) {
 	digests := make([][sha256.Size]byte, len(items))
+	encoded := make([]proto.Message, len(items))
 	err := parallel(len(items), func(i int) error {
 		opts := marshalOpts
 		if singleEntryMaps(items[i]) {
@@ -155,7 +160,11 @@ func group[T types.Resource](items []T) (*typeGroup, error) {
 		}
 		// cache.HashResource is the hex of this digest.
 		digests[i] = sha256.Sum256(b)
-		return nil
+		encoded[i] = items[i]
+		if _, ok := any(items[i]).(*endpointv3.ClusterLoadAssignment); ok {
+			encoded[i], err = preEncoded(items[i], b)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -164,9 +173,40 @@ func group[T types.Resource](items []T) (*typeGroup, error) {
 	vm := make(map[string]string, len(items))
 	for i, m := range items {
 		vm[cache.GetResourceName(m)] = hex.EncodeToString(digests[i][:])
-		res[i] = m
+		res[i] = encoded[i]
 	}
 	return &typeGroup{resources: cache.NewResources(combine(digests), res), versions: vm}, nil
+}
+
+// preEncoded returns a message of m's type that marshals to exactly b, m's
+// deterministic encoding, at the cost of a copy: its name (field 1 of
+// every xDS resource type, which the cache reads) is set, and every other
+// field is kept as encoded bytes.
+//
+// The snapshot cache encodes a resource again for every response it
+// sends, so a version pushed to N streams was encoded N times; with this,
+// it is encoded once, when the snapshot is built, and the cache's encoding
+// per stream is a copy. Only endpoint assignments, which every weight,
+// health and membership change pushes to every client, are held this way:
+// go-control-plane's consistency check reads the references inside
+// listeners, routes and clusters, and Resources keeps the decoded ones.
+func preEncoded(m proto.Message, b []byte) (proto.Message, error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 1 || typ != protowire.BytesType {
+		return nil, fmt.Errorf("%T does not start with its name", m)
+	}
+	name, k := protowire.ConsumeBytes(b[n:])
+	if k < 0 {
+		return nil, fmt.Errorf("%T: malformed name", m)
+	}
+	shell := m.ProtoReflect().New()
+	fd := shell.Descriptor().Fields().ByNumber(1)
+	if fd == nil || fd.Kind() != protoreflect.StringKind {
+		return nil, fmt.Errorf("%T: field 1 is not a name", m)
+	}
+	shell.Set(fd, protoreflect.ValueOfString(string(name)))
+	shell.SetUnknown(b[n+k:])
+	return shell.Interface(), nil
 }
 
 // singleEntryMaps reports whether m is a ClusterLoadAssignment whose maps
@@ -289,9 +329,10 @@ func (r *Resources) checkReferences() error {
 		}
 	}
 	// An unused CLA means endpoints and clusters come from different
-	// fleets (e.g. WithEndpoints after a pool was added).
+	// fleets (e.g. WithEndpoints after a pool was added), unless another
+	// control plane's cluster uses it (fleet.Mesh).
 	for _, cla := range r.Endpoints {
-		if !used[cla.GetClusterName()] {
+		if !used[cla.GetClusterName()] && !slices.Contains(r.mesh, cla.GetClusterName()) {
 			bad("cluster load assignment %q: no such cluster", cla.GetClusterName())
 		}
 	}

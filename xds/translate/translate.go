@@ -10,7 +10,10 @@
 //     pool P, one Listener, one RouteConfiguration, one Cluster and one
 //     ClusterLoadAssignment, all named P, and for a consistent-hashing
 //     pool (except for grpc-js) a second Cluster "P/keyless" over the same
-//     ClusterLoadAssignment for requests that carry no hash key. It never
+//     ClusterLoadAssignment for requests that carry no hash key; a pool
+//     with a mesh cluster (fleet.Mesh) also gets a ClusterLoadAssignment
+//     under the mesh's cluster name, for another control plane's
+//     cluster (mesh.go). It never
 //     does I/O and never panics; an invalid fleet or a resource failing its
 //     ValidateAll gives an error naming the pool and resource. Independent
 //     pools may be built on several goroutines; nothing is shared between
@@ -101,6 +104,10 @@ type Resources struct {
 	Clusters  []*clusterv3.Cluster
 	Endpoints []*endpointv3.ClusterLoadAssignment
 
+	// mesh names the assignments served for other control planes'
+	// clusters (fleet.Mesh), which no cluster of Clusters refers to.
+	mesh []string
+
 	// groups memoises Snapshot's per-type work, which is almost all
 	// marshalling; WithEndpoints carries the unchanged types over.
 	groups groupMemo
@@ -153,9 +160,10 @@ func Translate(m Model, flavor Flavor) (*Resources, error) {
 	r := &Resources{
 		Listeners: make([]*listenerv3.Listener, len(n.Pools)),
 		Routes:    make([]*routev3.RouteConfiguration, len(n.Pools)),
-		Endpoints: make([]*endpointv3.ClusterLoadAssignment, len(n.Pools)),
+		mesh:      meshClusters(n),
 	}
 	clusters := make([][]*clusterv3.Cluster, len(n.Pools))
+	endpoints := make([][]*endpointv3.ClusterLoadAssignment, len(n.Pools))
 	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
@@ -168,7 +176,7 @@ func Translate(m Model, flavor Flavor) (*Resources, error) {
 		if clusters[i], err = buildClusters(p, flavor); err != nil {
 			return resErr(p, "cluster", err)
 		}
-		if r.Endpoints[i], err = buildEndpoints(p, flavor); err != nil {
+		if endpoints[i], err = poolEndpoints(p, flavor); err != nil {
 			return resErr(p, "cluster load assignment", err)
 		}
 		return nil
@@ -177,6 +185,7 @@ func Translate(m Model, flavor Flavor) (*Resources, error) {
 		return nil, err
 	}
 	r.Clusters = sortedClusters(clusters)
+	r.Endpoints = sortedAssignments(endpoints)
 	return r, nil
 }
 
@@ -224,9 +233,12 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 		Listeners: prev.Listeners,
 		Routes:    prev.Routes,
 		Clusters:  prev.Clusters,
-		Endpoints: make([]*endpointv3.ClusterLoadAssignment, len(n.Pools)),
+		mesh:      meshClusters(n),
 	}
-	if eps != nil {
+	var endpoints [][]*endpointv3.ClusterLoadAssignment
+	if eps == nil {
+		endpoints = make([][]*endpointv3.ClusterLoadAssignment, len(n.Pools))
+	} else {
 		out.Endpoints = eps.Endpoints
 		out.groups.cells[types.Endpoint] = eps.groups.cell(types.Endpoint)
 	}
@@ -238,7 +250,7 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 		p := &n.Pools[i]
 		var err error
 		if eps == nil {
-			if out.Endpoints[i], err = buildEndpoints(p, flavor); err != nil {
+			if endpoints[i], err = poolEndpoints(p, flavor); err != nil {
 				return resErr(p, "cluster load assignment", err)
 			}
 		}
@@ -251,6 +263,9 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 	})
 	if err != nil {
 		return nil, err
+	}
+	if eps == nil {
+		out.Endpoints = sortedAssignments(endpoints)
 	}
 	keep := []types.ResponseType{types.Listener, types.Route, types.Cluster}
 	if clusters != nil {
@@ -309,8 +324,11 @@ func checkPool(p *fleet.Pool) error {
 
 	// Protobuf refuses to marshal strings that are not UTF-8.
 	strs := []string{p.Name, p.ListenAddress}
+	if p.Mesh != nil {
+		strs = append(strs, p.Mesh.ClusterName)
+	}
 	for _, k := range p.Hash.Keys {
-		strs = append(strs, k.Header, k.Cookie, k.QueryParameter)
+		strs = append(strs, k.Header, k.Cookie, k.QueryParameter, k.JSONField)
 	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {

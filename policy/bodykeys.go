@@ -1,0 +1,168 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+// Body keys: json_field and prompt_prefix read the JSON request body. Envoy
+// computes them with a generated Lua filter that buffers the body (up to
+// max_body_bytes) and sets one generated header per key, which the route
+// hashes on; proxyless gRPC clients have no access to the body and keep
+// only the header keys.
+const (
+	// DefaultMaxBodyBytes is how much of a request body Envoy buffers for
+	// body keys by default: 4 MiB, about a million tokens of prompt text.
+	DefaultMaxBodyBytes = 4 << 20
+	// MinMaxBodyBytes and MaxMaxBodyBytes bound max_body_bytes.
+	MinMaxBodyBytes = 1 << 10
+	MaxMaxBodyBytes = 64 << 20
+	// MinPromptPrefix is the shortest prompt_prefix: the first bytes of a
+	// chat body's messages ([{"role":"system","content":") are the same
+	// in every request.
+	MinPromptPrefix = 64
+	// DefaultPromptPrefixBalanceFactor is the balance_factor of a hash
+	// block with a prompt_prefix key that does not set one: a popular
+	// prefix (a shared system prompt) would otherwise send every request
+	// to one replica.
+	DefaultPromptPrefixBalanceFactor = 150
+	// GeneratedHeaderPrefix starts the headers Envoy sets for body keys
+	// (x-kvxds-key-N for the N-th key of the chain); hash keys may not
+	// name them.
+	GeneratedHeaderPrefix = bodykey.HeaderPrefix
+)
+
+// Body reports whether k is read from the request body.
+func (k HashKey) Body() bool { return k.JSONField != "" || k.PromptPrefix != 0 }
+
+// BodyKeyHeader is the header Envoy sets for the body key at index i
+// (from 0) of a chain.
+func BodyKeyHeader(i int) string { return bodykey.Header(i) }
+
+// checkNotGenerated keeps header keys off the names kvxds generates.
+func checkNotGenerated(s string) error {
+	if strings.HasPrefix(s, GeneratedHeaderPrefix) {
+		return fmt.Errorf("%q is reserved: Envoy sets %sN from the body key N of the chain, and drops any a client sends; name another header", s, GeneratedHeaderPrefix)
+	}
+	return nil
+}
+
+// checkJSONField checks a dot path of object keys, as written in JSON
+// without escapes.
+func checkJSONField(s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf(`json_field must not be empty; name a string field of the JSON body, as in "user" or "metadata.conversation_id"`)
+	}
+	for _, seg := range strings.Split(s, ".") {
+		if seg == "" {
+			return "", fmt.Errorf("json_field %q has an empty segment; separate the object keys of the path with single dots, as in \"metadata.conversation_id\"", s)
+		}
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
+			return "", fmt.Errorf("json_field %q contains %q; object keys are matched as written, so use keys without quotes, backslashes or control characters", s, c)
+		}
+	}
+	return s, nil
+}
+
+// promptPrefix decodes a prompt_prefix attribute.
+func (d *decoder) promptPrefix(a *hcl.Attribute) (HashKey, bool) {
+	n, ok := d.integer(a.Name, a.Expr)
+	if !ok {
+		return HashKey{}, false
+	}
+	if n.Sign() < 0 || !n.IsInt64() || n.Int64() < MinPromptPrefix || n.Int64() > MaxMaxBodyBytes {
+		d.errorf(a.Expr.Range(), "Invalid hash key",
+			"prompt_prefix %s is out of range; use %d to %d bytes. Below %d, every chat request shares the same first bytes ([{\"role\":\"system\",\"content\":\"); 4096 keys on about the first thousand tokens.",
+			n, MinPromptPrefix, MaxMaxBodyBytes, MinPromptPrefix)
+		return HashKey{}, false
+	}
+	return HashKey{PromptPrefix: int(n.Int64())}, true
+}
+
+// uniqueKey records k, or reports it as a duplicate of an earlier key.
+func (d *decoder) uniqueKey(seen map[HashKey]hcl.Range, k HashKey, a *hcl.Attribute, shown string) bool {
+	if prev, dup := seen[k]; dup {
+		d.errorf(a.Expr.Range(), "Duplicate hash key",
+			"%s %s is already a key at line %d; remove one of them.", a.Name, shown, prev.Start.Line)
+		return false
+	}
+	seen[k] = a.Expr.Range()
+	return true
+}
+
+// bodyKeys decodes max_body_bytes, defaults balance_factor for
+// prompt_prefix keys, and says what gRPC clients make of body keys.
+func (d *decoder) bodyKeys(spec *hashSpec, h *Hash) {
+	var first, prefix *hcl.Attribute // the first body key, the first prompt_prefix
+	for _, kb := range spec.Keys {
+		for _, a := range []*hcl.Attribute{kb.JSONField, kb.PromptPrefix} {
+			if a == nil {
+				continue
+			}
+			if first == nil || a.Range.Start.Byte < first.Range.Start.Byte {
+				first = a
+			}
+			if a == kb.PromptPrefix && prefix == nil {
+				prefix = a
+			}
+		}
+	}
+	if a := spec.MaxBodyBytes; a != nil {
+		if n, good := d.uintIn(a.Name, a.Expr, MinMaxBodyBytes, MaxMaxBodyBytes, "Invalid body limit"); good {
+			h.MaxBodyBytes = int(n)
+		}
+		if first == nil {
+			d.warnf(a.NameRange, "Body limit has no effect",
+				"max_body_bytes bounds how much of a request body Envoy buffers for json_field and prompt_prefix keys, and this hash block has none; remove it.")
+		}
+	}
+	if first == nil {
+		h.MaxBodyBytes = 0
+		return
+	}
+	if spec.MaxBodyBytes == nil {
+		h.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	for _, k := range h.Keys {
+		if k.PromptPrefix > h.MaxBodyBytes && h.MaxBodyBytes > 0 && spec.MaxBodyBytes != nil {
+			d.errorf(spec.MaxBodyBytes.Expr.Range(), "Invalid body limit",
+				"max_body_bytes %d is below prompt_prefix %d: Envoy could never read that much of a prompt; raise max_body_bytes or lower prompt_prefix.",
+				h.MaxBodyBytes, k.PromptPrefix)
+			break
+		}
+	}
+
+	if prefix != nil {
+		switch a := spec.BalanceFactor; {
+		case a == nil:
+			h.BalanceFactor = DefaultPromptPrefixBalanceFactor
+		case h.BalanceFactor == 0:
+			if v, diags := a.Expr.Value(nil); !diags.HasErrors() && v.Type() == cty.Number && v.IsKnown() && !v.IsNull() && v.AsBigFloat().Sign() == 0 {
+				d.errorf(a.Expr.Range(), "Bounded load required",
+					"prompt_prefix (line %d) keys on the start of the prompt, which a shared system prompt or template makes the same for many requests: all of them would go to one replica. Keep balance_factor at 100 or more (unset, it is %d) so that Envoy spills them to the next replicas.",
+					prefix.Range.Start.Line, DefaultPromptPrefixBalanceFactor)
+			}
+		}
+	}
+
+	var headers []string
+	for _, k := range h.Keys {
+		if k.Header != "" {
+			headers = append(headers, strconv.Quote(k.Header))
+		}
+	}
+	fallback := "they hash on none of this chain's keys and send every request to the keyless fallback; add a header key for them"
+	if len(headers) > 0 {
+		fallback = "they hash on the header keys only (" + strings.Join(headers, ", ") + ")"
+	}
+	d.warnf(first.Range, "Body keys are Envoy only",
+		"Proxyless gRPC clients of this pool cannot read request bodies, so they skip json_field and prompt_prefix keys: %s. Envoy computes them.", fallback)
+}

@@ -1,0 +1,83 @@
+package policy
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+func TestBodyKeysDecoded(t *testing.T) {
+	for _, tc := range []struct {
+		name, hash string
+		want       Hash
+		warnings   int
+	}{
+		{
+			name: "chain with defaults",
+			hash: `key { header = "x-session-id" }
+			       key { json_field = "prompt_cache_key" }
+			       key { json_field = "metadata.conversation_id" }
+			       key { prompt_prefix = 4096 }`,
+			want: Hash{Keys: []HashKey{{Header: "x-session-id"}, {JSONField: "prompt_cache_key"},
+				{JSONField: "metadata.conversation_id"}, {PromptPrefix: 4096}},
+				MaxBodyBytes: DefaultMaxBodyBytes, BalanceFactor: DefaultPromptPrefixBalanceFactor},
+			warnings: 1,
+		},
+		{
+			name:     "json_field alone keeps balance_factor off",
+			hash:     `key { json_field = "user" }`,
+			want:     Hash{Keys: []HashKey{{JSONField: "user"}}, MaxBodyBytes: DefaultMaxBodyBytes},
+			warnings: 1,
+		},
+		{
+			name: "explicit settings",
+			hash: `balance_factor = 200
+			       max_body_bytes = 1048576
+			       key { prompt_prefix = 8192 }`,
+			want:     Hash{Keys: []HashKey{{PromptPrefix: 8192}}, MaxBodyBytes: 1 << 20, BalanceFactor: 200},
+			warnings: 1,
+		},
+		{
+			name: "header keys need no body",
+			hash: `key { header = "x-session-id" }`,
+			want: Hash{Keys: []HashKey{{Header: "x-session-id"}}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "pool \"p\" {\n  port = 1\n  hash {\n" + tc.hash + "\n  }\n}\n"
+			p, diags := Parse([]byte(src), "test.hcl")
+			if diags.HasErrors() {
+				t.Fatalf("errors:\n%s", Format(diags))
+			}
+			if n := countSeverity(diags, hcl.DiagWarning); n != tc.warnings {
+				t.Errorf("%d warnings, want %d:\n%s", n, tc.warnings, Format(diags))
+			}
+			h := p.Pools[0].Hash
+			got := Hash{Keys: h.Keys, MaxBodyBytes: h.MaxBodyBytes, BalanceFactor: h.BalanceFactor}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("decoded %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func countSeverity(diags hcl.Diagnostics, s hcl.DiagnosticSeverity) int {
+	n := 0
+	for _, d := range diags {
+		if d.Severity == s {
+			n++
+		}
+	}
+	return n
+}
+
+func TestBodyKeyHeader(t *testing.T) {
+	if got := BodyKeyHeader(0); got != "x-kvxds-key-1" || !strings.HasPrefix(got, GeneratedHeaderPrefix) {
+		t.Errorf("BodyKeyHeader(0) = %q", got)
+	}
+	if !(HashKey{PromptPrefix: 64}).Body() || !(HashKey{JSONField: "u"}).Body() || (HashKey{Header: "h"}).Body() {
+		t.Error("Body() misclassifies keys")
+	}
+}

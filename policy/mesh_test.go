@@ -1,0 +1,26 @@
+package policy
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestMeshDecoded(t *testing.T) {
+	p, diags := Load(filepath.Join("testdata", "valid", "mesh.hcl"))
+	if diags.HasErrors() {
+		t.Fatal(Format(diags))
+	}
+	got := map[string]*Mesh{}
+	for _, pool := range p.Pools {
+		got[pool.Name] = pool.Mesh
+	}
+	want := map[string]*Mesh{
+		"chat":    {EDSClusterName: "outbound|8000||vllm.llm.svc.cluster.local", IstioMTLS: true},
+		"gateway": {EDSClusterName: "httproute/default/vllm/rule/0"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mesh blocks (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,416 @@
+package status
+
+import (
+	"bytes"
+	"cmp"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PagePath is where the admin server serves the status page.
+const PagePath = "/"
+
+// PageReplicas is how many replicas of a pool the page lists before it
+// collapses the rest into a count (all=1 lists them all).
+const PageReplicas = 50
+
+// DefaultRefresh is how often the page reloads itself, in seconds.
+const DefaultRefresh = 5
+
+//go:embed page.html.tmpl
+var pageSource string
+
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
+	"percent": percentText,
+	"number":  numberText,
+	"seconds": secondsText,
+	"ago":     agoText,
+	"clock":   func(t time.Time) string { return t.UTC().Format("15:04:05") },
+	"short":   shortVersion,
+	"deref":   func(v *float64) float64 { return *v },
+}).Parse(pageSource))
+
+// PageHandler serves the status that build returns as an HTML page (GET /
+// on the admin address): each pool's figures, its replicas with their
+// health, weights, table share and signals, with a sparkline of the last
+// 15 minutes of queue, hit rate and TTFT; its recent decisions; and the
+// connected data planes. Query parameters: all=1 lists every replica
+// (otherwise PageReplicas per pool, the ones that matter first),
+// refresh=N reloads the page every N seconds (0: never; default
+// DefaultRefresh). Nothing on the page loads from elsewhere.
+func PageHandler(build func() Status) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		opts := PageOptions{All: q.Get("all") == "1", Refresh: DefaultRefresh}
+		if v := q.Get("refresh"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				http.Error(w, fmt.Sprintf("refresh=%q: want a whole number of seconds, 0 for never", v), http.StatusBadRequest)
+				return
+			}
+			opts.Refresh = n
+		}
+		st := build()
+		var buf bytes.Buffer
+		if err := RenderPage(&buf, &st, opts); err != nil {
+			http.Error(w, "rendering the status page: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		// Everything is inline: nothing may load from another origin.
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; connect-src 'self'")
+		w.Write(buf.Bytes())
+	})
+}
+
+// PageOptions are the page's query parameters.
+type PageOptions struct {
+	All     bool // list every replica
+	Refresh int  // seconds between reloads; 0: never
+}
+
+// RenderPage writes the status page of st.
+func RenderPage(w io.Writer, st *Status, opts PageOptions) error {
+	if err := pageTemplate.Execute(w, newPageData(st, opts)); err != nil {
+		return fmt.Errorf("status page: %w", err)
+	}
+	return nil
+}
+
+type pageData struct {
+	St         *Status
+	Opts       PageOptions
+	Pools      []pagePool
+	DataPlanes []pageDataPlane
+	Role       string
+	AllURL     string // the same page with every replica
+	LessURL    string // the same page, collapsed
+}
+
+type pagePool struct {
+	*Pool
+	Kind   string
+	Rows   []pageReplica
+	Hidden int
+	Health []healthCount // replicas per health, worst first
+	// HiddenHealth counts the replicas not listed, per health.
+	HiddenHealth []healthCount
+	Hot          string // why it is a hotspot
+}
+
+type healthCount struct {
+	Health string
+	N      int
+}
+
+type pageReplica struct {
+	*Replica
+	Note       string // reason, last scrape error
+	Share      float64
+	ShareWidth string // of the bar, percent
+	Spark      struct{ Queue, HitRate, TTFT template.HTML }
+}
+
+type pageDataPlane struct {
+	*DataPlane
+	State, Class string
+	Types        []ackedType
+}
+
+type ackedType struct {
+	Type, Version string
+	Current       bool // equal to what its kind is served
+}
+
+func newPageData(st *Status, opts PageOptions) *pageData {
+	d := &pageData{St: st, Opts: opts, Role: haRole(&st.HA)}
+	q := url.Values{}
+	if opts.Refresh != DefaultRefresh {
+		q.Set("refresh", strconv.Itoa(opts.Refresh))
+	}
+	d.LessURL = "?" + q.Encode()
+	q.Set("all", "1")
+	d.AllURL = "?" + q.Encode()
+	for i := range st.Pools {
+		d.Pools = append(d.Pools, newPagePool(st, &st.Pools[i], opts.All))
+	}
+	for i := range st.DataPlanes {
+		dp := &st.DataPlanes[i]
+		pd := pageDataPlane{DataPlane: dp}
+		pd.State, pd.Class = dataPlaneState(st, dp)
+		served := st.Served[dp.Kind]
+		for _, typ := range []string{"cds", "eds", "lds", "rds"} {
+			v, ok := dp.ACKed[typ]
+			if !ok && served[typ] == "" {
+				continue
+			}
+			pd.Types = append(pd.Types, ackedType{Type: typ, Version: v, Current: ok && v == served[typ]})
+		}
+		d.DataPlanes = append(d.DataPlanes, pd)
+	}
+	return d
+}
+
+func newPagePool(st *Status, p *Pool, all bool) pagePool {
+	pp := pagePool{Pool: p, Kind: p.Balancer}
+	if p.Algorithm != "" {
+		pp.Kind += " · " + p.Algorithm
+	}
+	if p.Hotspot && p.Balance != nil && p.HitRate1m != nil {
+		pp.Hot = fmt.Sprintf("the busiest replica queues %.1f× the mean while the hit rate is %s (rule: balance above %g, hit rate at least %g, busiest queue at least %g)",
+			*p.Balance, percentText(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast, st.HotspotRule.BusiestQueueAtLeast)
+	}
+	reps := SortReplicas(p.Replicas)
+	pp.Health = countHealth(reps)
+	shown := reps
+	if !all && len(reps) > PageReplicas {
+		shown, pp.Hidden = reps[:PageReplicas], len(reps)-PageReplicas
+		pp.HiddenHealth = countHealth(reps[PageReplicas:])
+	}
+	end := st.Time
+	for i := range shown {
+		r := &shown[i]
+		row := pageReplica{Replica: r, Note: replicaNote(st.Time, r)}
+		if r.TableShare != nil {
+			row.Share = *r.TableShare
+			row.ShareWidth = strconv.FormatFloat(math.Round(min(max(*r.TableShare, 0), 1)*1000)/10, 'f', -1, 64)
+		}
+		if r.Trend != nil {
+			pts, step := r.Trend.Points, time.Duration(r.Trend.StepSeconds*float64(time.Second))
+			row.Spark.Queue = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.QueueDepth }, 0, "queue depth", numberText)
+			row.Spark.HitRate = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.HitRate }, 1, "hit rate", percentText)
+			row.Spark.TTFT = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.TTFTP95 }, 0, "TTFT p95", secondsText)
+		}
+		pp.Rows = append(pp.Rows, row)
+	}
+	return pp
+}
+
+// countHealth counts replicas per health, in healthOrder.
+func countHealth(reps []Replica) []healthCount {
+	counts := map[string]int{}
+	for i := range reps {
+		counts[reps[i].Health]++
+	}
+	var out []healthCount
+	for _, h := range healthOrder {
+		if counts[h] > 0 {
+			out = append(out, healthCount{h, counts[h]})
+		}
+	}
+	for h, n := range counts {
+		if healthRank(h) == len(healthOrder) {
+			out = append(out, healthCount{h, n})
+		}
+	}
+	return out
+}
+
+// healthOrder ranks healths, the ones that need attention first.
+var healthOrder = []string{Unhealthy, Saturated, Stale, Degraded, Draining, Serving}
+
+func healthRank(h string) int {
+	if i := slices.Index(healthOrder, h); i >= 0 {
+		return i
+	}
+	return len(healthOrder)
+}
+
+// SortReplicas returns the replicas in the order that matters to an
+// operator: unhealthy, saturated, stale, degraded and draining ones
+// first, then by queue depth (longest first), then by identity.
+func SortReplicas(reps []Replica) []Replica {
+	out := slices.Clone(reps)
+	queue := func(r *Replica) float64 {
+		if r.QueueDepth == nil {
+			return -1
+		}
+		return *r.QueueDepth
+	}
+	slices.SortStableFunc(out, func(a, b Replica) int {
+		return cmp.Or(cmp.Compare(healthRank(a.Health), healthRank(b.Health)),
+			cmp.Compare(queue(&b), queue(&a)), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+func replicaNote(now time.Time, r *Replica) string {
+	var parts []string
+	if r.Health != Serving && r.Reason != "" {
+		parts = append(parts, r.Reason)
+	}
+	if s := r.LastScrape; s != nil && !s.OK {
+		parts = append(parts, "last scrape failed "+agoText(now, s.Time)+": "+s.Error)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// dataPlaneState compares what a data plane accepted with what its kind
+// is served, as `kvxds status` does.
+func dataPlaneState(st *Status, dp *DataPlane) (state, class string) {
+	served := st.Served[dp.Kind]
+	if n := dp.LastNACK; n != nil && dp.ACKed[n.Type] != served[n.Type] {
+		return "rejecting " + n.Type, "bad"
+	}
+	var behind []string
+	for _, typ := range []string{"cds", "eds", "lds", "rds"} {
+		if v, ok := served[typ]; ok && dp.ACKed[typ] != v {
+			behind = append(behind, typ)
+		}
+	}
+	switch {
+	case len(dp.ACKed) == 0:
+		return "waiting for its first ACK", "warn"
+	case len(behind) > 0:
+		return "behind: " + strings.Join(behind, ", "), "warn"
+	}
+	return "in sync", "ok"
+}
+
+func haRole(h *HA) string {
+	switch {
+	case h.Mode == "standalone" || h.Mode == "":
+		return "standalone"
+	case h.Leading:
+		return fmt.Sprintf("%s, leading (term %d)", h.Mode, h.Term)
+	case !h.Reachable:
+		return fmt.Sprintf("%s, following %s (unreachable: %s)", h.Mode, cmp.Or(h.Leader, "nobody yet"), h.Error)
+	}
+	return fmt.Sprintf("%s, following %s", h.Mode, cmp.Or(h.Leader, "nobody yet"))
+}
+
+// Sparkline size, in CSS pixels.
+const (
+	sparkWidth  = 96
+	sparkHeight = 22
+)
+
+// Sparkline draws get(point) over the TrendWindow-long span ending at
+// end as an inline SVG: a line per run of consecutive steps (a step
+// without a value leaves a gap), scaled from 0 to the larger of top and
+// the highest value, the latest value marked. Its title names the range.
+// Empty when no point has a value.
+func Sparkline(pts []TrendPoint, step time.Duration, end time.Time, get func(*TrendPoint) *float64, top float64, what string, format func(*float64) string) template.HTML {
+	const window = 15 * time.Minute
+	if step <= 0 {
+		step = 15 * time.Second
+	}
+	start := end.Add(-window)
+	lo, vmax := math.Inf(1), math.Inf(-1)
+	for i := range pts {
+		if v := get(&pts[i]); v != nil {
+			lo, vmax = min(lo, *v), max(vmax, *v)
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return ""
+	}
+	hi := max(top, vmax)
+	if hi <= 0 {
+		hi = 1
+	}
+	x := func(t time.Time) float64 {
+		f := float64(t.Add(step/2).Sub(start)) / float64(window)
+		return math.Round(min(max(f, 0), 1)*sparkWidth*10) / 10
+	}
+	y := func(v float64) float64 {
+		return math.Round((sparkHeight-2-(v/hi)*(sparkHeight-4))*10) / 10
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="spark" width="%d" height="%d" viewBox="0 0 %d %d" role="img">`, sparkWidth, sparkHeight, sparkWidth, sparkHeight)
+	last := &pts[len(pts)-1]
+	fmt.Fprintf(&b, "<title>%s, last 15 min: %s to %s</title>", template.HTMLEscapeString(what),
+		template.HTMLEscapeString(format(&lo)), template.HTMLEscapeString(format(&vmax)))
+	fmt.Fprintf(&b, `<line class="base" x1="0" y1="%d" x2="%d" y2="%d"/>`, sparkHeight-2, sparkWidth, sparkHeight-2)
+	var run []string
+	var prev time.Time
+	flush := func() {
+		switch len(run) {
+		case 0:
+		case 1:
+			xy := strings.Split(run[0], ",")
+			fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="1.2"/>`, xy[0], xy[1])
+		default:
+			fmt.Fprintf(&b, `<polyline points="%s"/>`, strings.Join(run, " "))
+		}
+		run = run[:0]
+	}
+	var lastX, lastY float64
+	for i := range pts {
+		p := &pts[i]
+		v := get(p)
+		if v == nil || (len(run) > 0 && p.Time.Sub(prev) > step*3/2) {
+			flush()
+		}
+		if v == nil {
+			continue
+		}
+		lastX, lastY = x(p.Time), y(*v)
+		run = append(run, strconv.FormatFloat(lastX, 'f', -1, 64)+","+strconv.FormatFloat(lastY, 'f', -1, 64))
+		prev = p.Time
+	}
+	flush()
+	if get(last) != nil {
+		fmt.Fprintf(&b, `<circle class="now" cx="%s" cy="%s" r="2"/>`, strconv.FormatFloat(lastX, 'f', -1, 64), strconv.FormatFloat(lastY, 'f', -1, 64))
+	}
+	b.WriteString("</svg>")
+	return template.HTML(b.String()) // numbers and escaped text only
+}
+
+func percentText(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return strconv.FormatFloat(*v*100, 'f', 1, 64) + "%"
+}
+
+func numberText(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	if *v == math.Trunc(*v) {
+		return strconv.FormatFloat(*v, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(*v, 'f', 1, 64)
+}
+
+func secondsText(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	if *v < 1 {
+		return strconv.FormatFloat(*v*1000, 'f', 0, 64) + " ms"
+	}
+	return strconv.FormatFloat(*v, 'f', 2, 64) + " s"
+}
+
+// agoText says how long before now t was, to the second.
+func agoText(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t).Round(time.Second)
+	if d < time.Second {
+		return "just now"
+	}
+	return d.String() + " ago"
+}
+
+// shortVersion shortens a resource version for display.
+func shortVersion(v string) string {
+	if len(v) > 10 {
+		return v[:8] + "…"
+	}
+	return v
+}

@@ -1,0 +1,269 @@
+package status
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var pageT0 = time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC)
+
+func num(v float64) *float64 { return &v }
+
+// trendOf is a 15-minute trend whose queue climbs 0, 1, 2, … and whose
+// hit rate is missing from step gapAt on for two steps.
+func trendOf(end time.Time, gapAt int) *Trend {
+	tr := &Trend{StepSeconds: 30}
+	for i := range 30 {
+		p := TrendPoint{Time: end.Add(-15 * time.Minute).Add(time.Duration(i) * 30 * time.Second),
+			QueueDepth: num(float64(i)), TTFTP95: num(0.05 + float64(i)/100)}
+		if i < gapAt || i >= gapAt+2 {
+			p.HitRate = num(0.9)
+		}
+		tr.Points = append(tr.Points, p)
+	}
+	return tr
+}
+
+// fleetStatus is one pool of n replicas: replica 3 saturated, replica 5
+// stale with a failed scrape, replica 7 draining, the others serving
+// with queue depth i%10; and two data planes, one rejecting a cluster.
+func fleetStatus(n int) *Status {
+	st := &Status{Time: pageT0, Instance: Instance{ID: "kvxds-0", Version: "v1.2.3"}, HA: HA{Mode: "standalone", Leading: true, Reachable: true},
+		HotspotRule: DefaultHotspotRule,
+		Served:      map[string]map[string]string{"envoy": {"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"}}}
+	p := Pool{Name: "chat", Balancer: "hash", Algorithm: "maglev", Engine: "vllm", HitRate1m: num(0.87), Balance: num(1.3), Escapes1h: 1,
+		RecentDecisions: []Decision{{Time: pageT0.Add(-40 * time.Second), Replica: "replica-3", Kind: Escape, FromMultiplier: 2, ToMultiplier: 2, Reason: "queue depth 12 ≥ 8"}}}
+	for i := range n {
+		r := Replica{ID: fmt.Sprintf("replica-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i), Source: "static", Health: Serving,
+			StaticWeight: 1, Multiplier: 2, Weight: 2, TableShare: num(1 / float64(n)),
+			QueueDepth: num(float64(i % 10)), KVOccupancy: num(0.4), HitRate1m: num(0.9), TTFTP95: num(0.08),
+			LastScrape: &Scrape{Time: pageT0.Add(-time.Second), OK: true}, Trend: trendOf(pageT0, 10)}
+		switch i {
+		case 3:
+			r.Health, r.Reason, r.Since, r.QueueDepth, r.TableShare = Saturated, "queue depth 12 ≥ 8", pageT0.Add(-40*time.Second), num(12), num(0)
+		case 5:
+			r.Health, r.Reason, r.Since = Stale, "metrics older than 10s", pageT0.Add(-20*time.Second)
+			r.LastScrape = &Scrape{Time: pageT0.Add(-time.Second), Error: "dial tcp 10.0.0.5:8000: connect: connection refused"}
+		case 7:
+			r.Health, r.Reason = Draining, "going away (discovery)"
+		}
+		p.Replicas = append(p.Replicas, r)
+	}
+	st.Pools = []Pool{p}
+	st.DataPlanes = []DataPlane{
+		{NodeID: "envoy-ok", Kind: "envoy", Address: "10.0.3.4:5000", Streams: 1, Connected: pageT0.Add(-time.Hour),
+			ACKed: map[string]string{"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"}},
+		{NodeID: "envoy-bad", Kind: "envoy", Address: "10.0.3.5:5000", Streams: 1, Connected: pageT0.Add(-time.Hour),
+			ACKed:    map[string]string{"cds": "c1", "eds": "e2", "lds": "l1", "rds": "r1"},
+			LastNACK: &NACK{Type: "cds", Version: "c2", Message: `cluster "chat": <unknown> field`, Time: pageT0.Add(-time.Minute)}},
+	}
+	return st
+}
+
+var rowRE = regexp.MustCompile(`data-replica="([^"]+)" data-health="([^"]+)"`)
+
+func rows(page string) (ids, healths []string) {
+	for _, m := range rowRE.FindAllStringSubmatch(page, -1) {
+		ids = append(ids, m[1])
+		healths = append(healths, m[2])
+	}
+	return ids, healths
+}
+
+func TestRenderPage(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		replicas  int
+		opts      PageOptions
+		wantRows  int
+		wantFirst []string // the first rows' healths
+		wantText  []string
+		notText   []string
+	}{{
+		name: "small pool: every replica, troubled ones first", replicas: 10, opts: PageOptions{Refresh: 5}, wantRows: 10,
+		wantFirst: []string{Saturated, Stale, Draining, Serving},
+		wantText: []string{"queue depth 12 ≥ 8", "since 11:59:20 (40s ago)", "connection refused", "hit rate 1m <b class=\"pool-hit-rate\">87.0%</b>",
+			"no hotspot", "reload every 5 s", "out of the hash table", "rejecting cds",
+			`cluster &#34;chat&#34;: &lt;unknown&gt; field`, "<polyline", "<script>"},
+		notText: []string{"more replicas not listed", "<unknown>"},
+	}, {
+		name: "1,000 replicas: the first 50 and a count", replicas: 1000, opts: PageOptions{Refresh: 5}, wantRows: PageReplicas,
+		wantFirst: []string{Saturated, Stale, Draining, Serving},
+		wantText:  []string{"950 more replicas not listed (950 serving)", `href="?all=1"`, "show all 1000"},
+	}, {
+		name: "1,000 replicas, all=1, no reload", replicas: 1000, opts: PageOptions{All: true}, wantRows: 1000,
+		wantText: []string{"show the first 50 only"},
+		notText:  []string{"more replicas not listed", "<script>"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := RenderPage(&buf, fleetStatus(tc.replicas), tc.opts); err != nil {
+				t.Fatal(err)
+			}
+			page := buf.String()
+			ids, healths := rows(page)
+			if len(ids) != tc.wantRows {
+				t.Errorf("%d replica rows, want %d", len(ids), tc.wantRows)
+			}
+			for i, h := range tc.wantFirst {
+				if i >= len(healths) || healths[i] != h {
+					t.Errorf("row %d is %v, want %s (rows %v)", i, healths[i:min(i+1, len(healths))], h, healths[:min(len(healths), 5)])
+				}
+			}
+			// Among serving replicas, the longest queue first.
+			if tc.wantRows > 10 && ids[3] != "replica-109" {
+				t.Errorf("first serving replica %s does not have the longest queue", ids[3])
+			}
+			for _, s := range tc.wantText {
+				if !strings.Contains(page, s) {
+					t.Errorf("page lacks %q", s)
+				}
+			}
+			for _, s := range tc.notText {
+				if strings.Contains(page, s) {
+					t.Errorf("page has %q", s)
+				}
+			}
+			if strings.Contains(page, "http://") || strings.Contains(page, "https://") || strings.Contains(page, "src=") {
+				t.Error("the page refers to another origin")
+			}
+		})
+	}
+}
+
+func TestSortReplicas(t *testing.T) {
+	rep := func(id, health string, queue *float64) Replica {
+		return Replica{ID: id, Health: health, QueueDepth: queue}
+	}
+	in := []Replica{
+		rep("a", Serving, num(1)), rep("b", Serving, nil), rep("c", Draining, num(0)), rep("d", Serving, num(7)),
+		rep("e", Stale, num(2)), rep("f", Saturated, num(3)), rep("g", Unhealthy, nil), rep("h", Saturated, num(30)), rep("i", Serving, num(7)),
+	}
+	var got []string
+	for _, r := range SortReplicas(in) {
+		got = append(got, r.ID)
+	}
+	if want := "g h f e c d i a b"; strings.Join(got, " ") != want {
+		t.Errorf("order %v, want %s", got, want)
+	}
+	if in[0].ID != "a" {
+		t.Error("SortReplicas changed its argument")
+	}
+}
+
+var svgPoint = regexp.MustCompile(`(?:points="([^"]*)"|cx="([^"]+)" cy="([^"]+)")`)
+
+func TestSparkline(t *testing.T) {
+	end := pageT0
+	get := func(p *TrendPoint) *float64 { return p.HitRate }
+	for _, tc := range []struct {
+		name          string
+		trend         *Trend
+		wantLines     int
+		wantEmpty     bool
+		wantTitleHas  string
+		wantRightmost float64 // x of the latest point
+	}{
+		{name: "no values", trend: &Trend{StepSeconds: 30, Points: []TrendPoint{{Time: end.Add(-time.Minute)}}}, wantEmpty: true},
+		{name: "a gap splits the line", trend: trendOf(end, 10), wantLines: 2, wantTitleHas: "hit rate, last 15 min: 90.0% to 90.0%", wantRightmost: 94.4},
+		{name: "one run", trend: trendOf(end, 40), wantLines: 1, wantRightmost: 94.4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svg := string(Sparkline(tc.trend.Points, 30*time.Second, end, get, 1, "hit rate", percentText))
+			if tc.wantEmpty {
+				if svg != "" {
+					t.Errorf("want no sparkline, got %s", svg)
+				}
+				return
+			}
+			if n := strings.Count(svg, "<polyline"); n != tc.wantLines {
+				t.Errorf("%d lines, want %d: %s", n, tc.wantLines, svg)
+			}
+			if !strings.Contains(svg, tc.wantTitleHas) {
+				t.Errorf("title: %s", svg)
+			}
+			// Every coordinate lies inside the box.
+			var maxX float64
+			for _, m := range svgPoint.FindAllStringSubmatch(svg, -1) {
+				pairs := strings.Fields(m[1])
+				if m[1] == "" {
+					pairs = []string{m[2] + "," + m[3]}
+				}
+				for _, p := range pairs {
+					var x, y float64
+					if _, err := fmt.Sscanf(p, "%g,%g", &x, &y); err != nil {
+						t.Fatalf("point %q: %v", p, err)
+					}
+					if x < 0 || x > sparkWidth || y < 0 || y > sparkHeight {
+						t.Errorf("point %v,%v outside %dx%d", x, y, sparkWidth, sparkHeight)
+					}
+					maxX = max(maxX, x)
+				}
+			}
+			// The latest step starts 30 s before the end: its middle is at
+			// 14.75 of 15 minutes.
+			if maxX != tc.wantRightmost {
+				t.Errorf("rightmost point at x=%v, want %v", maxX, tc.wantRightmost)
+			}
+		})
+	}
+}
+
+func TestPageHandler(t *testing.T) {
+	srv := httptest.NewServer(PageHandler(func() Status { return *fleetStatus(3) }))
+	defer srv.Close()
+	for _, tc := range []struct {
+		query    string
+		wantCode int
+		wantBody string
+	}{
+		{"", http.StatusOK, "reload every 5 s"},
+		{"?refresh=2", http.StatusOK, "reload every 2 s"},
+		{"?refresh=0", http.StatusOK, "replica-2"},
+		{"?refresh=soon", http.StatusBadRequest, "whole number of seconds"},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + "/" + tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tc.wantCode || !strings.Contains(string(body), tc.wantBody) {
+				t.Errorf("%s: %s, body lacks %q", tc.query, resp.Status, tc.wantBody)
+			}
+			if tc.wantCode == http.StatusOK {
+				if ct, csp := resp.Header.Get("Content-Type"), resp.Header.Get("Content-Security-Policy"); ct != "text/html; charset=utf-8" || !strings.Contains(csp, "default-src 'none'") {
+					t.Errorf("Content-Type %q, Content-Security-Policy %q", ct, csp)
+				}
+			}
+		})
+	}
+}
+
+// Rendering the page of 1,000 replicas with their trends, all listed.
+func BenchmarkRenderPage1000(b *testing.B) {
+	st := fleetStatus(1000)
+	for _, all := range []bool{false, true} {
+		b.Run(fmt.Sprintf("all=%v", all), func(b *testing.B) {
+			var buf bytes.Buffer
+			for b.Loop() {
+				buf.Reset()
+				if err := RenderPage(&buf, st, PageOptions{All: all, Refresh: 5}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(buf.Len()), "bytes")
+		})
+	}
+}

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/kvxds/kvxds/test/workload"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+// TraceName is the workload name of a trace replay (Config.Trace).
+const TraceName = "trace"
+
+// chatBody is the OpenAI-style chat completion body a trace request would
+// carry; its prompt_prefix key is what Envoy's generated filter computes.
+type chatBody struct {
+	Model     string        `json:"model"`
+	Messages  []chatMessage `json:"messages"`
+	MaxTokens int           `json:"max_tokens"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// messagesHead is what a chat body's messages value starts with, before
+// the prompt text.
+const messagesHead = `[{"role":"user","content":"`
+
+// PrefixBytes is the prompt_prefix that covers the first blocks trace
+// blocks of a chat body's messages: the messages head, then blocks of
+// TraceBlockTokens pseudo-words (four letters and a space each), without
+// the space after the last.
+func PrefixBytes(blocks int) int {
+	return len(messagesHead) + blocks*workload.TraceBlockTokens*5 - 1
+}
+
+// PromptPrefixKey is the key Envoy's prompt_prefix filter computes for a
+// chat request carrying prompt: the client builds the body and hashes it
+// with the same function.
+func PromptPrefixKey(prompt string, maxTokens, prefix int) (string, error) {
+	body, err := json.Marshal(chatBody{Model: "bench", Messages: []chatMessage{{Role: "user", Content: prompt}}, MaxTokens: maxTokens})
+	if err != nil {
+		return "", err
+	}
+	key, ok := bodykey.PromptPrefix(body, prefix)
+	if !ok {
+		return "", fmt.Errorf("no prompt_prefix key in %.80s", body)
+	}
+	return key, nil
+}
+
+// planTrace reads c.Trace (JSONL, plain or gzip-compressed) and scales its
+// arrival times so that it offers c.Load of the fleet's capacity without
+// reuse.
+func planTrace(c Config) (*workloadPlan, error) {
+	f, err := os.Open(c.Trace)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	recs, err := workload.ReadTrace(f)
+	if err != nil {
+		return nil, fmt.Errorf("trace %s: %w", c.Trace, err)
+	}
+	if len(recs) < 2 {
+		return nil, fmt.Errorf("trace %s: %d requests; need at least 2", c.Trace, len(recs))
+	}
+	var shape Shape
+	largest := 0
+	for _, r := range recs {
+		shape.MeanPrompt += float64(r.InputLength)
+		shape.MeanOutput += float64(max(r.OutputLength, 1))
+		largest = max(largest, r.InputLength+r.OutputLength)
+	}
+	shape.MeanPrompt /= float64(len(recs))
+	shape.MeanOutput /= float64(len(recs))
+	bs := simConfig(1, 1).BlockSize
+	kv := c.KVBlocks
+	why := "set by --kv-blocks"
+	if kv == 0 {
+		// Room for the largest request twice over, and at least what the
+		// chat workloads get.
+		kv = max(4000, 2*((largest+bs-1)/bs))
+		why = "twice the largest request of the trace, at least 4,000"
+	}
+	capacity := Capacity(simConfig(kv, 1), shape)
+	if !(capacity > 0) {
+		return nil, fmt.Errorf("trace: cannot calibrate the load (capacity %v)", capacity)
+	}
+	rate := c.Load * float64(c.Replicas) * capacity
+	span := float64(recs[len(recs)-1].Timestamp-recs[0].Timestamp) / 1000
+	if span <= 0 {
+		span = 1
+	}
+	traceRate := float64(len(recs)-1) / span
+	reqs, err := PrepareRequests(workload.TraceRequests(recs, rate/traceRate), false)
+	if err != nil {
+		return nil, err
+	}
+	scale := c.TimeScale
+	if scale == 0 {
+		scale = min(max(c.MessageBudget/(rate*max(shape.MeanOutput, 1)), 1), c.MaxTimeScale)
+		scale = math.Round(scale*2) / 2
+	}
+	p := &workloadPlan{Name: TraceName, Shape: shape, Capacity: capacity, Load: c.Load, Rate: rate,
+		KVBlocks: kv, KVWhy: why, TimeScale: scale, Duration: reqs[len(reqs)-1].At + 1, Requests: reqs,
+		Warmup: int(c.WarmupFraction * float64(len(reqs))), Escape: c.Escape,
+		MeanPrompt: shape.MeanPrompt, MeanOutput: shape.MeanOutput}
+	return p, nil
+}
+
+// withPrefixKeys returns a copy of p whose requests carry the
+// prompt_prefix key of prefix bytes as their session.
+func withPrefixKeys(p *workloadPlan, prefix int) (*workloadPlan, error) {
+	q := *p
+	q.Requests = make([]Request, len(p.Requests))
+	sessions := map[string]bool{}
+	for i, r := range p.Requests {
+		key, err := PromptPrefixKey(r.Prompt, r.MaxTokens, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", r.Seq, err)
+		}
+		r.Session = key
+		q.Requests[i] = r
+		sessions[key] = true
+	}
+	q.Sessions = len(sessions)
+	return &q, nil
+}
+
+// runTraceWorkload replays c.Trace: round robin without keys, kvxds with
+// the prompt_prefix key of each of c.PrefixBlocks, and the upper bound.
+func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
+	p, err := planTrace(c)
+	if err != nil {
+		return nil, err
+	}
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "%s: %d requests from %s at %.2f req/s (load %.2f of %d × %.3f req/s), %d KV blocks per replica, time scale %g\n",
+			TraceName, len(p.Requests), c.Trace, p.Rate, p.Load, c.Replicas, p.Capacity, p.KVBlocks, p.TimeScale)
+	}
+	wr := &WorkloadReport{Name: TraceName, Replicas: c.Replicas, Load: p.Load, Rate: p.Rate, Capacity: p.Capacity,
+		KVBlocks: p.KVBlocks, KVWhy: p.KVWhy, TimeScale: p.TimeScale, Duration: p.Duration,
+		Requests: len(p.Requests), Warmup: p.Warmup, MeanPrompt: p.MeanPrompt, MeanOutput: p.MeanOutput}
+	for _, m := range c.Modes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		switch m {
+		case UpperBound:
+			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize))
+		case KVXDS:
+			for _, blocks := range c.PrefixBlocks {
+				q, err := withPrefixKeys(p, PrefixBytes(blocks))
+				if err != nil {
+					return nil, err
+				}
+				run, err := runLive(ctx, c, q, KVXDS)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s: %w", TraceName, m, err)
+				}
+				res := summarize(KVXDS, q, run, c.Replicas)
+				res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d (%d block%s)", PrefixBytes(blocks), blocks, plural(blocks)))
+				wr.Modes = append(wr.Modes, res)
+				if c.Progress != nil {
+					fmt.Fprintf(c.Progress, "%s: %d distinct prompt_prefix keys at %d block%s\n", TraceName, q.Sessions, blocks, plural(blocks))
+				}
+			}
+		case RoundRobin, LeastRequest:
+			run, err := runLive(ctx, c, p, m)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s: %w", TraceName, m, err)
+			}
+			wr.Modes = append(wr.Modes, summarize(m, p, run, c.Replicas))
+		default:
+			return nil, fmt.Errorf("%s: mode %s does not apply to a trace replay", TraceName, m)
+		}
+	}
+	wr.Targets = Targets(wr)
+	return wr, nil
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

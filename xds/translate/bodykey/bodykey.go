@@ -1,0 +1,260 @@
+// Package bodykey computes hash keys from an LLM request's JSON body, the
+// same way in Go and in the Lua script it generates for Envoy's Lua HTTP
+// filter, so that what a client computes ahead (the benchmark does) and
+// what Envoy computes agree byte for byte.
+//
+// Two kinds of key:
+//
+//   - JSONField(body, path) keys on a string field of the body, found by a
+//     dot path of object keys from the top level ("user",
+//     "metadata.conversation_id"). The keyed bytes are the string's JSON
+//     text as sent, between its quotes: escapes are not decoded (one
+//     client's serialiser writes a value the same way every time). A
+//     missing field, a value that is not a string, and an empty string
+//     give no key.
+//   - PromptPrefix(body, n) keys on the first n bytes of the prompt: the
+//     raw JSON text of the top-level "messages" value (chat completions)
+//     or, if there is none, of the top-level "prompt" value (completions),
+//     starting at the value's first byte ('[' or '"') and ending at its
+//     last byte or after n bytes, whichever comes first. Only a non-empty
+//     array or a non-empty string is keyed.
+//
+// The scanner is deliberately small and lenient, and the Lua script runs
+// the same algorithm: it follows objects, arrays and strings (with their
+// escapes) as far as it must to find a key, compares object keys as
+// written, takes the first occurrence of a duplicated key, and does not
+// validate what lies beyond the value it needs. Anything it cannot follow
+// gives no key, never an error: the request then falls through to the next
+// key of the chain.
+//
+// A key becomes a header value as the 16 lowercase hex digits of the
+// 64-bit FNV-1a hash of the keyed bytes (Hash). The data plane hashes that
+// value again onto its ring; 64 bits keep distinct prefixes apart (a
+// collision between two of a billion keys has a probability near 3%, and
+// it would only make two keys share a replica), and the header stays short
+// and opaque however long the prefix is.
+package bodykey
+
+import (
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
+
+// Hash is the header value of keyed bytes: FNV-1a 64, as 16 hex digits.
+func Hash(b []byte) string {
+	h := fnv.New64a()
+	h.Write(b)
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// PromptFields are the top-level fields PromptPrefix keys on, in order of
+// preference.
+var PromptFields = []string{"messages", "prompt"}
+
+// PromptPrefix returns the header value of body's prompt_prefix key of n
+// bytes, or false if body has no keyable prompt.
+func PromptPrefix(body []byte, n int) (string, bool) {
+	b, ok := PromptPrefixBytes(body, n)
+	if !ok {
+		return "", false
+	}
+	return Hash(b), true
+}
+
+// PromptPrefixBytes returns the bytes PromptPrefix keys on.
+func PromptPrefixBytes(body []byte, n int) ([]byte, bool) {
+	if n <= 0 {
+		return nil, false
+	}
+	top, ok := object(body)
+	if !ok {
+		return nil, false
+	}
+	v := -1
+	for _, f := range PromptFields {
+		if v = findKey(body, top, f); v >= 0 {
+			break
+		}
+	}
+	if v < 0 {
+		return nil, false
+	}
+	var end int
+	switch body[v] {
+	case '"':
+		if end = skipString(body, v); end < 0 || end-v == 2 {
+			return nil, false
+		}
+	case '[':
+		if end = skipValue(body, v); end < 0 {
+			return nil, false
+		}
+		if i := skipWS(body, v+1); i < 0 || body[i] == ']' {
+			return nil, false
+		}
+	default:
+		return nil, false
+	}
+	return body[v:min(end, v+n)], true
+}
+
+// JSONField returns the header value of body's json_field key at path
+// (object keys separated by dots), or false if there is no non-empty
+// string there.
+func JSONField(body []byte, path string) (string, bool) {
+	b, ok := JSONFieldBytes(body, path)
+	if !ok {
+		return "", false
+	}
+	return Hash(b), true
+}
+
+// JSONFieldBytes returns the bytes JSONField keys on: the string's JSON
+// text between its quotes.
+func JSONFieldBytes(body []byte, path string) ([]byte, bool) {
+	i, ok := object(body)
+	if !ok {
+		return nil, false
+	}
+	for _, seg := range strings.Split(path, ".") {
+		if body[i] != '{' {
+			return nil, false
+		}
+		if i = findKey(body, i, seg); i < 0 {
+			return nil, false
+		}
+	}
+	if body[i] != '"' {
+		return nil, false
+	}
+	end := skipString(body, i)
+	if end < 0 || end-i == 2 {
+		return nil, false
+	}
+	return body[i+1 : end-1], true
+}
+
+// object returns the index of the '{' that opens body's top-level object.
+func object(body []byte) (int, bool) {
+	i := skipWS(body, 0)
+	if i < 0 || body[i] != '{' {
+		return 0, false
+	}
+	return i, true
+}
+
+func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// skipWS returns the index of the first non-whitespace byte at or after
+// i, or -1.
+func skipWS(s []byte, i int) int {
+	for ; i < len(s); i++ {
+		if !isWS(s[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// skipString returns the index after the string whose opening quote is at
+// i, or -1 if it does not end.
+func skipString(s []byte, i int) int {
+	j := i + 1
+	for {
+		k := bytes.IndexAny(s[j:], `"\`)
+		if k < 0 {
+			return -1
+		}
+		k += j
+		if s[k] == '\\' {
+			j = k + 2
+			if j > len(s) {
+				return -1
+			}
+			continue
+		}
+		return k + 1
+	}
+}
+
+// skipValue returns the index after the value starting at i, or -1. Nested
+// brackets are counted, not matched by kind.
+func skipValue(s []byte, i int) int {
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		j := i
+		for {
+			k := bytes.IndexAny(s[j:], "\"{}[]")
+			if k < 0 {
+				return -1
+			}
+			k += j
+			switch s[k] {
+			case '"':
+				if j = skipString(s, k); j < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			default:
+				depth--
+			}
+			if depth == 0 {
+				return k + 1
+			}
+			j = k + 1
+		}
+	}
+	// A number or a literal runs to the next delimiter.
+	j := i
+	for j < len(s) && !isWS(s[j]) && s[j] != ',' && s[j] != '}' && s[j] != ']' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
+// findKey returns the index of the value of key in the object opening at
+// i, or -1. Keys are compared as written, and the first occurrence wins.
+func findKey(s []byte, i int, key string) int {
+	i = skipWS(s, i+1)
+	if i < 0 || s[i] == '}' {
+		return -1
+	}
+	for {
+		if s[i] != '"' {
+			return -1
+		}
+		end := skipString(s, i)
+		if end < 0 {
+			return -1
+		}
+		match := string(s[i+1:end-1]) == key
+		if i = skipWS(s, end); i < 0 || s[i] != ':' {
+			return -1
+		}
+		if i = skipWS(s, i+1); i < 0 {
+			return -1
+		}
+		if match {
+			return i
+		}
+		if i = skipValue(s, i); i < 0 {
+			return -1
+		}
+		if i = skipWS(s, i); i < 0 || s[i] != ',' {
+			return -1
+		}
+		if i = skipWS(s, i+1); i < 0 {
+			return -1
+		}
+	}
+}

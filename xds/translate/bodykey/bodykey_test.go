@@ -1,0 +1,298 @@
+package bodykey
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// keys is the chain the tests run: three json_field keys and two prompt
+// prefixes, as a pool's chain numbers them (header i is the i-th key).
+var keys = []Key{
+	{Header: "x-kvxds-key-1", JSONField: "prompt_cache_key"},
+	{Header: "x-kvxds-key-2", JSONField: "user"},
+	{Header: "x-kvxds-key-3", JSONField: "metadata.conversation_id"},
+	{Header: "x-kvxds-key-4", PromptPrefix: 64},
+	{Header: "x-kvxds-key-5", PromptPrefix: 4096},
+}
+
+const testMaxBody = 64 << 10
+
+// goKeys is what the Go functions give for body: header -> value.
+func goKeys(body []byte) map[string]string {
+	out := map[string]string{}
+	for _, k := range keys {
+		var v string
+		var ok bool
+		if k.PromptPrefix > 0 {
+			v, ok = PromptPrefix(body, k.PromptPrefix)
+		} else {
+			v, ok = JSONField(body, k.JSONField)
+		}
+		if ok {
+			out[k.Header] = v
+		}
+	}
+	return out
+}
+
+var long = strings.Repeat("lorem ipsum dolor sit amet ", 400) // 10,800 bytes
+
+// bodies are real request bodies: chat and completions, nested, escaped,
+// unicode, reordered, short, and broken ones. keyed lists the keys (by
+// number) each must get; the values themselves come from the Go functions.
+var bodies = []struct {
+	name  string
+	body  string
+	keyed string
+}{
+	{"chat", `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Hi"}],"user":"alice","prompt_cache_key":"k1","metadata":{"conversation_id":"c-42"}}`, "12345"},
+	{"completions", `{"model":"m","prompt":"Once upon a time","max_tokens":5}`, "45"},
+	{"escaped quotes", `{"messages":[{"role":"user","content":"say \"hi\" \\ and \u00e9 \\\"x"}],"user":"bob \"the\" builder"}`, "245"},
+	{"nested decoys", `{"tools":[{"type":"function","function":{"name":"f","parameters":{"messages":"decoy","prompt":"decoy","user":"decoy"}}}],"metadata":{"tags":{"conversation_id":"decoy"},"conversation_id":"real"},"messages":[{"role":"user","content":"x"}]}`, "345"},
+	{"key order", `{"user":"alice","messages":[{"content":"Hi","role":"user"}],"model":"m"}`, "245"},
+	{"unicode", `{"messages":[{"role":"user","content":"こんにちは, мир 🌍"}],"user":"ünïcødé"}`, "245"},
+	{"pretty", "{\n  \"model\" : \"m\" ,\n  \"messages\" :\t[ {\"role\": \"user\", \"content\": \"Hi\"} ] ,\r\n  \"user\" : \"alice\"\n}\n", "245"},
+	{"short prompt", `{"prompt":"a"}`, "45"},
+	{"long prompt", `{"messages":[{"role":"user","content":"` + long + `"}]}`, "45"},
+	{"long prompt, other tail", `{"messages":[{"role":"user","content":"` + long[:5000] + `different tail"}]}`, "45"},
+	{"long prompt, other head", `{"messages":[{"role":"user","content":"X` + long[1:] + `"}]}`, "45"},
+	{"token prompt", `{"prompt":[1, 2, 3],"max_tokens":5}`, "45"},
+	{"both prompt fields", `{"prompt":"p","messages":[{"role":"user","content":"m"}]}`, "45"},
+	{"no prompt", `{"model":"m","input":"embed me"}`, ""},
+	{"empty messages", `{"messages":[ ],"prompt":"fallback? no: messages is there"}`, ""},
+	{"empty prompt", `{"prompt":""}`, ""},
+	{"null messages", `{"messages":null,"user":""}`, ""},
+	{"object prompt", `{"prompt":{"text":"x"}}`, ""},
+	{"non-string user", `{"user":42,"prompt_cache_key":null,"metadata":"c-42"}`, ""},
+	{"duplicate key", `{"user":"first","user":"second"}`, "2"},
+	{"escaped backslash at end", `{"user":"a\\","prompt":"b"}`, "245"},
+	{"escaped key", `{"us\u0065r":"x","user":"y"}`, "2"},
+	{"truncated", `{"user":"alice","messages":[{"role":"user","content":"Hi`, "2"},
+	{"truncated before value", `{"messages":[{"role":"user"},"user":`, ""},
+	{"not json", `hello world`, ""},
+	{"top-level array", `[{"user":"alice"}]`, ""},
+	{"trailing garbage", `{"user":"alice"} trailing`, "2"},
+}
+
+// luajit returns the path of LuaJIT, skipping the test where it is absent
+// unless KVXDS_REQUIRE_LUAJIT is set (CI sets it).
+func luajit(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("luajit")
+	if err != nil {
+		if os.Getenv("KVXDS_REQUIRE_LUAJIT") != "" {
+			t.Fatalf("luajit not found: %v", err)
+		}
+		t.Skip("luajit not installed (Debian: apt-get install luajit)")
+	}
+	return p
+}
+
+type luaCase struct {
+	contentLength string // "-" for none
+	body          string
+}
+
+// runLua runs the generated script on each case under the stand-in and
+// returns, per case, the number of body() calls and the x-kvxds-* headers
+// after the run.
+func runLua(t *testing.T, bin string, nobit bool, limit int, cases []luaCase) ([]int, []map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	src, err := Lua(keys, testMaxBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptPath := filepath.Join(dir, "keys.lua")
+	if err := os.WriteFile(scriptPath, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"testdata/standin.lua", scriptPath, map[bool]string{true: "1", false: "0"}[nobit], strconv.Itoa(limit)}
+	for i, c := range cases {
+		p := filepath.Join(dir, fmt.Sprintf("case%03d", i))
+		if err := os.WriteFile(p, []byte(c.contentLength+"\n"+c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, p)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != len(cases) {
+		t.Fatalf("luajit printed %d lines for %d cases:\n%s", len(lines), len(cases), out)
+	}
+	calls := make([]int, len(cases))
+	hdrs := make([]map[string]string, len(cases))
+	for i, l := range lines {
+		f := strings.Split(l, "\t")
+		if calls[i], err = strconv.Atoi(f[1]); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		hdrs[i] = map[string]string{}
+		for _, kv := range f[2:] {
+			k, v, _ := strings.Cut(kv, "=")
+			hdrs[i][k] = v
+		}
+	}
+	return calls, hdrs
+}
+
+func TestLuaMatchesGo(t *testing.T) {
+	bin := luajit(t)
+	cases := make([]luaCase, len(bodies))
+	for i, b := range bodies {
+		cases[i] = luaCase{strconv.Itoa(len(b.body)), b.body}
+	}
+	for _, nobit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nobit=%v", nobit), func(t *testing.T) {
+			_, got := runLua(t, bin, nobit, testMaxBody, cases)
+			for i, b := range bodies {
+				want := goKeys([]byte(b.body))
+				if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+					t.Errorf("%s: Lua set %v, Go computes %v", b.name, got[i], want)
+				}
+				var keyed string
+				for j, k := range keys {
+					if _, ok := want[k.Header]; ok {
+						keyed += strconv.Itoa(j + 1)
+					}
+				}
+				if keyed != b.keyed {
+					t.Errorf("%s: keyed by %q, want %q", b.name, keyed, b.keyed)
+				}
+			}
+		})
+	}
+}
+
+// TestPrefixIdentity: bodies whose first n prompt bytes agree get one key,
+// and bodies that differ there get different ones.
+func TestPrefixIdentity(t *testing.T) {
+	key := func(name string, n int) string {
+		for _, b := range bodies {
+			if b.name == name {
+				v, ok := PromptPrefix([]byte(b.body), n)
+				if !ok {
+					t.Fatalf("%s: no key", name)
+				}
+				return v
+			}
+		}
+		t.Fatalf("no body %q", name)
+		return ""
+	}
+	if a, b := key("long prompt", 4096), key("long prompt, other tail", 4096); a != b {
+		t.Errorf("same first 4096 bytes, different keys %s and %s", a, b)
+	}
+	if a, b := key("long prompt", 8192), key("long prompt, other tail", 8192); a == b {
+		t.Errorf("prompts that differ within 8192 bytes share key %s", a)
+	}
+	if a, b := key("long prompt", 4096), key("long prompt, other head", 4096); a == b {
+		t.Errorf("prompts that differ in their first byte share key %s", a)
+	}
+	if a, b := key("chat", 4096), key("key order", 4096); a == b {
+		t.Errorf("different conversations share key %s", a)
+	}
+}
+
+func TestPromptPrefixBytes(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		n    int
+		want string
+	}{
+		{`{"messages":[{"role":"user","content":"Hi"}]}`, 1000, `[{"role":"user","content":"Hi"}]`},
+		{`{"messages":[{"role":"user","content":"Hi"}]}`, 10, `[{"role":"`},
+		{`{"prompt" :  "abc" }`, 1000, `"abc"`},
+		{`{"prompt":"abc"}`, 2, `"a`},
+		{`{"prompt":[1,2]}`, 1000, `[1,2]`},
+	} {
+		got, ok := PromptPrefixBytes([]byte(tc.body), tc.n)
+		if !ok || string(got) != tc.want {
+			t.Errorf("PromptPrefixBytes(%s, %d) = %q, %v; want %q", tc.body, tc.n, got, ok, tc.want)
+		}
+	}
+}
+
+// TestLuaLimits: the script reads no body without a content-length or
+// above the limit (so it never makes Envoy answer 413), and always drops
+// the headers a client sent.
+func TestLuaLimits(t *testing.T) {
+	bin := luajit(t)
+	small := `{"user":"alice","prompt":"Hi"}`
+	big := `{"user":"alice","prompt":"` + strings.Repeat("x", testMaxBody) + `"}`
+	cases := []luaCase{
+		{strconv.Itoa(len(small)), small},
+		{"-", small},                                   // chunked: length unknown
+		{strconv.Itoa(len(big)), big},                  // over the limit
+		{"0", ""},                                      // no body
+		{strconv.Itoa(len(`{}`)), `{}`},                // nothing to key
+		{"12x", small},                                 // garbage length
+		{strconv.Itoa(testMaxBody), big[:testMaxBody]}, // exactly at the limit (truncated JSON: user still keyed)
+	}
+	calls, got := runLua(t, bin, false, testMaxBody, cases)
+	wantCalls := []int{1, 0, 0, 0, 1, 0, 1}
+	for i, c := range cases {
+		if calls[i] != wantCalls[i] {
+			t.Errorf("case %d: body() called %d times, want %d", i, calls[i], wantCalls[i])
+		}
+		want := goKeys([]byte(c.body))
+		if wantCalls[i] == 0 {
+			want = map[string]string{}
+		}
+		if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+			t.Errorf("case %d: headers %v, want %v", i, got[i], want)
+		}
+		for k, v := range got[i] {
+			if v == "spoofed" {
+				t.Errorf("case %d: client's %s kept", i, k)
+			}
+		}
+	}
+	if len(got[0]) != 3 {
+		t.Errorf("small body: %v, want user and both prefixes", got[0])
+	}
+}
+
+func TestHash(t *testing.T) {
+	// FNV-1a 64 reference values.
+	for in, want := range map[string]string{"": "cbf29ce484222325", "a": "af63dc4c8601ec8c", "foobar": "85944171f73967e8"} {
+		if got := Hash([]byte(in)); got != want {
+			t.Errorf("Hash(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestLuaRejects(t *testing.T) {
+	for _, tc := range []struct {
+		keys []Key
+		max  int
+	}{
+		{[]Key{{Header: "h", JSONField: "a"}}, 0},
+		{[]Key{{JSONField: "a"}}, 10},
+		{[]Key{{Header: "h"}}, 10},
+		{[]Key{{Header: "h", JSONField: "a", PromptPrefix: 3}}, 10},
+		{[]Key{{Header: "h", JSONField: "a..b"}}, 10},
+	} {
+		if _, err := Lua(tc.keys, tc.max); err == nil {
+			t.Errorf("Lua(%+v, %d) accepted", tc.keys, tc.max)
+		}
+	}
+}
+
+func TestLuaString(t *testing.T) {
+	if got, want := luaString("a\"b\\c\né"), `"a\034b\092c\010\195\169"`; got != want {
+		t.Errorf("luaString = %s, want %s", got, want)
+	}
+}

@@ -1,0 +1,94 @@
+package bodykey
+
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+//go:embed script.lua
+var script string
+
+// Key is one body key of a pool's chain, as the Lua script computes it:
+// exactly one of JSONField and PromptPrefix is set.
+type Key struct {
+	// Header is the request header the script sets to the key's value
+	// (Hash of the keyed bytes), after removing any the client sent.
+	Header string
+	// JSONField is a dot path of object keys; PromptPrefix a byte count.
+	JSONField    string
+	PromptPrefix int
+}
+
+// Lua returns the source of the Envoy Lua filter that sets each key's
+// header from the request body. It reads the body only when the request
+// declares a content-length from 1 to maxBody bytes, so that it never
+// buffers more than maxBody bytes; other requests go on without any of
+// these headers. Every header of keys is removed from the request first,
+// whether or not a value replaces it.
+func Lua(keys []Key, maxBody int) (string, error) {
+	if maxBody <= 0 {
+		return "", fmt.Errorf("body limit %d is not positive", maxBody)
+	}
+	var b strings.Builder
+	b.WriteString("-- kvxds: hash keys from the JSON request body (generated).\n")
+	fmt.Fprintf(&b, "local MAX_BODY = %d\n", maxBody)
+	b.WriteString("local PROMPT_FIELDS = {")
+	for i, f := range PromptFields {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(luaString(f))
+	}
+	b.WriteString("}\nlocal KEYS = {\n")
+	for _, k := range keys {
+		switch {
+		case k.Header == "":
+			return "", fmt.Errorf("body key without a header")
+		case (k.JSONField == "") == (k.PromptPrefix == 0):
+			return "", fmt.Errorf("body key %s: set exactly one of json_field and prompt_prefix", k.Header)
+		case k.PromptPrefix < 0:
+			return "", fmt.Errorf("body key %s: negative prompt_prefix %d", k.Header, k.PromptPrefix)
+		case k.PromptPrefix > 0:
+			fmt.Fprintf(&b, "  {header = %s, prefix = %d},\n", luaString(k.Header), k.PromptPrefix)
+		default:
+			segs := strings.Split(k.JSONField, ".")
+			for i, s := range segs {
+				if s == "" {
+					return "", fmt.Errorf("body key %s: json_field %q has an empty segment", k.Header, k.JSONField)
+				}
+				segs[i] = luaString(s)
+			}
+			fmt.Fprintf(&b, "  {header = %s, path = {%s}},\n", luaString(k.Header), strings.Join(segs, ", "))
+		}
+	}
+	b.WriteString("}\n\n")
+	b.WriteString(script)
+	return b.String(), nil
+}
+
+// luaString quotes s as a Lua 5.1 string literal: printable ASCII as is,
+// every other byte as a decimal escape.
+func luaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f && c != '"' && c != '\\' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "\\%03d", c)
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// HeaderPrefix starts the header of every body key: the key at index i
+// (from 0) of a pool's chain sets Header(i).
+const HeaderPrefix = "x-kvxds-key-"
+
+// Header is the request header of the body key at index i (from 0) of a
+// chain: x-kvxds-key-<i+1>.
+func Header(i int) string { return HeaderPrefix + strconv.Itoa(i+1) }

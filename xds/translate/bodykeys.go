@@ -1,0 +1,90 @@
+package translate
+
+import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+// Body keys (json_field, prompt_prefix) are read from the JSON request
+// body by a Lua filter that Envoy runs before the router: it removes every
+// generated header (x-kvxds-key-N) the client sent, reads the body when
+// the request declares a content-length within the pool's limit, and sets
+// x-kvxds-key-N to the value of the N-th key of the chain when the body
+// has it. The route then treats x-kvxds-key-N like any header key: a
+// route matching its presence, and a terminal header hash policy in chain
+// order. The Lua filter's header changes clear the route cache (its
+// clear_route_cache defaults to true), so the route is chosen on the
+// headers it set. The headers stay on the upstream request: they are
+// opaque hashes.
+//
+// Proxyless gRPC clients have no body: their routes skip body keys.
+
+const luaFilterName = "envoy.filters.http.lua"
+
+// envoyDefaultBufferLimit is Envoy's default per_connection_buffer_limit_bytes.
+const envoyDefaultBufferLimit = 1 << 20
+
+// bodyKeys reports whether flavor computes body keys for p.
+func bodyKeys(p *fleet.Pool, flavor Flavor) bool {
+	if flavor != Envoy || p.Balancer != fleet.ConsistentHash {
+		return false
+	}
+	for _, k := range p.Hash.Keys {
+		if k.Body() {
+			return true
+		}
+	}
+	return false
+}
+
+// routeKeys is p's key chain as flavor's routes see it: body keys become
+// their generated headers for Envoy, and are left out for gRPC clients
+// (and for pools that do not hash).
+func routeKeys(p *fleet.Pool, flavor Flavor) []fleet.HashKey {
+	out := make([]fleet.HashKey, 0, len(p.Hash.Keys))
+	body := bodyKeys(p, flavor)
+	for i, k := range p.Hash.Keys {
+		switch {
+		case !k.Body():
+			out = append(out, k)
+		case body:
+			out = append(out, fleet.HashKey{Header: bodykey.Header(i)})
+		}
+	}
+	return out
+}
+
+// bodyBufferLimit is the Envoy listener's per-connection buffer limit for
+// a pool with body keys: the stream's buffer limit, which caps what the
+// Lua filter may buffer. It is never below Envoy's default.
+func bodyBufferLimit(p *fleet.Pool) uint32 {
+	return uint32(max(p.Hash.MaxBodyBytes, envoyDefaultBufferLimit))
+}
+
+// bodyKeyFilter is the Lua filter of p's body keys.
+func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
+	var keys []bodykey.Key
+	for i, k := range p.Hash.Keys {
+		if k.Body() {
+			keys = append(keys, bodykey.Key{Header: bodykey.Header(i), JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
+		}
+	}
+	src, err := bodykey.Lua(keys, p.Hash.MaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := typed(&luav3.Lua{
+		StatPrefix: "kvxds_body_keys",
+		DefaultSourceCode: &corev3.DataSource{
+			Specifier: &corev3.DataSource_InlineString{InlineString: src},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &hcmv3.HttpFilter{Name: luaFilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: cfg}}, nil
+}
