@@ -61,6 +61,19 @@ adsbench: build
 	$(GO) build -o bin/kvxds-adsload ./cmd/kvxds-adsload
 	./bin/kvxds-adsload bench --kvxds $(BIN) --streams $(ADSBENCH_STREAMS) --delta both --repeats 10 --profile-streams 5000 --out bench-out/adsload
 
+# A soak of kvxds's binary (not part of test): SOAK_STREAMS ADS streams
+# (1% of them rejecting every EDS response) for SOAK_DURATION, with a
+# metric-driven weight change every second and a policy edit every 30 s;
+# kvxds's RSS, heap and goroutines every minute, missed updates, push
+# latency per minute and rejection handling. Report in bench-out/soak/.
+SOAK_DURATION ?= 10m
+SOAK_STREAMS ?= 1000
+
+.PHONY: soak
+soak: build
+	$(GO) build -o bin/kvxds-adsload ./cmd/kvxds-adsload
+	./bin/kvxds-adsload soak --kvxds $(BIN) --streams $(SOAK_STREAMS) --duration $(SOAK_DURATION) --out bench-out/soak
+
 # Chat on 8 simulated replicas: round robin, then kvxds, and the offline
 # upper bound; prints the comparison table and where the charts are.
 # While it runs, each mode's kvxds shows its status page on DEMO_ADMIN.

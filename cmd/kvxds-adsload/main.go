@@ -2,6 +2,7 @@
 // Envoy-like ADS streams, next to a bare go-control-plane server.
 //
 //	kvxds-adsload bench --kvxds bin/kvxds [--streams 1000,5000] [--delta both] [--repeats 10] [--out DIR]
+//	kvxds-adsload soak --kvxds bin/kvxds [--streams 1000] [--duration 10m] [--out DIR]
 //	kvxds-adsload run --target HOST:PORT --streams N [--delta] [--conns K] [--nack]
 //	kvxds-adsload refserver --xds HOST:PORT --admin HOST:PORT [--endpoints 100]
 //	kvxds-adsload serve-kvxds --policy FILE [--cpuprofile FILE] [--memprofile FILE]
@@ -34,6 +35,7 @@ const usage = `kvxds-adsload measures xDS push latency to many Envoy-like ADS st
 
 Usage:
   kvxds-adsload bench --kvxds BIN [--streams 1000,5000] [--delta sotw|delta|both] [--repeats 10] [--conns K] [--scrape 1s] [--profile-streams N] [--out DIR]
+  kvxds-adsload soak --kvxds BIN [--streams 1000] [--duration 10m] [--delta] [--endpoints 20] [--scrape 250ms] [--out DIR]
   kvxds-adsload run --target HOST:PORT --streams N [--delta] [--conns K] [--nack]
   kvxds-adsload refserver --xds HOST:PORT --admin HOST:PORT [--endpoints 100] [--ads]
   kvxds-adsload serve-kvxds --policy FILE [--cpuprofile FILE] [--memprofile FILE]
@@ -54,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "bench":
 		err = bench(ctx, args[1:], stdout, stderr)
+	case "soak":
+		err = soak(ctx, args[1:], stdout, stderr)
 	case "run":
 		err = load(ctx, args[1:], stdout, stderr)
 	case "refserver":
@@ -149,6 +153,53 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		err = fmt.Errorf("writing the table: %w", werr)
 	}
 	return err
+}
+
+// soak runs kvxds's binary under many streams for a long time while its
+// inputs change, prints the report and writes it to DIR/soak.md. It fails
+// if a stream missed an update it was owed, a version was re-sent or a
+// rejection was not logged exactly once.
+func soak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kvxds := fs.String("kvxds", "bin/kvxds", "the kvxds binary")
+	streams := fs.Int("streams", 1000, "ADS streams, one node id and connection each")
+	nack := fs.Int("nack-streams", 0, "streams rejecting every EDS response; 0: 1% of --streams, negative: none")
+	duration := fs.Duration("duration", 10*time.Minute, "how long the changes run")
+	delta := fs.Bool("delta", false, "incremental (delta) xDS")
+	conns := fs.Int("conns", 0, "gRPC connections the acknowledging streams share; 0: one per stream")
+	concurrency := fs.Int("concurrency", 64, "streams opened at once")
+	endpoints := fs.Int("endpoints", 20, "endpoints of the pool (simulated engines)")
+	scrape := fs.Duration("scrape", 250*time.Millisecond, "kvxds's metrics interval")
+	weightEvery := fs.Duration("weight-every", time.Second, "period of the engine-metrics weight changes")
+	policyEvery := fs.Duration("policy-every", 30*time.Second, "period of the policy edits")
+	sampleEvery := fs.Duration("sample-every", time.Minute, "period of the footprint samples and latency rows")
+	out := fs.String("out", "bench-out/soak", "directory for the report, kvxds's log and policy")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	kbin, err := filepath.Abs(*kvxds)
+	if err != nil {
+		return fmt.Errorf("--kvxds: %w", err)
+	}
+	if _, err := os.Stat(kbin); err != nil {
+		return fmt.Errorf("--kvxds: %w (make build)", err)
+	}
+	rep, err := adsload.Soak(ctx, adsload.SoakConfig{
+		Server: adsload.BinaryServer(kbin), Streams: *streams, NACKStreams: *nack, Delta: *delta,
+		Conns: *conns, Concurrency: *concurrency, Duration: *duration, Endpoints: *endpoints, Scrape: *scrape,
+		WeightEvery: *weightEvery, PolicyEvery: *policyEvery, SampleEvery: *sampleEvery, Dir: *out, Log: stderr,
+	})
+	if rep != nil {
+		fmt.Fprintf(stdout, "\n%s\nReport, kvxds's log and policy in %s\n", rep.Markdown(), *out)
+	}
+	if err != nil {
+		return err
+	}
+	if f := rep.Failures(); len(f) > 0 {
+		return fmt.Errorf("soak failed: %s", strings.Join(f, "; "))
+	}
+	return nil
 }
 
 // load opens streams against a server and reports what they receive

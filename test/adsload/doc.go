@@ -20,4 +20,13 @@
 // Bench runs both servers as separate processes (kvxds as its real binary)
 // at several stream counts and prints a Markdown table; cmd/kvxds-adsload
 // is its command.
+//
+// Soak runs kvxds for a long time under many streams while its inputs
+// keep changing: one engine's queue goes up and down every second (so
+// kvxds halves and restores its weight multiplier) and the policy file is
+// rewritten every 30 s. It samples kvxds's memory and goroutines, rebuilds
+// from the streams' receipts every version kvxds served (a version string
+// that recurs is a new version each time), and reports the streams that
+// missed one, the push latency of each kind of change over time, and how
+// the streams that reject every EDS response were served and logged.
 package adsload
