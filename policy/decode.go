@@ -62,6 +62,7 @@ type poolSpec struct {
 	Escape        []escapeSpec     `hcl:"escape,block"`
 	Weights       []weightsSpec    `hcl:"weights,block"`
 	Mesh          []meshSpec       `hcl:"mesh,block"`
+	Groups        []groupSpec      `hcl:"group,block"`
 }
 
 type hashSpec struct {
@@ -442,6 +443,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		noEffect("weights", spec.Weights[0].DefRange)
 	}
 	d.poolMesh(spec, &pool)
+	d.poolGroups(spec, &pool)
 	return pool
 }
 

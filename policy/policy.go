@@ -104,6 +104,19 @@
 //	  istio_mtls       = true # endpoints carry tlsMode = "istio"; default false
 //	}
 //
+// A hash pool's group blocks (group.go) give requests whose header carries
+// one of the values a route and cluster of their own, over a stable
+// subset of the pool's replicas:
+//
+//	group "acme" {
+//	  match {
+//	    header = "x-tenant-id"
+//	    values = ["acme"]      # non-empty; a value selects one group
+//	  }
+//	  replicas  = 3            # required; 1..MaxGroupReplicas healthy replicas
+//	  exclusive = false        # true: the pool's other requests avoid them
+//	}
+//
 // The xds and admin blocks also say how their servers treat clients
 // (servers.go, tls.go; file paths are relative to the policy file):
 //
@@ -342,6 +355,9 @@ type Pool struct {
 	// Mesh, if set, also serves the pool's endpoints under a mesh's own
 	// cluster name (mesh.go); nil for none.
 	Mesh *Mesh
+	// Groups are the pool's tenant hash groups (group.go), in file order;
+	// only hash pools have them.
+	Groups []Group
 }
 
 // Metrics is how a pool's replicas are scraped for load signals.

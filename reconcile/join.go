@@ -65,6 +65,10 @@ func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[s
 		if m := pp.Mesh; m != nil {
 			fp.Mesh = &fleet.Mesh{ClusterName: m.EDSClusterName, IstioMTLS: m.IstioMTLS}
 		}
+		for _, g := range pp.Groups {
+			fp.Groups = append(fp.Groups, fleet.Group{Name: g.Name, Header: g.Header, Values: g.Values,
+				Replicas: g.Replicas, Exclusive: g.Exclusive})
+		}
 		for _, k := range pp.Hash.Keys {
 			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,
 				JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})

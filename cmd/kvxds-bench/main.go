@@ -54,7 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		duration   = fs.Duration("duration", 0, "simulated length of each request stream (0: wall-per-mode × time scale)")
 		wall       = fs.Duration("wall-per-mode", 16*time.Second, "target wall time of one mode when --duration is 0")
 		seed       = fs.Uint64("seed", 1, "workload seed")
-		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all")
+		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and kvxds+groups (the busiest session key in a tenant group), run only when named")
+		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
 		scale      = fs.Float64("time-scale", 0, "simulated seconds per wall second (0: chosen per workload to keep the streamed-token rate within the CPU budget)")
 		kvBlocks   = fs.Int("kv-blocks", 0, "KV blocks per replica (0: the workload's default)")
 		out        = fs.String("out", "bench-out", "output directory for results.md, results.csv, the charts and kvxds.log")
@@ -134,6 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := bench.Config{
 		Workloads:      workloads,
 		Replicas:       *replicas,
+		GroupReplicas:  *groupReps,
 		Load:           *load,
 		Duration:       *duration,
 		WallPerMode:    *wall,

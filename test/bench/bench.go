@@ -32,6 +32,9 @@ type workloadPlan struct {
 	Warmup   int
 	Requests []Request
 	Escape   Escape
+	// HotSession is the session key with the most requests (ties: the
+	// smallest), KVXDSGroups' group.
+	HotSession string
 	// MeanPrompt and MeanOutput are the means of this stream; Sessions
 	// counts its distinct non-empty Session keys.
 	MeanPrompt, MeanOutput float64
@@ -89,6 +92,7 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 		KVBlocks: kv, KVWhy: why, TimeScale: scale, Duration: dur, Requests: reqs,
 		Warmup: int(c.WarmupFraction * float64(len(reqs))), Escape: c.Escape}
 	sessions := map[string]bool{}
+	p.HotSession = hotSession(reqs)
 	limit := kv * simConfig(kv, 1).BlockSize
 	for _, r := range reqs {
 		p.MeanPrompt += float64(r.Tokens)
@@ -216,7 +220,7 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize))
 			continue
 		}
-		if m == KVXDSWeights {
+		if m == KVXDSWeights || m == KVXDSGroups {
 			ref, how := referenceDepth(wr, p, c.Replicas)
 			p.Escape = c.Escape.Resolve(ref)
 			wr.EscapeNote = fmt.Sprintf("escape hatch: saturated at ≥ %d running requests (%.1f× the reference depth %.1f, %s), "+
@@ -231,6 +235,23 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 	}
 	wr.Targets = Targets(wr)
 	return wr, nil
+}
+
+// hotSession returns the session key with the most requests (ties: the
+// smallest key), or "" if none has one.
+func hotSession(reqs []Request) string {
+	n := map[string]int{}
+	hot := ""
+	for _, r := range reqs {
+		if r.Session == "" {
+			continue
+		}
+		n[r.Session]++
+		if c := n[r.Session]; hot == "" || c > n[hot] || c == n[hot] && r.Session < hot {
+			hot = r.Session
+		}
+	}
+	return hot
 }
 
 // referenceDepth is the mean number of requests a replica runs at this
@@ -276,6 +297,7 @@ func Targets(w *WorkloadReport) []Target {
 	rr, okRR := w.Mode(RoundRobin)
 	kv, okKV := w.Mode(KVXDS)
 	kw, okKW := w.Mode(KVXDSWeights)
+	kg, okKG := w.Mode(KVXDSGroups)
 	ub, okUB := w.Mode(UpperBound)
 	switch w.Name {
 	case RollingName:
@@ -305,6 +327,17 @@ func Targets(w *WorkloadReport) []Target {
 		if okKW && okKV {
 			r := kw.HitRate / kv.HitRate
 			add("kvxds+weights hit rate ≥ 0.85 × kvxds", fmt.Sprintf("%.3f / %.3f = %.2f×", kw.HitRate, kv.HitRate, r), r >= 0.85)
+		}
+		if okKG {
+			add("kvxds+groups max/mean queue depth ≤ 1.25", fmt.Sprintf("%.2f", kg.Balance), kg.Balance <= 1.25)
+		}
+		if okKG && okKV {
+			r := kg.HitRate / kv.HitRate
+			add("kvxds+groups hit rate ≥ 0.95 × kvxds", fmt.Sprintf("%.3f / %.3f = %.2f×", kg.HitRate, kv.HitRate, r), r >= 0.95)
+		}
+		if okKG && okRR {
+			t := kg.ClientTTFT.P95 / rr.ClientTTFT.P95
+			add("kvxds+groups TTFT p95 ≤ 0.5 × round_robin", fmt.Sprintf("%s / %s = %.2f×", secs(kg.ClientTTFT.P95), secs(rr.ClientTTFT.P95), t), t <= 0.5)
 		}
 	}
 	failed := 0

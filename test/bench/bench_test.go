@@ -192,12 +192,13 @@ func TestEchoReplies(t *testing.T) {
 }
 
 func TestPolicies(t *testing.T) {
-	for _, m := range AllModes() {
+	for _, m := range append(AllModes(), OptionalModes()...) {
 		if !m.Live() {
 			continue
 		}
 		text, err := Policy(PolicyOptions{Mode: m, Endpoints: []string{"127.0.0.1:8001", "127.0.0.1:8002"},
-			TimeScale: 10, Scrape: 250 * time.Millisecond, Escape: DefaultEscape().Resolve(6)})
+			TimeScale: 10, Scrape: 250 * time.Millisecond, Escape: DefaultEscape().Resolve(6),
+			GroupKey: "tenant-0", GroupReplicas: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,6 +209,10 @@ func TestPolicies(t *testing.T) {
 		}
 		if len(p.Pools) != 1 {
 			t.Errorf("%s: %d pools", m, len(p.Pools))
+			continue
+		}
+		if groups := len(p.Pools[0].Groups); groups != 0 != (m == KVXDSGroups) {
+			t.Errorf("%s: %d groups", m, groups)
 		}
 	}
 }
@@ -271,4 +276,26 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+func TestHotSession(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sessions []string
+		want     string
+	}{
+		{"none", []string{"", ""}, ""},
+		{"busiest", []string{"a", "b", "b", "", "a", "b"}, "b"},
+		{"tie: smallest", []string{"b", "a", "b", "a"}, "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reqs []Request
+			for _, s := range tc.sessions {
+				reqs = append(reqs, Request{Request: workload.Request{Session: s}})
+			}
+			if got := hotSession(reqs); got != tc.want {
+				t.Errorf("hotSession = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

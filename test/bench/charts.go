@@ -13,7 +13,7 @@ import (
 )
 
 // chartModes are the modes whose queue depth over time is drawn.
-func chartModes() []Mode { return []Mode{RoundRobin, KVXDS, KVXDSWeights} }
+func chartModes() []Mode { return []Mode{RoundRobin, KVXDS, KVXDSWeights, KVXDSGroups} }
 
 // fileSafe turns a mode into a file-name part ("kvxds+weights" →
 // "kvxds-weights").

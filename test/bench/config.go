@@ -31,6 +31,11 @@ const (
 	// KVXDSWeights is KVXDS plus the metrics, escape and weights blocks:
 	// kvxds scrapes the simulated replicas and moves weights and health.
 	KVXDSWeights Mode = "kvxds+weights"
+	// KVXDSGroups is KVXDSWeights plus a tenant hash group for the
+	// stream's busiest session key (the hot tenant of zipf-tenants):
+	// Config.GroupReplicas replicas of its own, exclusive. It runs only when
+	// asked for (OptionalModes).
+	KVXDSGroups Mode = "kvxds+groups"
 	// UpperBound is computed offline: the same prompts in arrival order
 	// through one prefix cache as large as the whole fleet's.
 	UpperBound Mode = "upper-bound"
@@ -40,6 +45,9 @@ const (
 func AllModes() []Mode {
 	return []Mode{RoundRobin, LeastRequest, KVXDS, KVXDSWeights, UpperBound}
 }
+
+// OptionalModes are the modes that run only when named.
+func OptionalModes() []Mode { return []Mode{KVXDSGroups} }
 
 // Live reports whether the mode runs traffic (every mode but UpperBound).
 func (m Mode) Live() bool { return m != UpperBound }
@@ -54,8 +62,8 @@ func ParseModes(s string) ([]Mode, error) {
 	var out []Mode
 	for _, f := range strings.Split(s, ",") {
 		m := Mode(strings.TrimSpace(f))
-		if !slices.Contains(AllModes(), m) {
-			return nil, fmt.Errorf("unknown mode %q; known: %s", m, joinModes(AllModes()))
+		if known := append(AllModes(), OptionalModes()...); !slices.Contains(known, m) {
+			return nil, fmt.Errorf("unknown mode %q; known: %s", m, joinModes(known))
 		}
 		if !slices.Contains(out, m) {
 			out = append(out, m)
@@ -138,8 +146,14 @@ type Config struct {
 	// endpoints and status page, one mode after another; default
 	// 127.0.0.1:0 (a free port per mode). Progress names the page.
 	AdminAddress string
-	// Escape configures KVXDSWeights; the zero value takes DefaultEscape.
+	// Escape configures KVXDSWeights and KVXDSGroups; the zero value
+	// takes DefaultEscape.
 	Escape Escape
+	// GroupReplicas is the size of KVXDSGroups' group. Default 2: the hot
+	// tenant of zipf-tenants sends 30% of the requests, 2.4 replicas' worth
+	// of 8; an exclusive 3 leaves 70% on the other 5, which tips the
+	// replicas of the next-busiest tenants into saturation.
+	GroupReplicas int
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
@@ -177,6 +191,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 8
+	}
+	if c.GroupReplicas == 0 {
+		c.GroupReplicas = 2
 	}
 	if c.Load == 0 {
 		c.Load = 0.7

@@ -108,6 +108,10 @@ type PolicyOptions struct {
 	TimeScale  float64
 	Scrape     time.Duration // wall
 	Escape     Escape
+	// GroupKey and GroupReplicas are KVXDSGroups' group: the session key
+	// it takes, on GroupReplicas replicas of its own.
+	GroupKey      string
+	GroupReplicas int
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -134,7 +138,7 @@ func Policy(o PolicyOptions) (string, error) {
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	case LeastRequest:
 		b.WriteString("  load_balancing = \"least_request\"\n")
-	case KVXDS, KVXDSWeights:
+	case KVXDS, KVXDSWeights, KVXDSGroups:
 		fmt.Fprintf(&b, "  load_balancing = \"hash\"\n  hash {\n    algorithm     = \"ring_hash\"\n    min_ring_size = %d\n    key { header = %q }\n  }\n",
 			RingSize, SessionHeader)
 	default:
@@ -150,7 +154,8 @@ func Policy(o PolicyOptions) (string, error) {
 		}
 		b.WriteString("  }\n")
 	}
-	if o.Mode != KVXDSWeights && o.Kubernetes == nil {
+	escape := o.Mode == KVXDSWeights || o.Mode == KVXDSGroups
+	if !escape && o.Kubernetes == nil {
 		// Scraped for the status page only: no replica can reach a
 		// threshold and the weights stay 1, so every mode routes as it
 		// would without metrics. At least a second apart: a page read by
@@ -175,7 +180,7 @@ func Policy(o PolicyOptions) (string, error) {
   }
 `, every.String(), timeout.String(), (8 * every).String())
 	}
-	if o.Mode == KVXDSWeights {
+	if escape {
 		e := o.Escape
 		timeout := max(o.Scrape*4/5, 50*time.Millisecond)
 		fmt.Fprintf(&b, `  metrics {
@@ -213,6 +218,16 @@ func Policy(o PolicyOptions) (string, error) {
 			wallDuration(e.Hold, o.TimeScale), e.MaxSaturatedFraction,
 			e.WeightMin, e.WeightMax, e.WeightLevels, e.Smoothing, e.Hysteresis,
 			wallDuration(e.WeightMinInterval, o.TimeScale))
+	}
+	if o.Mode == KVXDSGroups {
+		if o.GroupKey == "" || o.GroupReplicas < 1 {
+			return "", fmt.Errorf("mode %q needs a group key and at least one group replica", o.Mode)
+		}
+		// The group matches on the session header itself, whose value is
+		// the tenant in zipf-tenants; inside the group that key is left
+		// out, so the tenant's requests spread over its replicas.
+		fmt.Fprintf(&b, "  group \"hot\" {\n    match {\n      header = %q\n      values = [%q]\n    }\n    replicas  = %d\n    exclusive = true\n  }\n",
+			SessionHeader, o.GroupKey, o.GroupReplicas)
 	}
 	b.WriteString("}\n")
 	return b.String(), nil

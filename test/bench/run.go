@@ -75,7 +75,8 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRu
 	for i, r := range reps {
 		addrs[i] = r.Addr()
 	}
-	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape})
+	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
+		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas})
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +85,9 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRu
 		return nil, err
 	}
 	defer k.stop()
+	if mode == KVXDSGroups {
+		k.groupKey = w.HotSession
+	}
 	clients, err := k.connect(ctx, c, w.Name, mode, c.Replicas)
 	if err != nil {
 		return nil, err
@@ -104,6 +108,9 @@ type kvxdsRun struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	conns  []*grpc.ClientConn
+	// groupKey is the session key of the policy's tenant group, if any:
+	// connect warms the group's replicas with it.
+	groupKey string
 }
 
 // startKVXDS starts kvxds on policy pol and waits until it serves a
@@ -152,7 +159,7 @@ func (k *kvxdsRun) connect(ctx context.Context, c Config, name string, mode Mode
 		clients[i] = testgrpc.NewTestServiceClient(cc)
 	}
 	for i, cl := range clients {
-		if err := warmConnections(ctx, cl, n); err != nil {
+		if err := warmConnections(ctx, cl, n, k.groupKey); err != nil {
 			return nil, fmt.Errorf("client %d: %w", i, err)
 		}
 	}
@@ -217,8 +224,9 @@ func dialXDS(xdsAddr, node string) (*grpc.ClientConn, error) {
 // every replica has answered, first with fresh session keys, then without
 // a key (a hash pool's keyless fallback is a cluster of its own, with its
 // own connections), so that no measured request pays for a connection
-// setup.
-func warmConnections(ctx context.Context, cl testgrpc.TestServiceClient, n int) error {
+// setup. With a groupKey, every other probe carries it: the replicas of
+// an exclusive group answer only the group's requests.
+func warmConnections(ctx context.Context, cl testgrpc.TestServiceClient, n int, groupKey string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, keyed := range []bool{true, false} {
@@ -229,7 +237,10 @@ func warmConnections(ctx context.Context, cl testgrpc.TestServiceClient, n int) 
 			}
 			var hdr metadata.MD
 			cctx := ctx
-			if keyed {
+			switch {
+			case groupKey != "" && i%2 == 1:
+				cctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, groupKey)
+			case keyed:
 				cctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, "probe-"+strconv.Itoa(i))
 			}
 			if _, err := cl.EmptyCall(cctx, &testgrpc.Empty{}, grpc.WaitForReady(true), grpc.Header(&hdr)); err != nil {

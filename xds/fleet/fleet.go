@@ -135,7 +135,33 @@ type Pool struct {
 	// Mesh, if set, also serves the endpoints under a cluster name that
 	// another control plane defines (see Mesh); nil for none.
 	Mesh *Mesh `json:"mesh,omitempty"`
+	// Groups are the pool's tenant hash groups, tried in order before
+	// the pool's own routes (consistent-hashing pools only).
+	Groups []Group `json:"groups,omitempty"`
 }
+
+// GroupInfix joins a pool's name and a group's name into the name of the
+// group's cluster and assignment: group "acme" of pool "chat" is
+// "chat/group/acme". Pool names cannot contain '/'.
+const GroupInfix = "/group/"
+
+// Group is a tenant hash group: requests whose Header equals one of
+// Values are hashed on the pool's keys over a stable subset of Replicas
+// of the pool's replicas, chosen by rendezvous hashing of their
+// identities keyed by Name (see xds/translate).
+type Group struct {
+	Name   string   `json:"name"`
+	Header string   `json:"header"`
+	Values []string `json:"values"`
+	// Replicas is the number of healthy replicas the group hashes over.
+	Replicas int `json:"replicas"`
+	// Exclusive takes the group's replicas out of the pool's own
+	// clusters, unless that leaves them no healthy replica.
+	Exclusive bool `json:"exclusive,omitempty"`
+}
+
+// ClusterName is the name of g's cluster and assignment in pool.
+func (g Group) ClusterName(pool string) string { return pool + GroupInfix + g.Name }
 
 // Mesh is a pool's assignment for a cluster of another control plane: an
 // Istio or Envoy Gateway cluster whose endpoints, weights and health
@@ -293,6 +319,11 @@ func (f Fleet) Normalize() Fleet {
 	out := Fleet{Pools: make([]Pool, len(f.Pools))}
 	for i, p := range f.Pools {
 		p.Hash.Keys = slices.Clone(p.Hash.Keys)
+		p.Groups = slices.Clone(p.Groups)
+		for j := range p.Groups {
+			p.Groups[j].Header = strings.ToLower(p.Groups[j].Header)
+			p.Groups[j].Values = slices.Clone(p.Groups[j].Values)
+		}
 		if p.ListenAddress == "" {
 			p.ListenAddress = DefaultListenAddress
 		}
@@ -368,6 +399,7 @@ func (f Fleet) Validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("pool %q: unknown balancer %q", p.Name, p.Balancer))
 		}
+		errs = append(errs, p.validateGroups()...)
 		ids := map[string]bool{}
 		for _, e := range p.Endpoints {
 			if e.Port == 0 || e.Port > 65535 {
@@ -413,6 +445,37 @@ func (f Fleet) validateMesh() []error {
 			errs = append(errs, fmt.Errorf("pool %q: mesh cluster name %q already used by pool %q", p.Name, n, other))
 		}
 		meshes[n] = p.Name
+	}
+	return errs
+}
+
+// validateGroups reports what is wrong with a pool's groups.
+func (p Pool) validateGroups() []error {
+	var errs []error
+	if len(p.Groups) > 0 && p.Balancer != ConsistentHash {
+		return []error{fmt.Errorf("pool %q: groups need consistent hashing, not %q", p.Name, p.Balancer)}
+	}
+	names := map[string]bool{}
+	for _, g := range p.Groups {
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("pool %q: group %q: "+format, append([]any{p.Name, g.Name}, args...)...))
+		}
+		if g.Name == "" || strings.Contains(g.Name, "/") {
+			bad("name is empty or contains '/'")
+		}
+		if names[g.Name] {
+			bad("duplicate name")
+		}
+		names[g.Name] = true
+		if g.Header == "" {
+			bad("no header")
+		}
+		if len(g.Values) == 0 || slices.Contains(g.Values, "") {
+			bad("no values, or an empty one")
+		}
+		if g.Replicas < 1 {
+			bad("replicas %d below 1", g.Replicas)
+		}
 	}
 	return errs
 }

@@ -96,3 +96,33 @@ func TestJSON(t *testing.T) {
 		t.Error("unknown health accepted")
 	}
 }
+
+func TestValidateGroups(t *testing.T) {
+	good := Group{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: 2}
+	for _, tc := range []struct {
+		name     string
+		balancer Balancer
+		groups   []Group
+		err      string // "" = valid
+	}{
+		{"valid", "", []Group{good}, ""},
+		{"round robin", RoundRobin, []Group{good}, "need consistent hashing"},
+		{"duplicate", "", []Group{good, good}, "duplicate name"},
+		{"slash", "", []Group{{Name: "a/b", Header: "h", Values: []string{"v"}, Replicas: 1}}, "contains '/'"},
+		{"no header", "", []Group{{Name: "a", Values: []string{"v"}, Replicas: 1}}, "no header"},
+		{"empty value", "", []Group{{Name: "a", Header: "h", Values: []string{""}, Replicas: 1}}, "empty one"},
+		{"no replicas", "", []Group{{Name: "a", Header: "h", Values: []string{"v"}}}, "below 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pool("chat", 1, Endpoint{Host: "10.0.0.1", Port: 80})
+			p.Balancer, p.Groups = tc.balancer, tc.groups
+			err := Fleet{Pools: []Pool{p}}.Normalize().Validate()
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("Validate = %v, want an error containing %q", err, tc.err)
+			}
+		})
+	}
+}

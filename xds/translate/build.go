@@ -161,37 +161,16 @@ func buildRoute(p *fleet.Pool, flavor Flavor) (*routev3.RouteConfiguration, erro
 	// the first terminal policy that produced a hash). gRPC ignores
 	// cookie and query-parameter policies.
 	keys := routeKeys(p, flavor)
-	hp := make([]*routev3.RouteAction_HashPolicy, 0, len(keys))
-	for _, k := range keys {
-		h := &routev3.RouteAction_HashPolicy{Terminal: true}
-		switch {
-		case k.Header != "":
-			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: k.Header}}
-		case k.Cookie != "":
-			// No ttl: Envoy then only reads the cookie, never sets one.
-			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}
-		case k.QueryParameter != "":
-			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: k.QueryParameter}}
-		}
-		hp = append(hp, h)
-	}
+	hp := hashPolicies(keys)
 	action := func(cluster string, hp []*routev3.RouteAction_HashPolicy) *routev3.Route_Route {
-		a := &routev3.RouteAction{
-			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
-			HashPolicy:       hp,
-			// Always explicit: an unset timeout is Envoy's 15s default,
-			// which would cut streamed generations; 0s disables it.
-			Timeout: durationpb.New(p.RouteTimeout),
-		}
-		if p.IdleTimeout > 0 {
-			a.IdleTimeout = durationpb.New(p.IdleTimeout)
-		}
-		return &routev3.Route_Route{Route: a}
+		return routeAction(p, cluster, hp)
 	}
-	var routes []*routev3.Route
+	// Group routes come first: their header matches decide before the
+	// pool's own routes (groups.go).
+	routes := groupRoutes(p, flavor, keys)
 	keyless := keylessCluster(p, flavor)
 	if keyless == "" {
-		routes = []*routev3.Route{{Match: prefixMatch(), Action: action(p.Name, hp)}}
+		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(p.Name, hp)})
 	} else {
 		// One route per key source, in chain order, sends requests that
 		// carry a key to the hash table; the last route sends the rest to
@@ -242,6 +221,40 @@ func buildRoute(p *fleet.Pool, flavor Flavor) (*routev3.RouteConfiguration, erro
 	return rc, nil
 }
 
+// hashPolicies are the route hash policies of keys, each terminal.
+func hashPolicies(keys []fleet.HashKey) []*routev3.RouteAction_HashPolicy {
+	hp := make([]*routev3.RouteAction_HashPolicy, 0, len(keys))
+	for _, k := range keys {
+		h := &routev3.RouteAction_HashPolicy{Terminal: true}
+		switch {
+		case k.Header != "":
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: k.Header}}
+		case k.Cookie != "":
+			// No ttl: Envoy then only reads the cookie, never sets one.
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}
+		case k.QueryParameter != "":
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: k.QueryParameter}}
+		}
+		hp = append(hp, h)
+	}
+	return hp
+}
+
+// routeAction sends a route of p to cluster, hashing with hp.
+func routeAction(p *fleet.Pool, cluster string, hp []*routev3.RouteAction_HashPolicy) *routev3.Route_Route {
+	a := &routev3.RouteAction{
+		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
+		HashPolicy:       hp,
+		// Always explicit: an unset timeout is Envoy's 15s default,
+		// which would cut streamed generations; 0s disables it.
+		Timeout: durationpb.New(p.RouteTimeout),
+	}
+	if p.IdleTimeout > 0 {
+		a.IdleTimeout = durationpb.New(p.IdleTimeout)
+	}
+	return &routev3.Route_Route{Route: a}
+}
+
 func prefixMatch() *routev3.RouteMatch {
 	return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 }
@@ -268,8 +281,12 @@ func keylessCluster(p *fleet.Pool, flavor Flavor) string {
 // Proxyless gRPC clients get a hash cluster of their own whose ring size
 // follows the pool's healthy weight (see GRPCRingSize).
 func buildClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
+	groups, err := groupClusters(p, flavor)
+	if err != nil {
+		return nil, err
+	}
+	p = defaultView(p, flavor)
 	var c *clusterv3.Cluster
-	var err error
 	if flavor.proxyless() && p.Balancer == fleet.ConsistentHash {
 		c, err = grpcHashCluster(p)
 	} else {
@@ -280,7 +297,7 @@ func buildClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
 	}
 	name := keylessCluster(p, flavor)
 	if name == "" {
-		return []*clusterv3.Cluster{c}, nil
+		return append([]*clusterv3.Cluster{c}, groups...), nil
 	}
 	kp := *p
 	kp.Balancer = p.Hash.Keyless
@@ -288,7 +305,7 @@ func buildClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keyless: %w", err)
 	}
-	return []*clusterv3.Cluster{c, k}, nil
+	return append([]*clusterv3.Cluster{c, k}, groups...), nil
 }
 
 // buildCluster builds the cluster called name that balances as p says over

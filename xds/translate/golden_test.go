@@ -37,6 +37,13 @@ type yamlPool struct {
 		ClusterName string `json:"clusterName"`
 		IstioMTLS   bool   `json:"istioMTLS"`
 	} `json:"mesh"`
+	Groups []struct {
+		Name      string   `json:"name"`
+		Header    string   `json:"header"`
+		Values    []string `json:"values"`
+		Replicas  int      `json:"replicas"`
+		Exclusive bool     `json:"exclusive"`
+	} `json:"groups"`
 }
 
 type yamlHash struct {
@@ -110,6 +117,9 @@ func loadFleet(t testing.TB, path string) fleet.Fleet {
 		}
 		if m := yp.Mesh; m != nil {
 			p.Mesh = &fleet.Mesh{ClusterName: m.ClusterName, IstioMTLS: m.IstioMTLS}
+		}
+		for _, g := range yp.Groups {
+			p.Groups = append(p.Groups, fleet.Group{Name: g.Name, Header: g.Header, Values: g.Values, Replicas: g.Replicas, Exclusive: g.Exclusive})
 		}
 		for _, k := range yp.Hash.Keys {
 			p.Hash.Keys = append(p.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,

@@ -31,18 +31,23 @@ const (
 // match if asked for. Both carry the same envoy.lb hash keys, so the mesh's
 // Envoys build the same Maglev table as kvxds's own.
 func poolEndpoints(p *fleet.Pool, flavor Flavor) ([]*endpointv3.ClusterLoadAssignment, error) {
-	cla, err := buildEndpoints(p, flavor)
+	cla, err := buildEndpoints(defaultView(p, flavor), flavor)
 	if err != nil {
 		return nil, err
 	}
+	groups, err := groupEndpoints(p, flavor)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]*endpointv3.ClusterLoadAssignment{cla}, groups...)
 	if p.Mesh == nil {
-		return []*endpointv3.ClusterLoadAssignment{cla}, nil
+		return out, nil
 	}
 	m, err := buildMeshEndpoints(p, flavor)
 	if err != nil {
 		return nil, fmt.Errorf("mesh cluster %q: %w", p.Mesh.ClusterName, err)
 	}
-	return []*endpointv3.ClusterLoadAssignment{cla, m}, nil
+	return append(out, m), nil
 }
 
 func buildMeshEndpoints(p *fleet.Pool, flavor Flavor) (*endpointv3.ClusterLoadAssignment, error) {

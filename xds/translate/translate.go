@@ -13,7 +13,9 @@
 //     ClusterLoadAssignment for requests that carry no hash key; a pool
 //     with a mesh cluster (fleet.Mesh) also gets a ClusterLoadAssignment
 //     under the mesh's cluster name, for another control plane's
-//     cluster (mesh.go). It never
+//     cluster (mesh.go); each tenant group of a pool gets a route per
+//     value, a cluster and a ClusterLoadAssignment "P/group/NAME"
+//     (groups.go). It never
 //     does I/O and never panics; an invalid fleet or a resource failing its
 //     ValidateAll gives an error naming the pool and resource. Independent
 //     pools may be built on several goroutines; nothing is shared between
@@ -246,6 +248,12 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 	if flavor.proxyless() {
 		clusters = make([][]*clusterv3.Cluster, len(n.Pools))
 	}
+	// grpc-js's groups follow membership and health (planGroups): its
+	// routes are rebuilt with its clusters.
+	var routes []*routev3.RouteConfiguration
+	if flavor == GRPCJS && slices.ContainsFunc(n.Pools, func(p fleet.Pool) bool { return len(p.Groups) > 0 }) {
+		routes = make([]*routev3.RouteConfiguration, len(n.Pools))
+	}
 	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
@@ -259,6 +267,11 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 				return resErr(p, "cluster", err)
 			}
 		}
+		if routes != nil {
+			if routes[i], err = buildRoute(p, flavor); err != nil {
+				return resErr(p, "route configuration", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -270,7 +283,11 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 	keep := []types.ResponseType{types.Listener, types.Route, types.Cluster}
 	if clusters != nil {
 		out.Clusters = sortedClusters(clusters)
-		keep = keep[:2]
+		keep = slices.DeleteFunc(keep, func(t types.ResponseType) bool { return t == types.Cluster })
+	}
+	if routes != nil {
+		out.Routes = routes
+		keep = slices.DeleteFunc(keep, func(t types.ResponseType) bool { return t == types.Route })
 	}
 	for _, t := range keep {
 		out.groups.cells[t] = prev.groups.cell(t)
@@ -329,6 +346,9 @@ func checkPool(p *fleet.Pool) error {
 	}
 	for _, k := range p.Hash.Keys {
 		strs = append(strs, k.Header, k.Cookie, k.QueryParameter, k.JSONField)
+	}
+	for _, g := range p.Groups {
+		strs = append(append(strs, g.Name, g.Header), g.Values...)
 	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {

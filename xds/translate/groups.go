@@ -1,0 +1,256 @@
+package translate
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/cespare/xxhash/v2"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// Tenant hash groups.
+//
+// A group (fleet.Group) of pool P gets, for every flavor:
+//
+//   - one route per value, before the pool's own routes, matching the
+//     group's header exactly (string_match exact, which Envoy, grpc-go and
+//     grpc-js read) and sending the request to cluster "P/group/NAME" with
+//     the pool's hash policies, less any key on the group's own header:
+//     that header is what selects the group, so within a single-value
+//     group it would send every request to one replica. A request of the
+//     group without a key is hashed on a random value (Envoy's and gRPC's
+//     behaviour without a hash), so it never leaves the group's replicas;
+//     a group has no keyless cluster;
+//   - a cluster "P/group/NAME" shaped like the pool's hash cluster for the
+//     flavor (Maglev then ring hash for Envoy, the sized ring hash for
+//     gRPC), over its own ClusterLoadAssignment "P/group/NAME": the
+//     group's members with their weights, health and hash keys.
+//
+// Members are chosen by rendezvous (highest-random-weight) hashing: every
+// replica of the pool is ranked by xxhash64(group name + "\x00" +
+// identity), highest first, and the group takes replicas in rank order
+// until it holds Replicas healthy ones. A replica that is draining
+// (saturated: the escape hatch), degraded or unhealthy keeps its place in
+// the ranking and in the assignment, with its health, so it gets no new
+// requests while the next-ranked healthy replica fills in; when it
+// recovers it takes its place back and that replica leaves. A replica
+// joining or leaving the pool changes the group only if it ranks among
+// the group's members: at most one member in, one out. The ranking uses
+// identities alone, not weights, so metric-driven weight changes never
+// move membership (weights still apply inside the group). A pool with
+// fewer healthy replicas than Replicas gives the group all of them.
+//
+// An exclusive group's members leave the pool's own assignment (and so
+// its hash and keyless clusters), unless no healthy replica would be left
+// there; the mesh assignment keeps the whole pool. grpc-js gets every
+// group as exclusive (see planGroups).
+
+// rendezvousScore is an endpoint's weight in group's ranking.
+func rendezvousScore(group, identity string) uint64 {
+	return xxhash.Sum64String(group + "\x00" + identity)
+}
+
+// GroupMembers returns the members of g in the normalised pool p (hash
+// key order): every replica ranked at or above g's Replicas-th healthy
+// one, or all of them if fewer are healthy.
+func GroupMembers(p *fleet.Pool, g fleet.Group) []fleet.Endpoint {
+	type ranked struct {
+		score uint64
+		i     int
+	}
+	rs := make([]ranked, len(p.Endpoints))
+	for i := range p.Endpoints {
+		rs[i] = ranked{rendezvousScore(g.Name, p.Endpoints[i].HashKey), i}
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(p.Endpoints[a.i].HashKey, p.Endpoints[b.i].HashKey))
+	})
+	var idx []int
+	healthy := 0
+	for _, r := range rs {
+		if healthy == g.Replicas {
+			break
+		}
+		idx = append(idx, r.i)
+		if p.Endpoints[r.i].Health == fleet.Healthy {
+			healthy++
+		}
+	}
+	slices.Sort(idx)
+	out := make([]fleet.Endpoint, len(idx))
+	for j, i := range idx {
+		out[j] = p.Endpoints[i]
+	}
+	return out
+}
+
+// groupPool is p restricted to members, under g's cluster name: what the
+// group's cluster and assignment are built from.
+func groupPool(p *fleet.Pool, g fleet.Group, members []fleet.Endpoint) *fleet.Pool {
+	gp := *p
+	gp.Name = g.ClusterName(p.Name)
+	gp.Endpoints = members
+	gp.Groups = nil
+	gp.Mesh = nil
+	return &gp
+}
+
+// groupPlan is how p's groups are served to a flavor.
+type groupPlan struct {
+	// view is p as its own clusters and assignment see it.
+	view *fleet.Pool
+	// members are each group's members; served says whether a group has
+	// a cluster of its own (else its routes go to the pool's cluster).
+	members [][]fleet.Endpoint
+	served  []bool
+}
+
+// planGroups returns how p's groups are served to flavor.
+//
+// Envoy and gRPC: every group has its cluster, and the pool's own
+// assignment leaves out the members of its exclusive groups, unless that
+// leaves no healthy replica.
+//
+// grpc-js shares subchannels between the clusters of a channel, and its
+// ring hash stalls on an endpoint another cluster has already connected
+// (see keylessCluster): no two of its hash clusters may share an
+// endpoint. So for grpc-js every group is exclusive, and a group whose
+// members would still overlap the pool's cluster or an earlier group's
+// (the pool would be left without a healthy replica, or two groups rank
+// the same replica) is routed to the pool's cluster instead. As this
+// follows membership and health, a change of either may change grpc-js's
+// routes and clusters (Retranslate rebuilds them), never the others'.
+func planGroups(p *fleet.Pool, flavor Flavor) groupPlan {
+	plan := groupPlan{view: p, members: make([][]fleet.Endpoint, len(p.Groups)), served: make([]bool, len(p.Groups))}
+	if len(p.Groups) == 0 {
+		return plan
+	}
+	out := map[string]bool{}
+	for i, g := range p.Groups {
+		ms := GroupMembers(p, g)
+		plan.members[i] = ms
+		if flavor != GRPCJS {
+			plan.served[i] = true
+			if g.Exclusive {
+				for _, e := range ms {
+					out[e.HashKey] = true
+				}
+			}
+			continue
+		}
+		// grpc-js: serve the group only if it shares no endpoint with an
+		// earlier group and leaves the pool a healthy replica.
+		if slices.ContainsFunc(ms, func(e fleet.Endpoint) bool { return out[e.HashKey] }) {
+			continue
+		}
+		in := map[string]bool{}
+		for _, e := range ms {
+			in[e.HashKey] = true
+		}
+		if !slices.ContainsFunc(p.Endpoints, func(e fleet.Endpoint) bool {
+			return e.Health == fleet.Healthy && !out[e.HashKey] && !in[e.HashKey]
+		}) {
+			continue
+		}
+		plan.served[i] = true
+		for k := range in {
+			out[k] = true
+		}
+	}
+	var rest []fleet.Endpoint
+	healthy := false
+	for _, e := range p.Endpoints {
+		if !out[e.HashKey] {
+			rest = append(rest, e)
+			healthy = healthy || e.Health == fleet.Healthy
+		}
+	}
+	if healthy && len(rest) < len(p.Endpoints) {
+		v := *p
+		v.Endpoints = rest
+		plan.view = &v
+	}
+	return plan
+}
+
+// defaultView is p as its own clusters and assignment see it for flavor.
+func defaultView(p *fleet.Pool, flavor Flavor) *fleet.Pool {
+	return planGroups(p, flavor).view
+}
+
+// groupRoutes returns the routes of p's groups for flavor, in group
+// order, one per value; keys are the pool's route keys for the flavor.
+func groupRoutes(p *fleet.Pool, flavor Flavor, keys []fleet.HashKey) []*routev3.Route {
+	if len(p.Groups) == 0 {
+		return nil
+	}
+	plan := planGroups(p, flavor)
+	var routes []*routev3.Route
+	for i, g := range p.Groups {
+		inner := slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return k.Header == g.Header })
+		hp := hashPolicies(inner)
+		cluster := p.Name
+		if plan.served[i] {
+			cluster = g.ClusterName(p.Name)
+		}
+		for _, v := range g.Values {
+			m := prefixMatch()
+			m.Headers = []*routev3.HeaderMatcher{{
+				Name: g.Header,
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+					MatchPattern: &matcherv3.StringMatcher_Exact{Exact: v},
+				}},
+			}}
+			routes = append(routes, &routev3.Route{Match: m, Action: routeAction(p, cluster, hp)})
+		}
+	}
+	return routes
+}
+
+// groupResources returns the clusters and assignments of the groups plan
+// serves.
+func groupResources(p *fleet.Pool, flavor Flavor, plan groupPlan) ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment, error) {
+	var clusters []*clusterv3.Cluster
+	var clas []*endpointv3.ClusterLoadAssignment
+	for i, g := range p.Groups {
+		if !plan.served[i] {
+			continue
+		}
+		gp := groupPool(p, g, plan.members[i])
+		var c *clusterv3.Cluster
+		var err error
+		if flavor.proxyless() {
+			c, err = grpcHashCluster(gp)
+		} else {
+			c, err = buildCluster(gp, gp.Name, "")
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("group %q: cluster: %w", g.Name, err)
+		}
+		cla, err := buildEndpoints(gp, flavor)
+		if err != nil {
+			return nil, nil, fmt.Errorf("group %q: cluster load assignment: %w", g.Name, err)
+		}
+		clusters = append(clusters, c)
+		clas = append(clas, cla)
+	}
+	return clusters, clas, nil
+}
+
+// groupClusters returns the clusters of p's groups for flavor.
+func groupClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
+	c, _, err := groupResources(p, flavor, planGroups(p, flavor))
+	return c, err
+}
+
+// groupEndpoints returns the assignments of p's groups for flavor.
+func groupEndpoints(p *fleet.Pool, flavor Flavor) ([]*endpointv3.ClusterLoadAssignment, error) {
+	_, e, err := groupResources(p, flavor, planGroups(p, flavor))
+	return e, err
+}

@@ -1,0 +1,266 @@
+package translate
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// groupTestPool is a normalised hash pool of n replicas "r-0".."r-(n-1)".
+func groupTestPool(t *testing.T, n int, g fleet.Group) *fleet.Pool {
+	t.Helper()
+	p := fleet.Pool{Name: "chat", Port: 10000, Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}}, Groups: []fleet.Group{g}}
+	for i := range n {
+		p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), Port: 8000, HashKey: fmt.Sprintf("r-%d", i)})
+	}
+	m, err := Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &m.Fleet().Pools[0]
+}
+
+func memberIDs(eps []fleet.Endpoint) []string {
+	var ids []string
+	for _, e := range eps {
+		ids = append(ids, e.HashKey)
+	}
+	return ids
+}
+
+// diff returns what is in a but not in b.
+func diff(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// A membership change of the pool moves at most one replica in and one out
+// of a group, and only when the replica that changes ranks among its
+// members; health and weight changes of non-members move nothing.
+func TestGroupMembersStable(t *testing.T) {
+	g := fleet.Group{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: 3}
+	for _, n := range []int{4, 8, 16, 64} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			p := groupTestPool(t, n, g)
+			base := memberIDs(GroupMembers(p, g))
+			if len(base) != 3 {
+				t.Fatalf("%d members, want 3: %v", len(base), base)
+			}
+			for i := range p.Endpoints {
+				id := p.Endpoints[i].HashKey
+				member := slices.Contains(base, id)
+				for _, tc := range []struct {
+					name   string
+					change func(q *fleet.Pool)
+					// moves is whether the group may change, and by how much
+					out, in int
+				}{
+					{"remove", func(q *fleet.Pool) { q.Endpoints = slices.Delete(q.Endpoints, i, i+1) }, b2i(member), b2i(member)},
+					{"drain", func(q *fleet.Pool) { q.Endpoints[i].Health = fleet.Draining }, 0, b2i(member)},
+					{"weight", func(q *fleet.Pool) { q.Endpoints[i].Weight = 4 }, 0, 0},
+				} {
+					q := *p
+					q.Endpoints = slices.Clone(p.Endpoints)
+					tc.change(&q)
+					got := GroupMembers(&q, g)
+					ids := memberIDs(got)
+					healthy := 0
+					for _, e := range got {
+						if e.Health == fleet.Healthy {
+							healthy++
+						}
+					}
+					if healthy != 3 {
+						t.Errorf("%s %s: %d healthy members, want 3: %v", tc.name, id, healthy, ids)
+					}
+					if left, joined := diff(base, ids), diff(ids, base); len(left) != tc.out || len(joined) != tc.in {
+						t.Errorf("%s %s (member %v): left %v, joined %v; want %d out, %d in", tc.name, id, member, left, joined, tc.out, tc.in)
+					}
+				}
+			}
+			// A replica joining enters the group only by displacing one.
+			q := *p
+			q.Endpoints = append(slices.Clone(p.Endpoints), fleet.Endpoint{Host: "10.9.9.9", Port: 8000, HashKey: "r-new", Weight: 1})
+			ids := memberIDs(GroupMembers(&q, g))
+			left, joined := diff(base, ids), diff(ids, base)
+			if len(left) != len(joined) || len(joined) > 1 || (len(joined) == 1 && joined[0] != "r-new") {
+				t.Errorf("join: left %v, joined %v", left, joined)
+			}
+		})
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Groups of different names pick different subsets, roughly uniformly.
+func TestGroupMembersSpread(t *testing.T) {
+	const n, groups = 8, 800
+	counts := map[string]int{}
+	p := groupTestPool(t, n, fleet.Group{Name: "g", Header: "h", Values: []string{"v"}, Replicas: 2})
+	for i := range groups {
+		for _, e := range GroupMembers(p, fleet.Group{Name: fmt.Sprintf("tenant-%d", i), Replicas: 2}) {
+			counts[e.HashKey]++
+		}
+	}
+	want := groups * 2 / n
+	for id, c := range counts {
+		if c < want*7/10 || c > want*13/10 {
+			t.Errorf("replica %s in %d of %d groups, want about %d", id, c, groups, want)
+		}
+	}
+	if len(counts) != n {
+		t.Errorf("%d of %d replicas in any group", len(counts), n)
+	}
+}
+
+func TestDefaultView(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		n         int
+		replicas  int
+		exclusive bool
+		drainRest bool
+		want      int // endpoints left in the pool's own assignment
+	}{
+		{"shared", 6, 2, false, false, 6},
+		{"exclusive", 6, 2, true, false, 4},
+		{"exclusive takes all", 2, 5, true, false, 2},
+		{"no healthy left", 4, 2, true, true, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := fleet.Group{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: tc.replicas, Exclusive: tc.exclusive}
+			p := groupTestPool(t, tc.n, g)
+			if tc.drainRest {
+				members := memberIDs(GroupMembers(p, g))
+				for i := range p.Endpoints {
+					if !slices.Contains(members, p.Endpoints[i].HashKey) {
+						p.Endpoints[i].Health = fleet.Draining
+					}
+				}
+			}
+			got := defaultView(p, Envoy)
+			if len(got.Endpoints) != tc.want {
+				t.Fatalf("pool keeps %d endpoints, want %d", len(got.Endpoints), tc.want)
+			}
+			if tc.exclusive && tc.want < tc.n {
+				for _, e := range GroupMembers(p, g) {
+					if slices.ContainsFunc(got.Endpoints, func(o fleet.Endpoint) bool { return o.HashKey == e.HashKey }) {
+						t.Errorf("exclusive member %s still in the pool's assignment", e.HashKey)
+					}
+				}
+			}
+		})
+	}
+}
+
+// grpc-js's hash clusters never share an endpoint (its ring hash stalls on
+// an endpoint another cluster of the channel connected), whatever the
+// groups; the other flavors serve every group with a cluster of its own.
+func TestGroupsDisjointForGRPCJS(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n      int
+		groups []fleet.Group
+		served int // groups with a cluster of their own for grpc-js
+	}{
+		{"one shared", 6, []fleet.Group{{Name: "acme", Replicas: 2}}, 1},
+		{"one exclusive", 6, []fleet.Group{{Name: "acme", Replicas: 2, Exclusive: true}}, 1},
+		{"whole pool", 3, []fleet.Group{{Name: "acme", Replicas: 3}}, 0},
+		{"many", 8, []fleet.Group{{Name: "a", Replicas: 3}, {Name: "b", Replicas: 3}, {Name: "c", Replicas: 3}, {Name: "d", Replicas: 1}}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.groups {
+				tc.groups[i].Header = "x-tenant-id"
+				tc.groups[i].Values = []string{tc.groups[i].Name}
+			}
+			p := groupTestPool(t, tc.n, tc.groups[0])
+			p.Groups = tc.groups
+			for _, flavor := range Flavors {
+				r, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{*p}}, flavor)
+				if err != nil {
+					t.Fatal(err)
+				}
+				owner := map[string]string{}
+				clusters := 0
+				for _, cla := range r.Endpoints {
+					clusters++
+					for _, l := range cla.GetEndpoints() {
+						for _, e := range l.GetLbEndpoints() {
+							a := e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+							if prev, dup := owner[a]; dup && flavor == GRPCJS {
+								t.Errorf("grpc-js: %s in both %s and %s", a, prev, cla.GetClusterName())
+							}
+							owner[a] = cla.GetClusterName()
+						}
+					}
+				}
+				want := 1 + len(tc.groups)
+				if flavor == GRPCJS {
+					want = 1 + tc.served
+				}
+				if tc.served >= 0 || flavor != GRPCJS {
+					if clusters != want {
+						t.Errorf("%v: %d assignments, want %d", flavor, clusters, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Health decides whether grpc-js gets a group's cluster, so its fast path
+// rebuilds routes and still equals a full translation.
+func TestGroupsRetranslate(t *testing.T) {
+	g := fleet.Group{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: 2}
+	p := groupTestPool(t, 3, g)
+	members := memberIDs(GroupMembers(p, g))
+	f := fleet.Fleet{Pools: []fleet.Pool{*p}}
+	drained := fleet.Fleet{Pools: []fleet.Pool{*p}}
+	drained.Pools[0].Endpoints = slices.Clone(p.Endpoints)
+	for i, e := range drained.Pools[0].Endpoints {
+		if !slices.Contains(members, e.HashKey) {
+			drained.Pools[0].Endpoints[i].Health = fleet.Draining
+		}
+	}
+	for _, flavor := range Flavors {
+		prev, err := translateFleet(f, flavor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, err := retranslateFleet(prev, drained, flavor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := translateFleet(drained, flavor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			kind      string
+			got, want []byte
+		}{
+			{"routes", toYAML(t, fast.Routes), toYAML(t, full.Routes)},
+			{"clusters", toYAML(t, fast.Clusters), toYAML(t, full.Clusters)},
+			{"endpoints", toYAML(t, fast.Endpoints), toYAML(t, full.Endpoints)},
+		} {
+			if string(c.got) != string(c.want) {
+				t.Errorf("%v: retranslated %s differ from a full translation:\n%s\n---\n%s", flavor, c.kind, c.got, c.want)
+			}
+		}
+		if flavor == GRPCJS && string(toYAML(t, prev.Routes)) == string(toYAML(t, full.Routes)) {
+			t.Errorf("grpc-js: routes did not change when the group lost its own cluster")
+		}
+	}
+}
