@@ -59,16 +59,28 @@ func (p *process) signal(sig os.Signal) error {
 	return nil
 }
 
-// awaitReady polls the admin /readyz until it answers 200.
+// awaitReady polls the admin /readyz until it answers 200, or the
+// process exits.
 func (p *process) awaitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	return awaitReadyz(ctx, p.name, p.admin, timeout, func() error {
 		select {
 		case err := <-p.done:
 			return fmt.Errorf("%s exited before it was ready: %v", p.name, err)
 		default:
+			return nil
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.admin+"/readyz", nil)
+	})
+}
+
+// awaitReadyz polls http://admin/readyz until it answers 200, alive
+// reports an error, or timeout passes.
+func awaitReadyz(ctx context.Context, name, admin string, timeout time.Duration, alive func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := alive(); err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/readyz", nil)
 		if err != nil {
 			return err
 		}
@@ -79,7 +91,7 @@ func (p *process) awaitReady(ctx context.Context, timeout time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready on %s after %v", p.name, p.admin, timeout)
+			return fmt.Errorf("%s not ready on %s after %v", name, admin, timeout)
 		}
 		select {
 		case <-ctx.Done():

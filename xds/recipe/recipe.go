@@ -421,3 +421,22 @@ func translateHashPolicy(r *recipe) ([]*routev3.RouteAction_HashPolicy, error) {
 	}
 	return hp, nil
 }
+
+// source is what the mesh recipes add to route one cluster's endpoints
+// through kvxds: the cluster that reaches kvxds, as a value to print, and
+// the EDS configuration that points the mesh's cluster at it.
+func (r *recipe) source() (any, *clusterv3.Cluster_EdsClusterConfig, error) {
+	xds, err := r.xdsCluster()
+	if err != nil {
+		return nil, nil, err
+	}
+	xdsV, err := protoValue(xds)
+	if err != nil {
+		return nil, nil, err
+	}
+	eds, err := r.edsClusterConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	return xdsV, eds, nil
+}

@@ -48,15 +48,7 @@ func (r *recipe) istio() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	xds, err := r.xdsCluster()
-	if err != nil {
-		return nil, err
-	}
-	xdsV, err := protoValue(xds)
-	if err != nil {
-		return nil, err
-	}
-	eds, err := r.edsClusterConfig()
+	xdsV, eds, err := r.source()
 	if err != nil {
 		return nil, err
 	}
@@ -154,15 +146,7 @@ func (r *recipe) envoyGateway(gateway string) ([]byte, error) {
 	if h.Algorithm != policy.Maglev {
 		return nil, fmt.Errorf("recipe: pool %q hashes with %s; Envoy Gateway's consistent hashing is Maglev only, so give the pool algorithm = %q", r.pool.Name, h.Algorithm, policy.Maglev)
 	}
-	xds, err := r.xdsCluster()
-	if err != nil {
-		return nil, err
-	}
-	xdsV, err := protoValue(xds)
-	if err != nil {
-		return nil, err
-	}
-	eds, err := r.edsClusterConfig()
+	xdsV, eds, err := r.source()
 	if err != nil {
 		return nil, err
 	}
