@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvxds/kvxds/xds/fleet"
@@ -117,7 +119,29 @@ func TestClientThatDoesNotReadIsDropped(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := slow.Recv(); err == nil {
+	// The stream ends: what reached the client before the drop (whole
+	// small responses it never read) may still be handed out, then an
+	// error, and never the response that was blocked.
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			r, err := slow.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			if r.GetTypeUrl() == resourcev3.EndpointType {
+				ended <- fmt.Errorf("the blocked %d-byte endpoint response arrived after the drop", proto.Size(r))
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("the dropped client's stream: %v, want it unavailable", err)
+		}
+	case <-time.After(5 * time.Second):
 		t.Fatal("the dropped client's stream still delivers")
 	}
 	if n := testutil.ToFloat64(s.metrics.dropped.WithLabelValues("slow_reader")); n != 1 {
