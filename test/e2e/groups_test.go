@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
@@ -24,11 +25,15 @@ func groupBlock(exclusive bool) string {
 `, exclusive)
 }
 
-// groupMembers returns the members of the policy's group "acme" and the
-// replicas of the pool's own clusters, as kvxds chooses them; grpc-js
-// gets every group as exclusive (xds/translate, planGroups).
+// groupMembers returns the replicas the policy's group "acme" routes to
+// and the replicas of the pool's own clusters, as kvxds chooses them;
+// grpc-js gets no group clusters, so both are the whole pool for it
+// (xds/translate, planGroups).
 func groupMembers(t *testing.T, path string, all []member, jsClient bool) (group, rest []member) {
 	t.Helper()
+	if jsClient {
+		return all, all
+	}
 	p, diags := policy.Load(path)
 	if diags.HasErrors() {
 		t.Fatal(policy.Format(diags))
@@ -48,7 +53,7 @@ func groupMembers(t *testing.T, path string, all []member, jsClient bool) (group
 		if in {
 			group = append(group, mb)
 		}
-		if !in || !g.Exclusive && !jsClient {
+		if !in || !g.Exclusive {
 			rest = append(rest, mb)
 		}
 	}
@@ -98,11 +103,11 @@ func checkRouted(t *testing.T, cl client, what string, got map[string]string, wa
 
 // Requests of a tenant group land only on the group's replicas and follow
 // the ring model over them; other requests follow the pool's (without the
-// group's replicas when it is exclusive, and always for grpc-js). Each
-// client is driven through both orders, one call at a time: grpc-js
-// shares subchannels between a channel's clusters, and a ring hash leaf
-// connecting to a subchannel another cluster already made READY stalls
-// until its deadline, which fails the test.
+// group's replicas when it is exclusive). grpc-js, which gets one cluster
+// per pool, routes the group's requests over the whole pool, hashed on
+// the group's keys. Each client is driven through both orders, one call
+// at a time, so that a call stalled in a client's balancer is not rescued
+// by another call's picker update.
 func TestTenantGroups(t *testing.T) {
 	for _, exclusive := range []bool{false, true} {
 		for _, dp := range dataPlanes {
@@ -143,11 +148,132 @@ func TestTenantGroups(t *testing.T) {
 							t.Errorf("%s: a keyless request of the group reached %s, outside the group", cl.name(), id)
 						}
 					}
+					// They are not hashed on the group's own header: that
+					// would send them all to one replica.
+					if len(ids) < 2 {
+						t.Errorf("%s: 60 keyless requests of the group all reached %v", cl.name(), ids)
+					}
 				}
 				if n := metric(t, adminAddr, "kvxds_xds_nacks_total"); n != 0 {
 					t.Errorf("clients rejected %v responses", n)
 				}
 			})
 		}
+	}
+}
+
+// groupOf returns the members of the policy's group "acme" were it n
+// replicas large (with every replica healthy), as kvxds chooses them.
+func groupOf(t *testing.T, path string, all []member, n int) []member {
+	t.Helper()
+	p, diags := policy.Load(path)
+	if diags.HasErrors() {
+		t.Fatal(policy.Format(diags))
+	}
+	m, err := translate.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &m.Fleet().Pools[0]
+	g := pool.Groups[0]
+	g.Replicas = n
+	var out []member
+	for _, e := range translate.GroupMembers(pool, g) {
+		i := slices.IndexFunc(all, func(mb member) bool { return mb.b.addr == e.HashKey })
+		if i < 0 {
+			t.Fatalf("group member %s is not a backend", e.HashKey)
+		}
+		out = append(out, all[i])
+	}
+	return out
+}
+
+// settleRouted waits until cl routes every call where want allows.
+func settleRouted(t *testing.T, cl client, calls [][]string, want expectation, what string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := routeEach(t, cl, calls)
+		var wrong []string
+		for s, id := range got {
+			if !want.allows(s, id) {
+				wrong = append(wrong, fmt.Sprintf("%s on %s, want %v", s, id, want[s]))
+			}
+		}
+		if len(wrong) == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(wrong)
+			t.Fatalf("%s: %s: %d of %d requests never reached the replica the ring puts them on: %v", cl.name(), what, len(wrong), len(got), wrong[:min(3, len(wrong))])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A group member that the escape hatch drains keeps its identity in the
+// group while the next-ranked replica fills in: the group's sessions land
+// exactly where the ring over its healthy members puts them, the filler
+// leaves the pool's own cluster (the group is exclusive), and when the
+// member recovers every session returns to where it was. grpc-js, which
+// gets the groups' requests over the whole pool, sees one replica drain.
+func TestTenantGroupMemberDrains(t *testing.T) {
+	for _, dp := range dataPlanes {
+		t.Run(dp.name, func(t *testing.T) {
+			js := dp.name == "grpc-js"
+			bs := startBackends(t, 6)
+			var members []member
+			for _, b := range bs {
+				members = append(members, member{b, 1})
+			}
+			path, xdsAddr, adminAddr := policyFile(t)
+			writeAtomic(t, path, dynamicPolicy(xdsAddr, adminAddr, members, fixedWeights+groupBlock(true)))
+			k := startInProcess(t, path, xdsAddr, adminAddr)
+			defer k.stop()
+			group, rest := groupMembers(t, path, members, js)
+			// The filler is the replica that ranks next after the members.
+			var filler member
+			for _, mb := range groupOf(t, path, members, 3) {
+				if !slices.Contains(groupOf(t, path, members, 2), mb) {
+					filler = mb
+				}
+			}
+			eventually(t, "the first scrapes", func() bool {
+				return metric(t, adminAddr, "kvxds_scrapes_total") >= 12
+			})
+
+			cl := dp.new(t, xdsAddr)
+			ss := sessions(300)
+			groupCalls := withTenant(sessionCalls(ss), "acme")
+			beforeGroup := settleRouted(t, cl, groupCalls, predict(group, ss), "group, all healthy")
+			beforePool := settle(t, cl, ss, predict(rest, ss), "pool, all healthy")
+
+			drained := groupOf(t, path, members, 2)[0]
+			if shares(beforeGroup)[drained.b.id] == 0 {
+				t.Fatal("the drained member serves none of the group's sessions")
+			}
+			drained.b.setLoad(20, 0.5)
+			without := func(ms []member, drop member) []member {
+				return slices.DeleteFunc(slices.Clone(ms), func(m member) bool { return m == drop })
+			}
+			inGroup, outside := append(without(group, drained), filler), without(rest, filler)
+			if js {
+				inGroup, outside = without(members, drained), without(members, drained)
+			}
+			during := settleRouted(t, cl, groupCalls, predict(inGroup, ss), "group with a member drained")
+			settle(t, cl, ss, predict(outside, ss), "pool with a member drained")
+			if !js && shares(during)[filler.b.id] == 0 {
+				t.Errorf("the filler %s took none of the group's sessions", filler.b.id)
+			}
+			t.Logf("%s drained: %s took %d of the group's %d sessions",
+				drained.b.id, filler.b.id, shares(during)[filler.b.id], len(ss))
+
+			drained.b.setLoad(0, 0.1)
+			settleRouted(t, cl, groupCalls, exactly(beforeGroup), "group with the member back")
+			settle(t, cl, ss, exactly(beforePool), "pool with the member back")
+			if n := metric(t, adminAddr, "kvxds_xds_nacks_total"); n != 0 {
+				t.Errorf("clients rejected %v responses", n)
+			}
+		})
 	}
 }

@@ -48,8 +48,9 @@ import (
 //
 // An exclusive group's members leave the pool's own assignment (and so
 // its hash and keyless clusters), unless no healthy replica would be left
-// there; the mesh assignment keeps the whole pool. grpc-js gets every
-// group as exclusive (see planGroups).
+// there; the mesh assignment keeps the whole pool. grpc-js gets no group
+// clusters: its groups' requests hash over the whole pool (see
+// planGroups).
 
 // rendezvousScore is an endpoint's weight in group's ranking.
 func rendezvousScore(group, identity string) uint64 {
@@ -117,50 +118,34 @@ type groupPlan struct {
 // assignment leaves out the members of its exclusive groups, unless that
 // leaves no healthy replica.
 //
-// grpc-js shares subchannels between the clusters of a channel, and its
-// ring hash stalls on an endpoint another cluster has already connected
-// (see keylessCluster): no two of its hash clusters may share an
-// endpoint. So for grpc-js every group is exclusive, and a group whose
-// members would still overlap the pool's cluster or an earlier group's
-// (the pool would be left without a healthy replica, or two groups rank
-// the same replica) is routed to the pool's cluster instead. As this
-// follows membership and health, a change of either may change grpc-js's
-// routes and clusters (Retranslate rebuilds them), never the others'.
+// grpc-js: no group has a cluster; the groups' routes go to the pool's
+// cluster, over the whole pool. grpc-js cannot hold two ring hash
+// clusters in one channel safely. It shares subchannels between them, and
+// a ring hash stalls on an endpoint another cluster already connected
+// (see keylessCluster). And its xDS client hands every cluster of the
+// channel the whole configuration again for each changed resource, while
+// its ring hash builds its ring from the first of two address lists it
+// gets in one event-loop turn after forgetting the endpoints the second
+// drops: one endpoint response that changes two clusters (a member
+// draining changes both the group's and the pool's) throws an uncaught
+// error in the client, which ends the process (@grpc/grpc-js-xds 1.14.1,
+// load-balancer-ring-hash.js constructRing). With one cluster it never
+// sees such a response, and its routes and clusters never follow
+// membership.
 func planGroups(p *fleet.Pool, flavor Flavor) groupPlan {
 	plan := groupPlan{view: p, members: make([][]fleet.Endpoint, len(p.Groups)), served: make([]bool, len(p.Groups))}
-	if len(p.Groups) == 0 {
+	if len(p.Groups) == 0 || flavor == GRPCJS {
 		return plan
 	}
 	out := map[string]bool{}
 	for i, g := range p.Groups {
 		ms := GroupMembers(p, g)
 		plan.members[i] = ms
-		if flavor != GRPCJS {
-			plan.served[i] = true
-			if g.Exclusive {
-				for _, e := range ms {
-					out[e.HashKey] = true
-				}
-			}
-			continue
-		}
-		// grpc-js: serve the group only if it shares no endpoint with an
-		// earlier group and leaves the pool a healthy replica.
-		if slices.ContainsFunc(ms, func(e fleet.Endpoint) bool { return out[e.HashKey] }) {
-			continue
-		}
-		in := map[string]bool{}
-		for _, e := range ms {
-			in[e.HashKey] = true
-		}
-		if !slices.ContainsFunc(p.Endpoints, func(e fleet.Endpoint) bool {
-			return e.Health == fleet.Healthy && !out[e.HashKey] && !in[e.HashKey]
-		}) {
-			continue
-		}
 		plan.served[i] = true
-		for k := range in {
-			out[k] = true
+		if g.Exclusive {
+			for _, e := range ms {
+				out[e.HashKey] = true
+			}
 		}
 	}
 	var rest []fleet.Endpoint

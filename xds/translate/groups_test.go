@@ -165,20 +165,19 @@ func TestDefaultView(t *testing.T) {
 	}
 }
 
-// grpc-js's hash clusters never share an endpoint (its ring hash stalls on
-// an endpoint another cluster of the channel connected), whatever the
-// groups; the other flavors serve every group with a cluster of its own.
-func TestGroupsDisjointForGRPCJS(t *testing.T) {
+// grpc-js gets one hash cluster per pool, over the whole pool, whatever
+// the groups: the groups' routes go to it (see planGroups). The other
+// flavors serve every group with a cluster of its own.
+func TestGroupsForGRPCJS(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		n      int
 		groups []fleet.Group
-		served int // groups with a cluster of their own for grpc-js
 	}{
-		{"one shared", 6, []fleet.Group{{Name: "acme", Replicas: 2}}, 1},
-		{"one exclusive", 6, []fleet.Group{{Name: "acme", Replicas: 2, Exclusive: true}}, 1},
-		{"whole pool", 3, []fleet.Group{{Name: "acme", Replicas: 3}}, 0},
-		{"many", 8, []fleet.Group{{Name: "a", Replicas: 3}, {Name: "b", Replicas: 3}, {Name: "c", Replicas: 3}, {Name: "d", Replicas: 1}}, -1},
+		{"one shared", 6, []fleet.Group{{Name: "acme", Replicas: 2}}},
+		{"one exclusive", 6, []fleet.Group{{Name: "acme", Replicas: 2, Exclusive: true}}},
+		{"whole pool", 3, []fleet.Group{{Name: "acme", Replicas: 3}}},
+		{"many", 8, []fleet.Group{{Name: "a", Replicas: 3}, {Name: "b", Replicas: 3, Exclusive: true}, {Name: "c", Replicas: 3}, {Name: "d", Replicas: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i := range tc.groups {
@@ -192,36 +191,48 @@ func TestGroupsDisjointForGRPCJS(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				owner := map[string]string{}
-				clusters := 0
-				for _, cla := range r.Endpoints {
-					clusters++
-					for _, l := range cla.GetEndpoints() {
-						for _, e := range l.GetLbEndpoints() {
-							a := e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
-							if prev, dup := owner[a]; dup && flavor == GRPCJS {
-								t.Errorf("grpc-js: %s in both %s and %s", a, prev, cla.GetClusterName())
-							}
-							owner[a] = cla.GetClusterName()
+				want := 1 + len(tc.groups)
+				if flavor == GRPCJS {
+					want = 1
+				}
+				if len(r.Endpoints) != want {
+					t.Errorf("%v: %d assignments, want %d", flavor, len(r.Endpoints), want)
+				}
+				if flavor != GRPCJS {
+					continue
+				}
+				n := 0
+				for _, l := range r.Endpoints[0].GetEndpoints() {
+					n += len(l.GetLbEndpoints())
+				}
+				if n != tc.n {
+					t.Errorf("grpc-js: the pool's assignment has %d endpoints, want all %d", n, tc.n)
+				}
+				for _, c := range r.Clusters {
+					if c.GetName() != p.Name {
+						t.Errorf("grpc-js: cluster %q besides the pool's", c.GetName())
+					}
+				}
+				routes := 0
+				for _, vh := range r.Routes[0].GetVirtualHosts() {
+					for _, rt := range vh.GetRoutes() {
+						routes++
+						if c := rt.GetRoute().GetCluster(); c != p.Name {
+							t.Errorf("grpc-js: a route goes to %q, not the pool's cluster", c)
 						}
 					}
 				}
-				want := 1 + len(tc.groups)
-				if flavor == GRPCJS {
-					want = 1 + tc.served
-				}
-				if tc.served >= 0 || flavor != GRPCJS {
-					if clusters != want {
-						t.Errorf("%v: %d assignments, want %d", flavor, clusters, want)
-					}
+				if routes != 1+len(tc.groups) {
+					t.Errorf("grpc-js: %d routes, want one per group and the pool's", routes)
 				}
 			}
 		})
 	}
 }
 
-// Health decides whether grpc-js gets a group's cluster, so its fast path
-// rebuilds routes and still equals a full translation.
+// A member draining changes the groups' assignments (and, for gRPC,
+// clusters) only: the fast path equals a full translation, and no
+// flavor's routes change.
 func TestGroupsRetranslate(t *testing.T) {
 	g := fleet.Group{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: 2}
 	p := groupTestPool(t, 3, g)
@@ -259,8 +270,8 @@ func TestGroupsRetranslate(t *testing.T) {
 				t.Errorf("%v: retranslated %s differ from a full translation:\n%s\n---\n%s", flavor, c.kind, c.got, c.want)
 			}
 		}
-		if flavor == GRPCJS && string(toYAML(t, prev.Routes)) == string(toYAML(t, full.Routes)) {
-			t.Errorf("grpc-js: routes did not change when the group lost its own cluster")
+		if string(toYAML(t, prev.Routes)) != string(toYAML(t, full.Routes)) {
+			t.Errorf("%v: routes changed when a member drained", flavor)
 		}
 	}
 }

@@ -248,12 +248,6 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 	if flavor.proxyless() {
 		clusters = make([][]*clusterv3.Cluster, len(n.Pools))
 	}
-	// grpc-js's groups follow membership and health (planGroups): its
-	// routes are rebuilt with its clusters.
-	var routes []*routev3.RouteConfiguration
-	if flavor == GRPCJS && slices.ContainsFunc(n.Pools, func(p fleet.Pool) bool { return len(p.Groups) > 0 }) {
-		routes = make([]*routev3.RouteConfiguration, len(n.Pools))
-	}
 	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
@@ -265,11 +259,6 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 		if clusters != nil {
 			if clusters[i], err = buildClusters(p, flavor); err != nil {
 				return resErr(p, "cluster", err)
-			}
-		}
-		if routes != nil {
-			if routes[i], err = buildRoute(p, flavor); err != nil {
-				return resErr(p, "route configuration", err)
 			}
 		}
 		return nil
@@ -284,10 +273,6 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 	if clusters != nil {
 		out.Clusters = sortedClusters(clusters)
 		keep = slices.DeleteFunc(keep, func(t types.ResponseType) bool { return t == types.Cluster })
-	}
-	if routes != nil {
-		out.Routes = routes
-		keep = slices.DeleteFunc(keep, func(t types.ResponseType) bool { return t == types.Route })
 	}
 	for _, t := range keep {
 		out.groups.cells[t] = prev.groups.cell(t)
