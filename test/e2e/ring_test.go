@@ -12,8 +12,10 @@ import (
 )
 
 // expectation is, for each session, the replicas a gRPC client may send
-// it to: the ring kvxds sized, and the same ring with one more entry for
-// its last endpoint (see ringhash.Ring.Extended); most sessions have one.
+// it to: the ring kvxds sized, in exact arithmetic (ringhash.BuildExact),
+// and the same ring with one more entry for its last endpoint, which a
+// client's floating point may add (see ringhash.Ring.Extended); most
+// sessions have one.
 type expectation map[string][2]string
 
 // exactly expects every session where m has it.
@@ -49,7 +51,7 @@ func predictKeyed(members []member, ss []string, ringCap uint64, key func(member
 		w += uint64(m.weight)
 	}
 	size := translate.GRPCRingSize(w, ringCap)
-	r := ringhash.Build(eps, size, size)
+	r := ringhash.BuildExact(eps, size, size)
 	ext := r.Extended(eps, ringhash.Last(eps))
 	out := make(expectation, len(ss))
 	for _, s := range ss {

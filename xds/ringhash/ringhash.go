@@ -10,11 +10,22 @@
 // cumulatively over the endpoints in hash-key order; entry j of an
 // endpoint sits at xxhash64(hash_key + "_" + j). A request's hash is
 // owned by the first entry at or after it, wrapping around.
+//
+// Clients compute the cumulative targets in floating point, each its own
+// way: grpc-js divides the weights as they are (as Build does), grpc-go
+// first normalises them to 31-bit fixed point (gRFC A113), rounding each
+// down. Where a target is a whole number in exact arithmetic, a client may
+// land a hair above it and give that endpoint one more entry, and which
+// clients do depends on the weights and their order. Under kvxds's sizing
+// only the last endpoint's target, the ring size, is whole: BuildExact and
+// its Extended for the last endpoint are then the two rings any client
+// may build.
 package ringhash
 
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 
@@ -48,30 +59,99 @@ type Ring struct {
 }
 
 // Build builds the ring a gRPC client builds for eps with the given
-// (already clamped) ring sizes.
+// (already clamped) ring sizes, in grpc-js's floating-point arithmetic: a
+// whole target may come out a hair above its exact value and give its
+// endpoint one more entry than BuildExact does (see the package comment).
 func Build(eps []Endpoint, minSize, maxSize uint64) *Ring {
-	r := &Ring{Counts: make([]int, len(eps))}
-	if len(eps) == 0 {
-		return r
+	order, cum := floatTargets(eps, minSize, maxSize)
+	return place(eps, order, cum)
+}
+
+// floatTargets returns the endpoints in hash-key order and how many
+// entries those up to each hold together, in grpc-js's arithmetic.
+func floatTargets(eps []Endpoint, minSize, maxSize uint64) (order []int, cum []uint64) {
+	order, sum, _ := sorted(eps)
+	cum = make([]uint64, len(order))
+	if sum == 0 {
+		return order, cum
 	}
-	order := make([]int, len(eps))
-	var sum uint64
-	for i, e := range eps {
-		order[i] = i
-		sum += e.Weight
-	}
-	// Clients sort by hash key (grpc-go) or keep the EDS order, which
-	// kvxds makes the hash-key order within a locality.
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(eps[a].HashKey, eps[b].HashKey) })
 	minW := 1.0
 	for _, e := range eps {
 		minW = math.Min(minW, float64(e.Weight)/float64(sum))
 	}
 	scale := math.Min(math.Ceil(minW*float64(minSize))/minW, float64(maxSize))
 	var cur, target float64
-	for _, i := range order {
+	for k, i := range order {
 		target += scale * (float64(eps[i].Weight) / float64(sum))
-		for j := 0; cur < target; j++ {
+		for cur < target {
+			cur++
+		}
+		cum[k] = uint64(cur)
+	}
+	return order, cum
+}
+
+// BuildExact builds the ring of Build in exact arithmetic: the endpoints
+// up to and including the k-th in hash-key order, of weight C_k in all,
+// hold ceil(scale × C_k / W) entries together. It is the ring every client
+// builds, except that a client may give the endpoint of a whole target
+// (under kvxds's sizing, only the last one) one more entry: see Extended.
+func BuildExact(eps []Endpoint, minSize, maxSize uint64) *Ring {
+	order, cum := exactTargets(eps, minSize, maxSize)
+	return place(eps, order, cum)
+}
+
+// exactTargets is floatTargets in exact arithmetic.
+func exactTargets(eps []Endpoint, minSize, maxSize uint64) (order []int, cum []uint64) {
+	order, sum, minW := sorted(eps)
+	cum = make([]uint64, len(order))
+	if sum == 0 || minW == 0 {
+		return order, cum // clients reject zero weights
+	}
+	// With minWeight = minW/W, scale = min(n × W/minW, maxSize) where
+	// n = ceil(minW × minSize / W), and the target of weight C is
+	// scale × C/W: maxSize × C/W when capped, n × C/minW otherwise. The
+	// products take 128 bits; every quotient fits in 64 (n is at most
+	// minSize, a target at most maxSize).
+	n := mulDivCeil(minW, minSize, sum)
+	hi1, lo1 := bits.Mul64(n, sum)
+	hi2, lo2 := bits.Mul64(maxSize, minW)
+	capped := hi1 > hi2 || hi1 == hi2 && lo1 >= lo2
+	var c uint64
+	for k, i := range order {
+		c += eps[i].Weight
+		if capped {
+			cum[k] = mulDivCeil(maxSize, c, sum)
+		} else {
+			cum[k] = mulDivCeil(n, c, minW)
+		}
+	}
+	return order, cum
+}
+
+// sorted returns the indices of eps in hash-key order, their total weight
+// and the least weight. Clients sort by hash key (grpc-go) or keep the EDS
+// order, which kvxds makes the hash-key order within a locality.
+func sorted(eps []Endpoint) (order []int, sum, minW uint64) {
+	order = make([]int, len(eps))
+	for i, e := range eps {
+		order[i] = i
+		sum += e.Weight
+		if i == 0 || e.Weight < minW {
+			minW = e.Weight
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(eps[a].HashKey, eps[b].HashKey) })
+	return order, sum, minW
+}
+
+// place builds the ring in which the endpoints up to the k-th of order
+// hold cum[k] entries together.
+func place(eps []Endpoint, order []int, cum []uint64) *Ring {
+	r := &Ring{Counts: make([]int, len(eps))}
+	var cur uint64
+	for k, i := range order {
+		for j := 0; cur < cum[k]; j++ {
 			r.Entries = append(r.Entries, Entry{xxhash.Sum64String(eps[i].HashKey + "_" + strconv.Itoa(j)), i})
 			r.Counts[i]++
 			cur++
@@ -79,6 +159,16 @@ func Build(eps []Endpoint, minSize, maxSize uint64) *Ring {
 	}
 	slices.SortStableFunc(r.Entries, func(a, b Entry) int { return cmp.Compare(a.Hash, b.Hash) })
 	return r
+}
+
+// mulDivCeil is ceil(a × b / d), for a quotient that fits in 64 bits.
+func mulDivCeil(a, b, d uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	q, rem := bits.Div64(hi, lo, d)
+	if rem != 0 {
+		q++
+	}
+	return q
 }
 
 // Owner returns the endpoint that owns hash h, or -1 on an empty ring.
@@ -119,11 +209,13 @@ func HeaderHash(value string) uint64 {
 // was built from) has one more entry.
 //
 // Clients count entries in floating point, and the last endpoint of a ring
-// in hash-key order ends exactly on the ring size: whether it gets its
-// final entry depends on rounding that differs between clients (grpc-go
-// normalises fixed-point weights, grpc-js divides the weights as they
-// are). A ring and its extension of the last endpoint are the two rings a
-// client may build.
+// in hash-key order ends exactly on the ring size: whether it gets one
+// entry more than in exact arithmetic depends on rounding that differs
+// between clients (grpc-go normalises fixed-point weights, grpc-js divides
+// the weights as they are), and on the weights' order. The ring of
+// BuildExact and its extension of the last endpoint are the two rings a
+// client may build; Build's ring is one of them, not necessarily the one a
+// given client builds.
 func (r *Ring) Extended(eps []Endpoint, i int) *Ring {
 	out := &Ring{Entries: slices.Clone(r.Entries), Counts: slices.Clone(r.Counts)}
 	e := Entry{xxhash.Sum64String(eps[i].HashKey + "_" + strconv.Itoa(r.Counts[i])), i}
