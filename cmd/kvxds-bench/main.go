@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		seed       = fs.Uint64("seed", 1, "workload seed")
 		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and kvxds+groups (the busiest session key in a tenant group), run only when named")
 		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
+		groupLvls  = fs.Int("group-weight-levels", 4, "kvxds+groups: weight levels (weights 1 to N, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
 		scale      = fs.Float64("time-scale", 0, "simulated seconds per wall second (0: chosen per workload to keep the streamed-token rate within the CPU budget)")
 		kvBlocks   = fs.Int("kv-blocks", 0, "KV blocks per replica (0: the workload's default)")
 		out        = fs.String("out", "bench-out", "output directory for results.md, results.csv, the charts and kvxds.log")
@@ -133,25 +134,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer logFile.Close()
 	cfg := bench.Config{
-		Workloads:      workloads,
-		Replicas:       *replicas,
-		GroupReplicas:  *groupReps,
-		Load:           *load,
-		Duration:       *duration,
-		WallPerMode:    *wall,
-		Seed:           *seed,
-		Modes:          ms,
-		TimeScale:      *scale,
-		MessageBudget:  *budget,
-		KVBlocks:       *kvBlocks,
-		WarmupFraction: *warmup,
-		Clients:        *clients,
-		EchoReplies:    *echo,
-		Rolling:        rolling,
-		AdminAddress:   *admin,
-		Trace:          *trace,
-		PrefixBlocks:   prefixes,
-		Out:            *out,
+		Workloads:         workloads,
+		Replicas:          *replicas,
+		GroupReplicas:     *groupReps,
+		GroupWeightLevels: *groupLvls,
+		Load:              *load,
+		Duration:          *duration,
+		WallPerMode:       *wall,
+		Seed:              *seed,
+		Modes:             ms,
+		TimeScale:         *scale,
+		MessageBudget:     *budget,
+		KVBlocks:          *kvBlocks,
+		WarmupFraction:    *warmup,
+		Clients:           *clients,
+		EchoReplies:       *echo,
+		Rolling:           rolling,
+		AdminAddress:      *admin,
+		Trace:             *trace,
+		PrefixBlocks:      prefixes,
+		Out:               *out,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.LevelFromString(*logLevel),
 			Output: logFile, TimeFormat: "15:04:05.000"}),
 	}

@@ -128,9 +128,11 @@ type WorkloadReport struct {
 	MeanPrompt float64
 	MeanOutput float64
 	EscapeNote string
-	Modes      []ModeResult
-	Targets    []Target
-	Charts     []string
+	// GroupNote says how KVXDSGroups ran: its group and its weights.
+	GroupNote string
+	Modes     []ModeResult
+	Targets   []Target
+	Charts    []string
 	// Rolling holds the rolling workload's results (its Modes are empty);
 	// nil for the other workloads.
 	Rolling *RollingReport
@@ -223,6 +225,12 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 		if m == KVXDSWeights || m == KVXDSGroups {
 			ref, how := referenceDepth(wr, p, c.Replicas)
 			p.Escape = c.Escape.Resolve(ref)
+			if m == KVXDSGroups {
+				p.Escape = p.Escape.WithLevels(c.GroupWeightLevels)
+				wr.GroupNote = fmt.Sprintf("the escape hatch above, and the busiest session key %q in an exclusive group of %d replicas; "+
+					"weights %d to %d in %d levels, at most one move per replica every %v",
+					p.HotSession, c.GroupReplicas, p.Escape.WeightMin, p.Escape.WeightMax, p.Escape.WeightLevels, p.Escape.WeightMinInterval)
+			}
 			wr.EscapeNote = fmt.Sprintf("escape hatch: saturated at ≥ %d running requests (%.1f× the reference depth %.1f, %s), "+
 				"back below %d after %v; KV occupancy ≥ %g; any preemption",
 				p.Escape.MaxQueueDepth, p.Escape.QueueFactor, ref, how, p.Escape.ResumeQueueDepth, p.Escape.Hold, p.Escape.MaxKVOccupancy)

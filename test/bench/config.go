@@ -33,8 +33,9 @@ const (
 	KVXDSWeights Mode = "kvxds+weights"
 	// KVXDSGroups is KVXDSWeights plus a tenant hash group for the
 	// stream's busiest session key (the hot tenant of zipf-tenants):
-	// Config.GroupReplicas replicas of its own, exclusive. It runs only when
-	// asked for (OptionalModes).
+	// Config.GroupReplicas replicas of its own, exclusive, with weights in
+	// Config.GroupWeightLevels levels. It runs only when asked for
+	// (OptionalModes).
 	KVXDSGroups Mode = "kvxds+groups"
 	// UpperBound is computed offline: the same prompts in arrival order
 	// through one prefix cache as large as the whole fleet's.
@@ -154,6 +155,13 @@ type Config struct {
 	// of 8; an exclusive 3 leaves 70% on the other 5, which tips the
 	// replicas of the next-busiest tenants into saturation.
 	GroupReplicas int
+	// GroupWeightLevels is the number of weight levels KVXDSGroups runs
+	// with (weights 1 to GroupWeightLevels, at most one move per replica
+	// every 10 simulated seconds); 1 keeps Escape's weights. Default 4:
+	// with the hot tenant in its group, what is left of the imbalance is
+	// the next tenants' lumps, and weights in quarter steps follow them,
+	// each move shifting a quarter of a replica's ring entries, not half.
+	GroupWeightLevels int
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
@@ -194,6 +202,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.GroupReplicas == 0 {
 		c.GroupReplicas = 2
+	}
+	if c.GroupWeightLevels == 0 {
+		c.GroupWeightLevels = 4
 	}
 	if c.Load == 0 {
 		c.Load = 0.7
@@ -267,6 +278,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Replicas < 1:
 		return fmt.Errorf("replicas must be at least 1, not %d", c.Replicas)
+	case c.GroupWeightLevels < 1:
+		return fmt.Errorf("group weight levels must be at least 1, not %d", c.GroupWeightLevels)
 	case !(c.Load > 0):
 		return fmt.Errorf("load must be positive, not %v", c.Load)
 	case c.Duration < 0:

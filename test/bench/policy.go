@@ -83,6 +83,17 @@ func DefaultEscape() Escape {
 	}
 }
 
+// WithLevels returns e with weights 1 to levels in levels steps, at most
+// one move per replica every 10 (simulated) seconds; levels 1 returns e.
+func (e Escape) WithLevels(levels int) Escape {
+	if levels <= 1 {
+		return e
+	}
+	e.WeightMin, e.WeightMax, e.WeightLevels = 1, levels, levels
+	e.WeightMinInterval = 10 * time.Second
+	return e
+}
+
 // Resolve fills MaxQueueDepth and ResumeQueueDepth, if zero, from the
 // reference depth ref (requests running per replica at this load).
 func (e Escape) Resolve(ref float64) Escape {

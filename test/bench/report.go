@@ -157,6 +157,9 @@ func (wr *WorkloadReport) markdownTable(w io.Writer) {
 	if wr.EscapeNote != "" {
 		fmt.Fprintf(w, "kvxds+weights: %s.\n\n", wr.EscapeNote)
 	}
+	if wr.GroupNote != "" {
+		fmt.Fprintf(w, "kvxds+groups: %s.\n\n", wr.GroupNote)
+	}
 	for _, m := range wr.Modes {
 		if m.MachineCores >= cpuSaturated*float64(runtime.NumCPU()) {
 			fmt.Fprintf(w, "**Warning:** during %s the machine's CPUs were %.0f%% busy (%.2f of %d cores, this process %.2f): "+
