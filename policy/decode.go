@@ -149,6 +149,7 @@ type weightsSpec struct {
 	Smoothing   *hcl.Attribute `hcl:"smoothing,optional"`
 	Hysteresis  *hcl.Attribute `hcl:"hysteresis,optional"`
 	MinInterval *hcl.Attribute `hcl:"min_interval,optional"`
+	Relative    *hcl.Attribute `hcl:"relative,optional"`
 }
 
 // decoder turns a parsed body into a Policy, collecting every diagnostic

@@ -159,6 +159,8 @@ weights {
 }`), poolWeights, weights(func(w *Weights) { w.Min, w.Max, w.Levels = 100, 128, 29 })},
 		{"max 2", poolWith(`metrics {}
 weights { max = 2 }`), poolWeights, weights(func(w *Weights) { w.Max, w.Levels = 2, 2 })},
+		{"relative", poolWith(`metrics {}
+weights { relative = true }`), poolWeights, weights(func(w *Weights) { w.Relative = true })},
 
 		// hash: ring sizes make a ring, and a small maximum lowers the
 		// data planes' minimum.

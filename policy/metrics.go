@@ -511,6 +511,11 @@ func (d *decoder) weights(spec *weightsSpec) Weights {
 		fmt.Sprintf(" (the default is %g); it is a fraction of one level's width, and at 1 the top weight could never be reached", w.Hysteresis))
 	w.MinInterval, _ = d.durationOr(spec.MinInterval, w.MinInterval,
 		fmt.Sprintf("The default is %q.", DefaultWeightMinInterval.String()))
+	if a := spec.Relative; a != nil {
+		if v, ok := d.value(a.Name, a.Expr, cty.Bool, "true or false"); ok {
+			w.Relative = v.True()
+		}
+	}
 	return w
 }
 

@@ -62,6 +62,7 @@ func scrapeSettings(pp policy.Pool) (weights.PoolScrape, error) {
 			Smoothing:            w.Smoothing,
 			Hysteresis:           w.Hysteresis,
 			MinChangeInterval:    w.MinInterval,
+			Relative:             w.Relative,
 			MaxQueueDepth:        e.MaxQueueDepth,
 			MaxKVOccupancy:       e.MaxKVOccupancy,
 			MaxPreemptionRate:    e.MaxPreemptionRate,

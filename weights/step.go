@@ -46,6 +46,19 @@
 // not a change. Any later change of its weight, including the forced ones
 // to and from the neutral weight, starts the MinChangeInterval again.
 //
+// # Relative weights
+//
+// With Relative, the value placed among the levels is not s but the
+// replica's load against the pool's: with pressure p = 1 − s and P the
+// mean pressure of the pool's fresh replicas that are not saturated,
+// v = clamp(1 − p/(2P), 0, 1). A replica at the pool's mean pressure sits
+// in the middle, one at twice the mean at the bottom, an idle one at the
+// top; a pool without pressure keeps everyone at the top. Weights then
+// follow shares of the load, not distance to saturation: a replica whose
+// hash-table share draws few heavy keys gains weight even when the whole
+// pool is lightly loaded, and one that draws many loses it. Levels,
+// hysteresis and the minimum interval apply to v as they do to s.
+//
 // # Escape hatch
 //
 // A good observation saturates a replica at once (no smoothing: the point
@@ -215,18 +228,22 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 	}
 
 	fresh := make([]bool, len(members))
+	for i, id := range members {
+		r := next.replicas[id]
+		fresh[i] = r.hasGood && now.Sub(r.lastGood) <= cfg.StaleAfter
+	}
+	value := levelValue(&cfg, next, members, fresh)
 	prevLevel := make([]int, len(members))
 	hadLevel := make([]bool, len(members))
 	var levels []int // current levels of fresh replicas, for the neutral level
 	for i, id := range members {
 		r := next.replicas[id]
 		prevLevel[i], hadLevel[i] = r.level, r.hasLevel
-		fresh[i] = r.hasGood && now.Sub(r.lastGood) <= cfg.StaleAfter
 		switch {
 		case fresh[i]:
 			if r.hasLevel && r.hasEWMA && !r.saturated &&
 				(!r.changed || now.Sub(r.lastChange) >= cfg.MinChangeInterval) {
-				r.level = moveLevel(&cfg, r.level, r.ewma)
+				r.level = moveLevel(&cfg, r.level, value(r))
 			}
 			if r.hasLevel {
 				levels = append(levels, r.level)
@@ -255,7 +272,7 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 			// First good observation in the Step that first listed it.
 			r.level = neutral
 			if r.hasEWMA && !r.saturated {
-				r.level = moveLevel(&cfg, r.level, r.ewma)
+				r.level = moveLevel(&cfg, r.level, value(r))
 			}
 		}
 		if hadLevel[i] && r.level != prevLevel[i] {
@@ -289,6 +306,39 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 		}
 	}
 	return next, res
+}
+
+// levelValue returns what places a replica among the levels: its smoothed
+// free capacity s, or with Relative, its load against the pool's: with
+// pressure p = 1 − s and P the mean pressure of the pool's fresh replicas
+// that are not saturated,
+//
+//	v = clamp(1 − p / (2P), 0, 1)
+//
+// so a replica at the pool's mean pressure sits in the middle (v = 0.5),
+// one at twice the mean or more at the bottom, an idle one at the top. A
+// pool with no pressure (P = 0) keeps every replica at the top.
+func levelValue(cfg *Config, st State, members []string, fresh []bool) func(memo) float64 {
+	if !cfg.Relative {
+		return func(r memo) float64 { return r.ewma }
+	}
+	sum, n := 0.0, 0
+	for i, id := range members {
+		if r := st.replicas[id]; fresh[i] && r.hasEWMA && !r.saturated {
+			sum += 1 - r.ewma
+			n++
+		}
+	}
+	mean := 0.0
+	if n > 0 {
+		mean = sum / float64(n)
+	}
+	return func(r memo) float64 {
+		if mean <= 1e-9 {
+			return 1
+		}
+		return min(max(1-(1-r.ewma)/(2*mean), 0), 1)
+	}
 }
 
 // fold applies one good observation taken at t.

@@ -814,3 +814,47 @@ func TestStepInvalidConfig(t *testing.T) {
 		}
 	}
 }
+
+// With Relative, levels follow each replica's pressure against the pool's
+// mean, whatever the pool's absolute load; saturated replicas do not count
+// in the mean, and an idle pool stays at the top.
+func TestStepRelative(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	for _, tc := range []struct {
+		name     string
+		relative bool
+		queues   []float64 // a..e; 10 saturates
+		want     []uint32  // weights of a..d
+	}{
+		// Pressures 0.1, 0.2, 0.3, 0.6 and 0.3, mean 0.3: values 0.83,
+		// 0.67, 0.5 and 0.
+		{"relative", true, []float64{1, 2, 3, 6, 3}, []uint32{4, 4, 3, 1}},
+		// Half the load, the same shares: the same weights.
+		{"relative at half the load", true, []float64{0.5, 1, 1.5, 3, 1.5}, []uint32{4, 4, 3, 1}},
+		// A saturated replica leaves the mean alone.
+		{"relative with one saturated", true, []float64{1, 2, 3, 6, 10}, []uint32{4, 4, 3, 1}},
+		{"idle pool", true, []float64{0, 0, 0, 0, 0}, []uint32{4, 4, 4, 4}},
+		// Own headroom: 0.9..0.4, only d leaves the top band.
+		{"absolute", false, []float64{1, 2, 3, 6, 3}, []uint32{4, 4, 4, 3}},
+		{"absolute at half the load", false, []float64{0.5, 1, 1.5, 3, 1.5}, []uint32{4, 4, 4, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := stepTestConfig()
+			cfg.Relative = tc.relative
+			p := &stepPool{t: t, cfg: cfg, ids: ids}
+			var obs []Observation
+			for i, id := range ids {
+				obs = append(obs, goodObs(id, 0, sigQ(tc.queues[i])))
+			}
+			res := p.step(0, obs...)
+			for i, id := range ids[:4] {
+				if got := res.Decisions[id]; got.Weight != tc.want[i] || got.Health != Serving {
+					t.Errorf("%s: %v, want weight %d serving", id, got, tc.want[i])
+				}
+			}
+			if sat := tc.queues[4] >= 10; (res.Decisions["e"].Health == Saturated) != sat {
+				t.Errorf("e: %v, saturated should be %t", res.Decisions["e"], sat)
+			}
+		})
+	}
+}

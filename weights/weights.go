@@ -173,6 +173,9 @@ type Config struct {
 	// MinChangeInterval is the shortest time between two weight changes
 	// of one replica.
 	MinChangeInterval time.Duration
+	// Relative makes weights follow each replica's load against the
+	// pool's mean instead of its own free capacity (see step.go).
+	Relative bool
 
 	// A replica is saturated when its queue depth or KV occupancy reaches
 	// its maximum, or its preemption rate (per second) exceeds

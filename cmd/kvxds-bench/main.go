@@ -56,7 +56,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		seed       = fs.Uint64("seed", 1, "workload seed")
 		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and kvxds+groups (the busiest session key in a tenant group), run only when named")
 		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
-		groupLvls  = fs.Int("group-weight-levels", 4, "kvxds+groups: weight levels (weights 1 to N, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
+		groupLvls  = fs.Int("group-weight-levels", 3, "kvxds+groups: weight levels N (weights MIN to MIN+N-1, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
+		groupMin   = fs.Int("group-weight-min", 2, "kvxds+groups: the lowest weight (MIN)")
+		groupRel   = fs.Bool("group-relative", true, "kvxds+groups: weights follow each replica's load against the pool's mean (weights { relative = true }); false: its own headroom")
 		scale      = fs.Float64("time-scale", 0, "simulated seconds per wall second (0: chosen per workload to keep the streamed-token rate within the CPU budget)")
 		kvBlocks   = fs.Int("kv-blocks", 0, "KV blocks per replica (0: the workload's default)")
 		out        = fs.String("out", "bench-out", "output directory for results.md, results.csv, the charts and kvxds.log")
@@ -138,6 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Replicas:          *replicas,
 		GroupReplicas:     *groupReps,
 		GroupWeightLevels: *groupLvls,
+		GroupWeightMin:    *groupMin,
+		GroupHeadroom:     !*groupRel,
 		Load:              *load,
 		Duration:          *duration,
 		WallPerMode:       *wall,

@@ -226,10 +226,14 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 			ref, how := referenceDepth(wr, p, c.Replicas)
 			p.Escape = c.Escape.Resolve(ref)
 			if m == KVXDSGroups {
-				p.Escape = p.Escape.WithLevels(c.GroupWeightLevels)
+				p.Escape = p.Escape.WithWeights(c.GroupWeightLevels, c.GroupWeightMin, !c.GroupHeadroom)
+				follow := "each replica's headroom"
+				if p.Escape.Relative {
+					follow = "each replica's load against the pool's mean"
+				}
 				wr.GroupNote = fmt.Sprintf("the escape hatch above, and the busiest session key %q in an exclusive group of %d replicas; "+
-					"weights %d to %d in %d levels, at most one move per replica every %v",
-					p.HotSession, c.GroupReplicas, p.Escape.WeightMin, p.Escape.WeightMax, p.Escape.WeightLevels, p.Escape.WeightMinInterval)
+					"weights %d to %d in %d levels following %s, at most one move per replica every %v",
+					p.HotSession, c.GroupReplicas, p.Escape.WeightMin, p.Escape.WeightMax, p.Escape.WeightLevels, follow, p.Escape.WeightMinInterval)
 			}
 			wr.EscapeNote = fmt.Sprintf("escape hatch: saturated at ≥ %d running requests (%.1f× the reference depth %.1f, %s), "+
 				"back below %d after %v; KV occupancy ≥ %g; any preemption",

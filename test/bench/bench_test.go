@@ -300,9 +300,9 @@ func TestHotSession(t *testing.T) {
 	}
 }
 
-// The groups mode's weights reach its policy: 1 to N in N levels, at most
-// one move per replica every 10 simulated seconds; one level keeps the
-// escape hatch's.
+// The groups mode's weights reach its policy: MIN to MIN+N-1 in N levels,
+// at most one move per replica every 10 simulated seconds, relative or
+// not; one level keeps the escape hatch's.
 func TestGroupWeightLevels(t *testing.T) {
 	for _, tc := range []struct {
 		levels        int
@@ -312,10 +312,10 @@ func TestGroupWeightLevels(t *testing.T) {
 	}{
 		{1, 1, 2, 2, 30},
 		{4, 1, 4, 4, 10},
-		{6, 1, 6, 6, 10},
+		{6, 2, 7, 6, 10}, // and relative
 	} {
 		const scale = 10
-		e := DefaultEscape().Resolve(6).WithLevels(tc.levels)
+		e := DefaultEscape().Resolve(6).WithWeights(tc.levels, int(tc.min), tc.levels == 6)
 		text, err := Policy(PolicyOptions{Mode: KVXDSGroups, Endpoints: []string{"127.0.0.1:8001", "127.0.0.1:8002"},
 			TimeScale: scale, Scrape: 250 * time.Millisecond, Escape: e, GroupKey: "tenant-0", GroupReplicas: 1})
 		if err != nil {
@@ -328,6 +328,9 @@ func TestGroupWeightLevels(t *testing.T) {
 		w := p.Pools[0].Weights
 		if w.Min != tc.min || w.Max != tc.max || w.Levels != tc.n {
 			t.Errorf("levels %d: weights %d–%d in %d levels, want %d–%d in %d", tc.levels, w.Min, w.Max, w.Levels, tc.min, tc.max, tc.n)
+		}
+		if w.Relative != (tc.levels == 6) {
+			t.Errorf("levels %d: relative %t", tc.levels, w.Relative)
 		}
 		if got := w.MinInterval.Seconds() * scale; math.Abs(got-tc.wantIntervalS) > 1e-6 {
 			t.Errorf("levels %d: min_interval %v simulated seconds, want %v", tc.levels, got, tc.wantIntervalS)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 )
@@ -155,13 +156,19 @@ type Config struct {
 	// of 8; an exclusive 3 leaves 70% on the other 5, which tips the
 	// replicas of the next-busiest tenants into saturation.
 	GroupReplicas int
-	// GroupWeightLevels is the number of weight levels KVXDSGroups runs
-	// with (weights 1 to GroupWeightLevels, at most one move per replica
-	// every 10 simulated seconds); 1 keeps Escape's weights. Default 4:
-	// with the hot tenant in its group, what is left of the imbalance is
-	// the next tenants' lumps, and weights in quarter steps follow them,
-	// each move shifting a quarter of a replica's ring entries, not half.
-	GroupWeightLevels int
+	// GroupWeightLevels and GroupWeightMin are KVXDSGroups' weights:
+	// GroupWeightMin to GroupWeightMin+GroupWeightLevels−1 in
+	// GroupWeightLevels levels, at most one move per replica every 10
+	// simulated seconds, following each replica's load against the pool's
+	// mean (weights { relative = true }) unless GroupHeadroom; one level
+	// keeps Escape's weights. Default 2 to 4 in 3 levels, relative: with
+	// the hot tenant in its group, what is left of the imbalance is the
+	// next tenants' lumps on whichever replicas their keys hash to, and
+	// only weights that follow shares of the load, not distance to
+	// saturation, move them at a light load; a weight range of 2:1 keeps
+	// the group's two members from splitting their tenant 1:4.
+	GroupWeightLevels, GroupWeightMin int
+	GroupHeadroom                     bool
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
@@ -204,7 +211,10 @@ func (c Config) Defaults() Config {
 		c.GroupReplicas = 2
 	}
 	if c.GroupWeightLevels == 0 {
-		c.GroupWeightLevels = 4
+		c.GroupWeightLevels = 3
+	}
+	if c.GroupWeightMin == 0 {
+		c.GroupWeightMin = 2
 	}
 	if c.Load == 0 {
 		c.Load = 0.7
@@ -280,6 +290,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replicas must be at least 1, not %d", c.Replicas)
 	case c.GroupWeightLevels < 1:
 		return fmt.Errorf("group weight levels must be at least 1, not %d", c.GroupWeightLevels)
+	case c.GroupWeightMin < 1 || c.GroupWeightMin+c.GroupWeightLevels-1 > policy.MaxWeightMultiplier:
+		return fmt.Errorf("group weights %d to %d must lie within 1 to %d", c.GroupWeightMin, c.GroupWeightMin+c.GroupWeightLevels-1, policy.MaxWeightMultiplier)
 	case !(c.Load > 0):
 		return fmt.Errorf("load must be positive, not %v", c.Load)
 	case c.Duration < 0:

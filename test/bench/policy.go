@@ -60,6 +60,9 @@ type Escape struct {
 	WeightMin, WeightMax, WeightLevels int
 	Smoothing, Hysteresis              float64
 	WeightMinInterval                  time.Duration
+	// Relative makes the weights follow each replica's load against the
+	// pool's mean instead of its own headroom.
+	Relative bool
 }
 
 // DefaultEscape returns the KVXDSWeights settings for the simulated
@@ -83,14 +86,16 @@ func DefaultEscape() Escape {
 	}
 }
 
-// WithLevels returns e with weights 1 to levels in levels steps, at most
-// one move per replica every 10 (simulated) seconds; levels 1 returns e.
-func (e Escape) WithLevels(levels int) Escape {
+// WithWeights returns e with weights min to min+levels−1 in levels
+// steps, at most one move per replica every 10 (simulated) seconds, and
+// relative (or not) to the pool's load; levels 1 returns e.
+func (e Escape) WithWeights(levels, min int, relative bool) Escape {
 	if levels <= 1 {
 		return e
 	}
-	e.WeightMin, e.WeightMax, e.WeightLevels = 1, levels, levels
+	e.WeightMin, e.WeightMax, e.WeightLevels = max(min, 1), max(min, 1)+levels-1, levels
 	e.WeightMinInterval = 10 * time.Second
+	e.Relative = relative
 	return e
 }
 
@@ -223,12 +228,13 @@ func Policy(o PolicyOptions) (string, error) {
     smoothing    = %g
     hysteresis   = %g
     min_interval = %q
+    relative     = %t
   }
 `, o.Scrape.String(), timeout.String(), (8 * o.Scrape).String(),
 			e.MaxQueueDepth, e.ResumeQueueDepth, e.MaxKVOccupancy, e.ResumeKVOccupancy, e.MaxPreemptionRate,
 			wallDuration(e.Hold, o.TimeScale), e.MaxSaturatedFraction,
 			e.WeightMin, e.WeightMax, e.WeightLevels, e.Smoothing, e.Hysteresis,
-			wallDuration(e.WeightMinInterval, o.TimeScale))
+			wallDuration(e.WeightMinInterval, o.TimeScale), e.Relative)
 	}
 	if o.Mode == KVXDSGroups {
 		if o.GroupKey == "" || o.GroupReplicas < 1 {

@@ -21,3 +21,15 @@ pool "embed" {
     max = 256
   }
 }
+
+# relative is true or false.
+pool "relative" {
+  port = 10009
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {}
+  weights {
+    relative = "yes"
+  }
+}
