@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
+	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
@@ -34,6 +35,20 @@ func groupMembers(t *testing.T, path string, all []member, jsClient bool) (group
 	if jsClient {
 		return all, all
 	}
+	_, g := policyGroup(t, path)
+	group = groupOf(t, path, all, g.Replicas)
+	for _, mb := range all {
+		if !slices.Contains(group, mb) || !g.Exclusive {
+			rest = append(rest, mb)
+		}
+	}
+	return group, rest
+}
+
+// policyGroup returns the policy's first pool, as kvxds serves it with
+// every replica healthy, and its group "acme".
+func policyGroup(t *testing.T, path string) (*fleet.Pool, fleet.Group) {
+	t.Helper()
 	p, diags := policy.Load(path)
 	if diags.HasErrors() {
 		t.Fatal(policy.Format(diags))
@@ -43,24 +58,7 @@ func groupMembers(t *testing.T, path string, all []member, jsClient bool) (group
 		t.Fatal(err)
 	}
 	pool := &m.Fleet().Pools[0]
-	g := pool.Groups[0]
-	var ids []string
-	for _, e := range translate.GroupMembers(pool, g) {
-		ids = append(ids, e.HashKey)
-	}
-	for _, mb := range all {
-		in := slices.Contains(ids, mb.b.addr)
-		if in {
-			group = append(group, mb)
-		}
-		if !in || !g.Exclusive {
-			rest = append(rest, mb)
-		}
-	}
-	if len(group) != g.Replicas {
-		t.Fatalf("group has %d members, want %d: %v", len(group), g.Replicas, ids)
-	}
-	return group, rest
+	return pool, pool.Groups[0]
 }
 
 // withTenant adds x-tenant-id to session calls.
@@ -166,16 +164,7 @@ func TestTenantGroups(t *testing.T) {
 // replicas large (with every replica healthy), as kvxds chooses them.
 func groupOf(t *testing.T, path string, all []member, n int) []member {
 	t.Helper()
-	p, diags := policy.Load(path)
-	if diags.HasErrors() {
-		t.Fatal(policy.Format(diags))
-	}
-	m, err := translate.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := &m.Fleet().Pools[0]
-	g := pool.Groups[0]
+	pool, g := policyGroup(t, path)
 	g.Replicas = n
 	var out []member
 	for _, e := range translate.GroupMembers(pool, g) {
@@ -184,6 +173,9 @@ func groupOf(t *testing.T, path string, all []member, n int) []member {
 			t.Fatalf("group member %s is not a backend", e.HashKey)
 		}
 		out = append(out, all[i])
+	}
+	if len(out) != n {
+		t.Fatalf("group has %d members, want %d", len(out), n)
 	}
 	return out
 }

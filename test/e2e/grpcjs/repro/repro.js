@@ -1,13 +1,18 @@
 'use strict';
 // Dials xds:///chat served by `go run . -port PORT` (main.go in this
-// directory) and shows whether keyed (ring_hash) calls stall.
+// directory) and shows whether keyed (ring_hash) calls stall, or, with
+// --two-rings, whether the client survives an update of two ring_hash
+// clusters.
 //
 //   node repro.js [--xds 18000] [--channels 1] [--keyless 12] [--keyed 6]
 //                 [--deadline 3000] [--local-pool]
+//   node repro.js --two-rings [--xds 18000] [--seconds 8]
 //
 // For each channel in turn: --keyless calls without x-session-id, a pause,
 // then --keyed calls with x-session-id session-0, session-1, ..., one at a
-// time. Exits 1 if any call failed.
+// time. With --two-rings: for --seconds, one call at a time, every other
+// one with x-tenant-id: b, each with its own x-session-id. Exits 1 if any
+// call failed.
 
 const path = require('path');
 const { parseArgs } = require('util');
@@ -20,6 +25,8 @@ const { values: args } = parseArgs({
     keyed: { type: 'string', default: '6' },
     deadline: { type: 'string', default: '3000' },
     'local-pool': { type: 'boolean', default: false },
+    'two-rings': { type: 'boolean', default: false },
+    seconds: { type: 'string', default: '8' },
   },
 });
 
@@ -36,10 +43,13 @@ require('@grpc/grpc-js-xds').register();
 const def = protoLoader.loadSync(path.join(__dirname, '..', 'test.proto'), { keepCase: true });
 const { TestService } = grpc.loadPackageDefinition(def).grpc.testing;
 
-function call(client, session) {
+function call(client, session, tenant) {
   const md = new grpc.Metadata();
   if (session !== undefined) {
     md.set('x-session-id', session);
+  }
+  if (tenant !== undefined) {
+    md.set('x-tenant-id', tenant);
   }
   const start = Date.now();
   return new Promise((resolve) => {
@@ -52,7 +62,38 @@ function call(client, session) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// twoRings calls for --seconds, alternating the two clusters, and reports
+// where the calls landed each second.
+async function twoRings() {
+  const client = new TestService('xds:///chat', grpc.credentials.createInsecure());
+  const end = Date.now() + 1000 * Number(args.seconds);
+  let failed = 0;
+  for (let i = 0, second = 0, seen = {}; Date.now() < end; i++) {
+    const tenant = i % 2 ? 'b' : undefined;
+    const r = await call(client, `session-${i}`, tenant);
+    if (!r.ok) {
+      failed++;
+      console.log(`call ${i} (tenant ${tenant ?? '-'}): ${r.what} after ${r.ms} ms`);
+    } else {
+      const k = `${tenant ?? '-'}→${r.what}`;
+      seen[k] = (seen[k] ?? 0) + 1;
+    }
+    const s = Math.floor((end - Date.now()) / 1000);
+    if (s !== second) {
+      console.log(`${new Date().toISOString()} ${JSON.stringify(seen)}`);
+      second = s;
+      seen = {};
+    }
+    await sleep(20);
+  }
+  console.log(failed === 0 ? 'no call failed; the client is alive' : `${failed} calls failed`);
+  process.exit(failed === 0 ? 0 : 1);
+}
+
 async function main() {
+  if (args['two-rings']) {
+    return twoRings();
+  }
   const options = args['local-pool'] ? { 'grpc.use_local_subchannel_pool': 1 } : {};
   console.log(`grpc-js ${require('@grpc/grpc-js/package.json').version}, ` +
     `grpc-js-xds ${require('@grpc/grpc-js-xds/package.json').version}, node ${process.version}; ` +
