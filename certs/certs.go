@@ -26,15 +26,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvxds/kvxds/filewatch"
 )
 
 // Defaults of Options.
@@ -286,103 +286,15 @@ func parse(certPEM, keyPEM, caPEM []byte, opts Options) (*material, error) {
 // error only if no directory of the files can be watched. Run must be
 // called at most once.
 func (r *Reloader) Run(ctx context.Context) error {
-	fw, err := fsnotify.NewWatcher()
+	err := filewatch.Run(ctx, filewatch.Options{
+		Files:        []string{r.opts.CertFile, r.opts.KeyFile, r.opts.ClientCAFile},
+		Debounce:     r.opts.Debounce,
+		PollInterval: r.opts.PollInterval,
+		Changed:      func() { r.Reload() },
+		Log:          r.log.With("server", r.opts.Name),
+	})
 	if err != nil {
-		return fmt.Errorf("certs: watching %s certificate files: %w", r.opts.Name, err)
+		return fmt.Errorf("certs: %s certificate files: %w", r.opts.Name, err)
 	}
-	defer fw.Close()
-	dirs := r.dirs()
-	for _, d := range dirs {
-		if err := fw.Add(d); err != nil {
-			return fmt.Errorf("certs: watching %s: %w", d, err)
-		}
-	}
-	r.followSymlinks(fw, dirs)
-	// The files may have changed between New and the watch.
-	r.Reload()
-
-	poll := time.NewTicker(r.opts.PollInterval)
-	defer poll.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-fw.Events:
-			if !ok {
-				return errors.New("certs: file watcher closed unexpectedly")
-			}
-			if ev.Op == fsnotify.Chmod {
-				continue
-			}
-			debounce.Reset(r.opts.Debounce)
-		case err, ok := <-fw.Errors:
-			if !ok {
-				return errors.New("certs: file watcher closed unexpectedly")
-			}
-			// Events may have been lost (overflow): look anyway.
-			r.log.Warn("watching TLS certificate files", "server", r.opts.Name, "error", err)
-			debounce.Reset(r.opts.Debounce)
-		case <-debounce.C:
-			r.Reload()
-			r.followSymlinks(fw, dirs)
-		case <-poll.C:
-			r.Reload()
-		}
-	}
-}
-
-// dirs are the directories of the files, each once.
-func (r *Reloader) dirs() []string {
-	var out []string
-	for _, name := range []string{r.opts.CertFile, r.opts.KeyFile, r.opts.ClientCAFile} {
-		if name == "" {
-			continue
-		}
-		abs, err := filepath.Abs(name)
-		if err != nil {
-			abs = name
-		}
-		if d := filepath.Dir(abs); !slices.Contains(out, d) {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// followSymlinks also watches the directories of the files' final targets,
-// so that an in-place edit of a target is seen too, and drops targets left
-// behind by an earlier swap. Failures only cost latency: the poll still
-// notices.
-func (r *Reloader) followSymlinks(fw *fsnotify.Watcher, dirs []string) {
-	keep := slices.Clone(dirs)
-	for _, name := range []string{r.opts.CertFile, r.opts.KeyFile, r.opts.ClientCAFile} {
-		if name == "" {
-			continue
-		}
-		resolved, err := filepath.EvalSymlinks(name)
-		if err != nil {
-			continue
-		}
-		if abs, err := filepath.Abs(resolved); err == nil {
-			resolved = abs
-		}
-		target := filepath.Dir(resolved)
-		if slices.Contains(keep, target) {
-			continue
-		}
-		keep = append(keep, target)
-		if !slices.Contains(fw.WatchList(), target) {
-			if err := fw.Add(target); err != nil {
-				r.log.Debug("cannot watch certificate symlink target", "dir", target, "error", err)
-			}
-		}
-	}
-	for _, d := range fw.WatchList() {
-		if !slices.Contains(keep, d) {
-			_ = fw.Remove(d)
-		}
-	}
+	return nil
 }

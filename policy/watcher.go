@@ -8,14 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvxds/kvxds/filewatch"
 )
 
 // Watcher defaults.
@@ -147,79 +147,20 @@ func (w *Watcher) Current() *Policy {
 // error only if the file's directory cannot be watched. Run must be called
 // at most once.
 func (w *Watcher) Run(ctx context.Context) error {
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("policy: watching %s: %w", w.filename, err)
-	}
-	defer fw.Close()
-	dir := filepath.Dir(w.path)
-	if err := fw.Add(dir); err != nil {
-		return fmt.Errorf("policy: watching directory of %s: %w", w.filename, err)
-	}
-	w.followSymlink(fw, dir)
-
 	if p := w.current.Load(); p != nil && w.opts.OnReload != nil {
 		w.opts.OnReload(p)
 	}
-	// The file may have changed between NewWatcher and the watch.
-	w.check(true)
-
-	poll := time.NewTicker(w.opts.PollInterval)
-	defer poll.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-fw.Events:
-			if !ok {
-				return errors.New("policy: file watcher closed unexpectedly")
-			}
-			// Modes do not change content; everything else might,
-			// in the file itself or in a symlink leading to it.
-			if ev.Op == fsnotify.Chmod {
-				continue
-			}
-			w.log.Trace("policy directory changed", "event", ev.String())
-			debounce.Reset(w.opts.Debounce)
-		case err, ok := <-fw.Errors:
-			if !ok {
-				return errors.New("policy: file watcher closed unexpectedly")
-			}
-			// Events may have been lost (overflow): look anyway.
-			w.log.Warn("watching policy file", "file", w.filename, "error", err)
-			debounce.Reset(w.opts.Debounce)
-		case <-debounce.C:
-			w.check(true)
-			w.followSymlink(fw, dir)
-		case <-poll.C:
-			w.check(true)
-		}
+	err := filewatch.Run(ctx, filewatch.Options{
+		Files:        []string{w.path},
+		Debounce:     w.opts.Debounce,
+		PollInterval: w.opts.PollInterval,
+		Changed:      func() { w.check(true) },
+		Log:          w.log.With("file", w.filename),
+	})
+	if err != nil {
+		return fmt.Errorf("policy: %s: %w", w.filename, err)
 	}
-}
-
-// followSymlink also watches the directory of the file's final target
-// when the file is a symlink, so that an in-place edit of the target is
-// seen too. Failures only cost latency: the poll still notices.
-func (w *Watcher) followSymlink(fw *fsnotify.Watcher, dir string) {
-	target := ""
-	if resolved, err := filepath.EvalSymlinks(w.path); err == nil {
-		target = filepath.Dir(resolved)
-	}
-	if target != "" && target != dir && !slices.Contains(fw.WatchList(), target) {
-		if err := fw.Add(target); err != nil {
-			w.log.Debug("cannot watch policy symlink target", "dir", target, "error", err)
-		}
-	}
-	// Drop targets left behind by an earlier swap (a removed directory
-	// drops its own watch).
-	for _, d := range fw.WatchList() {
-		if d != dir && d != target {
-			_ = fw.Remove(d)
-		}
-	}
+	return nil
 }
 
 // check reads the file and, if its content changed since the last read,
