@@ -74,7 +74,7 @@
 //	  smoothing    = 0.3     # DefaultWeightSmoothing; EWMA weight of a new observation, in (0, 1]
 //	  hysteresis   = 0.5     # DefaultWeightHysteresis; fraction of a level's width, in [0, 1)
 //	  min_interval = "30s"   # DefaultWeightMinInterval; between two changes of one replica; >= 0
-//	  relative     = false   # true: follow load against the pool's mean, not the replica's own headroom
+//	  relative     = false   # true: follow load against the replicas sharing its hash table, not its own headroom
 //	}
 //
 // Several kvxds instances serve the same decisions with an ha block (at
@@ -431,7 +431,8 @@ type Weights struct {
 	// replica's multiplier.
 	MinInterval time.Duration
 	// Relative places replicas among the levels by their load against
-	// the pool's mean instead of their own free capacity (weights.Config).
+	// the mean of the replicas sharing their hash table instead of their
+	// own free capacity (weights.Config).
 	Relative bool
 }
 

@@ -65,9 +65,14 @@ func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[s
 		if m := pp.Mesh; m != nil {
 			fp.Mesh = &fleet.Mesh{ClusterName: m.EDSClusterName, IstioMTLS: m.IstioMTLS}
 		}
+		// Multipliers apply only where metrics are scraped.
+		memberWeight := uint32(1)
+		if pp.Metrics != nil {
+			memberWeight = pp.Weights.Max
+		}
 		for _, g := range pp.Groups {
 			fp.Groups = append(fp.Groups, fleet.Group{Name: g.Name, Header: g.Header, Values: g.Values,
-				Replicas: g.Replicas, Exclusive: g.Exclusive})
+				Replicas: g.Replicas, Exclusive: g.Exclusive, MemberWeight: memberWeight})
 		}
 		for _, k := range pp.Hash.Keys {
 			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,

@@ -8,6 +8,7 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // ScrapeSpecs returns how each pool of p with a metrics block is scraped:
@@ -16,8 +17,10 @@ import (
 // profile is left out, with the reason.
 func ScrapeSpecs(p *policy.Policy, f fleet.Fleet) (map[string]weights.PoolScrape, map[string]error) {
 	replicas := map[string][]fleet.Endpoint{}
-	for _, fp := range f.Pools {
+	domains := map[string]map[string]string{}
+	for i, fp := range f.Pools {
 		replicas[fp.Name] = fp.Endpoints
+		domains[fp.Name] = translate.WeightDomains(&f.Pools[i])
 	}
 	out := map[string]weights.PoolScrape{}
 	var bad map[string]error
@@ -33,7 +36,7 @@ func ScrapeSpecs(p *policy.Policy, f fleet.Fleet) (map[string]weights.PoolScrape
 			bad[pp.Name] = err
 			continue
 		}
-		spec.Targets = scrapeTargets(*pp.Metrics, replicas[pp.Name])
+		spec.Targets = scrapeTargets(*pp.Metrics, replicas[pp.Name], domains[pp.Name])
 		out[pp.Name] = spec
 	}
 	return out, bad
@@ -80,8 +83,9 @@ func scrapeSettings(pp policy.Pool) (weights.PoolScrape, error) {
 }
 
 // scrapeTargets are the metric pages of a pool's replicas: each on its
-// serving address, or on the metrics block's port.
-func scrapeTargets(m policy.Metrics, eps []fleet.Endpoint) []weights.Target {
+// serving address, or on the metrics block's port, with its weight domain
+// (by identity; absent: the pool's).
+func scrapeTargets(m policy.Metrics, eps []fleet.Endpoint, domains map[string]string) []weights.Target {
 	out := make([]weights.Target, 0, len(eps))
 	for _, e := range eps {
 		port := e.Port
@@ -89,8 +93,9 @@ func scrapeTargets(m policy.Metrics, eps []fleet.Endpoint) []weights.Target {
 			port = m.Port
 		}
 		out = append(out, weights.Target{
-			ID:  e.Identity(),
-			URL: m.Scheme + "://" + net.JoinHostPort(e.Host, strconv.FormatUint(uint64(port), 10)) + m.Path,
+			ID:     e.Identity(),
+			URL:    m.Scheme + "://" + net.JoinHostPort(e.Host, strconv.FormatUint(uint64(port), 10)) + m.Path,
+			Domain: domains[e.Identity()],
 		})
 	}
 	return out

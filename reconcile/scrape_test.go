@@ -1,12 +1,14 @@
 package reconcile
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 func mustParse(t testing.TB, src string) *policy.Policy {
@@ -133,5 +135,61 @@ pool "plain" {
 		if tg.ID != want[i].ID || tg.URL != want[i].URL {
 			t.Errorf("target %d = %s %s, want %s %s", i, tg.ID, tg.URL, want[i].ID, want[i].URL)
 		}
+	}
+}
+
+// The members of an exclusive group are scraped in the group's weight
+// domain, the rest in the pool's; a group that is not exclusive keeps its
+// members in the pool's.
+func TestScrapeSpecsWeightDomains(t *testing.T) {
+	const src = `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000", "10.0.0.5:8000"] }
+  metrics { engine = "vllm" }
+  weights { relative = true }
+  group "acme" {
+    match {
+      header = "x-tenant-id"
+      values = ["acme"]
+    }
+    replicas  = 2
+    exclusive = %t
+  }
+}
+`
+	for _, exclusive := range []bool{true, false} {
+		t.Run(fmt.Sprint("exclusive=", exclusive), func(t *testing.T) {
+			p := mustParse(t, fmt.Sprintf(src, exclusive))
+			m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool := m.Fleet().Pools[0]
+			members := map[string]bool{}
+			for _, e := range translate.GroupMembers(&pool, pool.Groups[0]) {
+				members[e.Identity()] = true
+			}
+			specs, bad := ScrapeSpecs(p, m.Fleet())
+			if len(bad) != 0 {
+				t.Fatal(bad)
+			}
+			targets := specs["chat"].Targets
+			if len(targets) != 5 || len(members) != 2 {
+				t.Fatalf("%d targets, %d members", len(targets), len(members))
+			}
+			for _, tg := range targets {
+				want := ""
+				if exclusive && members[tg.ID] {
+					want = "acme"
+				}
+				if tg.Domain != want {
+					t.Errorf("%s: domain %q, want %q", tg.ID, tg.Domain, want)
+				}
+			}
+		})
 	}
 }

@@ -210,6 +210,7 @@ type poolRunner struct {
 	mu        sync.Mutex
 	targets   []Target
 	ids       []string
+	domains   map[string]string // weight domains by id; nil: one domain
 	decisions map[string]Decision
 	// What View reports beyond decisions: per replica, and the pool's
 	// recent events.
@@ -232,12 +233,19 @@ func (p *poolRunner) setTargets(ts []Target) {
 	}
 	targets := make([]Target, len(ts))
 	ids := make([]string, len(ts))
+	var domains map[string]string
 	for i, t := range ts {
 		t.Parse = parse
 		targets[i], ids[i] = t, t.ID
+		if t.Domain != "" {
+			if domains == nil {
+				domains = map[string]string{}
+			}
+			domains[t.ID] = t.Domain
+		}
 	}
 	p.mu.Lock()
-	p.targets, p.ids = targets, ids
+	p.targets, p.ids, p.domains = targets, ids, domains
 	p.mu.Unlock()
 }
 
@@ -280,10 +288,10 @@ func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.R
 		case obs = <-out:
 		}
 		p.mu.Lock()
-		ids := p.ids
+		ids, domains := p.ids, p.domains
 		p.mu.Unlock()
 		now := p.now()
-		next, res := Step(cfg, state, ids, obs, now)
+		next, res := StepDomains(cfg, state, ids, domains, obs, now)
 		state = next
 		p.observe(ids, obs, res, now)
 		if res.Fallback != fallback {

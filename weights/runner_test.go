@@ -2,9 +2,11 @@ package weights
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,5 +111,58 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The runner hands each target's weight domain to Step: with relative
+// weights, a busy replica alone in its domain sits at its own mean
+// instead of dragging the others' weights up.
+func TestRunnerWeightDomains(t *testing.T) {
+	page, err := os.ReadFile("testdata/pages/vllm_v1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := map[string]string{"/a": "1.0", "/b": "3.0", "/g": "6.0"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p := strings.Replace(string(page), "} 3.0\n", "} "+waiting[req.URL.Path]+"\n", 1)
+		p = strings.Replace(p, "} 0.4375\n", "} 0.1\n", 1) // the queue binds
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		io.WriteString(w, p)
+	}))
+	defer srv.Close()
+
+	for _, tc := range []struct {
+		name   string
+		domain string
+		want   map[string]uint32
+	}{
+		// Pressures 0.125 and 0.375 around 0.25; g alone at its mean.
+		{"g in its own domain", "hot", map[string]uint32{"a": 4, "b": 2, "g": 3}},
+		// Around 0.42: b lifted, g at the bottom.
+		{"one domain", "", map[string]uint32{"a": 4, "b": 3, "g": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRunner(RunnerOptions{})
+			defer r.Stop()
+			cfg := DefaultConfig()
+			cfg.Relative = true
+			profile, _ := BuiltinProfile(EngineVLLM)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r.Set(ctx, map[string]PoolScrape{"chat": {
+				Config: cfg, Profile: profile, Interval: 50 * time.Millisecond, Timeout: time.Second,
+				Targets: []Target{
+					{ID: "a", URL: srv.URL + "/a"},
+					{ID: "b", URL: srv.URL + "/b"},
+					{ID: "g", URL: srv.URL + "/g", Domain: tc.domain},
+				},
+			}})
+			waitUntil(t, "decisions", func() bool { return len(r.Decisions()["chat"]) == 3 })
+			for id, d := range r.Decisions()["chat"] {
+				if d.Weight != tc.want[id] {
+					t.Errorf("%s: weight %d, want %d", id, d.Weight, tc.want[id])
+				}
+			}
+		})
 	}
 }

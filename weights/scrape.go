@@ -26,6 +26,9 @@ type Target struct {
 	ID string
 	// URL is the replica's metrics page, e.g. http://10.0.0.7:8000/metrics.
 	URL string
+	// Domain is the replica's weight domain: the replicas that share its
+	// hash table (see StepDomains). The Scraper ignores it.
+	Domain string
 	// Parse turns a page into signals; the caller binds an engine profile.
 	// contentType is the response's Content-Type header. body is only
 	// valid until Parse returns: the Scraper reuses its buffer. An error

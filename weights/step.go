@@ -49,15 +49,22 @@
 // # Relative weights
 //
 // With Relative, the value placed among the levels is not s but the
-// replica's load against the pool's: with pressure p = 1 − s and P the
-// mean pressure of the pool's fresh replicas that are not saturated,
-// v = clamp(1 − p/(2P), 0, 1). A replica at the pool's mean pressure sits
-// in the middle, one at twice the mean at the bottom, an idle one at the
-// top; a pool without pressure keeps everyone at the top. Weights then
+// replica's load against its peers': with pressure p = 1 − s and P the
+// mean pressure of the fresh, unsaturated replicas of its weight domain,
+// v = clamp(1 − p/(2P), 0, 1). A replica at its domain's mean pressure
+// sits in the middle, one at twice the mean at the bottom, an idle one at
+// the top; a domain without pressure keeps everyone at the top. Weights then
 // follow shares of the load, not distance to saturation: a replica whose
 // hash-table share draws few heavy keys gains weight even when the whole
 // pool is lightly loaded, and one that draws many loses it. Levels,
 // hysteresis and the minimum interval apply to v as they do to s.
+//
+// A weight domain is a set of replicas whose weights divide one hash
+// table between them (StepDomains; Step puts the whole pool in one). A
+// weight only shifts keys among the replicas of its table, so a replica
+// is compared with those: a tenant group whose members serve only the
+// group's table is a domain of its own, and a busy or idle group then no
+// longer shifts the mean the rest of the pool is measured against.
 //
 // # Escape hatch
 //
@@ -201,6 +208,15 @@ type Result struct {
 // Step expects a Config that passes Validate. It does not panic on one that
 // does not, but its decisions are then unspecified.
 func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time) (State, Result) {
+	return StepDomains(cfg, prev, ids, nil, obs, now)
+}
+
+// StepDomains is Step with the replicas in weight domains: domains maps
+// a replica's id to its domain's name, and ids it does not list (all of
+// them, when it is nil) are in the domain "". Domains matter only to
+// relative weights (Config.Relative): each replica is measured against
+// the mean pressure of its own domain.
+func StepDomains(cfg Config, prev State, ids []string, domains map[string]string, obs []Observation, now time.Time) (State, Result) {
 	cfg = cfg.sanitized()
 	members := slices.Clone(ids)
 	slices.Sort(members)
@@ -232,7 +248,7 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 		r := next.replicas[id]
 		fresh[i] = r.hasGood && now.Sub(r.lastGood) <= cfg.StaleAfter
 	}
-	value := levelValue(&cfg, next, members, fresh)
+	value := levelValue(&cfg, next, members, fresh, domains)
 	prevLevel := make([]int, len(members))
 	hadLevel := make([]bool, len(members))
 	var levels []int // current levels of fresh replicas, for the neutral level
@@ -243,7 +259,7 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 		case fresh[i]:
 			if r.hasLevel && r.hasEWMA && !r.saturated &&
 				(!r.changed || now.Sub(r.lastChange) >= cfg.MinChangeInterval) {
-				r.level = moveLevel(&cfg, r.level, value(r))
+				r.level = moveLevel(&cfg, r.level, value(id, r))
 			}
 			if r.hasLevel {
 				levels = append(levels, r.level)
@@ -272,7 +288,7 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 			// First good observation in the Step that first listed it.
 			r.level = neutral
 			if r.hasEWMA && !r.saturated {
-				r.level = moveLevel(&cfg, r.level, value(r))
+				r.level = moveLevel(&cfg, r.level, value(id, r))
 			}
 		}
 		if hadLevel[i] && r.level != prevLevel[i] {
@@ -309,35 +325,38 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 }
 
 // levelValue returns what places a replica among the levels: its smoothed
-// free capacity s, or with Relative, its load against the pool's: with
-// pressure p = 1 − s and P the mean pressure of the pool's fresh replicas
-// that are not saturated,
+// free capacity s, or with Relative, its load against its domain's: with
+// pressure p = 1 − s and P the mean pressure of the fresh replicas of its
+// domain that are not saturated,
 //
 //	v = clamp(1 − p / (2P), 0, 1)
 //
-// so a replica at the pool's mean pressure sits in the middle (v = 0.5),
+// so a replica at its domain's mean pressure sits in the middle (v = 0.5),
 // one at twice the mean or more at the bottom, an idle one at the top. A
-// pool with no pressure (P = 0) keeps every replica at the top.
-func levelValue(cfg *Config, st State, members []string, fresh []bool) func(memo) float64 {
+// domain with no pressure (P = 0) keeps every replica at the top.
+func levelValue(cfg *Config, st State, members []string, fresh []bool, domains map[string]string) func(id string, r memo) float64 {
 	if !cfg.Relative {
-		return func(r memo) float64 { return r.ewma }
+		return func(_ string, r memo) float64 { return r.ewma }
 	}
-	sum, n := 0.0, 0
+	type total struct {
+		sum float64
+		n   int
+	}
+	totals := map[string]total{}
 	for i, id := range members {
 		if r := st.replicas[id]; fresh[i] && r.hasEWMA && !r.saturated {
-			sum += 1 - r.ewma
-			n++
+			t := totals[domains[id]]
+			t.sum += 1 - r.ewma
+			t.n++
+			totals[domains[id]] = t
 		}
 	}
-	mean := 0.0
-	if n > 0 {
-		mean = sum / float64(n)
-	}
-	return func(r memo) float64 {
-		if mean <= 1e-9 {
+	return func(id string, r memo) float64 {
+		t := totals[domains[id]]
+		if t.n == 0 || t.sum/float64(t.n) <= 1e-9 {
 			return 1
 		}
-		return min(max(1-(1-r.ewma)/(2*mean), 0), 1)
+		return min(max(1-(1-r.ewma)/(2*t.sum/float64(t.n)), 0), 1)
 	}
 }
 

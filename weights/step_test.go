@@ -858,3 +858,52 @@ func TestStepRelative(t *testing.T) {
 		})
 	}
 }
+
+// TestStepDomains: relative weights measure each replica against its own
+// weight domain. Two busy members of an exclusive group ("hot") sit at
+// their domain's mean, the middle; measured against the whole pool they
+// would be at the bottom and would lift everyone else's weight.
+func TestStepDomains(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "g", "h"}
+	queues := map[string]float64{"a": 1, "b": 2, "c": 3, "d": 6, "g": 8, "h": 8}
+	var obs []Observation
+	for _, id := range ids {
+		obs = append(obs, goodObs(id, 0, sigQ(queues[id])))
+	}
+	cfg := stepTestConfig()
+	cfg.Relative = true
+	for _, tc := range []struct {
+		name    string
+		domains map[string]string
+		want    map[string]uint32
+	}{
+		// Rest: pressures 0.1, 0.2, 0.3, 0.6 around 0.3 (values 0.83,
+		// 0.67, 0.5, 0); group: 0.8 and 0.8 around 0.8 (0.5).
+		{"group apart", map[string]string{"g": "hot", "h": "hot"},
+			map[string]uint32{"a": 4, "b": 4, "c": 3, "d": 1, "g": 3, "h": 3}},
+		// One pool, mean 0.47 (values 0.89, 0.79, 0.68, 0.36, 0.14):
+		// the group near the bottom, c and d lifted.
+		{"one domain", nil,
+			map[string]uint32{"a": 4, "b": 4, "c": 4, "d": 2, "g": 2, "h": 2}},
+		// A domain of one is always at its own mean; a, b and c are now
+		// around 0.2 (values 0.75, 0.5, 0.25).
+		{"singletons", map[string]string{"d": "d", "g": "g", "h": "h"},
+			map[string]uint32{"a": 4, "b": 3, "c": 2, "d": 3, "g": 3, "h": 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, res := StepDomains(cfg, State{}, ids, tc.domains, obs, stepAt(0))
+			for _, id := range ids {
+				if got := res.Decisions[id]; got.Weight != tc.want[id] || got.Health != Serving {
+					t.Errorf("%s: %v, want weight %d serving", id, got, tc.want[id])
+				}
+			}
+		})
+	}
+	// Without Relative, domains change nothing.
+	abs := stepTestConfig()
+	_, plain := Step(abs, State{}, ids, obs, stepAt(0))
+	_, dom := StepDomains(abs, State{}, ids, map[string]string{"g": "hot", "h": "hot"}, obs, stepAt(0))
+	if !reflect.DeepEqual(plain, dom) {
+		t.Errorf("absolute weights: with domains %v, without %v", dom.Decisions, plain.Decisions)
+	}
+}

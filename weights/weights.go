@@ -174,7 +174,8 @@ type Config struct {
 	// of one replica.
 	MinChangeInterval time.Duration
 	// Relative makes weights follow each replica's load against the
-	// pool's mean instead of its own free capacity (see step.go).
+	// mean of its weight domain (the replicas sharing its hash table)
+	// instead of its own free capacity (see step.go).
 	Relative bool
 
 	// A replica is saturated when its queue depth or KV occupancy reaches

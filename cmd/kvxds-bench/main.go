@@ -58,7 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
 		groupLvls  = fs.Int("group-weight-levels", 3, "kvxds+groups: weight levels N (weights MIN to MIN+N-1, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
 		groupMin   = fs.Int("group-weight-min", 2, "kvxds+groups: the lowest weight (MIN)")
-		groupRel   = fs.Bool("group-relative", true, "kvxds+groups: weights follow each replica's load against the pool's mean (weights { relative = true }); false: its own headroom")
+		groupExcl  = fs.Bool("group-exclusive", true, "kvxds+groups: the group is exclusive (its replicas leave the pool's own table); false: they serve both")
+		groupRel   = fs.Bool("group-relative", true, "kvxds+groups: weights follow each replica's load against the mean of the replicas sharing its hash table (weights { relative = true }); false: its own headroom")
 		scale      = fs.Float64("time-scale", 0, "simulated seconds per wall second (0: chosen per workload to keep the streamed-token rate within the CPU budget)")
 		kvBlocks   = fs.Int("kv-blocks", 0, "KV blocks per replica (0: the workload's default)")
 		out        = fs.String("out", "bench-out", "output directory for results.md, results.csv, the charts and kvxds.log")
@@ -142,6 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		GroupWeightLevels: *groupLvls,
 		GroupWeightMin:    *groupMin,
 		GroupHeadroom:     !*groupRel,
+		GroupShared:       !*groupExcl,
 		Load:              *load,
 		Duration:          *duration,
 		WallPerMode:       *wall,

@@ -229,11 +229,15 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 				p.Escape = p.Escape.WithWeights(c.GroupWeightLevels, c.GroupWeightMin, !c.GroupHeadroom)
 				follow := "each replica's headroom"
 				if p.Escape.Relative {
-					follow = "each replica's load against the pool's mean"
+					follow = "each replica's load against the mean of the replicas sharing its hash table"
 				}
-				wr.GroupNote = fmt.Sprintf("the escape hatch above, and the busiest session key %q in an exclusive group of %d replicas; "+
+				kind := "an exclusive group"
+				if c.GroupShared {
+					kind = "a group (not exclusive)"
+				}
+				wr.GroupNote = fmt.Sprintf("the escape hatch above, and the busiest session key %q in %s of %d replicas; "+
 					"weights %d to %d in %d levels following %s, at most one move per replica every %v",
-					p.HotSession, c.GroupReplicas, p.Escape.WeightMin, p.Escape.WeightMax, p.Escape.WeightLevels, follow, p.Escape.WeightMinInterval)
+					p.HotSession, kind, c.GroupReplicas, p.Escape.WeightMin, p.Escape.WeightMax, p.Escape.WeightLevels, follow, p.Escape.WeightMinInterval)
 			}
 			wr.EscapeNote = fmt.Sprintf("escape hatch: saturated at ≥ %d running requests (%.1f× the reference depth %.1f, %s), "+
 				"back below %d after %v; KV occupancy ≥ %g; any preemption",

@@ -169,6 +169,9 @@ type Config struct {
 	// the group's two members from splitting their tenant 1:4.
 	GroupWeightLevels, GroupWeightMin int
 	GroupHeadroom                     bool
+	// GroupShared makes KVXDSGroups' group not exclusive: its replicas
+	// stay in the pool's table too.
+	GroupShared bool
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.

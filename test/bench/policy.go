@@ -128,6 +128,9 @@ type PolicyOptions struct {
 	// it takes, on GroupReplicas replicas of its own.
 	GroupKey      string
 	GroupReplicas int
+	// GroupShared leaves the group's replicas in the pool's table too
+	// (exclusive = false).
+	GroupShared bool
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -243,8 +246,8 @@ func Policy(o PolicyOptions) (string, error) {
 		// The group matches on the session header itself, whose value is
 		// the tenant in zipf-tenants; inside the group that key is left
 		// out, so the tenant's requests spread over its replicas.
-		fmt.Fprintf(&b, "  group \"hot\" {\n    match {\n      header = %q\n      values = [%q]\n    }\n    replicas  = %d\n    exclusive = true\n  }\n",
-			SessionHeader, o.GroupKey, o.GroupReplicas)
+		fmt.Fprintf(&b, "  group \"hot\" {\n    match {\n      header = %q\n      values = [%q]\n    }\n    replicas  = %d\n    exclusive = %t\n  }\n",
+			SessionHeader, o.GroupKey, o.GroupReplicas, !o.GroupShared)
 	}
 	b.WriteString("}\n")
 	return b.String(), nil

@@ -76,7 +76,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRu
 		addrs[i] = r.Addr()
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
-		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas})
+		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared})
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,15 @@ func groupMembers(t *testing.T, path string, all []member, jsClient bool) (group
 	return group, rest
 }
 
+// predictGroup is predict for the ring of the policy's group "acme" over
+// members.
+func predictGroup(t *testing.T, path string, members []member, ss []string) expectation {
+	t.Helper()
+	p, g := policyGroup(t, path)
+	per := translate.GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap)
+	return predictRing(members, ss, p.Hash.GRPCRingCap, per, func(m member) string { return m.b.addr })
+}
+
 // policyGroup returns the policy's first pool, as kvxds serves it with
 // every replica healthy, and its group "acme".
 func policyGroup(t *testing.T, path string) (*fleet.Pool, fleet.Group) {
@@ -124,6 +133,9 @@ func TestTenantGroups(t *testing.T) {
 				ss := sessions(300)
 				calls := sessionCalls(ss)
 				wantPool, wantGroup := predict(rest, ss), predict(group, ss)
+				if dp.name != "grpc-js" {
+					wantGroup = predictGroup(t, path, group, ss)
+				}
 
 				for _, groupFirst := range []bool{false, true} {
 					cl := dp.new(t, xdsAddr)
@@ -237,7 +249,14 @@ func TestTenantGroupMemberDrains(t *testing.T) {
 			cl := dp.new(t, xdsAddr)
 			ss := sessions(300)
 			groupCalls := withTenant(sessionCalls(ss), "acme")
-			beforeGroup := settleRouted(t, cl, groupCalls, predict(group, ss), "group, all healthy")
+			// grpc-js routes the group over the pool's cluster and ring.
+			groupRing := func(ms []member) expectation {
+				if js {
+					return predict(ms, ss)
+				}
+				return predictGroup(t, path, ms, ss)
+			}
+			beforeGroup := settleRouted(t, cl, groupCalls, groupRing(group), "group, all healthy")
 			beforePool := settle(t, cl, ss, predict(rest, ss), "pool, all healthy")
 
 			drained := groupOf(t, path, members, 2)[0]
@@ -252,7 +271,7 @@ func TestTenantGroupMemberDrains(t *testing.T) {
 			if js {
 				inGroup, outside = without(members, drained), without(members, drained)
 			}
-			during := settleRouted(t, cl, groupCalls, predict(inGroup, ss), "group with a member drained")
+			during := settleRouted(t, cl, groupCalls, groupRing(inGroup), "group with a member drained")
 			settle(t, cl, ss, predict(outside, ss), "pool with a member drained")
 			if !js && shares(during)[filler.b.id] == 0 {
 				t.Errorf("the filler %s took none of the group's sessions", filler.b.id)

@@ -44,13 +44,19 @@ func predictWithCap(members []member, ss []string, ringCap uint64) expectation {
 
 // predictKeyed is predict for members whose ring identity is key(m).
 func predictKeyed(members []member, ss []string, ringCap uint64, key func(member) string) expectation {
+	return predictRing(members, ss, ringCap, translate.EntriesPerWeight(ringCap), key)
+}
+
+// predictRing is predictKeyed for a ring of perWeight entries per unit of
+// weight (a tenant group's: translate.GroupEntriesPerWeight).
+func predictRing(members []member, ss []string, ringCap, perWeight uint64, key func(member) string) expectation {
 	eps := make([]ringhash.Endpoint, len(members))
 	var w uint64
 	for i, m := range members {
 		eps[i] = ringhash.Endpoint{HashKey: key(m), Weight: uint64(m.weight)}
 		w += uint64(m.weight)
 	}
-	size := translate.GRPCRingSize(w, ringCap)
+	size := translate.RingSize(w, perWeight, ringCap)
 	r := ringhash.BuildExact(eps, size, size)
 	ext := r.Extended(eps, ringhash.Last(eps))
 	out := make(expectation, len(ss))

@@ -158,6 +158,10 @@ type Group struct {
 	// Exclusive takes the group's replicas out of the pool's own
 	// clusters, unless that leaves them no healthy replica.
 	Exclusive bool `json:"exclusive,omitempty"`
+	// MemberWeight is the largest weight a member is expected to carry
+	// (the pool's largest metric-driven weight multiplier; 0 means 1):
+	// it sizes the group's gRPC ring.
+	MemberWeight uint32 `json:"member_weight,omitempty"`
 }
 
 // ClusterName is the name of g's cluster and assignment in pool.

@@ -288,7 +288,7 @@ func buildClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
 	p = defaultView(p, flavor)
 	var c *clusterv3.Cluster
 	if flavor.proxyless() && p.Balancer == fleet.ConsistentHash {
-		c, err = grpcHashCluster(p)
+		c, err = grpcHashCluster(p, EntriesPerWeight(p.Hash.GRPCRingCap))
 	} else {
 		c, err = buildCluster(p, p.Name, "")
 	}

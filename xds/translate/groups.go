@@ -29,8 +29,9 @@ import (
 //     a group has no keyless cluster;
 //   - a cluster "P/group/NAME" shaped like the pool's hash cluster for the
 //     flavor (Maglev then ring hash for Envoy, the sized ring hash for
-//     gRPC), over its own ClusterLoadAssignment "P/group/NAME": the
-//     group's members with their weights, health and hash keys.
+//     gRPC, with GroupEntriesPerWeight entries per unit of weight), over
+//     its own ClusterLoadAssignment "P/group/NAME": the group's members
+//     with their weights, health and hash keys.
 //
 // Members are chosen by rendezvous (highest-random-weight) hashing: every
 // replica of the pool is ranked by xxhash64(group name + "\x00" +
@@ -164,6 +165,33 @@ func planGroups(p *fleet.Pool, flavor Flavor) groupPlan {
 	return plan
 }
 
+// WeightDomains returns, by identity, the replicas of the normalised pool
+// p that serve only in one exclusive group's table (for Envoy and gRPC),
+// each with that group's name: their weights divide that table alone, so
+// relative weights measure them against each other (weights.StepDomains).
+// Every other replica, including the members of groups that are not
+// exclusive, serves in the pool's own table and is in the pool's domain,
+// which this leaves out. grpc-js, which gets no group clusters, hashes
+// over the whole pool with weights measured so.
+func WeightDomains(p *fleet.Pool) map[string]string {
+	plan := planGroups(p, Envoy)
+	if plan.view == p {
+		return nil // no exclusive group took a replica out
+	}
+	out := map[string]string{}
+	for i, g := range p.Groups {
+		if !g.Exclusive {
+			continue
+		}
+		for _, e := range plan.members[i] {
+			if _, taken := out[e.Identity()]; !taken {
+				out[e.Identity()] = g.Name
+			}
+		}
+	}
+	return out
+}
+
 // defaultView is p as its own clusters and assignment see it for flavor.
 func defaultView(p *fleet.Pool, flavor Flavor) *fleet.Pool {
 	return planGroups(p, flavor).view
@@ -211,7 +239,7 @@ func groupResources(p *fleet.Pool, flavor Flavor, plan groupPlan) ([]*clusterv3.
 		var c *clusterv3.Cluster
 		var err error
 		if flavor.proxyless() {
-			c, err = grpcHashCluster(gp)
+			c, err = grpcHashCluster(gp, GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap))
 		} else {
 			c, err = buildCluster(gp, gp.Name, "")
 		}

@@ -132,12 +132,14 @@ func TestDefaultView(t *testing.T) {
 		replicas  int
 		exclusive bool
 		drainRest bool
-		want      int // endpoints left in the pool's own assignment
+		drainOne  bool // a member drains: the next-ranked replica fills in
+		want      int  // endpoints left in the pool's own assignment
 	}{
-		{"shared", 6, 2, false, false, 6},
-		{"exclusive", 6, 2, true, false, 4},
-		{"exclusive takes all", 2, 5, true, false, 2},
-		{"no healthy left", 4, 2, true, true, 4},
+		{"shared", 6, 2, false, false, false, 6},
+		{"exclusive", 6, 2, true, false, false, 4},
+		{"exclusive, a member draining", 6, 2, true, false, true, 3},
+		{"exclusive takes all", 2, 5, true, false, false, 2},
+		{"no healthy left", 4, 2, true, true, false, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := fleet.Group{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: tc.replicas, Exclusive: tc.exclusive}
@@ -150,7 +152,24 @@ func TestDefaultView(t *testing.T) {
 					}
 				}
 			}
+			if tc.drainOne {
+				first := memberIDs(GroupMembers(p, g))[0]
+				for i := range p.Endpoints {
+					if p.Endpoints[i].HashKey == first {
+						p.Endpoints[i].Health = fleet.Draining
+					}
+				}
+			}
 			got := defaultView(p, Envoy)
+			// Weight domains: exactly the replicas the pool's table lost,
+			// in the group's.
+			domains := WeightDomains(p)
+			for _, e := range p.Endpoints {
+				inPool := slices.ContainsFunc(got.Endpoints, func(o fleet.Endpoint) bool { return o.HashKey == e.HashKey })
+				if d, ok := domains[e.Identity()]; ok == inPool || (ok && d != g.Name) {
+					t.Errorf("%s: domain %q (listed %t), in the pool's table %t", e.HashKey, d, ok, inPool)
+				}
+			}
 			if len(got.Endpoints) != tc.want {
 				t.Fatalf("pool keeps %d endpoints, want %d", len(got.Endpoints), tc.want)
 			}

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -34,6 +35,62 @@ func TestGRPCRingSize(t *testing.T) {
 		if got := GRPCRingSize(tc.weight, tc.ringCap); got != tc.want {
 			t.Errorf("GRPCRingSize(%d, %d) = %d, want %d", tc.weight, tc.ringCap, got, tc.want)
 		}
+	}
+}
+
+func TestGroupEntriesPerWeight(t *testing.T) {
+	for _, tc := range []struct {
+		replicas     int
+		memberWeight uint32
+		ringCap      uint64
+		want         uint64
+	}{
+		{2, 4, 0, 512},  // the cap over 2 × 4 units
+		{2, 0, 0, 2048}, // weight 0 counts as 1
+		{3, 4, 0, 341},  // rounded down: never over the cap
+		{16, 4, 0, 64},  // the pool's entries per unit
+		{100, 4, 0, 64}, // never fewer
+		{2, 4, 16384, 2048},
+		{1, 1, 0, 4097}, // RingSize keeps it within the cap
+	} {
+		got := GroupEntriesPerWeight(tc.replicas, tc.memberWeight, tc.ringCap)
+		if got != tc.want {
+			t.Errorf("GroupEntriesPerWeight(%d, %d, %d) = %d, want %d", tc.replicas, tc.memberWeight, tc.ringCap, got, tc.want)
+		}
+		// At full weight the group's ring fits the cap; entries per unit
+		// stay the same at any lower total weight.
+		ringCap := cmp.Or(tc.ringCap, ringhash.DefaultCap)
+		full := uint64(tc.replicas) * uint64(max(tc.memberWeight, 1))
+		if size := RingSize(full, got, tc.ringCap); size > ringCap {
+			t.Errorf("%+v: a full group's ring is %d entries, over the cap %d", tc, size, ringCap)
+		}
+		for w := uint64(1); w <= full && w*got <= ringCap+1; w++ {
+			if size := RingSize(w, got, tc.ringCap); size != w*got-1 {
+				t.Errorf("%+v: total weight %d: ring %d, want %d", tc, w, size, w*got-1)
+			}
+		}
+	}
+}
+
+// A group of two members of equal weight splits a tenant with no key
+// nearly evenly on its finer ring, where the pool's 64 entries per unit
+// leave several percent between them.
+func TestGroupRingSplit(t *testing.T) {
+	var devPool, devGroup float64
+	const n = 200
+	for i := range n {
+		eps := []ringhash.Endpoint{{HashKey: fmt.Sprintf("a-%d", i), Weight: 3}, {HashKey: fmt.Sprintf("b-%d", i), Weight: 3}}
+		for _, c := range []struct {
+			per uint64
+			dev *float64
+		}{{EntriesPerWeight(0), &devPool}, {GroupEntriesPerWeight(2, 4, 0), &devGroup}} {
+			size := RingSize(6, c.per, 0)
+			*c.dev += math.Abs(ringhash.BuildExact(eps, size, size).Shares()[0]-0.5) / n
+		}
+	}
+	t.Logf("mean distance from an even split: pool sizing %.4f, group sizing %.4f", devPool, devGroup)
+	if devGroup > 0.01 || devGroup > devPool/2 {
+		t.Errorf("group sizing splits %.4f off even on average (pool sizing %.4f)", devGroup, devPool)
 	}
 }
 
