@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -211,33 +213,91 @@ func flagValue(args []string, name string) (string, bool) {
 	return "", false
 }
 
-// mountedFile is the ConfigMap file at path in the pod: the volume
-// mounted over it must be a ConfigMap of the manifests, holding the
-// file's name as a key. It returns the ConfigMap and the key.
-func mountedFile(t *testing.T, m *manifests, d *appsv1.Deployment, c corev1.Container, file string) (*corev1.ConfigMap, string) {
+// mountedVolume is the volume mounted over the directory of file in
+// container c.
+func mountedVolume(t *testing.T, d *appsv1.Deployment, c corev1.Container, file string) corev1.Volume {
 	t.Helper()
 	for _, vm := range c.VolumeMounts {
 		if path.Dir(file) != path.Clean(vm.MountPath) {
 			continue
 		}
 		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Name != vm.Name {
-				continue
+			if v.Name == vm.Name {
+				return v
 			}
-			if v.ConfigMap == nil {
-				t.Fatalf("volume %s mounted at %s is not a ConfigMap", v.Name, vm.MountPath)
-			}
-			cm := find[corev1.ConfigMap](t, m, v.ConfigMap.Name)
-			key := path.Base(file)
-			if _, ok := cm.Data[key]; !ok {
-				t.Fatalf("%s: ConfigMap %s has no key %q", file, cm.Name, key)
-			}
-			return cm, key
 		}
 		t.Fatalf("volume mount %s names no volume", vm.Name)
 	}
 	t.Fatalf("%s is on no volume of container %s", file, c.Name)
+	return corev1.Volume{}
+}
+
+// mountedFile is the ConfigMap file at path in the pod: the volume
+// mounted over it must be a ConfigMap of the manifests, or project one,
+// holding the file's name as a key. It returns the ConfigMap and the key.
+func mountedFile(t *testing.T, m *manifests, d *appsv1.Deployment, c corev1.Container, file string) (*corev1.ConfigMap, string) {
+	t.Helper()
+	v := mountedVolume(t, d, c, file)
+	var names []string
+	if v.ConfigMap != nil {
+		names = append(names, v.ConfigMap.Name)
+	}
+	if v.Projected != nil {
+		for _, s := range v.Projected.Sources {
+			if s.ConfigMap != nil && len(s.ConfigMap.Items) == 0 {
+				names = append(names, s.ConfigMap.Name)
+			}
+		}
+	}
+	key := path.Base(file)
+	for _, name := range names {
+		if cm := find[corev1.ConfigMap](t, m, name); cm.Data[key] != "" {
+			return cm, key
+		}
+	}
+	t.Fatalf("%s: no ConfigMap on volume %s has key %q", file, v.Name, key)
 	return nil, ""
+}
+
+// mountedSecret is the Secret name and key that volume projects as file.
+func mountedSecret(t *testing.T, d *appsv1.Deployment, c corev1.Container, file string) (name, key string) {
+	t.Helper()
+	v := mountedVolume(t, d, c, file)
+	if v.Projected != nil {
+		for _, s := range v.Projected.Sources {
+			if s.Secret == nil {
+				continue
+			}
+			for _, it := range s.Secret.Items {
+				if it.Path == path.Base(file) {
+					return s.Secret.Name, it.Key
+				}
+			}
+		}
+	}
+	t.Fatalf("%s: volume %s projects no Secret there", file, v.Name)
+	return "", ""
+}
+
+// authProxy is a loopback proxy to the admin endpoints at addr that adds
+// the bearer token, for the helpers that read them.
+func authProxy(t *testing.T, addr, token string) string {
+	t.Helper()
+	target := &url.URL{Scheme: "http", Host: addr}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rp}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
 }
 
 // outOfCluster is this process's environment for a kvxds that finds its
@@ -301,6 +361,12 @@ func TestKubernetesManifests(t *testing.T) {
 	if discovered.Kubeconfig != "" {
 		t.Errorf("the policy sets kubeconfig %q; in a pod kvxds uses its ServiceAccount", discovered.Kubeconfig)
 	}
+	// The admin port listens on the pod network: it asks for a token,
+	// which a Secret projects where the policy reads it.
+	if p.Admin.TokenFile == "" {
+		t.Fatalf("the policy's admin block (%s) sets no token_file", p.AdminAddress)
+	}
+	secretName, secretKey := mountedSecret(t, kvxds, c, p.Admin.TokenFile)
 
 	// The ports the policy listens on are the container's, which the
 	// Service exposes, and the probes ask the admin port.
@@ -362,6 +428,14 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.create(t, client, manifestNamespace)
+	// The Secret the README has you create.
+	token := "t0ken-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := client.CoreV1().Secrets(manifestNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secretName},
+		StringData: map[string]string{secretKey: token},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// The Service the policy discovers, its pods serving in a network
 	// namespace as vLLM would: API and /metrics on one port.
@@ -401,6 +475,9 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(dir, path.Base(p.Admin.TokenFile)), []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args := slices.Clone(c.Args)
 	for i, a := range args {
 		if a == policyPath {
@@ -423,11 +500,21 @@ func TestKubernetesManifests(t *testing.T) {
 			return resp.StatusCode == http.StatusOK
 		})
 	}
+	// Everything else asks for the token.
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/metrics without the token: %s, want 401", resp.Status)
+	}
+	admin := authProxy(t, adminAddr, token)
 
 	// It serves the Service's pods: the fleet lists them, and a gRPC
 	// client of the pool reaches each one.
 	eventually(t, "kvxds to serve the Service's pods", func() bool {
-		f := servedFleet(t, adminAddr)
+		f := servedFleet(t, admin)
 		if len(f.Pools) != 1 {
 			return false
 		}
@@ -443,20 +530,20 @@ func TestKubernetesManifests(t *testing.T) {
 	eventually(t, "sessions on every pod", func() bool {
 		return len(shares(route(t, cl, ss))) == len(pods)
 	})
-	if n := metric(t, adminAddr, "kvxds_discovery_errors_total"); n != 0 {
+	if n := metric(t, admin, "kvxds_discovery_errors_total"); n != 0 {
 		t.Errorf("%v discovery errors", n)
 	}
 
 	// The ha block works with the Role's permissions: the instance takes
 	// the Lease, and publishes its decisions in the ConfigMap.
 	eventually(t, "kvxds to lead", func() bool {
-		st, ok := haStatus(t, adminAddr)
+		st, ok := haStatus(t, admin)
 		return ok && st.Leading
 	})
 	eventually(t, "decisions published", func() bool {
-		return metric(t, adminAddr, "kvxds_ha_decisions_published_total") > 0
+		return metric(t, admin, "kvxds_ha_decisions_published_total") > 0
 	})
-	if n := metric(t, adminAddr, "kvxds_ha_publish_errors_total"); n != 0 {
+	if n := metric(t, admin, "kvxds_ha_publish_errors_total"); n != 0 {
 		t.Errorf("%v publish errors", n)
 	}
 }
