@@ -251,33 +251,51 @@ func trackSince(prev map[string]map[string]healthSince, f fleet.Fleet, decisions
 
 // tableShares models, for each hash pool of a normalised fleet, the
 // share of proxyless gRPC clients' ring each endpoint owns: the ring
-// kvxds asks them to build (translate.GRPCRingSize) over the endpoints
-// they put on it (healthy ones only). Out of the ring, a share is 0.
+// kvxds asks them to build (translate.RingTables) over the endpoints they
+// put on it (healthy ones only). A replica's share is of the table of its
+// weight domain: an exclusive tenant group's for the members that serve
+// only there, the pool's own for every other. Out of the ring, a share is
+// 0.
 func tableShares(f fleet.Fleet) map[string]map[string]float64 {
 	out := map[string]map[string]float64{}
-	for _, p := range f.Pools {
+	for i := range f.Pools {
+		p := &f.Pools[i]
 		if p.Balancer != fleet.ConsistentHash {
 			continue
 		}
-		m := make(map[string]float64, len(p.Endpoints))
-		var eps []ringhash.Endpoint
-		var ids []string
-		var weight uint64
-		for _, e := range p.Endpoints {
-			m[e.Identity()] = 0
-			if e.Health != fleet.Healthy {
-				continue
-			}
-			eps = append(eps, ringhash.Endpoint{HashKey: e.Identity(), Weight: uint64(e.Weight)})
-			ids = append(ids, e.Identity())
-			weight += uint64(e.Weight)
+		shares := map[string]map[string]float64{} // by table, then identity
+		for _, tb := range translate.RingTables(p) {
+			shares[tb.Cluster] = ringShares(tb, p.Hash.GRPCRingCap)
 		}
-		if size := translate.GRPCRingSize(weight, p.Hash.GRPCRingCap); size > 0 {
-			for i, s := range ringhash.Build(eps, size, size).Shares() {
-				m[ids[i]] = s
+		domains := translate.WeightDomains(p)
+		m := make(map[string]float64, len(p.Endpoints))
+		for _, e := range p.Endpoints {
+			table := p.Name
+			if g, ok := domains[e.Identity()]; ok {
+				table = fleet.Group{Name: g}.ClusterName(p.Name)
 			}
+			m[e.Identity()] = shares[table][e.Identity()]
 		}
 		out[p.Name] = m
+	}
+	return out
+}
+
+// ringShares is the share of tb's ring each healthy endpoint owns.
+func ringShares(tb translate.RingTable, ringCap uint64) map[string]float64 {
+	var eps []ringhash.Endpoint
+	var weight uint64
+	for _, e := range tb.Endpoints {
+		if e.Health == fleet.Healthy {
+			eps = append(eps, ringhash.Endpoint{HashKey: e.Identity(), Weight: uint64(e.Weight)})
+			weight += uint64(e.Weight)
+		}
+	}
+	out := make(map[string]float64, len(eps))
+	if size := translate.RingSize(weight, tb.PerWeight, ringCap); size > 0 {
+		for i, s := range ringhash.Build(eps, size, size).Shares() {
+			out[eps[i].HashKey] = s
+		}
 	}
 	return out
 }

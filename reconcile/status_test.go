@@ -460,3 +460,54 @@ pool "chat" {
 		since:   trackSince(nil, f, decisions, statusT0), shares: tableShares(f), rule: status.DefaultHotspotRule,
 	}
 }
+
+// A replica's table share is of the table it serves in: an exclusive
+// group's members divide the group's ring, the rest the pool's; members of
+// a group that is not exclusive keep their share of the pool's ring.
+func TestTableSharesGroups(t *testing.T) {
+	const src = `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000", "10.0.0.5:8000", "10.0.0.6:8000"] }
+  group "acme" {
+    match {
+      header = "x-tenant-id"
+      values = ["acme"]
+    }
+    replicas  = 2
+    exclusive = %t
+  }
+}
+`
+	for _, exclusive := range []bool{true, false} {
+		t.Run(fmt.Sprint("exclusive=", exclusive), func(t *testing.T) {
+			p := mustParse(t, fmt.Sprintf(src, exclusive))
+			m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := m.Fleet()
+			members := map[string]bool{}
+			for _, e := range translate.GroupMembers(&f.Pools[0], f.Pools[0].Groups[0]) {
+				members[e.Identity()] = true
+			}
+			var inGroup, inPool float64
+			for id, s := range tableShares(f)["chat"] {
+				if s <= 0 {
+					t.Errorf("%s: share %v", id, s)
+				}
+				if exclusive && members[id] {
+					inGroup += s
+				} else {
+					inPool += s
+				}
+			}
+			if math.Abs(inPool-1) > 1e-9 || (exclusive && math.Abs(inGroup-1) > 1e-9) {
+				t.Errorf("shares sum to %v in the pool's table and %v in the group's", inPool, inGroup)
+			}
+		})
+	}
+}

@@ -192,6 +192,30 @@ func WeightDomains(p *fleet.Pool) map[string]string {
 	return out
 }
 
+// RingTable is one hash table gRPC clients build for a pool: the pool's
+// own, or a tenant group's (Cluster names it), over Endpoints, with
+// PerWeight ring entries per unit of healthy weight.
+type RingTable struct {
+	Cluster   string
+	Endpoints []fleet.Endpoint
+	PerWeight uint64
+}
+
+// RingTables returns the hash tables grpc-go (and the other gRPC
+// languages but grpc-js) build for the normalised pool p: the pool's own,
+// without its exclusive groups' members, then each group's.
+func RingTables(p *fleet.Pool) []RingTable {
+	plan := planGroups(p, GRPC)
+	out := []RingTable{{Cluster: p.Name, Endpoints: plan.view.Endpoints, PerWeight: EntriesPerWeight(p.Hash.GRPCRingCap)}}
+	for i, g := range p.Groups {
+		if plan.served[i] {
+			out = append(out, RingTable{Cluster: g.ClusterName(p.Name), Endpoints: plan.members[i],
+				PerWeight: GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap)})
+		}
+	}
+	return out
+}
+
 // defaultView is p as its own clusters and assignment see it for flavor.
 func defaultView(p *fleet.Pool, flavor Flavor) *fleet.Pool {
 	return planGroups(p, flavor).view
