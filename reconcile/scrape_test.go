@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/kvxds/kvxds/discovery"
@@ -138,19 +139,24 @@ pool "plain" {
 	}
 }
 
-// The members of an exclusive group are scraped in the group's weight
-// domain, the rest in the pool's; a group that is not exclusive keeps its
-// members in the pool's.
-func TestScrapeSpecsWeightDomains(t *testing.T) {
-	const src = `
+// groupFixture is a hash pool "chat" of n static replicas with group
+// "acme" of 2, exclusive or not, and extra lines in the pool block: the
+// policy, the fleet kvxds serves from it, and the group's members by
+// identity.
+func groupFixture(t *testing.T, n int, exclusive bool, extra string) (*policy.Policy, fleet.Fleet, map[string]bool) {
+	t.Helper()
+	var eps []string
+	for i := range n {
+		eps = append(eps, fmt.Sprintf("%q", fmt.Sprintf("10.0.0.%d:8000", i+1)))
+	}
+	p := mustParse(t, fmt.Sprintf(`
 pool "chat" {
   port = 10000
   hash {
     key { header = "x-session-id" }
   }
-  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000", "10.0.0.5:8000"] }
-  metrics { engine = "vllm" }
-  weights { relative = true }
+  static { endpoints = [%s] }
+%s
   group "acme" {
     match {
       header = "x-tenant-id"
@@ -160,20 +166,27 @@ pool "chat" {
     exclusive = %t
   }
 }
-`
+`, strings.Join(eps, ", "), extra, exclusive))
+	m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := m.Fleet()
+	members := map[string]bool{}
+	for _, e := range translate.GroupMembers(&f.Pools[0], f.Pools[0].Groups[0]) {
+		members[e.Identity()] = true
+	}
+	return p, f, members
+}
+
+// The members of an exclusive group are scraped in the group's weight
+// domain, the rest in the pool's; a group that is not exclusive keeps its
+// members in the pool's.
+func TestScrapeSpecsWeightDomains(t *testing.T) {
 	for _, exclusive := range []bool{true, false} {
 		t.Run(fmt.Sprint("exclusive=", exclusive), func(t *testing.T) {
-			p := mustParse(t, fmt.Sprintf(src, exclusive))
-			m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool := m.Fleet().Pools[0]
-			members := map[string]bool{}
-			for _, e := range translate.GroupMembers(&pool, pool.Groups[0]) {
-				members[e.Identity()] = true
-			}
-			specs, bad := ScrapeSpecs(p, m.Fleet())
+			p, f, members := groupFixture(t, 5, exclusive, "  metrics { engine = \"vllm\" }\n  weights { relative = true }")
+			specs, bad := ScrapeSpecs(p, f)
 			if len(bad) != 0 {
 				t.Fatal(bad)
 			}

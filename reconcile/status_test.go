@@ -465,35 +465,9 @@ pool "chat" {
 // group's members divide the group's ring, the rest the pool's; members of
 // a group that is not exclusive keep their share of the pool's ring.
 func TestTableSharesGroups(t *testing.T) {
-	const src = `
-pool "chat" {
-  port = 10000
-  hash {
-    key { header = "x-session-id" }
-  }
-  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000", "10.0.0.5:8000", "10.0.0.6:8000"] }
-  group "acme" {
-    match {
-      header = "x-tenant-id"
-      values = ["acme"]
-    }
-    replicas  = 2
-    exclusive = %t
-  }
-}
-`
 	for _, exclusive := range []bool{true, false} {
 		t.Run(fmt.Sprint("exclusive=", exclusive), func(t *testing.T) {
-			p := mustParse(t, fmt.Sprintf(src, exclusive))
-			m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := m.Fleet()
-			members := map[string]bool{}
-			for _, e := range translate.GroupMembers(&f.Pools[0], f.Pools[0].Groups[0]) {
-				members[e.Identity()] = true
-			}
+			_, f, members := groupFixture(t, 6, exclusive, "")
 			var inGroup, inPool float64
 			for id, s := range tableShares(f)["chat"] {
 				if s <= 0 {

@@ -200,7 +200,8 @@ type Replica struct {
 	Multiplier   uint32 `json:"multiplier,omitempty"`
 	Weight       uint32 `json:"weight"`
 	// TableShare is the fraction of proxyless gRPC clients' hash ring
-	// the replica owns (0 while out of it), for hash pools. Envoy's
+	// the replica owns (0 while out of it), for hash pools: of the ring
+	// it serves in, an exclusive tenant group's for its members. Envoy's
 	// Maglev table gives shares within a fraction of a percent of the
 	// weight's.
 	TableShare *float64 `json:"table_share,omitempty"`
