@@ -53,10 +53,10 @@
 // mean pressure of the fresh, unsaturated replicas of its weight domain,
 // v = clamp(1 − p/(2P), 0, 1). A replica at its domain's mean pressure
 // sits in the middle, one at twice the mean at the bottom, an idle one at
-// the top; a domain without pressure keeps everyone at the top. Weights then
-// follow shares of the load, not distance to saturation: a replica whose
-// hash-table share draws few heavy keys gains weight even when the whole
-// pool is lightly loaded, and one that draws many loses it. Levels,
+// the top; a domain without pressure keeps everyone at the top. Weights
+// then follow shares of the load, not distance to saturation: a replica
+// whose hash-table share draws few heavy keys gains weight even when the
+// whole pool is lightly loaded, and one that draws many loses it. Levels,
 // hysteresis and the minimum interval apply to v as they do to s.
 //
 // A weight domain is a set of replicas whose weights divide one hash
