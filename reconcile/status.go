@@ -263,18 +263,21 @@ func tableShares(f fleet.Fleet) map[string]map[string]float64 {
 		if p.Balancer != fleet.ConsistentHash {
 			continue
 		}
-		shares := map[string]map[string]float64{} // by table, then identity
-		for _, tb := range translate.RingTables(p) {
-			shares[tb.Cluster] = ringShares(tb, p.Hash.GRPCRingCap)
-		}
-		domains := translate.WeightDomains(p)
 		m := make(map[string]float64, len(p.Endpoints))
 		for _, e := range p.Endpoints {
-			table := p.Name
-			if g, ok := domains[e.Identity()]; ok {
-				table = fleet.Group{Name: g}.ClusterName(p.Name)
+			m[e.Identity()] = 0
+		}
+		// The pool's own table comes first: a member of a group that is
+		// not exclusive keeps its share of it; an exclusive member is in
+		// its group's table alone.
+		seen := map[string]bool{}
+		for _, tb := range translate.RingTables(p) {
+			shares := ringShares(tb, p.Hash.GRPCRingCap)
+			for _, e := range tb.Endpoints {
+				if id := e.Identity(); !seen[id] {
+					seen[id], m[id] = true, shares[id]
+				}
 			}
-			m[e.Identity()] = shares[table][e.Identity()]
 		}
 		out[p.Name] = m
 	}
