@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvxds/kvxds/test/sim"
-	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/controller"
 )
 
 // series are the series names a kvxds instance exports, each with the

@@ -28,7 +28,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvxds/kvxds/test/adsload"
-	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/controller"
 )
 
 const usage = `kvxds-adsload measures xDS push latency to many Envoy-like ADS streams.

@@ -28,7 +28,7 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 

@@ -6,13 +6,13 @@ import (
 	"io"
 
 	"github.com/kvxds/kvxds/policy"
-	"github.com/kvxds/kvxds/xds/recipe"
+	"github.com/kvxds/kvxds/recipe"
 )
 
 const recipeUsage = "usage: kvxds recipe istio|envoy-gateway|envoy POOL --policy FILE [--xds-address HOST:PORT] [--namespace NS] [--gateway NAME]"
 
 // recipeCmd prints what a mesh applies to take one pool's endpoints from
-// kvxds (xds/recipe). Flags may follow the target and the pool.
+// kvxds (recipe). Flags may follow the target and the pool.
 func recipeCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("recipe", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -12,7 +12,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
-	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 

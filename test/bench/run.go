@@ -20,7 +20,7 @@ import (
 
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 

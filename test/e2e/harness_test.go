@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/xds"
 
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/controller"
 )
 
 // kvxdsBinary is built once by TestMain.

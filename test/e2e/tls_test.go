@@ -32,7 +32,7 @@ import (
 
 	"github.com/kvxds/kvxds/certs/certstest"
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/xds/controller"
+	"github.com/kvxds/kvxds/controller"
 )
 
 // withXDSBlock replaces the one-line xds block of a policy from

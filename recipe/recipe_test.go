@@ -71,7 +71,7 @@ func TestGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("%v (regenerate with go test ./xds/recipe -update)", err)
+				t.Fatalf("%v (regenerate with go test ./recipe -update)", err)
 			}
 			if !bytes.Equal(got, want) {
 				t.Errorf("%s differs (regenerate with -update if intended):\n--- got\n%s\n--- want\n%s", path, got, want)
