@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/controller"
+	"github.com/kvxds/kvxds/test/sim"
 )
 
 // series are the series names a kvxds instance exports, each with the

@@ -27,8 +27,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvxds/kvxds/test/adsload"
 	"github.com/kvxds/kvxds/controller"
+	"github.com/kvxds/kvxds/test/adsload"
 )
 
 const usage = `kvxds-adsload measures xDS push latency to many Envoy-like ADS streams.

@@ -24,11 +24,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/examples"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/xds"
 
+	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 

@@ -20,8 +20,8 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/xds"
 
-	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/controller"
+	"github.com/kvxds/kvxds/xds/bootstrap"
 )
 
 // kvxdsBinary is built once by TestMain.

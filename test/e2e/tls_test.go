@@ -31,8 +31,8 @@ import (
 	"google.golang.org/grpc/xds"
 
 	"github.com/kvxds/kvxds/certs/certstest"
-	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/controller"
+	"github.com/kvxds/kvxds/xds/bootstrap"
 )
 
 // withXDSBlock replaces the one-line xds block of a policy from
