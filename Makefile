@@ -92,7 +92,7 @@ bench: microbench clusterbench adsbench
 
 # Rewrite every golden file from the current code.
 golden:
-	$(GO) test ./policy/ ./reconcile/ ./xds/... -update
+	$(GO) test ./policy/ ./reconcile/ ./recipe/ ./cmd/kvxds/ ./xds/... -update
 
 clean:
 	rm -rf bin $(GRPCJS)/node_modules
