@@ -138,26 +138,6 @@ func TestRenderPage(t *testing.T) {
 	}
 }
 
-func TestSortReplicas(t *testing.T) {
-	rep := func(id, health string, queue *float64) Replica {
-		return Replica{ID: id, Health: health, QueueDepth: queue}
-	}
-	in := []Replica{
-		rep("a", Serving, num(1)), rep("b", Serving, nil), rep("c", Draining, num(0)), rep("d", Serving, num(7)),
-		rep("e", Stale, num(2)), rep("f", Saturated, num(3)), rep("g", Unhealthy, nil), rep("h", Saturated, num(30)), rep("i", Serving, num(7)),
-	}
-	var got []string
-	for _, r := range SortReplicas(in) {
-		got = append(got, r.ID)
-	}
-	if want := "g h f e c d i a b"; strings.Join(got, " ") != want {
-		t.Errorf("order %v, want %s", got, want)
-	}
-	if in[0].ID != "a" {
-		t.Error("SortReplicas changed its argument")
-	}
-}
-
 var svgPoint = regexp.MustCompile(`(?:points="([^"]*)"|cx="([^"]+)" cy="([^"]+)")`)
 
 func TestSparkline(t *testing.T) {
@@ -176,7 +156,7 @@ func TestSparkline(t *testing.T) {
 		{name: "one run", trend: trendOf(end, 40), wantLines: 1, wantRightmost: 94.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			svg := string(Sparkline(tc.trend.Points, 30*time.Second, end, get, 1, "hit rate", percentText))
+			svg := string(Sparkline(tc.trend.Points, 30*time.Second, end, get, 1, "hit rate", PageFormat.Percent))
 			if tc.wantEmpty {
 				if svg != "" {
 					t.Errorf("want no sparkline, got %s", svg)
