@@ -213,7 +213,7 @@ func recentDecisions(cs []weights.Change) []status.Decision {
 // stale metrics.
 func replicaHealth(e fleet.Endpoint, d weights.Decision, hasD bool) string {
 	switch {
-	case hasD && d.Health == weights.Saturated:
+	case hasD && d.Saturated:
 		return status.Saturated
 	case e.Health == fleet.Draining:
 		return status.Draining
