@@ -34,9 +34,9 @@ func (l Level) String() string {
 }
 
 // healthOrder ranks healths, the ones that need attention first.
-var healthOrder = []string{Unhealthy, Saturated, Stale, Degraded, Draining, Serving}
+var healthOrder = []Health{Unhealthy, Saturated, Stale, Degraded, Draining, Serving}
 
-func healthRank(h string) int {
+func healthRank(h Health) int {
 	if i := slices.Index(healthOrder, h); i >= 0 {
 		return i
 	}
@@ -46,7 +46,7 @@ func healthRank(h string) int {
 // HealthLevel is how much a replica's health needs attention: out of the
 // hash table against its will is bad, plainly serving is ok, anything
 // else a warning.
-func HealthLevel(h string) Level {
+func HealthLevel(h Health) Level {
 	switch h {
 	case Saturated, Unhealthy:
 		return Bad

@@ -7,7 +7,7 @@ import (
 )
 
 func TestSortReplicas(t *testing.T) {
-	rep := func(id, health string, queue *float64) Replica {
+	rep := func(id string, health Health, queue *float64) Replica {
 		return Replica{ID: id, Health: health, QueueDepth: queue}
 	}
 	in := []Replica{
@@ -27,7 +27,7 @@ func TestSortReplicas(t *testing.T) {
 }
 
 func TestHealthLevel(t *testing.T) {
-	for h, want := range map[string]Level{
+	for h, want := range map[Health]Level{
 		Serving: OK, Draining: Warn, Stale: Warn, Degraded: Warn, Saturated: Bad, Unhealthy: Bad, "new": Warn,
 	} {
 		if got := HealthLevel(h); got != want {

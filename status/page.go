@@ -109,7 +109,7 @@ type pagePool struct {
 }
 
 type healthCount struct {
-	Health string
+	Health Health
 	N      int
 }
 
@@ -199,7 +199,7 @@ func newPagePool(st *Status, p *Pool, all bool) pagePool {
 
 // countHealth counts replicas per health, in healthOrder.
 func countHealth(reps []Replica) []healthCount {
-	counts := map[string]int{}
+	counts := map[Health]int{}
 	for i := range reps {
 		counts[reps[i].Health]++
 	}

@@ -265,7 +265,7 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 		if !r.Since.IsZero() && r.Health != status.Serving {
 			note = strings.TrimSuffix("since "+ago(st.Time, r.Since)+": "+note, ": ")
 		}
-		t.add(plain(r.ID), plain(r.Address), cell{r.Health, levelColor[status.HealthLevel(r.Health)]}, plain(weight), plain(percent(r.TableShare)),
+		t.add(plain(r.ID), plain(r.Address), cell{string(r.Health), levelColor[status.HealthLevel(r.Health)]}, plain(weight), plain(percent(r.TableShare)),
 			plain(number(r.QueueDepth)), plain(percent(r.KVOccupancy)), plain(percent(r.HitRate1m)), plain(seconds(r.TTFTP95)), plain(note))
 	}
 	t.write(w, "  ")
