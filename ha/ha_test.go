@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/kvxds/kvxds/weights"
 )
 
 type recorder struct {
@@ -83,7 +81,7 @@ func TestFollowerLongPolls(t *testing.T) {
 	}
 	for i := range 5 {
 		doc := Document{Leader: "a", Term: 3, Time: time.Now().UTC().Truncate(time.Millisecond), Pools: Decisions{
-			"chat": {"vllm-0": {Weight: uint32(1 + i), Health: weights.Saturated}},
+			"chat": {"vllm-0": {Weight: uint32(1 + i), Saturated: true}},
 		}}
 		start := time.Now()
 		board.Set(doc)

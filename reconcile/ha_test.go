@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvxds/kvxds/ha"
-	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/server"
 )
 
@@ -61,7 +60,7 @@ pool "chat" {
 		t.Fatalf("before any decision: weight %d", weight())
 	}
 	doc := ha.Document{Leader: "a", Term: 1, Time: time.Now(), Pools: ha.Decisions{"chat": {
-		"127.0.0.1:1": {Weight: 3}, "127.0.0.1:2": {Weight: 1, Health: weights.Saturated},
+		"127.0.0.1:1": {Weight: 3}, "127.0.0.1:2": {Weight: 1, Saturated: true},
 	}}}
 	h.Published(doc)
 	waitFor(t, "the leader's decisions", func() bool { return weight() == 3 })

@@ -91,7 +91,7 @@ func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[s
 				if d.Weight > 0 {
 					e.Weight = max(e.Weight, 1) * d.Weight
 				}
-				if d.Health == weights.Saturated {
+				if d.Saturated {
 					e.Health = fleet.Draining
 				}
 			}

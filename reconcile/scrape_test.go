@@ -51,7 +51,7 @@ pool "batch" {
 	got := Join(p, groups, map[string]map[string]weights.Decision{
 		"chat": {
 			"a":           {Weight: 4},
-			"b":           {Weight: 2, Health: weights.Saturated},
+			"b":           {Weight: 2, Saturated: true},
 			"10.0.0.3:80": {Weight: 2},
 			"d":           {Weight: 3}, // a terminating replica stays draining
 		},

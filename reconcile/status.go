@@ -67,7 +67,7 @@ type statusInput struct {
 
 // healthSince is when a replica entered its current health.
 type healthSince struct {
-	health string
+	health status.Health
 	since  time.Time
 }
 
@@ -117,7 +117,7 @@ func buildPools(in *statusInput) []status.Pool {
 			if share, ok := shares[id]; ok {
 				rep.TableShare = &share
 			}
-			if e.Health == fleet.Draining && rep.Health == status.Draining {
+			if rep.Health == status.Draining {
 				rep.Reason = "going away (discovery)"
 			}
 			if rv, ok := view.Replicas[id]; ok {
@@ -208,23 +208,9 @@ func recentDecisions(cs []weights.Change) []status.Decision {
 	return out
 }
 
-// replicaHealth is a replica's health as the status names it: what the
-// escape hatch decided wins over what discovery says, which wins over
-// stale metrics.
-func replicaHealth(e fleet.Endpoint, d weights.Decision, hasD bool) string {
-	switch {
-	case hasD && d.Health == weights.Saturated:
-		return status.Saturated
-	case e.Health == fleet.Draining:
-		return status.Draining
-	case e.Health == fleet.Degraded:
-		return status.Degraded
-	case e.Health == fleet.Unhealthy:
-		return status.Unhealthy
-	case hasD && d.Stale:
-		return status.Stale
-	}
-	return status.Serving
+// replicaHealth is a replica's health as the status names it.
+func replicaHealth(e fleet.Endpoint, d weights.Decision, hasD bool) status.Health {
+	return status.ReplicaHealth(e.Health, hasD && d.Saturated, hasD && d.Stale)
 }
 
 // trackSince updates when each replica of f entered its health; replicas

@@ -75,7 +75,7 @@ pool "batch" {
 	}
 	decisions := ha.Decisions{"chat": {
 		"10.0.0.1:8000": {Weight: 4},
-		"10.0.0.2:8000": {Weight: 2, Health: weights.Saturated},
+		"10.0.0.2:8000": {Weight: 2, Saturated: true},
 		"10.0.0.3:8000": {Weight: 3, Stale: true},
 		"10.0.0.4:8000": {Weight: 4},
 		"vllm-5":        {Weight: 3},

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,10 +29,10 @@ const DefaultRefresh = 5
 var pageSource string
 
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"percent": percentText,
-	"number":  numberText,
-	"seconds": secondsText,
-	"ago":     agoText,
+	"percent": PageFormat.Percent,
+	"number":  PageFormat.Number,
+	"seconds": PageFormat.Seconds,
+	"ago":     PageFormat.Ago,
 	"clock":   func(t time.Time) string { return t.UTC().Format("15:04:05") },
 	"short":   shortVersion,
 	"deref":   func(v *float64) float64 { return *v },
@@ -110,7 +109,7 @@ type pagePool struct {
 }
 
 type healthCount struct {
-	Health string
+	Health Health
 	N      int
 }
 
@@ -148,9 +147,10 @@ func newPageData(st *Status, opts PageOptions) *pageData {
 	for i := range st.DataPlanes {
 		dp := &st.DataPlanes[i]
 		pd := pageDataPlane{DataPlane: dp}
-		pd.State, pd.Class = dataPlaneState(st, dp)
+		sync := st.DataPlaneSync(dp)
+		pd.State, pd.Class = sync.String(), sync.Level.String()
 		served := st.Served[dp.Kind]
-		for _, typ := range []string{"cds", "eds", "lds", "rds"} {
+		for _, typ := range ShortTypes {
 			v, ok := dp.ACKed[typ]
 			if !ok && served[typ] == "" {
 				continue
@@ -169,7 +169,7 @@ func newPagePool(st *Status, p *Pool, all bool) pagePool {
 	}
 	if p.Hotspot && p.Balance != nil && p.HitRate1m != nil {
 		pp.Hot = fmt.Sprintf("the busiest replica queues %.1f× the mean while the hit rate is %s (rule: balance above %g, hit rate at least %g, busiest queue at least %g)",
-			*p.Balance, percentText(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast, st.HotspotRule.BusiestQueueAtLeast)
+			*p.Balance, PageFormat.Percent(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast, st.HotspotRule.BusiestQueueAtLeast)
 	}
 	reps := SortReplicas(p.Replicas)
 	pp.Health = countHealth(reps)
@@ -188,9 +188,9 @@ func newPagePool(st *Status, p *Pool, all bool) pagePool {
 		}
 		if r.Trend != nil {
 			pts, step := r.Trend.Points, time.Duration(r.Trend.StepSeconds*float64(time.Second))
-			row.Spark.Queue = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.QueueDepth }, 0, "queue depth", numberText)
-			row.Spark.HitRate = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.HitRate }, 1, "hit rate", percentText)
-			row.Spark.TTFT = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.TTFTP95 }, 0, "TTFT p95", secondsText)
+			row.Spark.Queue = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.QueueDepth }, 0, "queue depth", PageFormat.Number)
+			row.Spark.HitRate = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.HitRate }, 1, "hit rate", PageFormat.Percent)
+			row.Spark.TTFT = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.TTFTP95 }, 0, "TTFT p95", PageFormat.Seconds)
 		}
 		pp.Rows = append(pp.Rows, row)
 	}
@@ -199,7 +199,7 @@ func newPagePool(st *Status, p *Pool, all bool) pagePool {
 
 // countHealth counts replicas per health, in healthOrder.
 func countHealth(reps []Replica) []healthCount {
-	counts := map[string]int{}
+	counts := map[Health]int{}
 	for i := range reps {
 		counts[reps[i].Health]++
 	}
@@ -217,65 +217,15 @@ func countHealth(reps []Replica) []healthCount {
 	return out
 }
 
-// healthOrder ranks healths, the ones that need attention first.
-var healthOrder = []string{Unhealthy, Saturated, Stale, Degraded, Draining, Serving}
-
-func healthRank(h string) int {
-	if i := slices.Index(healthOrder, h); i >= 0 {
-		return i
-	}
-	return len(healthOrder)
-}
-
-// SortReplicas returns the replicas in the order that matters to an
-// operator: unhealthy, saturated, stale, degraded and draining ones
-// first, then by queue depth (longest first), then by identity.
-func SortReplicas(reps []Replica) []Replica {
-	out := slices.Clone(reps)
-	queue := func(r *Replica) float64 {
-		if r.QueueDepth == nil {
-			return -1
-		}
-		return *r.QueueDepth
-	}
-	slices.SortStableFunc(out, func(a, b Replica) int {
-		return cmp.Or(cmp.Compare(healthRank(a.Health), healthRank(b.Health)),
-			cmp.Compare(queue(&b), queue(&a)), cmp.Compare(a.ID, b.ID))
-	})
-	return out
-}
-
 func replicaNote(now time.Time, r *Replica) string {
 	var parts []string
 	if r.Health != Serving && r.Reason != "" {
 		parts = append(parts, r.Reason)
 	}
 	if s := r.LastScrape; s != nil && !s.OK {
-		parts = append(parts, "last scrape failed "+agoText(now, s.Time)+": "+s.Error)
+		parts = append(parts, "last scrape failed "+PageFormat.Ago(now, s.Time)+": "+s.Error)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// dataPlaneState compares what a data plane accepted with what its kind
-// is served, as `kvxds status` does.
-func dataPlaneState(st *Status, dp *DataPlane) (state, class string) {
-	served := st.Served[dp.Kind]
-	if n := dp.LastNACK; n != nil && dp.ACKed[n.Type] != served[n.Type] {
-		return "rejecting " + n.Type, "bad"
-	}
-	var behind []string
-	for _, typ := range []string{"cds", "eds", "lds", "rds"} {
-		if v, ok := served[typ]; ok && dp.ACKed[typ] != v {
-			behind = append(behind, typ)
-		}
-	}
-	switch {
-	case len(dp.ACKed) == 0:
-		return "waiting for its first ACK", "warn"
-	case len(behind) > 0:
-		return "behind: " + strings.Join(behind, ", "), "warn"
-	}
-	return "in sync", "ok"
 }
 
 func haRole(h *HA) string {
@@ -366,45 +316,6 @@ func Sparkline(pts []TrendPoint, step time.Duration, end time.Time, get func(*Tr
 	}
 	b.WriteString("</svg>")
 	return template.HTML(b.String()) // numbers and escaped text only
-}
-
-func percentText(v *float64) string {
-	if v == nil {
-		return "–"
-	}
-	return strconv.FormatFloat(*v*100, 'f', 1, 64) + "%"
-}
-
-func numberText(v *float64) string {
-	if v == nil {
-		return "–"
-	}
-	if *v == math.Trunc(*v) {
-		return strconv.FormatFloat(*v, 'f', -1, 64)
-	}
-	return strconv.FormatFloat(*v, 'f', 1, 64)
-}
-
-func secondsText(v *float64) string {
-	if v == nil {
-		return "–"
-	}
-	if *v < 1 {
-		return strconv.FormatFloat(*v*1000, 'f', 0, 64) + " ms"
-	}
-	return strconv.FormatFloat(*v, 'f', 2, 64) + " s"
-}
-
-// agoText says how long before now t was, to the second.
-func agoText(now, t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	d := now.Sub(t).Round(time.Second)
-	if d < time.Second {
-		return "just now"
-	}
-	return d.String() + " ago"
 }
 
 // shortVersion shortens a resource version for display.

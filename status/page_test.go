@@ -83,19 +83,19 @@ func TestRenderPage(t *testing.T) {
 		replicas  int
 		opts      PageOptions
 		wantRows  int
-		wantFirst []string // the first rows' healths
+		wantFirst []Health // the first rows' healths
 		wantText  []string
 		notText   []string
 	}{{
 		name: "small pool: every replica, troubled ones first", replicas: 10, opts: PageOptions{Refresh: 5}, wantRows: 10,
-		wantFirst: []string{Saturated, Stale, Draining, Serving},
+		wantFirst: []Health{Saturated, Stale, Draining, Serving},
 		wantText: []string{"queue depth 12 ≥ 8", "since 11:59:20 (40s ago)", "connection refused", "hit rate 1m <b class=\"pool-hit-rate\">87.0%</b>",
 			"no hotspot", "reload every 5 s", "out of the hash table", "rejecting cds",
 			`cluster &#34;chat&#34;: &lt;unknown&gt; field`, "<polyline", "<script>"},
 		notText: []string{"more replicas not listed", "<unknown>"},
 	}, {
 		name: "1,000 replicas: the first 50 and a count", replicas: 1000, opts: PageOptions{Refresh: 5}, wantRows: PageReplicas,
-		wantFirst: []string{Saturated, Stale, Draining, Serving},
+		wantFirst: []Health{Saturated, Stale, Draining, Serving},
 		wantText:  []string{"950 more replicas not listed (950 serving)", `href="?all=1"`, "show all 1000"},
 	}, {
 		name: "1,000 replicas, all=1, no reload", replicas: 1000, opts: PageOptions{All: true}, wantRows: 1000,
@@ -113,7 +113,7 @@ func TestRenderPage(t *testing.T) {
 				t.Errorf("%d replica rows, want %d", len(ids), tc.wantRows)
 			}
 			for i, h := range tc.wantFirst {
-				if i >= len(healths) || healths[i] != h {
+				if i >= len(healths) || healths[i] != string(h) {
 					t.Errorf("row %d is %v, want %s (rows %v)", i, healths[i:min(i+1, len(healths))], h, healths[:min(len(healths), 5)])
 				}
 			}
@@ -138,26 +138,6 @@ func TestRenderPage(t *testing.T) {
 	}
 }
 
-func TestSortReplicas(t *testing.T) {
-	rep := func(id, health string, queue *float64) Replica {
-		return Replica{ID: id, Health: health, QueueDepth: queue}
-	}
-	in := []Replica{
-		rep("a", Serving, num(1)), rep("b", Serving, nil), rep("c", Draining, num(0)), rep("d", Serving, num(7)),
-		rep("e", Stale, num(2)), rep("f", Saturated, num(3)), rep("g", Unhealthy, nil), rep("h", Saturated, num(30)), rep("i", Serving, num(7)),
-	}
-	var got []string
-	for _, r := range SortReplicas(in) {
-		got = append(got, r.ID)
-	}
-	if want := "g h f e c d i a b"; strings.Join(got, " ") != want {
-		t.Errorf("order %v, want %s", got, want)
-	}
-	if in[0].ID != "a" {
-		t.Error("SortReplicas changed its argument")
-	}
-}
-
 var svgPoint = regexp.MustCompile(`(?:points="([^"]*)"|cx="([^"]+)" cy="([^"]+)")`)
 
 func TestSparkline(t *testing.T) {
@@ -176,7 +156,7 @@ func TestSparkline(t *testing.T) {
 		{name: "one run", trend: trendOf(end, 40), wantLines: 1, wantRightmost: 94.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			svg := string(Sparkline(tc.trend.Points, 30*time.Second, end, get, 1, "hit rate", percentText))
+			svg := string(Sparkline(tc.trend.Points, 30*time.Second, end, get, 1, "hit rate", PageFormat.Percent))
 			if tc.wantEmpty {
 				if svg != "" {
 					t.Errorf("want no sparkline, got %s", svg)

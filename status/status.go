@@ -15,6 +15,8 @@ import (
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // Path is where the admin server serves the status.
@@ -168,15 +170,41 @@ type Decision struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Health values of a Replica.
+// Health is a replica's health as the status names it: the health
+// pushed to the data plane (fleet.Health) with a draining replica told
+// apart by why it drains, and a healthy one by whether its metrics are
+// fresh. ReplicaHealth derives it.
+type Health string
+
+// Health values of a Replica, each with the fleet health it is pushed as.
 const (
-	Serving   = "serving"   // in the hash table
-	Draining  = "draining"  // going away: discovery says so; no new keys
-	Saturated = "saturated" // out of the hash table until it recovers (escape hatch)
-	Stale     = "stale"     // metrics too old: serving with the neutral weight
-	Degraded  = "degraded"
-	Unhealthy = "unhealthy"
+	Serving   Health = "serving"   // healthy: in the hash table
+	Stale     Health = "stale"     // healthy, metrics too old: the neutral weight
+	Draining  Health = "draining"  // draining, going away: discovery says so
+	Saturated Health = "saturated" // draining until it recovers: the escape hatch
+	Degraded  Health = "degraded"  // degraded: used only when too few are healthy
+	Unhealthy Health = "unhealthy" // unhealthy: no traffic
 )
+
+// ReplicaHealth is the health of a replica whose fleet health is pushed,
+// given whether the verdict on its metrics is saturated (the escape hatch,
+// which drains it) and whether they are stale. Saturation wins over what
+// discovery says, which wins over stale metrics.
+func ReplicaHealth(pushed fleet.Health, saturated, stale bool) Health {
+	switch {
+	case saturated:
+		return Saturated
+	case pushed == fleet.Draining:
+		return Draining
+	case pushed == fleet.Degraded:
+		return Degraded
+	case pushed == fleet.Unhealthy:
+		return Unhealthy
+	case stale:
+		return Stale
+	}
+	return Serving
+}
 
 // Replica is one replica of a pool.
 type Replica struct {
@@ -187,7 +215,7 @@ type Replica struct {
 	// Source is the discovery source that found it: static, dns or
 	// kubernetes.
 	Source string `json:"source,omitempty"`
-	Health string `json:"health"`
+	Health Health `json:"health"`
 	// Reason says why a replica is not plainly serving.
 	Reason string `json:"reason,omitempty"`
 	// Since is when the replica entered its current health (as seen by

@@ -323,14 +323,14 @@ func (p *poolRunner) record(log hclog.Logger, m *runnerMetrics, prev, next map[s
 		old, had := prev[id]
 		m.weight.WithLabelValues(p.pool, id).Set(float64(dec.Weight))
 		sat := 0.0
-		if dec.Health == Saturated {
+		if dec.Saturated {
 			sat = 1
 		}
 		m.saturated.WithLabelValues(p.pool, id).Set(sat)
 		switch {
-		case had && old.Health != dec.Health && dec.Health == Saturated:
+		case had && !old.Saturated && dec.Saturated:
 			log.Info("replica saturated: out of the hash table until it recovers", "replica", id)
-		case had && old.Health != dec.Health:
+		case had && old.Saturated != dec.Saturated:
 			log.Info("replica recovered: back in the hash table", "replica", id)
 		case had && old.Weight != dec.Weight:
 			log.Debug("replica weight changed", "replica", id, "from", old.Weight, "to", dec.Weight)

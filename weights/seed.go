@@ -24,7 +24,7 @@ func Seed(cfg Config, decisions map[string]Decision, now time.Time) State {
 			level:      cfg.levelOf(d.Weight),
 			changed:    true,
 			lastChange: now,
-			saturated:  d.Health == Saturated,
+			saturated:  d.Saturated,
 		}
 	}
 	return s

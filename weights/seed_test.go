@@ -15,7 +15,7 @@ func TestSeedCarriesDecisionsOver(t *testing.T) {
 	prev := map[string]Decision{
 		"a": {Weight: 1},
 		"b": {Weight: 3},
-		"c": {Weight: 4, Health: Saturated},
+		"c": {Weight: 4, Saturated: true},
 		"d": {Weight: 4},
 		"e": {Weight: 2, Stale: true}, // carries nothing
 	}
@@ -59,7 +59,7 @@ func TestSeedCarriesDecisionsOver(t *testing.T) {
 		s, res = Step(cfg, s, ids, obs, at)
 	}
 	for _, id := range ids {
-		if d := res.Decisions[id]; d.Weight != cfg.MaxWeight || d.Health != Serving {
+		if d := res.Decisions[id]; d.Weight != cfg.MaxWeight || d.Saturated {
 			t.Errorf("after the damping, %s = %+v, want an idle replica's full weight", id, d)
 		}
 	}

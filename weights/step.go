@@ -95,7 +95,7 @@
 //
 // Let n = len(ids) (distinct ids) and limit = floor(MaxSaturatedFraction·n).
 // When more than limit replicas are saturated, Result.Fallback is set and
-// every replica is Serving (pure affinity): shedding would only overload
+// no replica is Saturated (pure affinity): shedding would only overload
 // the others. Result.Saturated still counts them. When the count drops to
 // limit or below, the saturated ones leave the table again. A pool of one
 // replica (limit 0 for any fraction below 1) therefore never loses its only
@@ -106,7 +106,7 @@
 // A failed observation (Err set) changes nothing: it never saturates a
 // replica nor moves its weight. The last good signals keep governing the
 // replica while now − (time of last good observation) ≤ StaleAfter. After
-// that the replica is stale: Serving (stale metrics never keep a replica
+// that the replica is stale: not saturated (stale metrics never keep a replica
 // out), Decision.Stale set, and the neutral weight. Going stale also drops
 // its saturation and hold, its smoothed value and its preemption baseline,
 // and its level becomes the neutral level. When good observations resume,
@@ -122,7 +122,7 @@
 // replica begins at full weight and only moves down once it reports load.
 //
 // A replica with no good observation yet gets the neutral weight and is
-// Serving; it is reported Stale once StaleAfter has passed since the Step
+// not saturated; it is reported Stale once StaleAfter has passed since the Step
 // that first listed it.
 //
 // Good observations not after the last good one already folded (out of
@@ -184,7 +184,7 @@ type Result struct {
 	// Decisions has one entry per id in ids.
 	Decisions map[string]Decision
 	// Fallback is set when more than MaxSaturatedFraction of the pool is
-	// saturated: then every replica is Serving (pure affinity) and the
+	// saturated: then no replica is Saturated (pure affinity) and the
 	// caller logs it and sets a metric.
 	Fallback bool
 	// Saturated counts the replicas saturated by their signals, whether or
@@ -199,7 +199,7 @@ type Result struct {
 //
 // obs may hold zero or more observations per replica, in time order, good
 // or failed. Replicas no longer in ids are forgotten; a replica with no
-// observation yet gets the neutral weight and is Serving. See the comment
+// observation yet gets the neutral weight and is not saturated. See the comment
 // at the top of step.go for the formulas: free capacity, smoothed and
 // quantised into levels with hysteresis and a minimum interval between
 // changes; immediate saturation with a hold before recovery; the fallback
@@ -305,7 +305,7 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 			res.Stale++
 		}
 		if fresh[i] && r.saturated {
-			d.Health = Saturated
+			d.Saturated = true
 			res.Saturated++
 		}
 		res.Decisions[id] = d
@@ -317,7 +317,7 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 		res.Fallback = true
 		for _, id := range members {
 			d := res.Decisions[id]
-			d.Health = Serving
+			d.Saturated = false
 			res.Decisions[id] = d
 		}
 	}

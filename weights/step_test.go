@@ -69,7 +69,7 @@ type stepTick struct {
 
 var (
 	wantServing = func(w uint32) Decision { return Decision{Weight: w} }
-	wantOut     = func(w uint32) Decision { return Decision{Weight: w, Health: Saturated} }
+	wantOut     = func(w uint32) Decision { return Decision{Weight: w, Saturated: true} }
 	wantStale   = func(w uint32) Decision { return Decision{Weight: w, Stale: true} }
 )
 
@@ -292,14 +292,14 @@ func TestStepSeveralObservationsPerRound(t *testing.T) {
 	ids := []string{"r"}
 	for _, tc := range []struct {
 		hold time.Duration
-		want Health
-	}{{0, Serving}, {30 * time.Second, Saturated}} {
+		want bool // saturated
+	}{{0, false}, {30 * time.Second, true}} {
 		cfg := stepTestConfig()
 		cfg.Hold = tc.hold
 		st, _ := Step(cfg, State{}, ids, []Observation{goodObs("r", 0, sigQ(0))}, stepAt(0))
 		_, res := Step(cfg, st, ids, []Observation{goodObs("r", 1, sigQ(10)), goodObs("r", 2, sigQ(1))}, stepAt(2))
-		if got := res.Decisions["r"].Health; got != tc.want {
-			t.Errorf("hold %v: %v, want %v", tc.hold, got, tc.want)
+		if got := res.Decisions["r"].Saturated; got != tc.want {
+			t.Errorf("hold %v: saturated %v, want %v", tc.hold, got, tc.want)
 		}
 	}
 }
@@ -374,7 +374,11 @@ func (p *stepPool) step(sec float64, obs ...Observation) Result {
 func stepHealths(res Result, ids []string) string {
 	var b strings.Builder
 	for _, id := range ids {
-		fmt.Fprintf(&b, "%s:%v ", id, res.Decisions[id].Health)
+		h := "serving"
+		if res.Decisions[id].Saturated {
+			h = "saturated"
+		}
+		fmt.Fprintf(&b, "%s:%s ", id, h)
 	}
 	return strings.TrimSpace(b.String())
 }
@@ -445,8 +449,8 @@ func TestStepFallback(t *testing.T) {
 				tc.fraction, tc.sat, tc.n, res.Fallback, res.Saturated, tc.fallback)
 		}
 		for id, d := range res.Decisions {
-			if res.Fallback && d.Health != Serving {
-				t.Errorf("fraction %v: %s is %v in fallback", tc.fraction, id, d.Health)
+			if res.Fallback && d.Saturated {
+				t.Errorf("fraction %v: %s is saturated in fallback", tc.fraction, id)
 			}
 		}
 	}
@@ -715,10 +719,10 @@ func randomStepRun(t *testing.T, cfg Config, seed uint64, rounds int) ([]Result,
 			if !allowed[d.Weight] || d.Weight < cfg.MinWeight || d.Weight > cfg.MaxWeight {
 				t.Fatalf("t=%vs: %s weight %d is not a level weight", sec, id, d.Weight)
 			}
-			if d.Stale && d.Health != Serving {
-				t.Fatalf("t=%vs: %s stale but %v", sec, id, d.Health)
+			if d.Stale && d.Saturated {
+				t.Fatalf("t=%vs: %s stale but saturated", sec, id)
 			}
-			if d.Health == Saturated {
+			if d.Saturated {
 				nOut++
 			}
 			if d.Stale {
@@ -848,11 +852,11 @@ func TestStepRelative(t *testing.T) {
 			}
 			res := p.step(0, obs...)
 			for i, id := range ids[:4] {
-				if got := res.Decisions[id]; got.Weight != tc.want[i] || got.Health != Serving {
+				if got := res.Decisions[id]; got.Weight != tc.want[i] || got.Saturated {
 					t.Errorf("%s: %v, want weight %d serving", id, got, tc.want[i])
 				}
 			}
-			if sat := tc.queues[4] >= 10; (res.Decisions["e"].Health == Saturated) != sat {
+			if sat := tc.queues[4] >= 10; res.Decisions["e"].Saturated != sat {
 				t.Errorf("e: %v, saturated should be %t", res.Decisions["e"], sat)
 			}
 		})
@@ -893,7 +897,7 @@ func TestStepDomains(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, res := StepDomains(cfg, State{}, ids, tc.domains, obs, stepAt(0))
 			for _, id := range ids {
-				if got := res.Decisions[id]; got.Weight != tc.want[id] || got.Health != Serving {
+				if got := res.Decisions[id]; got.Weight != tc.want[id] || got.Saturated {
 					t.Errorf("%s: %v, want weight %d serving", id, got, tc.want[id])
 				}
 			}

@@ -149,7 +149,7 @@ func TestRunnerChanges(t *testing.T) {
 		want: nil, // first decisions change nothing
 	}, {
 		obs: map[string]Signals{"a": sig(20, 0.5), "b": sig(5, 0.7)},
-		res: Result{Decisions: map[string]Decision{"a": {Weight: 2, Health: Saturated}, "b": {Weight: 1}}},
+		res: Result{Decisions: map[string]Decision{"a": {Weight: 2, Saturated: true}, "b": {Weight: 1}}},
 		want: []change{
 			{"a", ChangeEscape, 2, 2, "queue depth 20 ≥ 8"},
 			{"b", ChangeWeight, 2, 1, "free capacity: queue depth 5 of 8, KV occupancy 0.70 of 0.90"},

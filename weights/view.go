@@ -131,14 +131,14 @@ func (p *poolRunner) observe(ids []string, obs []Observation, res Result, now ti
 			sig, _ = rec.hist.Latest()
 		}
 		switch {
-		case d.Health == Saturated && (!had || prev.Health != Saturated):
+		case d.Saturated && (!had || !prev.Saturated):
 			escapes++
 			reason := saturationReason(cfg, &sig)
 			if rec != nil {
 				rec.reason = reason
 			}
 			p.addChange(Change{Time: now, Replica: id, Kind: ChangeEscape, From: prev.Weight, To: d.Weight, Reason: reason})
-		case had && prev.Health == Saturated && d.Health != Saturated:
+		case had && prev.Saturated && !d.Saturated:
 			reason := fmt.Sprintf("calm for %s: queue depth below %g and KV occupancy below %.2f", cfg.Hold, cfg.ResumeQueueDepth, cfg.ResumeKVOccupancy)
 			if res.Fallback {
 				reason = fmt.Sprintf("too many replicas saturated (more than %g of the pool): pure affinity", cfg.MaxSaturatedFraction)
@@ -208,7 +208,7 @@ func (p *poolRunner) view(now time.Time) PoolView {
 			rv.Signals, rv.LastGood = rec.hist.Latest()
 			rv.Window = rec.hist.Window()
 			rv.Trend = rec.trend.Points(now)
-			if rv.Decision.Health == Saturated {
+			if rv.Decision.Saturated {
 				rv.Reason = rec.reason
 			}
 		} else {

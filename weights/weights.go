@@ -26,6 +26,7 @@
 package weights
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -109,50 +110,58 @@ type Observation struct {
 	Err     error
 }
 
-// Health is what Step decides for a replica's place in the hash table.
-type Health int
-
-const (
-	// Serving replicas are in the hash table.
-	Serving Health = iota
-	// Saturated replicas are out of the hash table for new keys until
-	// they recover.
-	Saturated
-)
-
-func (h Health) String() string {
-	if h == Saturated {
-		return "saturated"
-	}
-	return "serving"
-}
-
-// MarshalText writes the health as its name, so published decisions read
-// well.
-func (h Health) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
-
-// UnmarshalText reads a health name.
-func (h *Health) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "serving":
-		*h = Serving
-	case "saturated":
-		*h = Saturated
-	default:
-		return fmt.Errorf("unknown health %q", b)
-	}
-	return nil
-}
-
 // Decision is Step's verdict for one replica.
 type Decision struct {
 	// Weight multiplies the replica's static weight; it lies within
 	// [Config.MinWeight, Config.MaxWeight].
-	Weight uint32 `json:"weight"`
-	Health Health `json:"health"`
+	Weight uint32
+	// Saturated takes the replica out of the hash table for new keys
+	// until it recovers (the reconcile step drains it).
+	Saturated bool
 	// Stale is set when the replica's metrics are older than the
 	// staleness window and Weight is the neutral weight.
-	Stale bool `json:"stale,omitempty"`
+	Stale bool
+}
+
+// decisionJSON is a Decision as published to followers: saturation is
+// named as a health, "saturated" or "serving", which every kvxds
+// version writes and reads.
+type decisionJSON struct {
+	Weight uint32 `json:"weight"`
+	Health string `json:"health"`
+	Stale  bool   `json:"stale,omitempty"`
+}
+
+// Health names of a Decision on the wire.
+const (
+	healthServing   = "serving"
+	healthSaturated = "saturated"
+)
+
+// MarshalJSON writes d as followers read it.
+func (d Decision) MarshalJSON() ([]byte, error) {
+	j := decisionJSON{Weight: d.Weight, Health: healthServing, Stale: d.Stale}
+	if d.Saturated {
+		j.Health = healthSaturated
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; a decision without a
+// health is serving.
+func (d *Decision) UnmarshalJSON(b []byte) error {
+	var j decisionJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	switch j.Health {
+	case healthServing, "":
+	case healthSaturated:
+	default:
+		return fmt.Errorf("unknown health %q", j.Health)
+	}
+	*d = Decision{Weight: j.Weight, Saturated: j.Health == healthSaturated, Stale: j.Stale}
+	return nil
 }
 
 // Config tunes Step for one pool. The policy package fills in defaults;

@@ -7,11 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,8 +172,7 @@ func (t *table) write(w io.Writer, indent string) {
 func plain(s string) cell { return cell{text: s} }
 
 // printStatus writes st as tables: the instance, each pool and its
-// replicas (saturated, draining and stale first, then by queue), and the
-// data planes.
+// replicas (in status.SortReplicas's order), and the data planes.
 func printStatus(w io.Writer, st *status.Status, color bool) {
 	paint := func(s, c string) string {
 		if !color {
@@ -252,11 +249,7 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 	if len(p.Replicas) == 0 {
 		return
 	}
-	reps := slices.Clone(p.Replicas)
-	slices.SortStableFunc(reps, func(a, b status.Replica) int {
-		return cmp.Or(cmp.Compare(healthRank(a.Health), healthRank(b.Health)),
-			cmp.Compare(value(b.QueueDepth), value(a.QueueDepth)), cmp.Compare(a.ID, b.ID))
-	})
+	reps := status.SortReplicas(p.Replicas)
 	t := &table{color: color}
 	t.add(cell{"ID", dim}, cell{"ADDRESS", dim}, cell{"HEALTH", dim}, cell{"WEIGHT", dim}, cell{"SHARE", dim},
 		cell{"QUEUE", dim}, cell{"KV", dim}, cell{"HIT 1M", dim}, cell{"TTFT P95", dim}, cell{"", ""})
@@ -272,85 +265,23 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 		if !r.Since.IsZero() && r.Health != status.Serving {
 			note = strings.TrimSuffix("since "+ago(st.Time, r.Since)+": "+note, ": ")
 		}
-		t.add(plain(r.ID), plain(r.Address), cell{r.Health, healthColor(r.Health)}, plain(weight), plain(percent(r.TableShare)),
+		t.add(plain(r.ID), plain(r.Address), cell{string(r.Health), levelColor[status.HealthLevel(r.Health)]}, plain(weight), plain(percent(r.TableShare)),
 			plain(number(r.QueueDepth)), plain(percent(r.KVOccupancy)), plain(percent(r.HitRate1m)), plain(seconds(r.TTFTP95)), plain(note))
 	}
 	t.write(w, "  ")
 }
 
+// levelColor is the colour of a level of attention.
+var levelColor = map[status.Level]string{status.OK: green, status.Warn: yellow, status.Bad: red}
+
 // dataPlaneState compares what a data plane accepted with what its kind
-// is served.
+// is served, naming a rejection in full.
 func dataPlaneState(st *status.Status, dp *status.DataPlane) (string, string) {
-	served := st.Served[dp.Kind]
-	var behind []string
-	for _, typ := range slices.Sorted(maps.Keys(served)) {
-		if dp.ACKed[typ] != served[typ] {
-			behind = append(behind, typ)
-		}
+	sync := st.DataPlaneSync(dp)
+	if n := sync.Rejected; n != nil {
+		return fmt.Sprintf("NACK %s %s %s: %s", n.Type, n.Version, ago(st.Time, n.Time), n.Message), levelColor[sync.Level]
 	}
-	if n := dp.LastNACK; n != nil && dp.ACKed[n.Type] != served[n.Type] {
-		return fmt.Sprintf("NACK %s %s %s: %s", n.Type, n.Version, ago(st.Time, n.Time), n.Message), red
-	}
-	switch {
-	case len(dp.ACKed) == 0:
-		return "waiting for its first ACK", yellow
-	case len(behind) > 0:
-		return "behind: " + strings.Join(behind, ", "), yellow
-	}
-	return "in sync", green
-}
-
-func healthRank(h string) int {
-	switch h {
-	case status.Saturated:
-		return 0
-	case status.Draining:
-		return 1
-	case status.Serving:
-		return 3
-	}
-	return 2
-}
-
-func healthColor(h string) string {
-	switch h {
-	case status.Saturated, status.Unhealthy:
-		return red
-	case status.Serving:
-		return green
-	}
-	return yellow
-}
-
-func value(v *float64) float64 {
-	if v == nil {
-		return -1
-	}
-	return *v
-}
-
-func number(v *float64) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*v, 'f', -1, 64)
-}
-
-func percent(v *float64) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*v*100, 'f', 1, 64) + "%"
-}
-
-func seconds(v *float64) string {
-	switch {
-	case v == nil:
-		return "-"
-	case *v < 1:
-		return strconv.FormatFloat(*v*1000, 'f', 0, 64) + "ms"
-	}
-	return strconv.FormatFloat(*v, 'f', 2, 64) + "s"
+	return sync.String(), levelColor[sync.Level]
 }
 
 func plural(n int, what string) string {
@@ -360,18 +291,10 @@ func plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-// ago is how long before now t was, coarsely.
-func ago(now, t time.Time) string {
-	d := now.Sub(t)
-	switch {
-	case d < time.Second:
-		return "just now"
-	case d < time.Minute:
-		return strconv.Itoa(int(d/time.Second)) + "s ago"
-	case d < time.Hour:
-		return strconv.Itoa(int(d/time.Minute)) + "m ago"
-	case d < 48*time.Hour:
-		return strconv.Itoa(int(d/time.Hour)) + "h ago"
-	}
-	return strconv.Itoa(int(d/(24*time.Hour))) + "d ago"
-}
+// Figures as the table writes them.
+var (
+	number  = status.TextFormat.Number
+	percent = status.TextFormat.Percent
+	seconds = status.TextFormat.Seconds
+	ago     = status.TextFormat.Ago
+)

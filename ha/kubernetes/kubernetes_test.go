@@ -101,7 +101,7 @@ func leaders(is []*instance) []*instance {
 
 func doc(leader string, term int64, weight uint32) ha.Document {
 	return ha.Document{Leader: leader, Term: term, Time: time.Now().UTC().Truncate(time.Second),
-		Pools: ha.Decisions{"chat": {"vllm-0": {Weight: weight, Health: weights.Saturated}, "vllm-1": {Weight: 2}}}}
+		Pools: ha.Decisions{"chat": {"vllm-0": {Weight: weight, Saturated: true}, "vllm-1": {Weight: 2}}}}
 }
 
 // Three instances on a real API server: one leads and publishes, every

@@ -1,0 +1,115 @@
+package status
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSortReplicas(t *testing.T) {
+	rep := func(id string, health Health, queue *float64) Replica {
+		return Replica{ID: id, Health: health, QueueDepth: queue}
+	}
+	in := []Replica{
+		rep("a", Serving, num(1)), rep("b", Serving, nil), rep("c", Draining, num(0)), rep("d", Serving, num(7)),
+		rep("e", Stale, num(2)), rep("f", Saturated, num(3)), rep("g", Unhealthy, nil), rep("h", Saturated, num(30)), rep("i", Serving, num(7)),
+	}
+	var got []string
+	for _, r := range SortReplicas(in) {
+		got = append(got, r.ID)
+	}
+	if want := "g h f e c d i a b"; strings.Join(got, " ") != want {
+		t.Errorf("order %v, want %s", got, want)
+	}
+	if in[0].ID != "a" {
+		t.Error("SortReplicas changed its argument")
+	}
+}
+
+func TestHealthLevel(t *testing.T) {
+	for h, want := range map[Health]Level{
+		Serving: OK, Draining: Warn, Stale: Warn, Degraded: Warn, Saturated: Bad, Unhealthy: Bad, "new": Warn,
+	} {
+		if got := HealthLevel(h); got != want {
+			t.Errorf("HealthLevel(%q) = %v, want %v", h, got, want)
+		}
+	}
+}
+
+func TestFormats(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		f          func(Format, *float64) string
+		v          *float64
+		page, text string
+	}{
+		{"number unknown", Format.Number, nil, "–", "-"},
+		{"number whole", Format.Number, num(12), "12", "12"},
+		{"number fraction", Format.Number, num(6.25), "6.2", "6.25"},
+		{"percent unknown", Format.Percent, nil, "–", "-"},
+		{"percent", Format.Percent, num(0.8312), "83.1%", "83.1%"},
+		{"percent whole", Format.Percent, num(1), "100.0%", "100.0%"},
+		{"seconds unknown", Format.Seconds, nil, "–", "-"},
+		{"seconds below one", Format.Seconds, num(0.0704), "70 ms", "70ms"},
+		{"seconds", Format.Seconds, num(1.234), "1.23 s", "1.23s"},
+	} {
+		if got := tc.f(PageFormat, tc.v); got != tc.page {
+			t.Errorf("%s: page %q, want %q", tc.name, got, tc.page)
+		}
+		if got := tc.f(TextFormat, tc.v); got != tc.text {
+			t.Errorf("%s: text %q, want %q", tc.name, got, tc.text)
+		}
+	}
+}
+
+func TestAgo(t *testing.T) {
+	now := pageT0
+	for _, tc := range []struct {
+		name       string
+		t          time.Time
+		page, text string
+	}{
+		{"zero", time.Time{}, "", ""},
+		{"future", now.Add(time.Minute), "just now", "just now"},
+		{"now", now.Add(-400 * time.Millisecond), "just now", "just now"},
+		{"rounds up to a second", now.Add(-600 * time.Millisecond), "1s ago", "just now"},
+		{"seconds", now.Add(-42 * time.Second), "42s ago", "42s ago"},
+		{"minutes", now.Add(-192 * time.Second), "3m12s ago", "3m ago"},
+		{"hours", now.Add(-47 * time.Hour), "47h0m0s ago", "47h ago"},
+		{"days", now.Add(-72 * time.Hour), "72h0m0s ago", "3d ago"},
+	} {
+		if got := PageFormat.Ago(now, tc.t); got != tc.page {
+			t.Errorf("%s: page %q, want %q", tc.name, got, tc.page)
+		}
+		if got := TextFormat.Ago(now, tc.t); got != tc.text {
+			t.Errorf("%s: text %q, want %q", tc.name, got, tc.text)
+		}
+	}
+}
+
+func TestDataPlaneSync(t *testing.T) {
+	st := &Status{Served: map[string]map[string]string{"envoy": {"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"}}}
+	all := map[string]string{"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"}
+	nack := &NACK{Type: "cds", Version: "c2", Message: "bad cluster"}
+	for _, tc := range []struct {
+		name  string
+		dp    DataPlane
+		level Level
+		text  string
+	}{
+		{"in sync", DataPlane{Kind: "envoy", ACKed: all}, OK, "in sync"},
+		{"waiting", DataPlane{Kind: "envoy"}, Warn, "waiting for its first ACK"},
+		{"behind", DataPlane{Kind: "envoy", ACKed: map[string]string{"cds": "c1", "eds": "e2", "lds": "l1"}}, Warn, "behind: cds, rds"},
+		{"rejecting", DataPlane{Kind: "envoy", ACKed: map[string]string{"cds": "c1", "eds": "e2", "lds": "l1", "rds": "r1"}, LastNACK: nack}, Bad, "rejecting cds"},
+		{"rejected, since accepted", DataPlane{Kind: "envoy", ACKed: all, LastNACK: nack}, OK, "in sync"},
+		{"kind not served", DataPlane{Kind: "grpc", ACKed: all}, OK, "in sync"},
+	} {
+		s := st.DataPlaneSync(&tc.dp)
+		if s.Level != tc.level || s.String() != tc.text {
+			t.Errorf("%s: %v %q, want %v %q", tc.name, s.Level, s.String(), tc.level, tc.text)
+		}
+		if (s.Rejected != nil) != (tc.level == Bad) {
+			t.Errorf("%s: rejected %v", tc.name, s.Rejected)
+		}
+	}
+}
