@@ -105,12 +105,12 @@ func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[s
 // Render returns, as YAML, the resources a kind of client receives for a
 // policy and its static endpoints (replicas its dns and kubernetes blocks
 // would find are not looked up).
-func Render(p *policy.Policy, flavor translate.Flavor) ([]byte, error) {
+func Render(p *policy.Policy, kind translate.Kind) ([]byte, error) {
 	m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
 	if err != nil {
 		return nil, err
 	}
-	r, err := translate.Translate(m, flavor)
+	r, err := translate.Translate(m, kind)
 	if err != nil {
 		return nil, err
 	}

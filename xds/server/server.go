@@ -61,7 +61,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	last    *translate.Model // last model that was pushed
-	current map[translate.Flavor]*translate.Resources
+	current map[translate.Kind]*translate.Resources
 	ready   bool
 }
 
@@ -76,7 +76,7 @@ func New(opts Options) *Server {
 	s := &Server{
 		log:     logger,
 		metrics: m,
-		current: map[translate.Flavor]*translate.Resources{},
+		current: map[translate.Kind]*translate.Resources{},
 	}
 	now := opts.Now
 	if now == nil {
@@ -113,10 +113,10 @@ func (s *Server) Ready() bool {
 	return s.ready
 }
 
-// Versions returns the per-type versions currently served to a flavor,
+// Versions returns the per-type versions currently served to a kind,
 // keyed by type URL.
-func (s *Server) Versions(flavor translate.Flavor) map[string]string {
-	snap, err := s.cache.GetSnapshot(flavor.String())
+func (s *Server) Versions(kind translate.Kind) map[string]string {
+	snap, err := s.cache.GetSnapshot(kind.String())
 	if err != nil {
 		return nil
 	}
@@ -136,7 +136,7 @@ func (s *Server) Update(ctx context.Context, m translate.Model) error {
 		return nil
 	}
 	f := m.Fleet()
-	next := map[translate.Flavor]*translate.Resources{}
+	next := map[translate.Kind]*translate.Resources{}
 	if s.last != nil && sameShape(s.last.Fleet(), f) {
 		// Membership, weight and health changes touch only EDS (and gRPC
 		// clients' ring sizes): listeners and routes are reused as they
@@ -147,27 +147,27 @@ func (s *Server) Update(ctx context.Context, m translate.Model) error {
 			return fmt.Errorf("translating endpoint changes: %w", err)
 		}
 	} else {
-		for _, flavor := range translate.Flavors {
-			r, err := translate.Translate(m, flavor)
+		for _, kind := range translate.Kinds {
+			r, err := translate.Translate(m, kind)
 			if err != nil {
 				s.metrics.updateErrors.Inc()
-				return fmt.Errorf("translating for %s: %w", flavor, err)
+				return fmt.Errorf("translating for %s: %w", kind, err)
 			}
-			next[flavor] = r
+			next[kind] = r
 		}
 	}
-	snaps := map[translate.Flavor]*cachev3.Snapshot{}
-	for flavor, r := range next {
+	snaps := map[translate.Kind]*cachev3.Snapshot{}
+	for kind, r := range next {
 		snap, err := r.Snapshot()
 		if err != nil {
 			s.metrics.updateErrors.Inc()
-			return fmt.Errorf("building %s snapshot: %w", flavor, err)
+			return fmt.Errorf("building %s snapshot: %w", kind, err)
 		}
-		snaps[flavor] = snap
+		snaps[kind] = snap
 	}
-	for _, flavor := range slices.Sorted(maps.Keys(snaps)) {
-		snap := snaps[flavor]
-		key := flavor.String()
+	for _, kind := range slices.Sorted(maps.Keys(snaps)) {
+		snap := snaps[kind]
+		key := kind.String()
 		prev, _ := s.cache.GetSnapshot(key)
 		if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
 			return fmt.Errorf("setting %s snapshot: %w", key, err)

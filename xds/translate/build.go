@@ -71,7 +71,7 @@ func adsSource() *corev3.ConfigSource {
 	}
 }
 
-// httpConnectionManager is the HCM shared by both flavors: routes over
+// httpConnectionManager is the HCM shared by both kinds: routes over
 // ADS and the router filter.
 //
 // request_timeout (whole downstream request) and max_stream_duration are
@@ -82,13 +82,13 @@ func adsSource() *corev3.ConfigSource {
 //
 // For Envoy, a hash pool with body keys gets the Lua filter that sets
 // their headers first (see bodyKeyFilter).
-func httpConnectionManager(p *fleet.Pool, flavor Flavor) (*hcmv3.HttpConnectionManager, error) {
+func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManager, error) {
 	router, err := typed(&routerv3.Router{})
 	if err != nil {
 		return nil, err
 	}
 	var filters []*hcmv3.HttpFilter
-	if bodyKeys(p, flavor) {
+	if bodyKeys(p, kind) {
 		f, err := bodyKeyFilter(p)
 		if err != nil {
 			return nil, fmt.Errorf("body keys: %w", err)
@@ -110,8 +110,8 @@ func httpConnectionManager(p *fleet.Pool, flavor Flavor) (*hcmv3.HttpConnectionM
 	}, nil
 }
 
-func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
-	hcm, err := httpConnectionManager(p, flavor)
+func buildListener(p *fleet.Pool, kind Kind) (*listenerv3.Listener, error) {
+	hcm, err := httpConnectionManager(p, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
 		return nil, err
 	}
 	var l *listenerv3.Listener
-	switch flavor {
+	switch kind {
 	case Envoy:
 		l = &listenerv3.Listener{
 			Name: p.Name,
@@ -136,7 +136,7 @@ func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
 				}},
 			}},
 		}
-		if bodyKeys(p, flavor) {
+		if bodyKeys(p, kind) {
 			l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(bodyBufferLimit(p))
 		}
 	case GRPC, GRPCJS:
@@ -147,7 +147,7 @@ func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
 			ApiListener: &listenerv3.ApiListener{ApiListener: cfg},
 		}
 	default:
-		return nil, fmt.Errorf("unknown flavor %v", flavor)
+		return nil, fmt.Errorf("unknown kind %v", kind)
 	}
 	if err := l.ValidateAll(); err != nil {
 		return nil, err
@@ -155,20 +155,20 @@ func buildListener(p *fleet.Pool, flavor Flavor) (*listenerv3.Listener, error) {
 	return l, nil
 }
 
-func buildRoute(p *fleet.Pool, flavor Flavor) (*routev3.RouteConfiguration, error) {
+func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 	// Every key is terminal: the first one present in the request decides
 	// the hash, later ones are only fallbacks (Envoy and gRPC both stop at
 	// the first terminal policy that produced a hash). gRPC ignores
 	// cookie and query-parameter policies.
-	keys := routeKeys(p, flavor)
+	keys := routeKeys(p, kind)
 	hp := hashPolicies(keys)
 	action := func(cluster string, hp []*routev3.RouteAction_HashPolicy) *routev3.Route_Route {
 		return routeAction(p, cluster, hp)
 	}
 	// Group routes come first: their header matches decide before the
 	// pool's own routes (groups.go).
-	routes := groupRoutes(p, flavor, keys)
-	keyless := keylessCluster(p, flavor)
+	routes := groupRoutes(p, kind, keys)
+	keyless := keylessCluster(p, kind)
 	if keyless == "" {
 		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(p.Name, hp)})
 	} else {
@@ -259,7 +259,7 @@ func prefixMatch() *routev3.RouteMatch {
 	return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 }
 
-// keylessCluster is the name of p's keyless cluster for flavor, or "" if
+// keylessCluster is the name of p's keyless cluster for kind, or "" if
 // it has none.
 //
 // grpc-js gets none: it shares subchannels between the clusters of a
@@ -268,8 +268,8 @@ func prefixMatch() *routev3.RouteMatch {
 // endpoint's connection from inside a pick, is told synchronously that it
 // is ready, and queues the pick after the only update it will get). Its
 // keyless requests take a random hash on the ring instead.
-func keylessCluster(p *fleet.Pool, flavor Flavor) string {
-	if p.Balancer != fleet.ConsistentHash || p.Hash.Keyless == fleet.Random || flavor == GRPCJS {
+func keylessCluster(p *fleet.Pool, kind Kind) string {
+	if p.Balancer != fleet.ConsistentHash || p.Hash.Keyless == fleet.Random || kind == GRPCJS {
 		return ""
 	}
 	return p.Name + fleet.KeylessSuffix
@@ -280,14 +280,14 @@ func keylessCluster(p *fleet.Pool, flavor Flavor) string {
 // and health stay one EDS resource) under round robin or least request.
 // Proxyless gRPC clients get a hash cluster of their own whose ring size
 // follows the pool's healthy weight (see GRPCRingSize).
-func buildClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
-	groups, err := groupClusters(p, flavor)
+func buildClusters(p *fleet.Pool, kind Kind) ([]*clusterv3.Cluster, error) {
+	groups, err := groupClusters(p, kind)
 	if err != nil {
 		return nil, err
 	}
-	p = defaultView(p, flavor)
+	p = defaultView(p, kind)
 	var c *clusterv3.Cluster
-	if flavor.proxyless() && p.Balancer == fleet.ConsistentHash {
+	if kind.proxyless() && p.Balancer == fleet.ConsistentHash {
 		c, err = grpcHashCluster(p, EntriesPerWeight(p.Hash.GRPCRingCap))
 	} else {
 		c, err = buildCluster(p, p.Name, "")
@@ -295,7 +295,7 @@ func buildClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := keylessCluster(p, flavor)
+	name := keylessCluster(p, kind)
 	if name == "" {
 		return append([]*clusterv3.Cluster{c}, groups...), nil
 	}
@@ -429,7 +429,7 @@ var healthStatus = [...]corev3.HealthStatus{
 // so for grpc-js every locality of a hash pool weighs 1: its ring then
 // matches grpc-go's. (Its other balancers weigh localities as grpc-go's
 // do, and keep the sums.)
-func buildEndpoints(p *fleet.Pool, flavor Flavor) (*endpointv3.ClusterLoadAssignment, error) {
+func buildEndpoints(p *fleet.Pool, kind Kind) (*endpointv3.ClusterLoadAssignment, error) {
 	// Bucket endpoints by locality. Pools have few localities: scan a
 	// slice, and switch to a map if there are many.
 	var locs []fleet.Locality
@@ -522,7 +522,7 @@ func buildEndpoints(p *fleet.Pool, flavor Flavor) (*endpointv3.ClusterLoadAssign
 		lles[k].LbEndpoints = append(lles[k].LbEndpoints, &lbEps[i])
 		sums[k] += e.Weight
 	}
-	unitLocalities := flavor == GRPCJS && p.Balancer == fleet.ConsistentHash
+	unitLocalities := kind == GRPCJS && p.Balancer == fleet.ConsistentHash
 	for i := range lles {
 		lweights[i].Value = sums[i]
 		if unitLocalities {

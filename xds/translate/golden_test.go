@@ -180,8 +180,8 @@ func TestGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			f := loadFleet(t, in)
-			for _, flavor := range Flavors {
-				r, err := translateFleet(f, flavor)
+			for _, kind := range Kinds {
+				r, err := translateFleet(f, kind)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -191,8 +191,8 @@ func TestGolden(t *testing.T) {
 					"clusters":  toYAML(t, r.Clusters),
 					"endpoints": toYAML(t, r.Endpoints),
 				}
-				for kind, got := range outs {
-					path := filepath.Join("testdata", "out", fmt.Sprintf("%s.%s.%s.yaml", name, flavor, kind))
+				for typ, got := range outs {
+					path := filepath.Join("testdata", "out", fmt.Sprintf("%s.%s.%s.yaml", name, kind, typ))
 					if *update {
 						if err := os.WriteFile(path, got, 0o644); err != nil {
 							t.Fatal(err)

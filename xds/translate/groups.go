@@ -16,7 +16,7 @@ import (
 
 // Tenant hash groups.
 //
-// A group (fleet.Group) of pool P gets, for every flavor:
+// A group (fleet.Group) of pool P gets, for every kind:
 //
 //   - one route per value, before the pool's own routes, matching the
 //     group's header exactly (string_match exact, which Envoy, grpc-go and
@@ -28,7 +28,7 @@ import (
 //     behaviour without a hash), so it never leaves the group's replicas;
 //     a group has no keyless cluster;
 //   - a cluster "P/group/NAME" shaped like the pool's hash cluster for the
-//     flavor (Maglev then ring hash for Envoy, the sized ring hash for
+//     kind (Maglev then ring hash for Envoy, the sized ring hash for
 //     gRPC, with GroupEntriesPerWeight entries per unit of weight), over
 //     its own ClusterLoadAssignment "P/group/NAME": the group's members
 //     with their weights, health and hash keys.
@@ -103,7 +103,7 @@ func groupPool(p *fleet.Pool, g fleet.Group, members []fleet.Endpoint) *fleet.Po
 	return &gp
 }
 
-// groupPlan is how p's groups are served to a flavor.
+// groupPlan is how p's groups are served to a kind.
 type groupPlan struct {
 	// view is p as its own clusters and assignment see it.
 	view *fleet.Pool
@@ -113,7 +113,7 @@ type groupPlan struct {
 	served  []bool
 }
 
-// planGroups returns how p's groups are served to flavor.
+// planGroups returns how p's groups are served to kind.
 //
 // Envoy and gRPC: every group has its cluster, and the pool's own
 // assignment leaves out the members of its exclusive groups, unless that
@@ -133,9 +133,9 @@ type groupPlan struct {
 // load-balancer-ring-hash.js constructRing). With one cluster it never
 // sees such a response, and its routes and clusters never follow
 // membership.
-func planGroups(p *fleet.Pool, flavor Flavor) groupPlan {
+func planGroups(p *fleet.Pool, kind Kind) groupPlan {
 	plan := groupPlan{view: p, members: make([][]fleet.Endpoint, len(p.Groups)), served: make([]bool, len(p.Groups))}
-	if len(p.Groups) == 0 || flavor == GRPCJS {
+	if len(p.Groups) == 0 || kind == GRPCJS {
 		return plan
 	}
 	out := map[string]bool{}
@@ -216,18 +216,18 @@ func RingTables(p *fleet.Pool) []RingTable {
 	return out
 }
 
-// defaultView is p as its own clusters and assignment see it for flavor.
-func defaultView(p *fleet.Pool, flavor Flavor) *fleet.Pool {
-	return planGroups(p, flavor).view
+// defaultView is p as its own clusters and assignment see it for kind.
+func defaultView(p *fleet.Pool, kind Kind) *fleet.Pool {
+	return planGroups(p, kind).view
 }
 
-// groupRoutes returns the routes of p's groups for flavor, in group
-// order, one per value; keys are the pool's route keys for the flavor.
-func groupRoutes(p *fleet.Pool, flavor Flavor, keys []fleet.HashKey) []*routev3.Route {
+// groupRoutes returns the routes of p's groups for kind, in group
+// order, one per value; keys are the pool's route keys for the kind.
+func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Route {
 	if len(p.Groups) == 0 {
 		return nil
 	}
-	plan := planGroups(p, flavor)
+	plan := planGroups(p, kind)
 	var routes []*routev3.Route
 	for i, g := range p.Groups {
 		inner := slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return k.Header == g.Header })
@@ -252,7 +252,7 @@ func groupRoutes(p *fleet.Pool, flavor Flavor, keys []fleet.HashKey) []*routev3.
 
 // groupResources returns the clusters and assignments of the groups plan
 // serves.
-func groupResources(p *fleet.Pool, flavor Flavor, plan groupPlan) ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment, error) {
+func groupResources(p *fleet.Pool, kind Kind, plan groupPlan) ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment, error) {
 	var clusters []*clusterv3.Cluster
 	var clas []*endpointv3.ClusterLoadAssignment
 	for i, g := range p.Groups {
@@ -262,7 +262,7 @@ func groupResources(p *fleet.Pool, flavor Flavor, plan groupPlan) ([]*clusterv3.
 		gp := groupPool(p, g, plan.members[i])
 		var c *clusterv3.Cluster
 		var err error
-		if flavor.proxyless() {
+		if kind.proxyless() {
 			c, err = grpcHashCluster(gp, GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap))
 		} else {
 			c, err = buildCluster(gp, gp.Name, "")
@@ -270,7 +270,7 @@ func groupResources(p *fleet.Pool, flavor Flavor, plan groupPlan) ([]*clusterv3.
 		if err != nil {
 			return nil, nil, fmt.Errorf("group %q: cluster: %w", g.Name, err)
 		}
-		cla, err := buildEndpoints(gp, flavor)
+		cla, err := buildEndpoints(gp, kind)
 		if err != nil {
 			return nil, nil, fmt.Errorf("group %q: cluster load assignment: %w", g.Name, err)
 		}
@@ -280,14 +280,14 @@ func groupResources(p *fleet.Pool, flavor Flavor, plan groupPlan) ([]*clusterv3.
 	return clusters, clas, nil
 }
 
-// groupClusters returns the clusters of p's groups for flavor.
-func groupClusters(p *fleet.Pool, flavor Flavor) ([]*clusterv3.Cluster, error) {
-	c, _, err := groupResources(p, flavor, planGroups(p, flavor))
+// groupClusters returns the clusters of p's groups for kind.
+func groupClusters(p *fleet.Pool, kind Kind) ([]*clusterv3.Cluster, error) {
+	c, _, err := groupResources(p, kind, planGroups(p, kind))
 	return c, err
 }
 
-// groupEndpoints returns the assignments of p's groups for flavor.
-func groupEndpoints(p *fleet.Pool, flavor Flavor) ([]*endpointv3.ClusterLoadAssignment, error) {
-	_, e, err := groupResources(p, flavor, planGroups(p, flavor))
+// groupEndpoints returns the assignments of p's groups for kind.
+func groupEndpoints(p *fleet.Pool, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
+	_, e, err := groupResources(p, kind, planGroups(p, kind))
 	return e, err
 }

@@ -186,7 +186,7 @@ func TestDefaultView(t *testing.T) {
 
 // grpc-js gets one hash cluster per pool, over the whole pool, whatever
 // the groups: the groups' routes go to it (see planGroups). The other
-// flavors serve every group with a cluster of its own.
+// kinds serve every group with a cluster of its own.
 func TestGroupsForGRPCJS(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -205,19 +205,19 @@ func TestGroupsForGRPCJS(t *testing.T) {
 			}
 			p := groupTestPool(t, tc.n, tc.groups[0])
 			p.Groups = tc.groups
-			for _, flavor := range Flavors {
-				r, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{*p}}, flavor)
+			for _, kind := range Kinds {
+				r, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{*p}}, kind)
 				if err != nil {
 					t.Fatal(err)
 				}
 				want := 1 + len(tc.groups)
-				if flavor == GRPCJS {
+				if kind == GRPCJS {
 					want = 1
 				}
 				if len(r.Endpoints) != want {
-					t.Errorf("%v: %d assignments, want %d", flavor, len(r.Endpoints), want)
+					t.Errorf("%v: %d assignments, want %d", kind, len(r.Endpoints), want)
 				}
-				if flavor != GRPCJS {
+				if kind != GRPCJS {
 					continue
 				}
 				n := 0
@@ -251,7 +251,7 @@ func TestGroupsForGRPCJS(t *testing.T) {
 
 // A member draining changes the groups' assignments (and, for gRPC,
 // clusters) only: the fast path equals a full translation, and no
-// flavor's routes change.
+// kind's routes change.
 func TestGroupsRetranslate(t *testing.T) {
 	g := fleet.Group{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: 2}
 	p := groupTestPool(t, 3, g)
@@ -264,16 +264,16 @@ func TestGroupsRetranslate(t *testing.T) {
 			drained.Pools[0].Endpoints[i].Health = fleet.Draining
 		}
 	}
-	for _, flavor := range Flavors {
-		prev, err := translateFleet(f, flavor)
+	for _, kind := range Kinds {
+		prev, err := translateFleet(f, kind)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fast, err := retranslateFleet(prev, drained, flavor)
+		fast, err := retranslateFleet(prev, drained, kind)
 		if err != nil {
 			t.Fatal(err)
 		}
-		full, err := translateFleet(drained, flavor)
+		full, err := translateFleet(drained, kind)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,11 +286,11 @@ func TestGroupsRetranslate(t *testing.T) {
 			{"endpoints", toYAML(t, fast.Endpoints), toYAML(t, full.Endpoints)},
 		} {
 			if string(c.got) != string(c.want) {
-				t.Errorf("%v: retranslated %s differ from a full translation:\n%s\n---\n%s", flavor, c.kind, c.got, c.want)
+				t.Errorf("%v: retranslated %s differ from a full translation:\n%s\n---\n%s", kind, c.kind, c.got, c.want)
 			}
 		}
 		if string(toYAML(t, prev.Routes)) != string(toYAML(t, full.Routes)) {
-			t.Errorf("%v: routes changed when a member drained", flavor)
+			t.Errorf("%v: routes changed when a member drained", kind)
 		}
 	}
 }

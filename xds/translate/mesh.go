@@ -30,12 +30,12 @@ const (
 // localities under the mesh's cluster name, with Istio's transport socket
 // match if asked for. Both carry the same envoy.lb hash keys, so the mesh's
 // Envoys build the same Maglev table as kvxds's own.
-func poolEndpoints(p *fleet.Pool, flavor Flavor) ([]*endpointv3.ClusterLoadAssignment, error) {
-	cla, err := buildEndpoints(defaultView(p, flavor), flavor)
+func poolEndpoints(p *fleet.Pool, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
+	cla, err := buildEndpoints(defaultView(p, kind), kind)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := groupEndpoints(p, flavor)
+	groups, err := groupEndpoints(p, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -43,15 +43,15 @@ func poolEndpoints(p *fleet.Pool, flavor Flavor) ([]*endpointv3.ClusterLoadAssig
 	if p.Mesh == nil {
 		return out, nil
 	}
-	m, err := buildMeshEndpoints(p, flavor)
+	m, err := buildMeshEndpoints(p, kind)
 	if err != nil {
 		return nil, fmt.Errorf("mesh cluster %q: %w", p.Mesh.ClusterName, err)
 	}
 	return append(out, m), nil
 }
 
-func buildMeshEndpoints(p *fleet.Pool, flavor Flavor) (*endpointv3.ClusterLoadAssignment, error) {
-	cla, err := buildEndpoints(p, flavor)
+func buildMeshEndpoints(p *fleet.Pool, kind Kind) (*endpointv3.ClusterLoadAssignment, error) {
+	cla, err := buildEndpoints(p, kind)
 	if err != nil {
 		return nil, err
 	}

@@ -14,17 +14,17 @@ import (
 // deterministic encoding, and the cache still finds it by name.
 func TestPreEncodedAssignments(t *testing.T) {
 	for name, f := range allFixtures(t) {
-		for _, flavor := range Flavors {
-			r := mustTranslate(t, f, flavor)
+		for _, kind := range Kinds {
+			r := mustTranslate(t, f, kind)
 			s := mustSnapshot(t, r)
 			held := s.GetResources(resource.EndpointType)
 			if len(held) != len(r.Endpoints) {
-				t.Fatalf("%s/%v: %d assignments held, want %d", name, flavor, len(held), len(r.Endpoints))
+				t.Fatalf("%s/%v: %d assignments held, want %d", name, kind, len(held), len(r.Endpoints))
 			}
 			for _, cla := range r.Endpoints {
 				h, ok := held[cla.GetClusterName()]
 				if !ok {
-					t.Fatalf("%s/%v: %s not held under its name", name, flavor, cla.GetClusterName())
+					t.Fatalf("%s/%v: %s not held under its name", name, kind, cla.GetClusterName())
 				}
 				want, err := marshalOpts.Marshal(cla)
 				if err != nil {
@@ -35,7 +35,7 @@ func TestPreEncodedAssignments(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(got, want) {
-					t.Errorf("%s/%v: %s is sent as %d bytes that differ from its encoding (%d bytes)", name, flavor, cla.GetClusterName(), len(got), len(want))
+					t.Errorf("%s/%v: %s is sent as %d bytes that differ from its encoding (%d bytes)", name, kind, cla.GetClusterName(), len(got), len(want))
 				}
 				// Decoding what is sent gives the assignment back.
 				var back endpointv3.ClusterLoadAssignment
@@ -43,7 +43,7 @@ func TestPreEncodedAssignments(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !proto.Equal(&back, cla) {
-					t.Errorf("%s/%v: %s decodes to a different assignment", name, flavor, cla.GetClusterName())
+					t.Errorf("%s/%v: %s decodes to a different assignment", name, kind, cla.GetClusterName())
 				}
 			}
 		}

@@ -6,7 +6,7 @@
 //   - Prepare normalises and validates a fleet once (fleet.Fleet.Normalize,
 //     fleet.Fleet.Validate, plus the few extra checks that keep every
 //     client from NACKing) into a Model. Translate is a pure function of a
-//     Model and a Flavor: it builds, per
+//     Model and a Kind: it builds, per
 //     pool P, one Listener, one RouteConfiguration, one Cluster and one
 //     ClusterLoadAssignment, all named P, and for a consistent-hashing
 //     pool (except for grpc-js) a second Cluster "P/keyless" over the same
@@ -23,7 +23,7 @@
 //   - Output is deterministic: equal fleets, whatever the order of their
 //     pools and endpoints, give byte-identical resources under
 //     proto.MarshalOptions{Deterministic: true}, and so equal Versions.
-//   - Each Flavor gets its own resources. Envoy gets a real listener on the
+//   - Each Kind gets its own resources. Envoy gets a real listener on the
 //     pool's address and Maglev; proxyless gRPC clients get an API listener
 //     named P (clients dial xds:///P) and a ring hash whose size follows
 //     the pool's healthy weight (GRPCRingSize), so that membership changes
@@ -32,7 +32,7 @@
 //     buildEndpoints).
 //   - Snapshot gives each resource type its own content version, so a
 //     change of endpoint weights, health or membership only bumps the EDS
-//     version, and for gRPC flavors the CDS version when a ring size
+//     version, and for gRPC kinds the CDS version when a ring size
 //     changes. Retranslate is the fast path for such changes.
 //   - Resources are treated as immutable once returned: callers must not
 //     modify them (they may be shared between snapshots).
@@ -61,16 +61,16 @@ import (
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 
-// Flavor is the kind of xDS client. Envoy and proxyless gRPC clients
+// Kind is the kind of xDS client. Envoy and proxyless gRPC clients
 // differ in their listeners and in how they hash (Maglev in Envoy, a ring
 // sized to the membership in gRPC); grpc-js differs from the other gRPC
 // clients in two limits of its own (see keylessCluster and
 // buildEndpoints).
-type Flavor int
+type Kind int
 
 const (
 	// Envoy is a stock Envoy proxy: one TCP listener per pool.
-	Envoy Flavor = iota
+	Envoy Kind = iota
 	// GRPC is a proxyless gRPC client (grpc-go, grpc-java, C-core): one
 	// API listener per pool.
 	GRPC
@@ -78,10 +78,10 @@ const (
 	GRPCJS
 )
 
-// Flavors lists every flavor, in the order snapshots are built.
-var Flavors = []Flavor{Envoy, GRPC, GRPCJS}
+// Kinds lists every kind, in the order snapshots are built.
+var Kinds = []Kind{Envoy, GRPC, GRPCJS}
 
-func (f Flavor) String() string {
+func (f Kind) String() string {
 	switch f {
 	case Envoy:
 		return "envoy"
@@ -94,11 +94,11 @@ func (f Flavor) String() string {
 }
 
 // proxyless reports whether f is a gRPC client.
-func (f Flavor) proxyless() bool { return f == GRPC || f == GRPCJS }
+func (f Kind) proxyless() bool { return f == GRPC || f == GRPCJS }
 
-func (f Flavor) valid() bool { return f == Envoy || f.proxyless() }
+func (f Kind) valid() bool { return f == Envoy || f.proxyless() }
 
-// Resources is everything one flavor of client needs. Each slice is
+// Resources is everything one kind of client needs. Each slice is
 // sorted by resource name. Resources must not be modified once built.
 type Resources struct {
 	Listeners []*listenerv3.Listener
@@ -110,9 +110,9 @@ type Resources struct {
 	// clusters (fleet.Mesh), which no cluster of Clusters refers to.
 	mesh []string
 
-	// groups memoises Snapshot's per-type work, which is almost all
-	// marshalling; WithEndpoints carries the unchanged types over.
-	groups groupMemo
+	// memo memoises Snapshot's per-type work, which is almost all
+	// marshalling; Retranslate carries the unchanged types over.
+	memo typeMemo
 }
 
 // Model is a fleet ready to translate: normalised, valid, and within the
@@ -142,9 +142,9 @@ func (m Model) Equal(o Model) bool {
 	return m.prepared == o.prepared && reflect.DeepEqual(m.f, o.f)
 }
 
-func (m Model) check(flavor Flavor) error {
-	if !flavor.valid() {
-		return fmt.Errorf("translate: unknown flavor %v", flavor)
+func (m Model) check(kind Kind) error {
+	if !kind.valid() {
+		return fmt.Errorf("translate: unknown kind %v", kind)
 	}
 	if !m.prepared {
 		return errors.New("translate: the model was not made by Prepare")
@@ -152,10 +152,10 @@ func (m Model) check(flavor Flavor) error {
 	return nil
 }
 
-// Translate returns the resources of m for the given flavor, each of which
+// Translate returns the resources of m for the given kind, each of which
 // passes its ValidateAll.
-func Translate(m Model, flavor Flavor) (*Resources, error) {
-	if err := m.check(flavor); err != nil {
+func Translate(m Model, kind Kind) (*Resources, error) {
+	if err := m.check(kind); err != nil {
 		return nil, err
 	}
 	n := &m.f
@@ -169,16 +169,16 @@ func Translate(m Model, flavor Flavor) (*Resources, error) {
 	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
-		if r.Listeners[i], err = buildListener(p, flavor); err != nil {
+		if r.Listeners[i], err = buildListener(p, kind); err != nil {
 			return resErr(p, "listener", err)
 		}
-		if r.Routes[i], err = buildRoute(p, flavor); err != nil {
+		if r.Routes[i], err = buildRoute(p, kind); err != nil {
 			return resErr(p, "route configuration", err)
 		}
-		if clusters[i], err = buildClusters(p, flavor); err != nil {
+		if clusters[i], err = buildClusters(p, kind); err != nil {
 			return resErr(p, "cluster", err)
 		}
-		if endpoints[i], err = poolEndpoints(p, flavor); err != nil {
+		if endpoints[i], err = poolEndpoints(p, kind); err != nil {
 			return resErr(p, "cluster load assignment", err)
 		}
 		return nil
@@ -194,34 +194,34 @@ func Translate(m Model, flavor Flavor) (*Resources, error) {
 // Retranslate is the fast path of Translate for a model that differs from
 // the one prev was translated from only in its endpoints (membership,
 // weights, health): it rebuilds the ClusterLoadAssignments and, for
-// proxyless gRPC flavors, the clusters (their ring size follows the
+// proxyless gRPC kinds, the clusters (their ring size follows the
 // healthy weight), and shares prev's listeners and routes, already
-// versioned. The result equals Translate(m, flavor). If anything else may
+// versioned. The result equals Translate(m, kind). If anything else may
 // have changed, use Translate.
-func Retranslate(prev *Resources, m Model, flavor Flavor) (*Resources, error) {
-	if err := m.check(flavor); err != nil {
+func Retranslate(prev *Resources, m Model, kind Kind) (*Resources, error) {
+	if err := m.check(kind); err != nil {
 		return nil, err
 	}
-	return retranslate(prev, &m.f, flavor, nil)
+	return retranslate(prev, &m.f, kind, nil)
 }
 
-// RetranslateAll is Retranslate for every flavor of prev (keyed by
-// flavor, each from the same previous model): Envoy and gRPC, which
+// RetranslateAll is Retranslate for every kind of prev (keyed by
+// kind, each from the same previous model): Envoy and gRPC, which
 // receive the same ClusterLoadAssignments, share them and their
 // marshalling. This is the path of every weight, health and membership
 // change.
-func RetranslateAll(prev map[Flavor]*Resources, m Model) (map[Flavor]*Resources, error) {
+func RetranslateAll(prev map[Kind]*Resources, m Model) (map[Kind]*Resources, error) {
 	if err := m.check(Envoy); err != nil {
 		return nil, err
 	}
-	out := make(map[Flavor]*Resources, len(Flavors))
-	for _, flavor := range Flavors {
+	out := make(map[Kind]*Resources, len(Kinds))
+	for _, kind := range Kinds {
 		var same *Resources
-		if flavor == GRPC {
+		if kind == GRPC {
 			same = out[Envoy]
 		}
 		var err error
-		if out[flavor], err = retranslate(prev[flavor], &m.f, flavor, same); err != nil {
+		if out[kind], err = retranslate(prev[kind], &m.f, kind, same); err != nil {
 			return nil, err
 		}
 	}
@@ -229,8 +229,8 @@ func RetranslateAll(prev map[Flavor]*Resources, m Model) (map[Flavor]*Resources,
 }
 
 // retranslate is Retranslate of a prepared fleet; if eps is not nil, its
-// ClusterLoadAssignments are this flavor's too and are shared, not built.
-func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources) (*Resources, error) {
+// ClusterLoadAssignments are this kind's too and are shared, not built.
+func retranslate(prev *Resources, n *fleet.Fleet, kind Kind, eps *Resources) (*Resources, error) {
 	out := &Resources{
 		Listeners: prev.Listeners,
 		Routes:    prev.Routes,
@@ -242,22 +242,22 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 		endpoints = make([][]*endpointv3.ClusterLoadAssignment, len(n.Pools))
 	} else {
 		out.Endpoints = eps.Endpoints
-		out.groups.cells[types.Endpoint] = eps.groups.cell(types.Endpoint)
+		out.memo.cells[types.Endpoint] = eps.memo.cell(types.Endpoint)
 	}
 	var clusters [][]*clusterv3.Cluster
-	if flavor.proxyless() {
+	if kind.proxyless() {
 		clusters = make([][]*clusterv3.Cluster, len(n.Pools))
 	}
 	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
 		var err error
 		if eps == nil {
-			if endpoints[i], err = poolEndpoints(p, flavor); err != nil {
+			if endpoints[i], err = poolEndpoints(p, kind); err != nil {
 				return resErr(p, "cluster load assignment", err)
 			}
 		}
 		if clusters != nil {
-			if clusters[i], err = buildClusters(p, flavor); err != nil {
+			if clusters[i], err = buildClusters(p, kind); err != nil {
 				return resErr(p, "cluster", err)
 			}
 		}
@@ -275,7 +275,7 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 		keep = slices.DeleteFunc(keep, func(t types.ResponseType) bool { return t == types.Cluster })
 	}
 	for _, t := range keep {
-		out.groups.cells[t] = prev.groups.cell(t)
+		out.memo.cells[t] = prev.memo.cell(t)
 	}
 	return out, nil
 }

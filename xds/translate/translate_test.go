@@ -94,23 +94,23 @@ func marshalAll[T proto.Message](t testing.TB, items []T) [][]byte {
 }
 
 // translateFleet prepares f and translates it.
-func translateFleet(f fleet.Fleet, flavor Flavor) (*Resources, error) {
+func translateFleet(f fleet.Fleet, kind Kind) (*Resources, error) {
 	m, err := Prepare(f)
 	if err != nil {
 		return nil, err
 	}
-	return Translate(m, flavor)
+	return Translate(m, kind)
 }
 
-func retranslateFleet(prev *Resources, f fleet.Fleet, flavor Flavor) (*Resources, error) {
+func retranslateFleet(prev *Resources, f fleet.Fleet, kind Kind) (*Resources, error) {
 	m, err := Prepare(f)
 	if err != nil {
 		return nil, err
 	}
-	return Retranslate(prev, m, flavor)
+	return Retranslate(prev, m, kind)
 }
 
-func retranslateAllFleet(prev map[Flavor]*Resources, f fleet.Fleet) (map[Flavor]*Resources, error) {
+func retranslateAllFleet(prev map[Kind]*Resources, f fleet.Fleet) (map[Kind]*Resources, error) {
 	m, err := Prepare(f)
 	if err != nil {
 		return nil, err
@@ -118,9 +118,9 @@ func retranslateAllFleet(prev map[Flavor]*Resources, f fleet.Fleet) (map[Flavor]
 	return RetranslateAll(prev, m)
 }
 
-func mustTranslate(t testing.TB, f fleet.Fleet, flavor Flavor) *Resources {
+func mustTranslate(t testing.TB, f fleet.Fleet, kind Kind) *Resources {
 	t.Helper()
-	r, err := translateFleet(f, flavor)
+	r, err := translateFleet(f, kind)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,16 +193,16 @@ func validateDeep(t *testing.T, m validated) {
 
 func TestAllResourcesValidate(t *testing.T) {
 	for name, f := range allFixtures(t) {
-		for _, flavor := range Flavors {
-			r := mustTranslate(t, f, flavor)
+		for _, kind := range Kinds {
+			r := mustTranslate(t, f, kind)
 			n, keyless := len(f.Pools), 0
 			for _, p := range f.Normalize().Pools {
-				if p.Balancer == fleet.ConsistentHash && p.Hash.Keyless != fleet.Random && flavor != GRPCJS {
+				if p.Balancer == fleet.ConsistentHash && p.Hash.Keyless != fleet.Random && kind != GRPCJS {
 					keyless++
 				}
 			}
 			if len(r.Listeners) != n || len(r.Routes) != n || len(r.Clusters) != n+keyless || len(r.Endpoints) != n {
-				t.Fatalf("%s/%v: want %d of each resource and %d more clusters, got %d/%d/%d/%d", name, flavor, n, keyless,
+				t.Fatalf("%s/%v: want %d of each resource and %d more clusters, got %d/%d/%d/%d", name, kind, n, keyless,
 					len(r.Listeners), len(r.Routes), len(r.Clusters), len(r.Endpoints))
 			}
 			for _, m := range r.Listeners {
@@ -220,7 +220,7 @@ func TestAllResourcesValidate(t *testing.T) {
 			for i := 1; i < n; i++ {
 				if r.Listeners[i-1].Name >= r.Listeners[i].Name || r.Routes[i-1].Name >= r.Routes[i].Name ||
 					r.Clusters[i-1].Name >= r.Clusters[i].Name || r.Endpoints[i-1].ClusterName >= r.Endpoints[i].ClusterName {
-					t.Errorf("%s/%v: resources not sorted by name", name, flavor)
+					t.Errorf("%s/%v: resources not sorted by name", name, kind)
 				}
 			}
 		}
@@ -228,22 +228,22 @@ func TestAllResourcesValidate(t *testing.T) {
 }
 
 func TestEmptyFleet(t *testing.T) {
-	for _, flavor := range Flavors {
-		r := mustTranslate(t, fleet.Fleet{}, flavor)
+	for _, kind := range Kinds {
+		r := mustTranslate(t, fleet.Fleet{}, kind)
 		if len(r.Listeners)+len(r.Routes)+len(r.Clusters)+len(r.Endpoints) != 0 {
-			t.Errorf("%v: resources from an empty fleet", flavor)
+			t.Errorf("%v: resources from an empty fleet", kind)
 		}
 		s := mustSnapshot(t, r)
 		if v := s.GetVersion(resource.ClusterType); len(v) != 16 {
-			t.Errorf("%v: empty cluster version %q", flavor, v)
+			t.Errorf("%v: empty cluster version %q", kind, v)
 		}
 	}
 }
 
-// TestFlavors: Envoy and gRPC clients share routes and endpoints but not
+// TestKinds: Envoy and gRPC clients share routes and endpoints but not
 // listeners or hash clusters; grpc-js has no keyless cluster and unit
 // locality weights.
-func TestFlavors(t *testing.T) {
+func TestKinds(t *testing.T) {
 	f := genFleet(3, 10)
 	e, g, js := mustTranslate(t, f, Envoy), mustTranslate(t, f, GRPC), mustTranslate(t, f, GRPCJS)
 	if Version(e.Routes) != Version(g.Routes) || Version(e.Endpoints) != Version(g.Endpoints) {
@@ -299,29 +299,29 @@ func TestFlavors(t *testing.T) {
 			}
 		}
 	}
-	if _, err := translateFleet(f, Flavor(7)); err == nil {
-		t.Error("unknown flavor: want error")
+	if _, err := translateFleet(f, Kind(7)); err == nil {
+		t.Error("unknown kind: want error")
 	}
 }
 
 func TestDeterminism(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for name, f := range allFixtures(t) {
-		for _, flavor := range Flavors {
-			ref := mustTranslate(t, f, flavor)
+		for _, kind := range Kinds {
+			ref := mustTranslate(t, f, kind)
 			refSnap := mustSnapshot(t, ref)
 			for range 10 {
-				r := mustTranslate(t, shuffled(f, rng), flavor)
+				r := mustTranslate(t, shuffled(f, rng), kind)
 				if typ := differingType(t, ref, r); typ != "" {
-					t.Fatalf("%s/%v: shuffled input gives different %s bytes", name, flavor, typ)
+					t.Fatalf("%s/%v: shuffled input gives different %s bytes", name, kind, typ)
 				}
 				s := mustSnapshot(t, r)
 				for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
 					if s.GetVersion(typ) != refSnap.GetVersion(typ) {
-						t.Fatalf("%s/%v: %s version differs after shuffle", name, flavor, typ)
+						t.Fatalf("%s/%v: %s version differs after shuffle", name, kind, typ)
 					}
 					if !maps.Equal(s.GetVersionMap(typ), refSnap.GetVersionMap(typ)) {
-						t.Fatalf("%s/%v: %s version map differs after shuffle", name, flavor, typ)
+						t.Fatalf("%s/%v: %s version map differs after shuffle", name, kind, typ)
 					}
 				}
 			}
@@ -416,8 +416,8 @@ func TestSnapshotVersions(t *testing.T) {
 	healthy[0].Weight++
 	healthy[1].Weight--
 
-	for _, flavor := range Flavors {
-		v0 := versions(mustSnapshot(t, mustTranslate(t, base, flavor)))
+	for _, kind := range Kinds {
+		v0 := versions(mustSnapshot(t, mustTranslate(t, base, kind)))
 		for typ, v := range v0 {
 			if len(v) != 16 {
 				t.Errorf("%s version %q: want 16 hex digits", typ, v)
@@ -426,7 +426,7 @@ func TestSnapshotVersions(t *testing.T) {
 		// gRPC clients' ring size follows the healthy weight.
 		eds := func(f fleet.Fleet) []string {
 			out := []string{resource.EndpointType}
-			if flavor.proxyless() && !slices.Equal(ringSizes(base), ringSizes(f)) {
+			if kind.proxyless() && !slices.Equal(ringSizes(base), ringSizes(f)) {
 				out = append(out, resource.ClusterType)
 			}
 			return out
@@ -440,10 +440,10 @@ func TestSnapshotVersions(t *testing.T) {
 			"shift":  {shift, []string{resource.EndpointType}},
 			"pool":   {more, []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType}},
 		} {
-			v1 := versions(mustSnapshot(t, mustTranslate(t, tc.f, flavor)))
+			v1 := versions(mustSnapshot(t, mustTranslate(t, tc.f, kind)))
 			for typ := range v0 {
 				if changed := v0[typ] != v1[typ]; changed != slices.Contains(tc.changed, typ) {
-					t.Errorf("%v %s change: %s version changed=%v", flavor, name, typ, changed)
+					t.Errorf("%v %s change: %s version changed=%v", kind, name, typ, changed)
 				}
 			}
 		}
@@ -482,24 +482,24 @@ func ringSizes(f fleet.Fleet) []uint64 {
 
 func TestSnapshotContents(t *testing.T) {
 	f := genFleet(3, 5)
-	for _, flavor := range Flavors {
-		r := mustTranslate(t, f, flavor)
+	for _, kind := range Kinds {
+		r := mustTranslate(t, f, kind)
 		s := mustSnapshot(t, r)
 		// Each hash pool has a keyless cluster, except for grpc-js.
 		clusters := 6
-		if flavor == GRPCJS {
+		if kind == GRPCJS {
 			clusters = 3
 		}
 		for typ, n := range map[string]int{resource.ListenerType: 3, resource.RouteType: 3, resource.ClusterType: clusters, resource.EndpointType: 3} {
 			if got := len(s.GetResources(typ)); got != n {
-				t.Errorf("%v: %d %s, want %d", flavor, got, typ, n)
+				t.Errorf("%v: %d %s, want %d", kind, got, typ, n)
 			}
 			if got := len(s.GetVersionMap(typ)); got != n {
-				t.Errorf("%v: version map of %s has %d entries, want %d", flavor, typ, got, n)
+				t.Errorf("%v: version map of %s has %d entries, want %d", kind, typ, got, n)
 			}
 		}
 		if _, ok := s.GetResources(resource.EndpointType)["pool-01"]; !ok {
-			t.Errorf("%v: endpoints not indexed by cluster name", flavor)
+			t.Errorf("%v: endpoints not indexed by cluster name", kind)
 		}
 		// The version map must be what go-control-plane computes itself.
 		ref := &cache.Snapshot{Resources: s.Resources}
@@ -507,7 +507,7 @@ func TestSnapshotContents(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !maps.EqualFunc(s.VersionMap, ref.VersionMap, maps.Equal) {
-			t.Errorf("%v: version map differs from ConstructVersionMap's", flavor)
+			t.Errorf("%v: version map differs from ConstructVersionMap's", kind)
 		}
 		// Per-type versions are Version of the items.
 		for typ, v := range map[string]string{
@@ -515,10 +515,10 @@ func TestSnapshotContents(t *testing.T) {
 			resource.ClusterType: Version(r.Clusters), resource.EndpointType: Version(r.Endpoints),
 		} {
 			if s.GetVersion(typ) != v {
-				t.Errorf("%v: %s version %s, want Version(items) = %s", flavor, typ, s.GetVersion(typ), v)
+				t.Errorf("%v: %s version %s, want Version(items) = %s", kind, typ, s.GetVersion(typ), v)
 			}
 		}
-		if flavor == Envoy {
+		if kind == Envoy {
 			// go-control-plane's own check follows Envoy listeners.
 			if err := s.Consistent(); err != nil {
 				t.Errorf("envoy snapshot not consistent: %v", err)
@@ -529,17 +529,17 @@ func TestSnapshotContents(t *testing.T) {
 
 func TestSnapshotReferences(t *testing.T) {
 	f := genFleet(2, 3)
-	for _, flavor := range Flavors {
-		r := mustTranslate(t, f, flavor)
+	for _, kind := range Kinds {
+		r := mustTranslate(t, f, kind)
 		for name, broken := range map[string]*Resources{
 			"missing endpoints": {Listeners: r.Listeners, Routes: r.Routes, Clusters: r.Clusters, Endpoints: r.Endpoints[:1]},
-			"unknown endpoints": {Listeners: r.Listeners, Routes: r.Routes, Clusters: r.Clusters, Endpoints: mustTranslate(t, genFleet(3, 3), flavor).Endpoints},
+			"unknown endpoints": {Listeners: r.Listeners, Routes: r.Routes, Clusters: r.Clusters, Endpoints: mustTranslate(t, genFleet(3, 3), kind).Endpoints},
 			"missing cluster":   {Listeners: r.Listeners, Routes: r.Routes, Clusters: r.Clusters[1:], Endpoints: r.Endpoints[1:]},
 			"missing route":     {Listeners: r.Listeners, Routes: r.Routes[:1], Clusters: r.Clusters, Endpoints: r.Endpoints},
 			"duplicate cluster": {Listeners: r.Listeners, Routes: r.Routes, Clusters: append(slices.Clone(r.Clusters), r.Clusters[0]), Endpoints: r.Endpoints},
 		} {
 			if _, err := broken.Snapshot(); err == nil {
-				t.Errorf("%v %s: want error", flavor, name)
+				t.Errorf("%v %s: want error", kind, name)
 			}
 		}
 	}
@@ -553,46 +553,46 @@ func TestEndpointsFastPath(t *testing.T) {
 			changed.Pools[i].Endpoints[j].Weight = uint32(1 + (i+j)%5)
 		}
 	}
-	for _, flavor := range Flavors {
-		prev := mustTranslate(t, base, flavor)
+	for _, kind := range Kinds {
+		prev := mustTranslate(t, base, kind)
 		prevEps := prev.Endpoints[0]
-		full := mustTranslate(t, changed, flavor)
-		fast, err := retranslateFleet(prev, changed, flavor)
+		full := mustTranslate(t, changed, kind)
+		fast, err := retranslateFleet(prev, changed, kind)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if typ := differingType(t, fast, full); typ != "" {
-			t.Fatalf("%v: Retranslate differs from Translate in its %s", flavor, typ)
+			t.Fatalf("%v: Retranslate differs from Translate in its %s", kind, typ)
 		}
 		if prev.Endpoints[0] != prevEps || &prev.Listeners[0] != &fast.Listeners[0] {
 			t.Fatal("Retranslate modified prev or did not share its listeners")
 		}
 		sFast, sFull := versions(mustSnapshot(t, fast)), versions(mustSnapshot(t, full))
 		if !maps.Equal(sFast, sFull) {
-			t.Errorf("%v: fast path versions %v, full rebuild %v", flavor, sFast, sFull)
+			t.Errorf("%v: fast path versions %v, full rebuild %v", kind, sFast, sFull)
 		}
-		if _, err := retranslateFleet(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}, flavor); err == nil {
+		if _, err := retranslateFleet(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}, kind); err == nil {
 			t.Error("Retranslate of an invalid fleet: want error")
 		}
 	}
 
-	// RetranslateAll gives every flavor what Translate gives it, and
+	// RetranslateAll gives every kind what Translate gives it, and
 	// Envoy and gRPC share one set of ClusterLoadAssignments.
-	prev := map[Flavor]*Resources{}
-	for _, flavor := range Flavors {
-		prev[flavor] = mustTranslate(t, base, flavor)
+	prev := map[Kind]*Resources{}
+	for _, kind := range Kinds {
+		prev[kind] = mustTranslate(t, base, kind)
 	}
 	all, err := retranslateAllFleet(prev, changed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, flavor := range Flavors {
-		full := mustTranslate(t, changed, flavor)
-		if typ := differingType(t, all[flavor], full); typ != "" {
-			t.Errorf("%v: RetranslateAll differs from Translate in its %s", flavor, typ)
+	for _, kind := range Kinds {
+		full := mustTranslate(t, changed, kind)
+		if typ := differingType(t, all[kind], full); typ != "" {
+			t.Errorf("%v: RetranslateAll differs from Translate in its %s", kind, typ)
 		}
-		if a, b := versions(mustSnapshot(t, all[flavor])), versions(mustSnapshot(t, full)); !maps.Equal(a, b) {
-			t.Errorf("%v: RetranslateAll versions %v, Translate %v", flavor, a, b)
+		if a, b := versions(mustSnapshot(t, all[kind])), versions(mustSnapshot(t, full)); !maps.Equal(a, b) {
+			t.Errorf("%v: RetranslateAll versions %v, Translate %v", kind, a, b)
 		}
 	}
 	if &all[Envoy].Endpoints[0] != &all[GRPC].Endpoints[0] {
@@ -643,10 +643,10 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("baseline: %v", err)
 			}
 			mutate(&p)
-			for _, flavor := range Flavors {
-				r, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{p}}, flavor)
+			for _, kind := range Kinds {
+				r, err := translateFleet(fleet.Fleet{Pools: []fleet.Pool{p}}, kind)
 				if err == nil {
-					t.Fatalf("%v: want error, got %d listeners", flavor, len(r.Listeners))
+					t.Fatalf("%v: want error, got %d listeners", kind, len(r.Listeners))
 				}
 				if !strings.Contains(err.Error(), "translate:") {
 					t.Errorf("error not prefixed: %v", err)
@@ -672,8 +672,8 @@ func TestErrors(t *testing.T) {
 // xdslbregistry/converter); a violation there is a NACK.
 func TestGRPCAcceptance(t *testing.T) {
 	for name, f := range allFixtures(t) {
-		for _, flavor := range []Flavor{GRPC, GRPCJS} {
-			grpcAcceptance(t, name+"/"+flavor.String(), mustTranslate(t, f, flavor))
+		for _, kind := range []Kind{GRPC, GRPCJS} {
+			grpcAcceptance(t, name+"/"+kind.String(), mustTranslate(t, f, kind))
 		}
 	}
 }
