@@ -7,7 +7,7 @@
 // any node id is served and every client of a kind builds the same hash
 // table. See Classify for how a node's kind is recognised.
 //
-// The server fails static: Update takes a model that translate.Prepare
+// The server fails static: Update takes a model that fleet.Prepare
 // has already validated, builds every snapshot before anything is swapped
 // in, and a model that fails keeps the last good snapshots serving.
 package server
@@ -60,7 +60,7 @@ type Server struct {
 	guard   *guard
 
 	mu      sync.Mutex
-	last    *translate.Model // last model that was pushed
+	last    *fleet.Model // last model that was pushed
 	current map[translate.Kind]*translate.Resources
 	ready   bool
 }
@@ -129,7 +129,7 @@ func (s *Server) Versions(kind translate.Kind) map[string]string {
 
 // Update translates m and, if it differs from what is being served, swaps
 // the new snapshots in. On error nothing changes.
-func (s *Server) Update(ctx context.Context, m translate.Model) error {
+func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last != nil && s.last.Equal(m) {

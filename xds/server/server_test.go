@@ -337,7 +337,7 @@ func TestStandaloneEDS(t *testing.T) {
 
 // update prepares f and hands it to s, as kvxds's reconcile step does.
 func update(ctx context.Context, s *Server, f fleet.Fleet) error {
-	m, err := translate.Prepare(f)
+	m, err := fleet.Prepare(f)
 	if err != nil {
 		return err
 	}

@@ -279,16 +279,16 @@ func keylessCluster(p *fleet.Pool, kind Kind) string {
 // cluster: the same endpoints (the same ClusterLoadAssignment, so weights
 // and health stay one EDS resource) under round robin or least request.
 // Proxyless gRPC clients get a hash cluster of their own whose ring size
-// follows the pool's healthy weight (see GRPCRingSize).
-func buildClusters(p *fleet.Pool, kind Kind) ([]*clusterv3.Cluster, error) {
-	groups, err := groupClusters(p, kind)
+// follows the pool's healthy weight (see fleet.GRPCRingSize).
+func buildClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Cluster, error) {
+	groups, err := groupClusters(p, pl, kind)
 	if err != nil {
 		return nil, err
 	}
-	p = defaultView(p, kind)
+	p = poolView(p, pl, kind)
 	var c *clusterv3.Cluster
 	if kind.proxyless() && p.Balancer == fleet.ConsistentHash {
-		c, err = grpcHashCluster(p, EntriesPerWeight(p.Hash.GRPCRingCap))
+		c, err = grpcHashCluster(p, pl.PerWeight)
 	} else {
 		c, err = buildCluster(p, p.Name, "")
 	}

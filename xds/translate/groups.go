@@ -1,11 +1,9 @@
 package translate
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
-	"github.com/cespare/xxhash/v2"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -33,64 +31,12 @@ import (
 //     its own ClusterLoadAssignment "P/group/NAME": the group's members
 //     with their weights, health and hash keys.
 //
-// Members are chosen by rendezvous (highest-random-weight) hashing: every
-// replica of the pool is ranked by xxhash64(group name + "\x00" +
-// identity), highest first, and the group takes replicas in rank order
-// until it holds Replicas healthy ones. A replica that is draining
-// (saturated: the escape hatch), degraded or unhealthy keeps its place in
-// the ranking and in the assignment, with its health, so it gets no new
-// requests while the next-ranked healthy replica fills in; when it
-// recovers it takes its place back and that replica leaves. A replica
-// joining or leaving the pool changes the group only if it ranks among
-// the group's members: at most one member in, one out. The ranking uses
-// identities alone, not weights, so metric-driven weight changes never
-// move membership (weights still apply inside the group). A pool with
-// fewer healthy replicas than Replicas gives the group all of them.
-//
-// An exclusive group's members leave the pool's own assignment (and so
-// its hash and keyless clusters), unless no healthy replica would be left
-// there; the mesh assignment keeps the whole pool. grpc-js gets no group
-// clusters: its groups' requests hash over the whole pool (see
-// planGroups).
-
-// rendezvousScore is an endpoint's weight in group's ranking.
-func rendezvousScore(group, identity string) uint64 {
-	return xxhash.Sum64String(group + "\x00" + identity)
-}
-
-// GroupMembers returns the members of g in the normalised pool p (hash
-// key order): every replica ranked at or above g's Replicas-th healthy
-// one, or all of them if fewer are healthy.
-func GroupMembers(p *fleet.Pool, g fleet.Group) []fleet.Endpoint {
-	type ranked struct {
-		score uint64
-		i     int
-	}
-	rs := make([]ranked, len(p.Endpoints))
-	for i := range p.Endpoints {
-		rs[i] = ranked{rendezvousScore(g.Name, p.Endpoints[i].HashKey), i}
-	}
-	slices.SortFunc(rs, func(a, b ranked) int {
-		return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(p.Endpoints[a.i].HashKey, p.Endpoints[b.i].HashKey))
-	})
-	var idx []int
-	healthy := 0
-	for _, r := range rs {
-		if healthy == g.Replicas {
-			break
-		}
-		idx = append(idx, r.i)
-		if p.Endpoints[r.i].Health == fleet.Healthy {
-			healthy++
-		}
-	}
-	slices.Sort(idx)
-	out := make([]fleet.Endpoint, len(idx))
-	for j, i := range idx {
-		out[j] = p.Endpoints[i]
-	}
-	return out
-}
+// Members are chosen by the model (fleet.GroupMembers, fleet.Plan): the
+// same for every kind, computed once per push. An exclusive group's
+// members leave the pool's own assignment (and so its hash and keyless
+// clusters), unless no healthy replica would be left there; the mesh
+// assignment keeps the whole pool. grpc-js gets no group clusters: its
+// groups' requests hash over the whole pool (see groupTables).
 
 // groupPool is p restricted to members, under g's cluster name: what the
 // group's cluster and assignment are built from.
@@ -103,21 +49,12 @@ func groupPool(p *fleet.Pool, g fleet.Group, members []fleet.Endpoint) *fleet.Po
 	return &gp
 }
 
-// groupPlan is how p's groups are served to a kind.
-type groupPlan struct {
-	// view is p as its own clusters and assignment see it.
-	view *fleet.Pool
-	// members are each group's members; served says whether a group has
-	// a cluster of its own (else its routes go to the pool's cluster).
-	members [][]fleet.Endpoint
-	served  []bool
-}
-
-// planGroups returns how p's groups are served to kind.
+// groupTables reports whether kind gets the groups' own clusters and
+// assignments.
 //
 // Envoy and gRPC: every group has its cluster, and the pool's own
 // assignment leaves out the members of its exclusive groups, unless that
-// leaves no healthy replica.
+// leaves no healthy replica (fleet.Plan).
 //
 // grpc-js: no group has a cluster; the groups' routes go to the pool's
 // cluster, over the whole pool. grpc-js cannot hold two ring hash
@@ -133,92 +70,17 @@ type groupPlan struct {
 // load-balancer-ring-hash.js constructRing). With one cluster it never
 // sees such a response, and its routes and clusters never follow
 // membership.
-func planGroups(p *fleet.Pool, kind Kind) groupPlan {
-	plan := groupPlan{view: p, members: make([][]fleet.Endpoint, len(p.Groups)), served: make([]bool, len(p.Groups))}
-	if len(p.Groups) == 0 || kind == GRPCJS {
-		return plan
-	}
-	out := map[string]bool{}
-	for i, g := range p.Groups {
-		ms := GroupMembers(p, g)
-		plan.members[i] = ms
-		plan.served[i] = true
-		if g.Exclusive {
-			for _, e := range ms {
-				out[e.HashKey] = true
-			}
-		}
-	}
-	var rest []fleet.Endpoint
-	healthy := false
-	for _, e := range p.Endpoints {
-		if !out[e.HashKey] {
-			rest = append(rest, e)
-			healthy = healthy || e.Health == fleet.Healthy
-		}
-	}
-	if healthy && len(rest) < len(p.Endpoints) {
-		v := *p
-		v.Endpoints = rest
-		plan.view = &v
-	}
-	return plan
-}
+func groupTables(kind Kind) bool { return kind != GRPCJS }
 
-// WeightDomains returns, by identity, the replicas of the normalised pool
-// p that serve only in one exclusive group's table (for Envoy and gRPC),
-// each with that group's name: their weights divide that table alone, so
-// relative weights measure them against each other (weights.StepDomains).
-// Every other replica, including the members of groups that are not
-// exclusive, serves in the pool's own table and is in the pool's domain,
-// which this leaves out. grpc-js, which gets no group clusters, hashes
-// over the whole pool with weights measured so.
-func WeightDomains(p *fleet.Pool) map[string]string {
-	plan := planGroups(p, Envoy)
-	if plan.view == p {
-		return nil // no exclusive group took a replica out
+// poolView is p as its own clusters and assignment see it for kind: the
+// plan's own table, or the whole pool for a kind without group tables.
+func poolView(p *fleet.Pool, pl *fleet.Plan, kind Kind) *fleet.Pool {
+	if !groupTables(kind) || len(pl.Endpoints) == len(p.Endpoints) {
+		return p
 	}
-	out := map[string]string{}
-	for i, g := range p.Groups {
-		if !g.Exclusive {
-			continue
-		}
-		for _, e := range plan.members[i] {
-			if _, taken := out[e.Identity()]; !taken {
-				out[e.Identity()] = g.Name
-			}
-		}
-	}
-	return out
-}
-
-// RingTable is one hash table gRPC clients build for a pool: the pool's
-// own, or a tenant group's (Cluster names it), over Endpoints, with
-// PerWeight ring entries per unit of healthy weight.
-type RingTable struct {
-	Cluster   string
-	Endpoints []fleet.Endpoint
-	PerWeight uint64
-}
-
-// RingTables returns the hash tables grpc-go (and the other gRPC
-// languages but grpc-js) build for the normalised pool p: the pool's own,
-// without its exclusive groups' members, then each group's.
-func RingTables(p *fleet.Pool) []RingTable {
-	plan := planGroups(p, GRPC)
-	out := []RingTable{{Cluster: p.Name, Endpoints: plan.view.Endpoints, PerWeight: EntriesPerWeight(p.Hash.GRPCRingCap)}}
-	for i, g := range p.Groups {
-		if plan.served[i] {
-			out = append(out, RingTable{Cluster: g.ClusterName(p.Name), Endpoints: plan.members[i],
-				PerWeight: GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap)})
-		}
-	}
-	return out
-}
-
-// defaultView is p as its own clusters and assignment see it for kind.
-func defaultView(p *fleet.Pool, kind Kind) *fleet.Pool {
-	return planGroups(p, kind).view
+	v := *p
+	v.Endpoints = pl.Endpoints
+	return &v
 }
 
 // groupRoutes returns the routes of p's groups for kind, in group
@@ -227,13 +89,12 @@ func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Rout
 	if len(p.Groups) == 0 {
 		return nil
 	}
-	plan := planGroups(p, kind)
 	var routes []*routev3.Route
-	for i, g := range p.Groups {
+	for _, g := range p.Groups {
 		inner := slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return k.Header == g.Header })
 		hp := hashPolicies(inner)
 		cluster := p.Name
-		if plan.served[i] {
+		if groupTables(kind) {
 			cluster = g.ClusterName(p.Name)
 		}
 		for _, v := range g.Values {
@@ -250,20 +111,20 @@ func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Rout
 	return routes
 }
 
-// groupResources returns the clusters and assignments of the groups plan
-// serves.
-func groupResources(p *fleet.Pool, kind Kind, plan groupPlan) ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment, error) {
+// groupResources returns the clusters and assignments of p's groups for
+// kind.
+func groupResources(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment, error) {
+	if !groupTables(kind) {
+		return nil, nil, nil
+	}
 	var clusters []*clusterv3.Cluster
 	var clas []*endpointv3.ClusterLoadAssignment
 	for i, g := range p.Groups {
-		if !plan.served[i] {
-			continue
-		}
-		gp := groupPool(p, g, plan.members[i])
+		gp := groupPool(p, g, pl.Groups[i].Members)
 		var c *clusterv3.Cluster
 		var err error
 		if kind.proxyless() {
-			c, err = grpcHashCluster(gp, GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap))
+			c, err = grpcHashCluster(gp, pl.Groups[i].PerWeight)
 		} else {
 			c, err = buildCluster(gp, gp.Name, "")
 		}
@@ -281,13 +142,13 @@ func groupResources(p *fleet.Pool, kind Kind, plan groupPlan) ([]*clusterv3.Clus
 }
 
 // groupClusters returns the clusters of p's groups for kind.
-func groupClusters(p *fleet.Pool, kind Kind) ([]*clusterv3.Cluster, error) {
-	c, _, err := groupResources(p, kind, planGroups(p, kind))
+func groupClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Cluster, error) {
+	c, _, err := groupResources(p, pl, kind)
 	return c, err
 }
 
 // groupEndpoints returns the assignments of p's groups for kind.
-func groupEndpoints(p *fleet.Pool, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
-	_, e, err := groupResources(p, kind, planGroups(p, kind))
+func groupEndpoints(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
+	_, e, err := groupResources(p, pl, kind)
 	return e, err
 }

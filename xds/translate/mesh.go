@@ -30,12 +30,12 @@ const (
 // localities under the mesh's cluster name, with Istio's transport socket
 // match if asked for. Both carry the same envoy.lb hash keys, so the mesh's
 // Envoys build the same Maglev table as kvxds's own.
-func poolEndpoints(p *fleet.Pool, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
-	cla, err := buildEndpoints(defaultView(p, kind), kind)
+func poolEndpoints(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
+	cla, err := buildEndpoints(poolView(p, pl, kind), kind)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := groupEndpoints(p, kind)
+	groups, err := groupEndpoints(p, pl, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -100,15 +100,16 @@ func meshClusters(n *fleet.Fleet) []string {
 // load_balancing_policy exactly as kvxds's own Envoy cluster of the pool
 // (Maglev with the same table size and balance factor, then ring hash).
 // The cluster passes its ValidateAll.
-func MeshCluster(m Model, pool string, eds *corev3.ConfigSource) (*clusterv3.Cluster, error) {
-	if err := m.check(Envoy); err != nil {
+func MeshCluster(m fleet.Model, pool string, eds *corev3.ConfigSource) (*clusterv3.Cluster, error) {
+	if err := check(m, Envoy); err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(m.f.Pools, func(p fleet.Pool) bool { return p.Name == pool })
+	f := m.Fleet()
+	i := slices.IndexFunc(f.Pools, func(p fleet.Pool) bool { return p.Name == pool })
 	if i < 0 {
 		return nil, fmt.Errorf("translate: no pool %q", pool)
 	}
-	p := &m.f.Pools[i]
+	p := &f.Pools[i]
 	if p.Mesh == nil {
 		return nil, fmt.Errorf("translate: pool %q has no mesh cluster", pool)
 	}
@@ -133,16 +134,17 @@ func MeshCluster(m Model, pool string, eds *corev3.ConfigSource) (*clusterv3.Clu
 // that an Envoy configured elsewhere can use on its route to the mesh
 // cluster (header, cookie and query parameter keys; body keys need kvxds's
 // own listener), each terminal as in kvxds's routes.
-func MeshRouteHashPolicy(m Model, pool string) ([]*routev3.RouteAction_HashPolicy, error) {
-	if err := m.check(Envoy); err != nil {
+func MeshRouteHashPolicy(m fleet.Model, pool string) ([]*routev3.RouteAction_HashPolicy, error) {
+	if err := check(m, Envoy); err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(m.f.Pools, func(p fleet.Pool) bool { return p.Name == pool })
+	f := m.Fleet()
+	i := slices.IndexFunc(f.Pools, func(p fleet.Pool) bool { return p.Name == pool })
 	if i < 0 {
 		return nil, fmt.Errorf("translate: no pool %q", pool)
 	}
 	var hp []*routev3.RouteAction_HashPolicy
-	for _, k := range m.f.Pools[i].Hash.Keys {
+	for _, k := range f.Pools[i].Hash.Keys {
 		h := &routev3.RouteAction_HashPolicy{Terminal: true}
 		switch {
 		case k.Header != "":

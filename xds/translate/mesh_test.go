@@ -76,7 +76,7 @@ func TestMeshInvalid(t *testing.T) {
 		{"utf-8", []fleet.Pool{pool("a", "\xff")}, "invalid UTF-8"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Prepare(fleet.Fleet{Pools: tt.pools})
+			_, err := fleet.Prepare(fleet.Fleet{Pools: tt.pools})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Prepare: %v, want an error containing %q", err, tt.want)
 			}
