@@ -502,8 +502,8 @@ func (h Hash) validate(pool string) []error {
 	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
 		bad("balance factor %d below 100", h.BalanceFactor)
 	}
-	if h.GRPCRingCap != 0 && (h.GRPCRingCap < 64 || h.GRPCRingCap > MaxRingSize) {
-		bad("gRPC ring cap %d outside 64..%d", h.GRPCRingCap, MaxRingSize)
+	if h.GRPCRingCap != 0 && (h.GRPCRingCap < MinGRPCRingCap || h.GRPCRingCap > MaxRingSize) {
+		bad("gRPC ring cap %d outside %d..%d", h.GRPCRingCap, MinGRPCRingCap, MaxRingSize)
 	}
 	switch h.Keyless {
 	case RoundRobin, LeastRequest, Random:

@@ -22,6 +22,9 @@ const (
 	// MaxRingSize caps ring sizes in Envoy's proto validation and in gRPC
 	// (8M entries); it also bounds the gRPC ring cap.
 	MaxRingSize = 8 << 20
+	// MinGRPCRingCap is the smallest gRPC ring cap: one entry for each of
+	// RingFullWeight units of weight.
+	MinGRPCRingCap = RingFullWeight
 )
 
 // IsPrime reports whether n is prime (Envoy's Maglev table sizes must be).

@@ -221,7 +221,9 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 	return rc, nil
 }
 
-// hashPolicies are the route hash policies of keys, each terminal.
+// hashPolicies are the route hash policies of keys, each terminal. Body
+// keys have none: routes see them as their generated headers (routeKeys),
+// and an Envoy configured elsewhere cannot compute them.
 func hashPolicies(keys []fleet.HashKey) []*routev3.RouteAction_HashPolicy {
 	hp := make([]*routev3.RouteAction_HashPolicy, 0, len(keys))
 	for _, k := range keys {
@@ -234,6 +236,8 @@ func hashPolicies(keys []fleet.HashKey) []*routev3.RouteAction_HashPolicy {
 			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}
 		case k.QueryParameter != "":
 			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: k.QueryParameter}}
+		default:
+			continue
 		}
 		hp = append(hp, h)
 	}

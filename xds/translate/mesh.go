@@ -143,23 +143,11 @@ func MeshRouteHashPolicy(m fleet.Model, pool string) ([]*routev3.RouteAction_Has
 	if i < 0 {
 		return nil, fmt.Errorf("translate: no pool %q", pool)
 	}
-	var hp []*routev3.RouteAction_HashPolicy
-	for _, k := range f.Pools[i].Hash.Keys {
-		h := &routev3.RouteAction_HashPolicy{Terminal: true}
-		switch {
-		case k.Header != "":
-			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: k.Header}}
-		case k.Cookie != "":
-			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}
-		case k.QueryParameter != "":
-			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: k.QueryParameter}}
-		default:
-			continue
-		}
+	hp := hashPolicies(f.Pools[i].Hash.Keys)
+	for _, h := range hp {
 		if err := h.ValidateAll(); err != nil {
 			return nil, fmt.Errorf("translate: pool %q: hash policy: %w", pool, err)
 		}
-		hp = append(hp, h)
 	}
 	return hp, nil
 }
