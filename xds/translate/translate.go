@@ -6,18 +6,19 @@
 //   - fleet.Prepare normalises, validates and plans a fleet once into a
 //     fleet.Model: which replicas each hash table holds (fleet.Plan) is
 //     the model's, the same for every kind of client. Translate is a pure
-//     function of a fleet.Model and a Kind: it builds, per pool P, one Listener, one RouteConfiguration, one Cluster and one
+//     function of a fleet.Model and a Kind: it builds, per pool P, one
+//     Listener, one RouteConfiguration, one Cluster and one
 //     ClusterLoadAssignment, all named P, and for a consistent-hashing
 //     pool (except for grpc-js) a second Cluster "P/keyless" over the same
 //     ClusterLoadAssignment for requests that carry no hash key; a pool
 //     with a mesh cluster (fleet.Mesh) also gets a ClusterLoadAssignment
-//     under the mesh's cluster name, for another control plane's
-//     cluster (mesh.go); each tenant group of a pool gets a route per
-//     value, a cluster and a ClusterLoadAssignment "P/group/NAME"
-//     (groups.go). It never does I/O and never panics; an invalid fleet or a resource failing its
-//     ValidateAll gives an error naming the pool and resource. Independent
-//     pools may be built on several goroutines; nothing is shared between
-//     calls.
+//     under the mesh's cluster name, for another control plane's cluster
+//     (MeshCluster); each tenant group of a pool gets a route per value, a
+//     cluster and a ClusterLoadAssignment "P/group/NAME" (groupTables). It
+//     never does I/O and never panics; an invalid fleet or a resource
+//     failing its ValidateAll gives an error naming the pool and resource.
+//     Independent pools may be built on several goroutines; nothing is
+//     shared between calls.
 //   - Output is deterministic: equal fleets, whatever the order of their
 //     pools and endpoints, give byte-identical resources under
 //     proto.MarshalOptions{Deterministic: true}, and so equal Versions.
@@ -36,10 +37,14 @@
 //     modify them (they may be shared between snapshots).
 //
 // Clients are expected to fetch everything over ADS (xDS v3).
+//
+// Each resource type is built in its own file: listeners.go (listeners,
+// the HTTP connection manager and its body-key filter), routes.go,
+// clusters.go and endpoints.go; bodykeys.go holds the body-key filter
+// itself, snapshot.go the versioned snapshots and yaml.go their rendering.
 package translate
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"runtime"
@@ -48,10 +53,13 @@ import (
 	"sync/atomic"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kvxds/kvxds/xds/fleet"
 )
@@ -254,14 +262,6 @@ func retranslate(prev *Resources, m fleet.Model, kind Kind, eps *Resources) (*Re
 	return out, nil
 }
 
-// sortedClusters flattens per-pool clusters, sorted by name like every
-// other type ("a-b" sorts before "a/keyless").
-func sortedClusters(perPool [][]*clusterv3.Cluster) []*clusterv3.Cluster {
-	out := slices.Concat(perPool...)
-	slices.SortFunc(out, func(a, b *clusterv3.Cluster) int { return cmp.Compare(a.GetName(), b.GetName()) })
-	return out
-}
-
 func resErr(p *fleet.Pool, what string, err error) error {
 	return fmt.Errorf("translate: pool %q: %s: %w", p.Name, what, err)
 }
@@ -300,4 +300,32 @@ func parallel(n int, fn func(i int) error) error {
 		}
 	}
 	return nil
+}
+
+// validator is what protoc-gen-validate generates on every message.
+type validator interface {
+	proto.Message
+	ValidateAll() error
+}
+
+// typed validates m (ValidateAll does not descend into Any) and packs it
+// deterministically.
+func typed(m validator) (*anypb.Any, error) {
+	if err := m.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	a := new(anypb.Any)
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// adsSource is "fetch it on the same ADS stream, xDS v3", the only config
+// source proxyless gRPC accepts besides self.
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
 }
