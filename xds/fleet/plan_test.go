@@ -185,3 +185,43 @@ func TestPlanOwnTable(t *testing.T) {
 		})
 	}
 }
+
+// Prepare rejects what some client would NACK, beyond Validate; a zero
+// Model was never prepared, and has no plans.
+func TestPrepare(t *testing.T) {
+	good := func() Pool {
+		return Pool{Name: "p", Port: 1000, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}},
+			Endpoints: []Endpoint{{Host: "10.0.0.1", Port: 80}}}
+	}
+	m, err := Prepare(Fleet{Pools: []Pool{good()}})
+	if err != nil || !m.Prepared() {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if pl := m.Plan("p"); len(pl.Endpoints) != 1 || len(pl.Rings) != 1 || pl.PerWeight != EntriesPerWeight(0) {
+		t.Errorf("plan %+v", pl)
+	}
+	if pl := m.Plan("nope"); pl.Endpoints != nil || pl.Rings != nil {
+		t.Errorf("plan of no pool: %+v", pl)
+	}
+	if (Model{}).Prepared() {
+		t.Error("zero Model prepared")
+	}
+	for name, mutate := range map[string]func(p *Pool){
+		"non-prime table":   func(p *Pool) { p.Hash.TableSize = 65536 },
+		"ring above max":    func(p *Pool) { p.Hash.Algorithm = RingHash; p.Hash.MaxRingSize = MaxRingSize + 1 },
+		"max below min":     func(p *Pool) { p.Hash.MaxRingSize = DefaultMinRingSize - 1 },
+		"invalid utf-8":     func(p *Pool) { p.Endpoints[0].HashKey = "\xfe" },
+		"duplicate address": func(p *Pool) { p.Endpoints = append(p.Endpoints, Endpoint{Host: "10.0.0.1", Port: 80, HashKey: "b"}) },
+	} {
+		p := good()
+		mutate(&p)
+		if _, err := Prepare(Fleet{Pools: []Pool{p}}); err == nil {
+			t.Errorf("%s: want error", name)
+		}
+	}
+	for n, want := range map[uint64]bool{0: false, 1: false, 2: true, 4: false, DefaultMaglevTableSize: true, MaxMaglevTableSize: true, 65536: false} {
+		if IsPrime(n) != want {
+			t.Errorf("IsPrime(%d) = %t", n, !want)
+		}
+	}
+}
