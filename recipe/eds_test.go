@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
+	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
 )
@@ -50,14 +51,14 @@ const meshCluster = "outbound|8000||vllm.llm.svc.cluster.local"
 var sidecar = &corev3.Node{Id: "sidecar~10.1.0.7~app-0.llm~llm.svc.cluster.local", Cluster: "app.llm", UserAgentName: "envoy"}
 
 // model joins meshPolicy with the given weight of the first replica.
-func model(t *testing.T, firstWeight uint32) translate.Model {
+func model(t *testing.T, firstWeight uint32) fleet.Model {
 	t.Helper()
 	p, diags := policy.Parse([]byte(meshPolicy), "mesh.hcl")
 	if diags.HasErrors() {
 		t.Fatal(policy.Format(diags))
 	}
 	p.Pools[0].Static[0].Weight = firstWeight
-	m, err := translate.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
+	m, err := fleet.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
 	if err != nil {
 		t.Fatal(err)
 	}

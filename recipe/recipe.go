@@ -47,6 +47,7 @@ import (
 
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
+	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
@@ -92,7 +93,7 @@ type Options struct {
 type recipe struct {
 	pool    policy.Pool
 	cluster string // the mesh cluster's name
-	model   translate.Model
+	model   fleet.Model
 	host    string // kvxds's host and port as the mesh reaches it
 	port    uint32
 	ns      string
@@ -119,7 +120,7 @@ func Render(target Target, o Options) ([]byte, error) {
 	if r.pool.LoadBalancing != policy.LoadBalancingHash {
 		return nil, fmt.Errorf("recipe: pool %q balances with %s; a recipe sets consistent hashing, so give the pool load_balancing = %q", o.Pool, r.pool.LoadBalancing, policy.LoadBalancingHash)
 	}
-	m, err := translate.Prepare(reconcile.Join(o.Policy, nil, nil))
+	m, err := fleet.Prepare(reconcile.Join(o.Policy, nil, nil))
 	if err != nil {
 		return nil, fmt.Errorf("recipe: %w", err)
 	}

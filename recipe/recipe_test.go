@@ -27,6 +27,7 @@ import (
 
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
+	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
@@ -417,7 +418,7 @@ func checkEnvoy(t *testing.T, out []byte, p *policy.Policy, pool policy.Pool) {
 		t.Errorf("cluster takes its endpoints from %v", c.GetEdsClusterConfig())
 	}
 	// The same balancing as kvxds's own Envoy cluster of the pool.
-	m, err := translate.Prepare(reconcile.Join(p, nil, nil))
+	m, err := fleet.Prepare(reconcile.Join(p, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func TestExamples(t *testing.T) {
 		{"envoy-mesh", Envoy},
 	} {
 		t.Run(ex.dir, func(t *testing.T) {
-			p, diags := policy.Load(filepath.Join("..", "..", "examples", ex.dir, "policy.hcl"))
+			p, diags := policy.Load(filepath.Join("..", "examples", ex.dir, "policy.hcl"))
 			if diags.HasErrors() {
 				t.Fatal(policy.Format(diags))
 			}

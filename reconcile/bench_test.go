@@ -7,8 +7,8 @@ import (
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/server"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // BenchmarkPush is one push of a 1,000-replica pool after one replica
@@ -48,7 +48,7 @@ pool "chat" {
 			i := 0
 			for b.Loop() {
 				i++
-				m, err := translate.Prepare(Join(p, groups[i%2], decisions))
+				m, err := fleet.Prepare(Join(p, groups[i%2], decisions))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -32,7 +32,7 @@ func staticTargets(pool policy.Pool) discovery.Static {
 // Join builds the fleet model from a policy, the discovered targets of
 // each pool and the metric-driven decisions of each pool's replicas (by
 // pool, then replica identity). It is the only place where the inputs
-// meet. The result is not normalised: translate.Prepare does that, once.
+// meet. The result is not normalised: fleet.Prepare does that, once.
 //
 // A decision's weight multiplies the replica's static weight, and a
 // saturated replica is draining, which takes it out of Envoy's and gRPC's
@@ -105,12 +105,12 @@ func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[s
 // Render returns, as YAML, the resources a kind of client receives for a
 // policy and its static endpoints (replicas its dns and kubernetes blocks
 // would find are not looked up).
-func Render(p *policy.Policy, flavor translate.Flavor) ([]byte, error) {
-	m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
+func Render(p *policy.Policy, kind translate.Kind) ([]byte, error) {
+	m, err := fleet.Prepare(Join(p, StaticGroups(p), nil))
 	if err != nil {
 		return nil, err
 	}
-	r, err := translate.Translate(m, flavor)
+	r, err := translate.Translate(m, kind)
 	if err != nil {
 		return nil, err
 	}

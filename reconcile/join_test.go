@@ -137,7 +137,7 @@ func TestPolicySettingsValidForStep(t *testing.T) {
 		if diags.HasErrors() {
 			t.Fatalf("%s: %s", file, policy.Format(diags))
 		}
-		specs, bad := ScrapeSpecs(p, fleet.Fleet{})
+		specs, bad := ScrapeSpecs(p, fleet.Model{})
 		for pool, err := range bad {
 			t.Errorf("%s pool %s: %v", file, pool, err)
 		}

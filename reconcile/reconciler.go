@@ -25,12 +25,11 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // Sink receives every new model: the xDS server.
 type Sink interface {
-	Update(context.Context, translate.Model) error
+	Update(context.Context, fleet.Model) error
 }
 
 // Options configure a Reconciler.
@@ -253,7 +252,7 @@ func (r *Reconciler) metricsChanged() {
 func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause string) error {
 	decisions := r.decisions()
 	groups := r.disc.Groups()
-	m, err := translate.Prepare(Join(p, groups, decisions))
+	m, err := fleet.Prepare(Join(p, groups, decisions))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -263,13 +262,13 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	}
 	// Replicas' identities and addresses do not depend on decisions, so
 	// the pushed model's replicas are the ones to scrape.
-	specs, bad := ScrapeSpecs(p, m.Fleet())
+	specs, bad := ScrapeSpecs(p, m)
 	for pool, err := range bad {
 		r.log.Error("metric-driven weights disabled for pool", "pool", pool, "error", err)
 	}
 	r.scrapeSet(ctx, specs)
 	f := m.Fleet()
-	shares := tableShares(f)
+	shares := tableShares(m)
 	now := r.now()
 	r.mu.Lock()
 	r.policy, r.fleet, r.served, r.groups = p, f, decisions, groups

@@ -66,7 +66,7 @@ type sink struct {
 	refuse bool
 }
 
-func (s *sink) Update(ctx context.Context, m translate.Model) error {
+func (s *sink) Update(ctx context.Context, m fleet.Model) error {
 	s.mu.Lock()
 	refuse := s.refuse
 	s.mu.Unlock()

@@ -35,10 +35,10 @@ func TestRenderGolden(t *testing.T) {
 		if slices.Contains(examples, file) {
 			base = filepath.Join("testdata", "render", "example-"+filepath.Base(base))
 		}
-		for _, flavor := range translate.Flavors {
-			golden := base + "." + flavor.String() + ".yaml"
+		for _, kind := range translate.Kinds {
+			golden := base + "." + kind.String() + ".yaml"
 			t.Run(filepath.Base(golden), func(t *testing.T) {
-				got, err := Render(p, flavor)
+				got, err := Render(p, kind)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -8,19 +8,18 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // ScrapeSpecs returns how each pool of p with a metrics block is scraped:
-// its settings from the policy, its targets the replicas of the pool in f
+// its settings from the policy, its targets the replicas of the pool in m
 // (their metric pages, by identity). A pool whose settings do not make a
 // profile is left out, with the reason.
-func ScrapeSpecs(p *policy.Policy, f fleet.Fleet) (map[string]weights.PoolScrape, map[string]error) {
+func ScrapeSpecs(p *policy.Policy, m fleet.Model) (map[string]weights.PoolScrape, map[string]error) {
 	replicas := map[string][]fleet.Endpoint{}
 	domains := map[string]map[string]string{}
-	for i, fp := range f.Pools {
+	for _, fp := range m.Fleet().Pools {
 		replicas[fp.Name] = fp.Endpoints
-		domains[fp.Name] = translate.WeightDomains(&f.Pools[i])
+		domains[fp.Name] = m.Plan(fp.Name).Domains
 	}
 	out := map[string]weights.PoolScrape{}
 	var bad map[string]error

@@ -9,7 +9,6 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 func mustParse(t testing.TB, src string) *policy.Policy {
@@ -107,11 +106,15 @@ pool "plain" {
   }
 }
 `)
-	f := fleet.Fleet{Pools: []fleet.Pool{
-		{Name: "chat", Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000, HashKey: "vllm-0"}, {Host: "fd00::1", Port: 8000}}},
-		{Name: "plain", Endpoints: []fleet.Endpoint{{Host: "10.0.0.9", Port: 8000}}},
-	}}
-	specs, bad := ScrapeSpecs(p, f)
+	hash := fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}}
+	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{
+		{Name: "chat", Port: 10000, Hash: hash, Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000, HashKey: "vllm-0"}, {Host: "fd00::1", Port: 8000}}},
+		{Name: "plain", Port: 10001, Hash: hash, Endpoints: []fleet.Endpoint{{Host: "10.0.0.9", Port: 8000}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, bad := ScrapeSpecs(p, m)
 	if len(bad) != 0 || len(specs) != 1 {
 		t.Fatalf("specs %v, errors %v: want chat only", specs, bad)
 	}
@@ -126,8 +129,8 @@ pool "plain" {
 		t.Errorf("kv = %+v, running = %+v", kv, s.Profile.Running)
 	}
 	want := []weights.Target{
-		{ID: "vllm-0", URL: "http://10.0.0.1:9090/stats"},
 		{ID: "[fd00::1]:8000", URL: "http://[fd00::1]:9090/stats"},
+		{ID: "vllm-0", URL: "http://10.0.0.1:9090/stats"},
 	}
 	if len(s.Targets) != len(want) {
 		t.Fatalf("targets %+v", s.Targets)
@@ -143,7 +146,7 @@ pool "plain" {
 // "acme" of 2, exclusive or not, and extra lines in the pool block: the
 // policy, the fleet kvxds serves from it, and the group's members by
 // identity.
-func groupFixture(t *testing.T, n int, exclusive bool, extra string) (*policy.Policy, fleet.Fleet, map[string]bool) {
+func groupFixture(t *testing.T, n int, exclusive bool, extra string) (*policy.Policy, fleet.Model, map[string]bool) {
 	t.Helper()
 	var eps []string
 	for i := range n {
@@ -167,16 +170,16 @@ pool "chat" {
   }
 }
 `, strings.Join(eps, ", "), extra, exclusive))
-	m, err := translate.Prepare(Join(p, StaticGroups(p), nil))
+	m, err := fleet.Prepare(Join(p, StaticGroups(p), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := m.Fleet()
 	members := map[string]bool{}
-	for _, e := range translate.GroupMembers(&f.Pools[0], f.Pools[0].Groups[0]) {
+	for _, e := range fleet.GroupMembers(&f.Pools[0], f.Pools[0].Groups[0]) {
 		members[e.Identity()] = true
 	}
-	return p, f, members
+	return p, m, members
 }
 
 // The members of an exclusive group are scraped in the group's weight
@@ -185,8 +188,8 @@ pool "chat" {
 func TestScrapeSpecsWeightDomains(t *testing.T) {
 	for _, exclusive := range []bool{true, false} {
 		t.Run(fmt.Sprint("exclusive=", exclusive), func(t *testing.T) {
-			p, f, members := groupFixture(t, 5, exclusive, "  metrics { engine = \"vllm\" }\n  weights { relative = true }")
-			specs, bad := ScrapeSpecs(p, f)
+			p, m, members := groupFixture(t, 5, exclusive, "  metrics { engine = \"vllm\" }\n  weights { relative = true }")
+			specs, bad := ScrapeSpecs(p, m)
 			if len(bad) != 0 {
 				t.Fatal(bad)
 			}

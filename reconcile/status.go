@@ -14,7 +14,6 @@ import (
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/ringhash"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // Status returns the read model of this instance's pools, replicas and
@@ -235,14 +234,15 @@ func trackSince(prev map[string]map[string]healthSince, f fleet.Fleet, decisions
 	return out
 }
 
-// tableShares models, for each hash pool of a normalised fleet, the
-// share of proxyless gRPC clients' ring each endpoint owns: the ring
-// kvxds asks them to build (translate.RingTables) over the endpoints they
+// tableShares models, for each hash pool of a model, the share of
+// proxyless gRPC clients' ring each endpoint owns: the ring kvxds asks
+// them to build (fleet.Plan's Rings) over the endpoints they
 // put on it (healthy ones only). A replica's share is of the table of its
 // weight domain: an exclusive tenant group's for the members that serve
 // only there, the pool's own for every other. Out of the ring, a share is
 // 0.
-func tableShares(f fleet.Fleet) map[string]map[string]float64 {
+func tableShares(md fleet.Model) map[string]map[string]float64 {
+	f := md.Fleet()
 	out := map[string]map[string]float64{}
 	for i := range f.Pools {
 		p := &f.Pools[i]
@@ -257,7 +257,7 @@ func tableShares(f fleet.Fleet) map[string]map[string]float64 {
 		// not exclusive keeps its share of it; an exclusive member is in
 		// its group's table alone.
 		seen := map[string]bool{}
-		for _, tb := range translate.RingTables(p) {
+		for _, tb := range md.Plan(p.Name).Rings {
 			shares := ringShares(tb, p.Hash.GRPCRingCap)
 			for _, e := range tb.Endpoints {
 				if id := e.Identity(); !seen[id] {
@@ -271,7 +271,7 @@ func tableShares(f fleet.Fleet) map[string]map[string]float64 {
 }
 
 // ringShares is the share of tb's ring each healthy endpoint owns.
-func ringShares(tb translate.RingTable, ringCap uint64) map[string]float64 {
+func ringShares(tb fleet.RingTable, ringCap uint64) map[string]float64 {
 	var eps []ringhash.Endpoint
 	var weight uint64
 	for _, e := range tb.Endpoints {
@@ -281,7 +281,7 @@ func ringShares(tb translate.RingTable, ringCap uint64) map[string]float64 {
 		}
 	}
 	out := make(map[string]float64, len(eps))
-	if size := translate.RingSize(weight, tb.PerWeight, ringCap); size > 0 {
+	if size := fleet.RingSize(weight, tb.PerWeight, ringCap); size > 0 {
 		for i, s := range ringhash.Build(eps, size, size).Shares() {
 			out[eps[i].HashKey] = s
 		}

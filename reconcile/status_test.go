@@ -24,8 +24,8 @@ import (
 	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/server"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 func recordedSignals(t testing.TB, page string) weights.Signals {
@@ -80,7 +80,7 @@ pool "batch" {
 		"10.0.0.4:8000": {Weight: 4},
 		"vllm-5":        {Weight: 3},
 	}}
-	m, err := translate.Prepare(Join(p, groups, decisions))
+	m, err := fleet.Prepare(Join(p, groups, decisions))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ pool "batch" {
 			"chat":  {"10.0.0.1:8000": "kubernetes", "10.0.0.2:8000": "kubernetes", "10.0.0.3:8000": "kubernetes", "10.0.0.4:8000": "kubernetes", "10.0.0.5:8000": "dns"},
 			"batch": {"10.0.1.1:8000": "static"},
 		},
-		since: since, shares: tableShares(f), rule: status.DefaultHotspotRule,
+		since: since, shares: tableShares(m), rule: status.DefaultHotspotRule,
 	}
 }
 
@@ -391,9 +391,13 @@ func BenchmarkStatus(b *testing.B) {
 	})
 	b.Run("table shares", func(b *testing.B) {
 		// Once per push, not per status.
+		m, err := fleet.Prepare(in.fleet)
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.ReportAllocs()
 		for b.Loop() {
-			tableShares(in.fleet)
+			tableShares(m)
 		}
 	})
 	b.Run("views", func(b *testing.B) {
@@ -448,7 +452,7 @@ pool "chat" {
 		sources[id] = "kubernetes"
 	}
 	decisions := ha.Decisions{"chat": dec}
-	m, err := translate.Prepare(Join(p, []discovery.Group{{Pool: "chat", Targets: ts}}, decisions))
+	m, err := fleet.Prepare(Join(p, []discovery.Group{{Pool: "chat", Targets: ts}}, decisions))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -457,7 +461,7 @@ pool "chat" {
 		now: statusT0, policy: p, fleet: f, decisions: decisions,
 		views:   map[string]weights.PoolView{"chat": {Replicas: views}},
 		sources: map[string]map[string]string{"chat": sources},
-		since:   trackSince(nil, f, decisions, statusT0), shares: tableShares(f), rule: status.DefaultHotspotRule,
+		since:   trackSince(nil, f, decisions, statusT0), shares: tableShares(m), rule: status.DefaultHotspotRule,
 	}
 }
 
@@ -467,9 +471,9 @@ pool "chat" {
 func TestTableSharesGroups(t *testing.T) {
 	for _, exclusive := range []bool{true, false} {
 		t.Run(fmt.Sprint("exclusive=", exclusive), func(t *testing.T) {
-			_, f, members := groupFixture(t, 6, exclusive, "")
+			_, m, members := groupFixture(t, 6, exclusive, "")
 			var inGroup, inPool float64
-			for id, s := range tableShares(f)["chat"] {
+			for id, s := range tableShares(m)["chat"] {
 				if s <= 0 {
 					t.Errorf("%s: share %v", id, s)
 				}

@@ -190,14 +190,14 @@ func render(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, policy.Format(diags))
 		return 1
 	}
-	flavor := translate.Envoy
+	kind := translate.Envoy
 	switch {
 	case *grpcOut:
-		flavor = translate.GRPC
+		kind = translate.GRPC
 	case *jsOut:
-		flavor = translate.GRPCJS
+		kind = translate.GRPCJS
 	}
-	out, err := reconcile.Render(p, flavor)
+	out, err := reconcile.Render(p, kind)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvxds render: %v\n", err)
 		return 1

@@ -18,7 +18,7 @@ const numSessions = 2000
 
 // shareTolerance bounds how far a replica's share of sessions may stray
 // from its share of the total weight. gRPC clients place hosts on a ring
-// of 64 entries per unit of weight (xds/translate.GRPCRingSize), so
+// of 64 entries per unit of weight (xds/fleet.GRPCRingSize), so
 // shares are close to, not exactly, the weights; where each session goes
 // is checked exactly against the ring model instead.
 const shareTolerance = 0.08

@@ -9,7 +9,6 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/xds/fleet"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // groupBlock is the tenant group of the tests: x-tenant-id = acme on 2 of
@@ -29,7 +28,7 @@ func groupBlock(exclusive bool) string {
 // groupMembers returns the replicas the policy's group "acme" routes to
 // and the replicas of the pool's own clusters, as kvxds chooses them;
 // grpc-js gets no group clusters, so both are the whole pool for it
-// (xds/translate, planGroups).
+// (xds/translate, groupTables).
 func groupMembers(t *testing.T, path string, all []member, jsClient bool) (group, rest []member) {
 	t.Helper()
 	if jsClient {
@@ -50,7 +49,7 @@ func groupMembers(t *testing.T, path string, all []member, jsClient bool) (group
 func predictGroup(t *testing.T, path string, members []member, ss []string) expectation {
 	t.Helper()
 	p, g := policyGroup(t, path)
-	per := translate.GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap)
+	per := fleet.GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap)
 	return predictRing(members, ss, p.Hash.GRPCRingCap, per, func(m member) string { return m.b.addr })
 }
 
@@ -62,7 +61,7 @@ func policyGroup(t *testing.T, path string) (*fleet.Pool, fleet.Group) {
 	if diags.HasErrors() {
 		t.Fatal(policy.Format(diags))
 	}
-	m, err := translate.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
+	m, err := fleet.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +178,7 @@ func groupOf(t *testing.T, path string, all []member, n int) []member {
 	pool, g := policyGroup(t, path)
 	g.Replicas = n
 	var out []member
-	for _, e := range translate.GroupMembers(pool, g) {
+	for _, e := range fleet.GroupMembers(pool, g) {
 		i := slices.IndexFunc(all, func(mb member) bool { return mb.b.addr == e.HashKey })
 		if i < 0 {
 			t.Fatalf("group member %s is not a backend", e.HashKey)

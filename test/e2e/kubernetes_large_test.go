@@ -188,7 +188,7 @@ func kubernetesPolicyFor(xdsAddr, adminAddr, service, kubeconfig string) string 
 //
 // Beyond 64 pods of weight 1 the ring is the clients' cap (4,096), shared
 // as whole entries per pod: 4 each from 820 to 1,024 pods, so 1,000 → 990
-// keeps every other pod's entries (see translate.GRPCRingSize).
+// keeps every other pod's entries (see fleet.GRPCRingSize).
 func TestKubernetes1000Pods(t *testing.T) {
 	const n, down = 1000, 10
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/ringhash"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // expectation is, for each session, the replicas a gRPC client may send
@@ -44,11 +44,11 @@ func predictWithCap(members []member, ss []string, ringCap uint64) expectation {
 
 // predictKeyed is predict for members whose ring identity is key(m).
 func predictKeyed(members []member, ss []string, ringCap uint64, key func(member) string) expectation {
-	return predictRing(members, ss, ringCap, translate.EntriesPerWeight(ringCap), key)
+	return predictRing(members, ss, ringCap, fleet.EntriesPerWeight(ringCap), key)
 }
 
 // predictRing is predictKeyed for a ring of perWeight entries per unit of
-// weight (a tenant group's: translate.GroupEntriesPerWeight).
+// weight (a tenant group's: fleet.GroupEntriesPerWeight).
 func predictRing(members []member, ss []string, ringCap, perWeight uint64, key func(member) string) expectation {
 	eps := make([]ringhash.Endpoint, len(members))
 	var w uint64
@@ -56,7 +56,7 @@ func predictRing(members []member, ss []string, ringCap, perWeight uint64, key f
 		eps[i] = ringhash.Endpoint{HashKey: key(m), Weight: uint64(m.weight)}
 		w += uint64(m.weight)
 	}
-	size := translate.RingSize(w, perWeight, ringCap)
+	size := fleet.RingSize(w, perWeight, ringCap)
 	r := ringhash.BuildExact(eps, size, size)
 	ext := r.Extended(eps, ringhash.Last(eps))
 	out := make(expectation, len(ss))

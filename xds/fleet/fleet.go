@@ -4,7 +4,8 @@
 //
 // The model is the only input of the xDS translator. Policy, discovery and
 // metric-driven weights never talk to the translator directly: they are
-// joined into a Fleet, which is normalised (sorted, defaulted) and validated
+// joined into a Fleet, which Prepare normalises (sorted, defaulted),
+// validates and plans (Plan: which replicas each hash table holds) once,
 // before anything is translated. A Fleet is plain data: it is compared,
 // copied and serialised freely, and two equal Fleets always translate to
 // byte-identical resources.
@@ -53,12 +54,8 @@ const (
 // "chat/keyless" over the same endpoints. Pool names cannot contain '/'.
 const KeylessSuffix = "/keyless"
 
-// Defaults shared by the policy and the translator.
-const (
-	DefaultMaglevTableSize = 65537
-	MaxMaglevTableSize     = 5000011
-	DefaultListenAddress   = "0.0.0.0"
-)
+// DefaultListenAddress is where Envoy listens for a pool that sets none.
+const DefaultListenAddress = "0.0.0.0"
 
 // Health is an endpoint's health as pushed to the data plane.
 type Health int
@@ -148,7 +145,7 @@ const GroupInfix = "/group/"
 // Group is a tenant hash group: requests whose Header equals one of
 // Values are hashed on the pool's keys over a stable subset of Replicas
 // of the pool's replicas, chosen by rendezvous hashing of their
-// identities keyed by Name (see xds/translate).
+// identities keyed by Name (see GroupMembers).
 type Group struct {
 	Name   string   `json:"name"`
 	Header string   `json:"header"`
@@ -505,8 +502,8 @@ func (h Hash) validate(pool string) []error {
 	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
 		bad("balance factor %d below 100", h.BalanceFactor)
 	}
-	if h.GRPCRingCap != 0 && (h.GRPCRingCap < 64 || h.GRPCRingCap > 8<<20) {
-		bad("gRPC ring cap %d outside 64..%d", h.GRPCRingCap, 8<<20)
+	if h.GRPCRingCap != 0 && (h.GRPCRingCap < MinGRPCRingCap || h.GRPCRingCap > MaxRingSize) {
+		bad("gRPC ring cap %d outside %d..%d", h.GRPCRingCap, MinGRPCRingCap, MaxRingSize)
 	}
 	switch h.Keyless {
 	case RoundRobin, LeastRequest, Random:

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/kvxds/kvxds/xds/fleet"
-	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // benchFleet is 10 pools × 100 endpoints; shift changes every weight.
@@ -34,7 +33,7 @@ func BenchmarkUpdateFull(b *testing.B) {
 	s := New(Options{})
 	f1 := benchFleet(0)
 	f1.Pools[0].Hash.BalanceFactor = 200
-	fleets := [2]translate.Model{prepared(b, benchFleet(0)), prepared(b, f1)}
+	fleets := [2]fleet.Model{prepared(b, benchFleet(0)), prepared(b, f1)}
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -50,7 +49,7 @@ func BenchmarkUpdateFull(b *testing.B) {
 // endpoint assignments are rebuilt.
 func BenchmarkUpdateWeightsOnly(b *testing.B) {
 	s := New(Options{})
-	fleets := [2]translate.Model{prepared(b, benchFleet(0)), prepared(b, benchFleet(1))}
+	fleets := [2]fleet.Model{prepared(b, benchFleet(0)), prepared(b, benchFleet(1))}
 	ctx := context.Background()
 	if err := s.Update(ctx, fleets[0]); err != nil {
 		b.Fatal(err)
@@ -65,8 +64,8 @@ func BenchmarkUpdateWeightsOnly(b *testing.B) {
 	}
 }
 
-func prepared(b *testing.B, f fleet.Fleet) translate.Model {
-	m, err := translate.Prepare(f)
+func prepared(b *testing.B, f fleet.Fleet) fleet.Model {
+	m, err := fleet.Prepare(f)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -67,8 +67,8 @@ func (t *streamTracker) dataPlanes() []status.DataPlane {
 // before the first Update.
 func (s *Server) Served() map[string]map[string]string {
 	var out map[string]map[string]string
-	for _, flavor := range translate.Flavors {
-		vs := s.Versions(flavor)
+	for _, kind := range translate.Kinds {
+		vs := s.Versions(kind)
 		if len(vs) == 0 {
 			continue
 		}
@@ -79,7 +79,7 @@ func (s *Server) Served() map[string]map[string]string {
 		for _, typ := range slices.Sorted(maps.Keys(vs)) {
 			m[shortType(typ)] = vs[typ]
 		}
-		out[flavor.String()] = m
+		out[kind.String()] = m
 	}
 	return out
 }

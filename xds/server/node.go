@@ -19,7 +19,7 @@ import (
 // (grpc-go sends "gRPC Go", grpc-java "gRPC Java", C-core languages "gRPC
 // C-core ...") is a gRPC client; everything else, including Envoy's
 // "envoy" and clients that send nothing, is treated as Envoy.
-func Classify(n *core.Node) translate.Flavor {
+func Classify(n *core.Node) translate.Kind {
 	ua := strings.ToLower(n.GetUserAgentName())
 	grpc := translate.GRPC
 	if strings.HasPrefix(ua, "grpc node") {

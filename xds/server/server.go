@@ -7,7 +7,7 @@
 // any node id is served and every client of a kind builds the same hash
 // table. See Classify for how a node's kind is recognised.
 //
-// The server fails static: Update takes a model that translate.Prepare
+// The server fails static: Update takes a model that fleet.Prepare
 // has already validated, builds every snapshot before anything is swapped
 // in, and a model that fails keeps the last good snapshots serving.
 package server
@@ -60,8 +60,8 @@ type Server struct {
 	guard   *guard
 
 	mu      sync.Mutex
-	last    *translate.Model // last model that was pushed
-	current map[translate.Flavor]*translate.Resources
+	last    *fleet.Model // last model that was pushed
+	current map[translate.Kind]*translate.Resources
 	ready   bool
 }
 
@@ -76,7 +76,7 @@ func New(opts Options) *Server {
 	s := &Server{
 		log:     logger,
 		metrics: m,
-		current: map[translate.Flavor]*translate.Resources{},
+		current: map[translate.Kind]*translate.Resources{},
 	}
 	now := opts.Now
 	if now == nil {
@@ -113,10 +113,10 @@ func (s *Server) Ready() bool {
 	return s.ready
 }
 
-// Versions returns the per-type versions currently served to a flavor,
+// Versions returns the per-type versions currently served to a kind,
 // keyed by type URL.
-func (s *Server) Versions(flavor translate.Flavor) map[string]string {
-	snap, err := s.cache.GetSnapshot(flavor.String())
+func (s *Server) Versions(kind translate.Kind) map[string]string {
+	snap, err := s.cache.GetSnapshot(kind.String())
 	if err != nil {
 		return nil
 	}
@@ -129,14 +129,14 @@ func (s *Server) Versions(flavor translate.Flavor) map[string]string {
 
 // Update translates m and, if it differs from what is being served, swaps
 // the new snapshots in. On error nothing changes.
-func (s *Server) Update(ctx context.Context, m translate.Model) error {
+func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last != nil && s.last.Equal(m) {
 		return nil
 	}
 	f := m.Fleet()
-	next := map[translate.Flavor]*translate.Resources{}
+	next := map[translate.Kind]*translate.Resources{}
 	if s.last != nil && sameShape(s.last.Fleet(), f) {
 		// Membership, weight and health changes touch only EDS (and gRPC
 		// clients' ring sizes): listeners and routes are reused as they
@@ -147,27 +147,27 @@ func (s *Server) Update(ctx context.Context, m translate.Model) error {
 			return fmt.Errorf("translating endpoint changes: %w", err)
 		}
 	} else {
-		for _, flavor := range translate.Flavors {
-			r, err := translate.Translate(m, flavor)
+		for _, kind := range translate.Kinds {
+			r, err := translate.Translate(m, kind)
 			if err != nil {
 				s.metrics.updateErrors.Inc()
-				return fmt.Errorf("translating for %s: %w", flavor, err)
+				return fmt.Errorf("translating for %s: %w", kind, err)
 			}
-			next[flavor] = r
+			next[kind] = r
 		}
 	}
-	snaps := map[translate.Flavor]*cachev3.Snapshot{}
-	for flavor, r := range next {
+	snaps := map[translate.Kind]*cachev3.Snapshot{}
+	for kind, r := range next {
 		snap, err := r.Snapshot()
 		if err != nil {
 			s.metrics.updateErrors.Inc()
-			return fmt.Errorf("building %s snapshot: %w", flavor, err)
+			return fmt.Errorf("building %s snapshot: %w", kind, err)
 		}
-		snaps[flavor] = snap
+		snaps[kind] = snap
 	}
-	for _, flavor := range slices.Sorted(maps.Keys(snaps)) {
-		snap := snaps[flavor]
-		key := flavor.String()
+	for _, kind := range slices.Sorted(maps.Keys(snaps)) {
+		snap := snaps[kind]
+		key := kind.String()
 		prev, _ := s.cache.GetSnapshot(key)
 		if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
 			return fmt.Errorf("setting %s snapshot: %w", key, err)

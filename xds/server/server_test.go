@@ -103,7 +103,7 @@ func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		node *core.Node
-		want translate.Flavor
+		want translate.Kind
 	}{
 		{"envoy", &core.Node{Id: "e", UserAgentName: "envoy"}, translate.Envoy},
 		{"nothing", &core.Node{}, translate.Envoy},
@@ -159,21 +159,21 @@ func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 		}(), map[string]bool{resourcev3.ClusterType: true}, nil}, // gRPC ignores it
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := map[translate.Flavor]map[string]string{}
-			for _, flavor := range translate.Flavors {
-				before[flavor] = s.Versions(flavor)
+			before := map[translate.Kind]map[string]string{}
+			for _, kind := range translate.Kinds {
+				before[kind] = s.Versions(kind)
 			}
 			if err := update(ctx, s, tc.fleet); err != nil {
 				t.Fatal(err)
 			}
-			for _, flavor := range translate.Flavors {
+			for _, kind := range translate.Kinds {
 				want := tc.grpc
-				if flavor == translate.Envoy {
+				if kind == translate.Envoy {
 					want = tc.envoy
 				}
-				for typ, v := range s.Versions(flavor) {
-					if changed := v != before[flavor][typ]; changed != want[typ] {
-						t.Errorf("%s %s: changed=%v, want %v", flavor, shortType(typ), changed, want[typ])
+				for typ, v := range s.Versions(kind) {
+					if changed := v != before[kind][typ]; changed != want[typ] {
+						t.Errorf("%s %s: changed=%v, want %v", kind, shortType(typ), changed, want[typ])
 					}
 				}
 			}
@@ -337,7 +337,7 @@ func TestStandaloneEDS(t *testing.T) {
 
 // update prepares f and hands it to s, as kvxds's reconcile step does.
 func update(ctx context.Context, s *Server, f fleet.Fleet) error {
-	m, err := translate.Prepare(f)
+	m, err := fleet.Prepare(f)
 	if err != nil {
 		return err
 	}

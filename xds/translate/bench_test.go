@@ -18,13 +18,13 @@ func benchFleets() (fleet.Fleet, fleet.Fleet) {
 	return a, b
 }
 
-// BenchmarkFullRebuild: Translate + Snapshot for every flavor.
+// BenchmarkFullRebuild: Translate + Snapshot for every kind.
 func BenchmarkFullRebuild(b *testing.B) {
 	f, _ := benchFleets()
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, flavor := range Flavors {
-			r, err := translateFleet(f, flavor)
+		for _, kind := range Kinds {
+			r, err := translateFleet(f, kind)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -59,17 +59,17 @@ func BenchmarkWeightsOnly(b *testing.B) {
 	}
 }
 
-// BenchmarkEndpointChangeAllFlavors: a weight change for every flavor,
+// BenchmarkEndpointChangeAllKinds: a weight change for every kind,
 // as the server pushes it, snapshots included.
-func BenchmarkEndpointChangeAllFlavors(b *testing.B) {
+func BenchmarkEndpointChangeAllKinds(b *testing.B) {
 	f0, f1 := benchFleets()
-	prev := map[Flavor]*Resources{}
-	for _, flavor := range Flavors {
-		r, err := translateFleet(f0, flavor)
+	prev := map[Kind]*Resources{}
+	for _, kind := range Kinds {
+		r, err := translateFleet(f0, kind)
 		if err != nil {
 			b.Fatal(err)
 		}
-		prev[flavor] = r
+		prev[kind] = r
 	}
 	fleets := [2]fleet.Fleet{f0, f1}
 	b.ReportAllocs()

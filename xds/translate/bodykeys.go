@@ -28,9 +28,9 @@ const luaFilterName = "envoy.filters.http.lua"
 // envoyDefaultBufferLimit is Envoy's default per_connection_buffer_limit_bytes.
 const envoyDefaultBufferLimit = 1 << 20
 
-// bodyKeys reports whether flavor computes body keys for p.
-func bodyKeys(p *fleet.Pool, flavor Flavor) bool {
-	if flavor != Envoy || p.Balancer != fleet.ConsistentHash {
+// bodyKeys reports whether kind computes body keys for p.
+func bodyKeys(p *fleet.Pool, kind Kind) bool {
+	if kind != Envoy || p.Balancer != fleet.ConsistentHash {
 		return false
 	}
 	for _, k := range p.Hash.Keys {
@@ -41,12 +41,12 @@ func bodyKeys(p *fleet.Pool, flavor Flavor) bool {
 	return false
 }
 
-// routeKeys is p's key chain as flavor's routes see it: body keys become
+// routeKeys is p's key chain as kind's routes see it: body keys become
 // their generated headers for Envoy, and are left out for gRPC clients
 // (and for pools that do not hash).
-func routeKeys(p *fleet.Pool, flavor Flavor) []fleet.HashKey {
+func routeKeys(p *fleet.Pool, kind Kind) []fleet.HashKey {
 	out := make([]fleet.HashKey, 0, len(p.Hash.Keys))
-	body := bodyKeys(p, flavor)
+	body := bodyKeys(p, kind)
 	for i, k := range p.Hash.Keys {
 		switch {
 		case !k.Body():

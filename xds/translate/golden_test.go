@@ -2,13 +2,13 @@ package translate
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
@@ -18,138 +18,91 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/out golden files")
 
-// yamlFleet is the readable input format of testdata/in: fleet.Fleet with
-// durations and health as strings.
-type yamlFleet struct {
-	Pools []yamlPool `json:"pools"`
-}
-
-type yamlPool struct {
-	Balancer      string         `json:"balancer"`
-	Name          string         `json:"name"`
-	ListenAddress string         `json:"listenAddress"`
-	Port          uint32         `json:"port"`
-	RouteTimeout  string         `json:"routeTimeout"`
-	IdleTimeout   string         `json:"idleTimeout"`
-	Hash          yamlHash       `json:"hash"`
-	Endpoints     []yamlEndpoint `json:"endpoints"`
-	Mesh          *struct {
-		ClusterName string `json:"clusterName"`
-		IstioMTLS   bool   `json:"istioMTLS"`
-	} `json:"mesh"`
-	Groups []struct {
-		Name      string   `json:"name"`
-		Header    string   `json:"header"`
-		Values    []string `json:"values"`
-		Replicas  int      `json:"replicas"`
-		Exclusive bool     `json:"exclusive"`
-	} `json:"groups"`
-}
-
-type yamlHash struct {
-	Algorithm     string `json:"algorithm"`
-	TableSize     uint64 `json:"tableSize"`
-	MinRingSize   uint64 `json:"minRingSize"`
-	MaxRingSize   uint64 `json:"maxRingSize"`
-	BalanceFactor uint32 `json:"balanceFactor"`
-	Keyless       string `json:"keyless"`
-	MaxBodyBytes  int    `json:"maxBodyBytes"`
-	Keys          []struct {
-		Header         string `json:"header"`
-		Cookie         string `json:"cookie"`
-		QueryParameter string `json:"queryParameter"`
-		JSONField      string `json:"jsonField"`
-		PromptPrefix   int    `json:"promptPrefix"`
-	} `json:"keys"`
-}
-
-type yamlEndpoint struct {
-	Host     string `json:"host"`
-	Port     uint32 `json:"port"`
-	Weight   uint32 `json:"weight"`
-	Health   string `json:"health"`
-	Locality struct {
-		Region  string `json:"region"`
-		Zone    string `json:"zone"`
-		SubZone string `json:"subZone"`
-	} `json:"locality"`
-	HashKey string `json:"hashKey"`
-}
-
+// loadFleet reads a golden input: a fleet.Fleet as its own JSON
+// (fleet.Fleet's encoding), written as YAML so that it can carry comments.
+// Keys the model does not know are an error, as a misspelt field would
+// otherwise silently leave its default.
 func loadFleet(t testing.TB, path string) fleet.Fleet {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var y yamlFleet
-	if err := yaml.UnmarshalStrict(data, &y); err != nil {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	dur := func(s string) time.Duration {
-		if s == "" {
-			return 0
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		return d
-	}
 	var f fleet.Fleet
-	for _, yp := range y.Pools {
-		p := fleet.Pool{
-			Name:          yp.Name,
-			ListenAddress: yp.ListenAddress,
-			Port:          yp.Port,
-			RouteTimeout:  dur(yp.RouteTimeout),
-			IdleTimeout:   dur(yp.IdleTimeout),
-			Balancer:      fleet.Balancer(yp.Balancer),
-			Hash: fleet.Hash{
-				Algorithm:     fleet.Algorithm(yp.Hash.Algorithm),
-				TableSize:     yp.Hash.TableSize,
-				MinRingSize:   yp.Hash.MinRingSize,
-				MaxRingSize:   yp.Hash.MaxRingSize,
-				BalanceFactor: yp.Hash.BalanceFactor,
-				Keyless:       fleet.Balancer(yp.Hash.Keyless),
-				MaxBodyBytes:  yp.Hash.MaxBodyBytes,
-			},
-		}
-		if m := yp.Mesh; m != nil {
-			p.Mesh = &fleet.Mesh{ClusterName: m.ClusterName, IstioMTLS: m.IstioMTLS}
-		}
-		for _, g := range yp.Groups {
-			p.Groups = append(p.Groups, fleet.Group{Name: g.Name, Header: g.Header, Values: g.Values, Replicas: g.Replicas, Exclusive: g.Exclusive})
-		}
-		for _, k := range yp.Hash.Keys {
-			p.Hash.Keys = append(p.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,
-				JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
-		}
-		for _, ye := range yp.Endpoints {
-			e := fleet.Endpoint{
-				Host:     ye.Host,
-				Port:     ye.Port,
-				Weight:   ye.Weight,
-				Locality: fleet.Locality{Region: ye.Locality.Region, Zone: ye.Locality.Zone, SubZone: ye.Locality.SubZone},
-				HashKey:  ye.HashKey,
-			}
-			switch ye.Health {
-			case "", "healthy":
-				e.Health = fleet.Healthy
-			case "draining":
-				e.Health = fleet.Draining
-			case "degraded":
-				e.Health = fleet.Degraded
-			case "unhealthy":
-				e.Health = fleet.Unhealthy
-			default:
-				t.Fatalf("%s: unknown health %q", path, ye.Health)
-			}
-			p.Endpoints = append(p.Endpoints, e)
-		}
-		f.Pools = append(f.Pools, p)
+	if err := json.Unmarshal(j, &f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	// Pool decodes through its own UnmarshalJSON, which ignores unknown
+	// keys: check them against the fleet's encoding instead.
+	back, err := json.Marshal(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var in, out any
+	if err := json.Unmarshal(j, &in); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(back, &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := unknownKeys(in, out, ""); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 	return f
+}
+
+// unknownKeys reports the first key of in (decoded JSON) that out, its
+// value re-encoded, lacks; keys with zero values may be omitted.
+func unknownKeys(in, out any, at string) error {
+	switch in := in.(type) {
+	case map[string]any:
+		o, _ := out.(map[string]any)
+		for k, v := range in {
+			ov, ok := o[k]
+			if !ok {
+				if zeroJSON(v) {
+					continue
+				}
+				return fmt.Errorf("unknown key %s.%s", at, k)
+			}
+			if err := unknownKeys(v, ov, at+"."+k); err != nil {
+				return err
+			}
+		}
+	case []any:
+		o, _ := out.([]any)
+		for i, v := range in {
+			if i >= len(o) {
+				return fmt.Errorf("%s[%d]: lost", at, i)
+			}
+			if err := unknownKeys(v, o[i], fmt.Sprintf("%s[%d]", at, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func zeroJSON(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !v
+	case float64:
+		return v == 0
+	case string:
+		return v == ""
+	case []any:
+		return len(v) == 0
+	case map[string]any:
+		return len(v) == 0
+	}
+	return false
 }
 
 // toYAML renders resources as a YAML list: protojson (proto field names,
@@ -180,8 +133,8 @@ func TestGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			f := loadFleet(t, in)
-			for _, flavor := range Flavors {
-				r, err := translateFleet(f, flavor)
+			for _, kind := range Kinds {
+				r, err := translateFleet(f, kind)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -191,8 +144,8 @@ func TestGolden(t *testing.T) {
 					"clusters":  toYAML(t, r.Clusters),
 					"endpoints": toYAML(t, r.Endpoints),
 				}
-				for kind, got := range outs {
-					path := filepath.Join("testdata", "out", fmt.Sprintf("%s.%s.%s.yaml", name, flavor, kind))
+				for typ, got := range outs {
+					path := filepath.Join("testdata", "out", fmt.Sprintf("%s.%s.%s.yaml", name, kind, typ))
 					if *update {
 						if err := os.WriteFile(path, got, 0o644); err != nil {
 							t.Fatal(err)

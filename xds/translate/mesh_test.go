@@ -17,15 +17,15 @@ func TestMeshWeightChange(t *testing.T) {
 	base := loadFleet(t, "testdata/in/mesh.yaml")
 	changed := loadFleet(t, "testdata/in/mesh.yaml")
 	changed.Pools[0].Endpoints[0].Weight = 5
-	for _, flavor := range Flavors {
-		prev := mustTranslate(t, base, flavor)
-		full := mustTranslate(t, changed, flavor)
-		fast, err := retranslateFleet(prev, changed, flavor)
+	for _, kind := range Kinds {
+		prev := mustTranslate(t, base, kind)
+		full := mustTranslate(t, changed, kind)
+		fast, err := retranslateFleet(prev, changed, kind)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if typ := differingType(t, fast, full); typ != "" {
-			t.Fatalf("%v: Retranslate differs from Translate in its %s", flavor, typ)
+			t.Fatalf("%v: Retranslate differs from Translate in its %s", kind, typ)
 		}
 		before, after := versions(mustSnapshot(t, prev)), versions(mustSnapshot(t, fast))
 		// gRPC clusters carry a ring size that follows the healthy
@@ -34,10 +34,10 @@ func TestMeshWeightChange(t *testing.T) {
 			moved := after[typ] != v
 			switch {
 			case typ == resource.EndpointType && !moved:
-				t.Errorf("%v: EDS version unchanged", flavor)
-			case typ == resource.ListenerType, typ == resource.RouteType, typ == resource.ClusterType && flavor == Envoy:
+				t.Errorf("%v: EDS version unchanged", kind)
+			case typ == resource.ListenerType, typ == resource.RouteType, typ == resource.ClusterType && kind == Envoy:
 				if moved {
-					t.Errorf("%v: %s version changed", flavor, typ)
+					t.Errorf("%v: %s version changed", kind, typ)
 				}
 			}
 		}
@@ -48,11 +48,11 @@ func TestMeshWeightChange(t *testing.T) {
 			}
 			found = true
 			if w := cla.GetEndpoints()[0].GetLbEndpoints()[0].GetLoadBalancingWeight().GetValue(); w != 5 {
-				t.Errorf("%v: mesh endpoint weight %d, want 5", flavor, w)
+				t.Errorf("%v: mesh endpoint weight %d, want 5", kind, w)
 			}
 		}
 		if !found {
-			t.Errorf("%v: no mesh assignment after the change", flavor)
+			t.Errorf("%v: no mesh assignment after the change", kind)
 		}
 	}
 }
@@ -76,7 +76,7 @@ func TestMeshInvalid(t *testing.T) {
 		{"utf-8", []fleet.Pool{pool("a", "\xff")}, "invalid UTF-8"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Prepare(fleet.Fleet{Pools: tt.pools})
+			_, err := fleet.Prepare(fleet.Fleet{Pools: tt.pools})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Prepare: %v, want an error containing %q", err, tt.want)
 			}
@@ -89,8 +89,8 @@ func TestMeshInvalid(t *testing.T) {
 // although no cluster of kvxds refers to it.
 func TestMeshResources(t *testing.T) {
 	f := loadFleet(t, "testdata/in/mesh.yaml")
-	for _, flavor := range Flavors {
-		r := mustTranslate(t, f, flavor)
+	for _, kind := range Kinds {
+		r := mustTranslate(t, f, kind)
 		var names []string
 		for _, cla := range r.Endpoints {
 			validateDeep(t, cla)
@@ -98,7 +98,7 @@ func TestMeshResources(t *testing.T) {
 		}
 		want := []string{"chat", "gateway", "httproute/default/vllm/rule/0", "outbound|8000||vllm.llm.svc.cluster.local"}
 		if !slices.Equal(names, want) {
-			t.Errorf("%v: assignments %q, want %q", flavor, names, want)
+			t.Errorf("%v: assignments %q, want %q", kind, names, want)
 		}
 		mustSnapshot(t, r)
 		// Istio's tlsMode only where asked for.
@@ -107,7 +107,7 @@ func TestMeshResources(t *testing.T) {
 				for _, e := range lle.GetLbEndpoints() {
 					_, tls := e.GetMetadata().GetFilterMetadata()[TransportSocketMatchKey]
 					if want := cla.GetClusterName() == want[3]; tls != want {
-						t.Errorf("%v: %s: tlsMode metadata %v, want %v", flavor, cla.GetClusterName(), tls, want)
+						t.Errorf("%v: %s: tlsMode metadata %v, want %v", kind, cla.GetClusterName(), tls, want)
 					}
 				}
 			}

@@ -87,21 +87,21 @@ func (r *Resources) Snapshot() (*cache.Snapshot, error) {
 	lists := [...]struct {
 		t     types.ResponseType
 		url   string
-		build func() (*typeGroup, error)
+		build func() (*typeEntry, error)
 	}{
-		{types.Listener, resource.ListenerType, func() (*typeGroup, error) { return group(r.Listeners) }},
-		{types.Route, resource.RouteType, func() (*typeGroup, error) { return group(r.Routes) }},
-		{types.Cluster, resource.ClusterType, func() (*typeGroup, error) { return group(r.Clusters) }},
-		{types.Endpoint, resource.EndpointType, func() (*typeGroup, error) { return group(r.Endpoints) }},
+		{types.Listener, resource.ListenerType, func() (*typeEntry, error) { return encodeType(r.Listeners) }},
+		{types.Route, resource.RouteType, func() (*typeEntry, error) { return encodeType(r.Routes) }},
+		{types.Cluster, resource.ClusterType, func() (*typeEntry, error) { return encodeType(r.Clusters) }},
+		{types.Endpoint, resource.EndpointType, func() (*typeEntry, error) { return encodeType(r.Endpoints) }},
 	}
 	for _, l := range lists {
-		c := r.groups.cell(l.t)
-		c.once.Do(func() { c.group, c.err = l.build() })
+		c := r.memo.cell(l.t)
+		c.once.Do(func() { c.entry, c.err = l.build() })
 		if c.err != nil {
 			return nil, fmt.Errorf("translate: snapshot: %s: %w", l.url, c.err)
 		}
-		s.Resources[l.t] = c.group.resources
-		s.VersionMap[l.url] = c.group.versions
+		s.Resources[l.t] = c.entry.resources
+		s.VersionMap[l.url] = c.entry.versions
 	}
 	// A no-op now that VersionMap is filled, kept so that a future
 	// go-control-plane needing more than VersionMap still gets it.
@@ -111,39 +111,39 @@ func (r *Resources) Snapshot() (*cache.Snapshot, error) {
 	return s, nil
 }
 
-// groupMemo holds the typeGroups of a Resources, each built at most once
+// typeMemo holds the typeEntries of a Resources, each built at most once
 // and shared with the copies that hold the same resources.
-type groupMemo struct {
+type typeMemo struct {
 	mu    sync.Mutex
-	cells [types.UnknownType]*lazyGroup
+	cells [types.UnknownType]*lazyType
 }
 
-type lazyGroup struct {
+type lazyType struct {
 	once  sync.Once
-	group *typeGroup
+	entry *typeEntry
 	err   error
 }
 
-func (m *groupMemo) cell(t types.ResponseType) *lazyGroup {
+func (m *typeMemo) cell(t types.ResponseType) *lazyType {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cells[t] == nil {
-		m.cells[t] = &lazyGroup{}
+		m.cells[t] = &lazyType{}
 	}
 	return m.cells[t]
 }
 
-// typeGroup is one resource type, ready for a snapshot. It is shared by
+// typeEntry is one resource type, ready for a snapshot. It is shared by
 // every snapshot that holds the same resources and must not be modified.
-type typeGroup struct {
+type typeEntry struct {
 	resources cache.Resources
 	versions  map[string]string // resource name → hash, for delta xDS
 }
 
-// group marshals each item once, in parallel, to build its
+// encodeType marshals each item once, in parallel, to build its
 // cache.Resources (versioned with Version(items)) and its per-resource
 // hashes, as cache.Snapshot.ConstructVersionMap computes them.
-func group[T types.Resource](items []T) (*typeGroup, error) {
+func encodeType[T types.Resource](items []T) (*typeEntry, error) {
 	digests := make([][sha256.Size]byte, len(items))
 	encoded := make([]proto.Message, len(items))
 	err := parallel(len(items), func(i int) error {
@@ -175,7 +175,7 @@ func group[T types.Resource](items []T) (*typeGroup, error) {
 		vm[cache.GetResourceName(m)] = hex.EncodeToString(digests[i][:])
 		res[i] = encoded[i]
 	}
-	return &typeGroup{resources: cache.NewResources(combine(digests), res), versions: vm}, nil
+	return &typeEntry{resources: cache.NewResources(combine(digests), res), versions: vm}, nil
 }
 
 // preEncoded returns a message of m's type that marshals to exactly b, m's
@@ -329,7 +329,7 @@ func (r *Resources) checkReferences() error {
 		}
 	}
 	// An unused CLA means endpoints and clusters come from different
-	// fleets (e.g. WithEndpoints after a pool was added), unless another
+	// fleets (e.g. Retranslate after a pool was added), unless another
 	// control plane's cluster uses it (fleet.Mesh).
 	for _, cla := range r.Endpoints {
 		if !used[cla.GetClusterName()] && !slices.Contains(r.mesh, cla.GetClusterName()) {

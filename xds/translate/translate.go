@@ -3,74 +3,77 @@
 //
 // Contract:
 //
-//   - Prepare normalises and validates a fleet once (fleet.Fleet.Normalize,
-//     fleet.Fleet.Validate, plus the few extra checks that keep every
-//     client from NACKing) into a Model. Translate is a pure function of a
-//     Model and a Flavor: it builds, per
-//     pool P, one Listener, one RouteConfiguration, one Cluster and one
+//   - fleet.Prepare normalises, validates and plans a fleet once into a
+//     fleet.Model: which replicas each hash table holds (fleet.Plan) is
+//     the model's, the same for every kind of client. Translate is a pure
+//     function of a fleet.Model and a Kind: it builds, per pool P, one
+//     Listener, one RouteConfiguration, one Cluster and one
 //     ClusterLoadAssignment, all named P, and for a consistent-hashing
 //     pool (except for grpc-js) a second Cluster "P/keyless" over the same
 //     ClusterLoadAssignment for requests that carry no hash key; a pool
 //     with a mesh cluster (fleet.Mesh) also gets a ClusterLoadAssignment
-//     under the mesh's cluster name, for another control plane's
-//     cluster (mesh.go); each tenant group of a pool gets a route per
-//     value, a cluster and a ClusterLoadAssignment "P/group/NAME"
-//     (groups.go). It never
-//     does I/O and never panics; an invalid fleet or a resource failing its
-//     ValidateAll gives an error naming the pool and resource. Independent
-//     pools may be built on several goroutines; nothing is shared between
-//     calls.
+//     under the mesh's cluster name, for another control plane's cluster
+//     (MeshCluster); each tenant group of a pool gets a route per value, a
+//     cluster and a ClusterLoadAssignment "P/group/NAME" (groupTables). It
+//     never does I/O and never panics; an invalid fleet or a resource
+//     failing its ValidateAll gives an error naming the pool and resource.
+//     Independent pools may be built on several goroutines; nothing is
+//     shared between calls.
 //   - Output is deterministic: equal fleets, whatever the order of their
 //     pools and endpoints, give byte-identical resources under
 //     proto.MarshalOptions{Deterministic: true}, and so equal Versions.
-//   - Each Flavor gets its own resources. Envoy gets a real listener on the
+//   - Each Kind gets its own resources. Envoy gets a real listener on the
 //     pool's address and Maglev; proxyless gRPC clients get an API listener
 //     named P (clients dial xds:///P) and a ring hash whose size follows
-//     the pool's healthy weight (GRPCRingSize), so that membership changes
+//     the pool's healthy weight (fleet.GRPCRingSize), so that membership changes
 //     move only the keys of the replicas that join or leave; grpc-js gets
 //     no keyless cluster and unit locality weights (see keylessCluster and
 //     buildEndpoints).
 //   - Snapshot gives each resource type its own content version, so a
 //     change of endpoint weights, health or membership only bumps the EDS
-//     version, and for gRPC flavors the CDS version when a ring size
+//     version, and for gRPC kinds the CDS version when a ring size
 //     changes. Retranslate is the fast path for such changes.
 //   - Resources are treated as immutable once returned: callers must not
 //     modify them (they may be shared between snapshots).
 //
 // Clients are expected to fetch everything over ADS (xDS v3).
+//
+// Each resource type is built in its own file: listeners.go (listeners,
+// the HTTP connection manager and its body-key filter), routes.go,
+// clusters.go and endpoints.go; bodykeys.go holds the body-key filter
+// itself, snapshot.go the versioned snapshots and yaml.go their rendering.
 package translate
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"math"
-	"reflect"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 
-// Flavor is the kind of xDS client. Envoy and proxyless gRPC clients
+// Kind is the kind of xDS client. Envoy and proxyless gRPC clients
 // differ in their listeners and in how they hash (Maglev in Envoy, a ring
 // sized to the membership in gRPC); grpc-js differs from the other gRPC
 // clients in two limits of its own (see keylessCluster and
 // buildEndpoints).
-type Flavor int
+type Kind int
 
 const (
 	// Envoy is a stock Envoy proxy: one TCP listener per pool.
-	Envoy Flavor = iota
+	Envoy Kind = iota
 	// GRPC is a proxyless gRPC client (grpc-go, grpc-java, C-core): one
 	// API listener per pool.
 	GRPC
@@ -78,10 +81,10 @@ const (
 	GRPCJS
 )
 
-// Flavors lists every flavor, in the order snapshots are built.
-var Flavors = []Flavor{Envoy, GRPC, GRPCJS}
+// Kinds lists every kind, in the order snapshots are built.
+var Kinds = []Kind{Envoy, GRPC, GRPCJS}
 
-func (f Flavor) String() string {
+func (f Kind) String() string {
 	switch f {
 	case Envoy:
 		return "envoy"
@@ -94,11 +97,11 @@ func (f Flavor) String() string {
 }
 
 // proxyless reports whether f is a gRPC client.
-func (f Flavor) proxyless() bool { return f == GRPC || f == GRPCJS }
+func (f Kind) proxyless() bool { return f == GRPC || f == GRPCJS }
 
-func (f Flavor) valid() bool { return f == Envoy || f.proxyless() }
+func (f Kind) valid() bool { return f == Envoy || f.proxyless() }
 
-// Resources is everything one flavor of client needs. Each slice is
+// Resources is everything one kind of client needs. Each slice is
 // sorted by resource name. Resources must not be modified once built.
 type Resources struct {
 	Listeners []*listenerv3.Listener
@@ -110,55 +113,30 @@ type Resources struct {
 	// clusters (fleet.Mesh), which no cluster of Clusters refers to.
 	mesh []string
 
-	// groups memoises Snapshot's per-type work, which is almost all
-	// marshalling; WithEndpoints carries the unchanged types over.
-	groups groupMemo
+	// memo memoises Snapshot's per-type work, which is almost all
+	// marshalling; Retranslate carries the unchanged types over.
+	memo typeMemo
 }
 
-// Model is a fleet ready to translate: normalised, valid, and within the
-// limits of every client. Only Prepare makes one, so that a push
-// normalises and validates its fleet once, whatever it builds from it.
-type Model struct {
-	f        fleet.Fleet
-	prepared bool
-}
-
-// Prepare normalises and validates f (fleet.Fleet.Normalize,
-// fleet.Fleet.Validate, plus the checks that keep every client from
-// NACKing).
-func Prepare(f fleet.Fleet) (Model, error) {
-	n, err := prepare(f)
-	if err != nil {
-		return Model{}, err
+// check reports why m cannot be translated for kind, if it cannot.
+func check(m fleet.Model, kind Kind) error {
+	if !kind.valid() {
+		return fmt.Errorf("translate: unknown kind %v", kind)
 	}
-	return Model{f: n, prepared: true}, nil
-}
-
-// Fleet returns the normalised fleet. Callers must not modify it.
-func (m Model) Fleet() fleet.Fleet { return m.f }
-
-// Equal reports whether m and o hold the same fleet.
-func (m Model) Equal(o Model) bool {
-	return m.prepared == o.prepared && reflect.DeepEqual(m.f, o.f)
-}
-
-func (m Model) check(flavor Flavor) error {
-	if !flavor.valid() {
-		return fmt.Errorf("translate: unknown flavor %v", flavor)
-	}
-	if !m.prepared {
-		return errors.New("translate: the model was not made by Prepare")
+	if !m.Prepared() {
+		return errors.New("translate: the model was not made by fleet.Prepare")
 	}
 	return nil
 }
 
-// Translate returns the resources of m for the given flavor, each of which
+// Translate returns the resources of m for the given kind, each of which
 // passes its ValidateAll.
-func Translate(m Model, flavor Flavor) (*Resources, error) {
-	if err := m.check(flavor); err != nil {
+func Translate(m fleet.Model, kind Kind) (*Resources, error) {
+	if err := check(m, kind); err != nil {
 		return nil, err
 	}
-	n := &m.f
+	f := m.Fleet()
+	n := &f
 	r := &Resources{
 		Listeners: make([]*listenerv3.Listener, len(n.Pools)),
 		Routes:    make([]*routev3.RouteConfiguration, len(n.Pools)),
@@ -168,17 +146,18 @@ func Translate(m Model, flavor Flavor) (*Resources, error) {
 	endpoints := make([][]*endpointv3.ClusterLoadAssignment, len(n.Pools))
 	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
+		pl := m.Plan(p.Name)
 		var err error
-		if r.Listeners[i], err = buildListener(p, flavor); err != nil {
+		if r.Listeners[i], err = buildListener(p, kind); err != nil {
 			return resErr(p, "listener", err)
 		}
-		if r.Routes[i], err = buildRoute(p, flavor); err != nil {
+		if r.Routes[i], err = buildRoute(p, kind); err != nil {
 			return resErr(p, "route configuration", err)
 		}
-		if clusters[i], err = buildClusters(p, flavor); err != nil {
+		if clusters[i], err = buildClusters(p, &pl, kind); err != nil {
 			return resErr(p, "cluster", err)
 		}
-		if endpoints[i], err = poolEndpoints(p, flavor); err != nil {
+		if endpoints[i], err = poolEndpoints(p, &pl, kind); err != nil {
 			return resErr(p, "cluster load assignment", err)
 		}
 		return nil
@@ -194,43 +173,45 @@ func Translate(m Model, flavor Flavor) (*Resources, error) {
 // Retranslate is the fast path of Translate for a model that differs from
 // the one prev was translated from only in its endpoints (membership,
 // weights, health): it rebuilds the ClusterLoadAssignments and, for
-// proxyless gRPC flavors, the clusters (their ring size follows the
+// proxyless gRPC kinds, the clusters (their ring size follows the
 // healthy weight), and shares prev's listeners and routes, already
-// versioned. The result equals Translate(m, flavor). If anything else may
+// versioned. The result equals Translate(m, kind). If anything else may
 // have changed, use Translate.
-func Retranslate(prev *Resources, m Model, flavor Flavor) (*Resources, error) {
-	if err := m.check(flavor); err != nil {
+func Retranslate(prev *Resources, m fleet.Model, kind Kind) (*Resources, error) {
+	if err := check(m, kind); err != nil {
 		return nil, err
 	}
-	return retranslate(prev, &m.f, flavor, nil)
+	return retranslate(prev, m, kind, nil)
 }
 
-// RetranslateAll is Retranslate for every flavor of prev (keyed by
-// flavor, each from the same previous model): Envoy and gRPC, which
+// RetranslateAll is Retranslate for every kind of prev (keyed by
+// kind, each from the same previous model): Envoy and gRPC, which
 // receive the same ClusterLoadAssignments, share them and their
 // marshalling. This is the path of every weight, health and membership
 // change.
-func RetranslateAll(prev map[Flavor]*Resources, m Model) (map[Flavor]*Resources, error) {
-	if err := m.check(Envoy); err != nil {
+func RetranslateAll(prev map[Kind]*Resources, m fleet.Model) (map[Kind]*Resources, error) {
+	if err := check(m, Envoy); err != nil {
 		return nil, err
 	}
-	out := make(map[Flavor]*Resources, len(Flavors))
-	for _, flavor := range Flavors {
+	out := make(map[Kind]*Resources, len(Kinds))
+	for _, kind := range Kinds {
 		var same *Resources
-		if flavor == GRPC {
+		if kind == GRPC {
 			same = out[Envoy]
 		}
 		var err error
-		if out[flavor], err = retranslate(prev[flavor], &m.f, flavor, same); err != nil {
+		if out[kind], err = retranslate(prev[kind], m, kind, same); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// retranslate is Retranslate of a prepared fleet; if eps is not nil, its
-// ClusterLoadAssignments are this flavor's too and are shared, not built.
-func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources) (*Resources, error) {
+// retranslate is Retranslate of a prepared model; if eps is not nil, its
+// ClusterLoadAssignments are this kind's too and are shared, not built.
+func retranslate(prev *Resources, m fleet.Model, kind Kind, eps *Resources) (*Resources, error) {
+	f := m.Fleet()
+	n := &f
 	out := &Resources{
 		Listeners: prev.Listeners,
 		Routes:    prev.Routes,
@@ -242,22 +223,23 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 		endpoints = make([][]*endpointv3.ClusterLoadAssignment, len(n.Pools))
 	} else {
 		out.Endpoints = eps.Endpoints
-		out.groups.cells[types.Endpoint] = eps.groups.cell(types.Endpoint)
+		out.memo.cells[types.Endpoint] = eps.memo.cell(types.Endpoint)
 	}
 	var clusters [][]*clusterv3.Cluster
-	if flavor.proxyless() {
+	if kind.proxyless() {
 		clusters = make([][]*clusterv3.Cluster, len(n.Pools))
 	}
 	err := parallel(len(n.Pools), func(i int) error {
 		p := &n.Pools[i]
+		pl := m.Plan(p.Name)
 		var err error
 		if eps == nil {
-			if endpoints[i], err = poolEndpoints(p, flavor); err != nil {
+			if endpoints[i], err = poolEndpoints(p, &pl, kind); err != nil {
 				return resErr(p, "cluster load assignment", err)
 			}
 		}
 		if clusters != nil {
-			if clusters[i], err = buildClusters(p, flavor); err != nil {
+			if clusters[i], err = buildClusters(p, &pl, kind); err != nil {
 				return resErr(p, "cluster", err)
 			}
 		}
@@ -275,131 +257,13 @@ func retranslate(prev *Resources, n *fleet.Fleet, flavor Flavor, eps *Resources)
 		keep = slices.DeleteFunc(keep, func(t types.ResponseType) bool { return t == types.Cluster })
 	}
 	for _, t := range keep {
-		out.groups.cells[t] = prev.groups.cell(t)
+		out.memo.cells[t] = prev.memo.cell(t)
 	}
 	return out, nil
 }
 
-// sortedClusters flattens per-pool clusters, sorted by name like every
-// other type ("a-b" sorts before "a/keyless").
-func sortedClusters(perPool [][]*clusterv3.Cluster) []*clusterv3.Cluster {
-	out := slices.Concat(perPool...)
-	slices.SortFunc(out, func(a, b *clusterv3.Cluster) int { return cmp.Compare(a.GetName(), b.GetName()) })
-	return out
-}
-
 func resErr(p *fleet.Pool, what string, err error) error {
 	return fmt.Errorf("translate: pool %q: %s: %w", p.Name, what, err)
-}
-
-// Limits of the clients we serve, beyond fleet.Validate.
-const (
-	// Both Envoy and gRPC default the minimum ring size to 1024 and reject
-	// a maximum below the minimum.
-	defaultMinRingSize = 1024
-	// Envoy's proto validation and gRPC's both cap ring sizes at 8M.
-	maxRingSize = 8 * 1024 * 1024
-)
-
-// prepare normalises and validates f, adding the checks fleet.Validate
-// leaves to the translator because they come from the data planes.
-func prepare(f fleet.Fleet) (fleet.Fleet, error) {
-	n := f.Normalize()
-	if err := n.Validate(); err != nil {
-		return fleet.Fleet{}, fmt.Errorf("translate: invalid fleet: %w", err)
-	}
-	var errs []error
-	for i := range n.Pools {
-		if err := checkPool(&n.Pools[i]); err != nil {
-			errs = append(errs, fmt.Errorf("pool %q: %w", n.Pools[i].Name, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fleet.Fleet{}, fmt.Errorf("translate: invalid fleet: %w", err)
-	}
-	return n, nil
-}
-
-func checkPool(p *fleet.Pool) error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
-	// Protobuf refuses to marshal strings that are not UTF-8.
-	strs := []string{p.Name, p.ListenAddress}
-	if p.Mesh != nil {
-		strs = append(strs, p.Mesh.ClusterName)
-	}
-	for _, k := range p.Hash.Keys {
-		strs = append(strs, k.Header, k.Cookie, k.QueryParameter, k.JSONField)
-	}
-	for _, g := range p.Groups {
-		strs = append(append(strs, g.Name, g.Header), g.Values...)
-	}
-	for _, s := range strs {
-		if !utf8.ValidString(s) {
-			bad("invalid UTF-8 in %q", s)
-		}
-	}
-	if p.RouteTimeout < 0 || p.IdleTimeout < 0 {
-		bad("negative timeout")
-	}
-	h := p.Hash
-	if h.Algorithm == fleet.Maglev && !isPrime(h.TableSize) {
-		// Envoy rejects a Maglev table whose size is not prime.
-		bad("maglev table size %d is not prime", h.TableSize)
-	}
-	// Both algorithms emit a RingHash policy (Maglev's is the fallback for
-	// gRPC), so ring sizes are checked for both.
-	if h.MinRingSize > maxRingSize || h.MaxRingSize > maxRingSize {
-		bad("ring size above %d", maxRingSize)
-	}
-	if minRing := cmp.Or(h.MinRingSize, defaultMinRingSize); h.MaxRingSize != 0 && minRing > h.MaxRingSize {
-		bad("max ring size %d below the effective min ring size %d (clients default it to %d)",
-			h.MaxRingSize, minRing, defaultMinRingSize)
-	}
-
-	// gRPC NACKs a ClusterLoadAssignment with two endpoints of the same
-	// address, or whose weights overflow uint32. Locality weights are the
-	// sum of their endpoints' weights, so the pool total must fit.
-	type hostPort struct {
-		host string
-		port uint32
-	}
-	addrs := make(map[hostPort]bool, len(p.Endpoints))
-	var total uint64
-	for i := range p.Endpoints {
-		e := &p.Endpoints[i]
-		for _, s := range []string{e.Host, e.HashKey, e.Locality.Region, e.Locality.Zone, e.Locality.SubZone} {
-			if !utf8.ValidString(s) {
-				bad("invalid UTF-8 in %q", s)
-			}
-		}
-		a := hostPort{e.Host, e.Port}
-		if addrs[a] {
-			bad("duplicate endpoint address %s", e.Address())
-		}
-		addrs[a] = true
-		if e.Health < fleet.Healthy || e.Health > fleet.Unhealthy {
-			bad("endpoint %s: unknown %v", e.Address(), e.Health)
-		}
-		total += uint64(e.Weight)
-	}
-	if total > math.MaxUint32 {
-		bad("sum of endpoint weights %d exceeds %d", total, uint64(math.MaxUint32))
-	}
-	return errors.Join(errs...)
-}
-
-func isPrime(n uint64) bool {
-	if n < 2 {
-		return false
-	}
-	for d := uint64(2); d*d <= n; d++ {
-		if n%d == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines and returns the
@@ -436,4 +300,32 @@ func parallel(n int, fn func(i int) error) error {
 		}
 	}
 	return nil
+}
+
+// validator is what protoc-gen-validate generates on every message.
+type validator interface {
+	proto.Message
+	ValidateAll() error
+}
+
+// typed validates m (ValidateAll does not descend into Any) and packs it
+// deterministically.
+func typed(m validator) (*anypb.Any, error) {
+	if err := m.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	a := new(anypb.Any)
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// adsSource is "fetch it on the same ADS stream, xDS v3", the only config
+// source proxyless gRPC accepts besides self.
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
 }

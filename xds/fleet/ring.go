@@ -1,15 +1,14 @@
-package translate
+package fleet
 
 import (
 	"cmp"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/ringhash"
 )
+
+// Sizing of proxyless gRPC clients' ring hash: part of the model, since
+// the status and the scraper reason about the same rings the translator
+// asks clients to build.
 
 // RingFullWeight is the weight on a pool's ring, in units of endpoint
 // weight, at which kvxds's sizing fills proxyless gRPC clients' ring cap:
@@ -90,40 +89,14 @@ func GroupEntriesPerWeight(replicas int, memberWeight uint32, ringCap uint64) ui
 	return max(EntriesPerWeight(ringCap), (ringCap+1)/full)
 }
 
-// ringWeight is the weight gRPC clients put on p's ring: they use only
-// HEALTHY (and UNKNOWN) endpoints.
-func ringWeight(p *fleet.Pool) uint64 {
+// RingWeight is the weight gRPC clients put on a ring of eps: they use
+// only HEALTHY (and UNKNOWN) endpoints.
+func RingWeight(eps []Endpoint) uint64 {
 	var w uint64
-	for i := range p.Endpoints {
-		if p.Endpoints[i].Health == fleet.Healthy {
-			w += uint64(p.Endpoints[i].Weight)
+	for i := range eps {
+		if eps[i].Health == Healthy {
+			w += uint64(eps[i].Weight)
 		}
 	}
 	return w
-}
-
-// grpcHashCluster is p's hash cluster for proxyless gRPC clients: the
-// legacy lb_policy RING_HASH with ring_hash_lb_config, the one form in
-// which both grpc-go and grpc-js read ring sizes (grpc-js rejects the
-// typed RingHash's minimum_ring_size, a uint64 it receives as a string).
-// The ring size follows the healthy weight, so this cluster changes with
-// membership and health; gRPC clients ignore hash_balance_factor.
-func grpcHashCluster(p *fleet.Pool, perWeight uint64) (*clusterv3.Cluster, error) {
-	rh := &clusterv3.Cluster_RingHashLbConfig{HashFunction: clusterv3.Cluster_RingHashLbConfig_XX_HASH}
-	if size := RingSize(ringWeight(p), perWeight, p.Hash.GRPCRingCap); size != 0 {
-		rh.MinimumRingSize = wrapperspb.UInt64(size)
-		rh.MaximumRingSize = wrapperspb.UInt64(size)
-	}
-	c := &clusterv3.Cluster{
-		Name:                 p.Name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
-		ConnectTimeout:       durationpb.New(connectTimeout),
-		LbPolicy:             clusterv3.Cluster_RING_HASH,
-		LbConfig:             &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: rh},
-	}
-	if err := c.ValidateAll(); err != nil {
-		return nil, err
-	}
-	return c, nil
 }

@@ -1,0 +1,172 @@
+package translate
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
+	// Every key is terminal: the first one present in the request decides
+	// the hash, later ones are only fallbacks (Envoy and gRPC both stop at
+	// the first terminal policy that produced a hash). gRPC ignores
+	// cookie and query-parameter policies.
+	keys := routeKeys(p, kind)
+	hp := hashPolicies(keys)
+	action := func(cluster string, hp []*routev3.RouteAction_HashPolicy) *routev3.Route_Route {
+		return routeAction(p, cluster, hp)
+	}
+	// Group routes come first: their header matches decide before the
+	// pool's own routes (see groupTables).
+	routes := groupRoutes(p, kind, keys)
+	keyless := keylessCluster(p, kind)
+	if keyless == "" {
+		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(p.Name, hp)})
+	} else {
+		// One route per key source, in chain order, sends requests that
+		// carry a key to the hash table; the last route sends the rest to
+		// the keyless cluster. gRPC skips routes that match on query
+		// parameters (it has none), and never sees a cookie unless the
+		// application sends one as metadata.
+		for _, k := range keys {
+			m := prefixMatch()
+			switch {
+			case k.Header != "":
+				m.Headers = []*routev3.HeaderMatcher{{
+					Name:                 strings.ToLower(k.Header),
+					HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
+				}}
+			case k.Cookie != "":
+				// Full match over the Cookie header, whose pairs are
+				// separated by "; " (or ", " where a header matcher sees
+				// repeated headers joined).
+				m.Headers = []*routev3.HeaderMatcher{{
+					Name: "cookie",
+					HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+						MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+							Regex: `(.*[;,]\s*)?` + regexp.QuoteMeta(k.Cookie) + `=.*`,
+						}},
+					}},
+				}}
+			case k.QueryParameter != "":
+				m.QueryParameters = []*routev3.QueryParameterMatcher{{
+					Name:                         k.QueryParameter,
+					QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_PresentMatch{PresentMatch: true},
+				}}
+			}
+			routes = append(routes, &routev3.Route{Match: m, Action: action(p.Name, hp)})
+		}
+		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(keyless, nil)})
+	}
+	rc := &routev3.RouteConfiguration{
+		Name: p.Name,
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    p.Name,
+			Domains: []string{"*"},
+			Routes:  routes,
+		}},
+	}
+	if err := rc.ValidateAll(); err != nil {
+		return nil, err
+	}
+	return rc, nil
+}
+
+// groupRoutes returns the routes of p's groups for kind, in group
+// order, one per value; keys are the pool's route keys for the kind.
+func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Route {
+	if len(p.Groups) == 0 {
+		return nil
+	}
+	var routes []*routev3.Route
+	for _, g := range p.Groups {
+		inner := slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return k.Header == g.Header })
+		hp := hashPolicies(inner)
+		cluster := p.Name
+		if groupTables(kind) {
+			cluster = g.ClusterName(p.Name)
+		}
+		for _, v := range g.Values {
+			m := prefixMatch()
+			m.Headers = []*routev3.HeaderMatcher{{
+				Name: g.Header,
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+					MatchPattern: &matcherv3.StringMatcher_Exact{Exact: v},
+				}},
+			}}
+			routes = append(routes, &routev3.Route{Match: m, Action: routeAction(p, cluster, hp)})
+		}
+	}
+	return routes
+}
+
+// hashPolicies are the route hash policies of keys, each terminal. Body
+// keys have none: routes see them as their generated headers (routeKeys),
+// and an Envoy configured elsewhere cannot compute them.
+func hashPolicies(keys []fleet.HashKey) []*routev3.RouteAction_HashPolicy {
+	hp := make([]*routev3.RouteAction_HashPolicy, 0, len(keys))
+	for _, k := range keys {
+		h := &routev3.RouteAction_HashPolicy{Terminal: true}
+		switch {
+		case k.Header != "":
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: k.Header}}
+		case k.Cookie != "":
+			// No ttl: Envoy then only reads the cookie, never sets one.
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}
+		case k.QueryParameter != "":
+			h.PolicySpecifier = &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: k.QueryParameter}}
+		default:
+			continue
+		}
+		hp = append(hp, h)
+	}
+	return hp
+}
+
+// routeAction sends a route of p to cluster, hashing with hp.
+func routeAction(p *fleet.Pool, cluster string, hp []*routev3.RouteAction_HashPolicy) *routev3.Route_Route {
+	a := &routev3.RouteAction{
+		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
+		HashPolicy:       hp,
+		// Always explicit: an unset timeout is Envoy's 15s default,
+		// which would cut streamed generations; 0s disables it.
+		Timeout: durationpb.New(p.RouteTimeout),
+	}
+	if p.IdleTimeout > 0 {
+		a.IdleTimeout = durationpb.New(p.IdleTimeout)
+	}
+	return &routev3.Route_Route{Route: a}
+}
+
+func prefixMatch() *routev3.RouteMatch {
+	return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+}
+
+// MeshRouteHashPolicy returns the route hash policies of pool's key chain
+// that an Envoy configured elsewhere can use on its route to the mesh
+// cluster (header, cookie and query parameter keys; body keys need kvxds's
+// own listener), each terminal as in kvxds's routes.
+func MeshRouteHashPolicy(m fleet.Model, pool string) ([]*routev3.RouteAction_HashPolicy, error) {
+	if err := check(m, Envoy); err != nil {
+		return nil, err
+	}
+	f := m.Fleet()
+	i := slices.IndexFunc(f.Pools, func(p fleet.Pool) bool { return p.Name == pool })
+	if i < 0 {
+		return nil, fmt.Errorf("translate: no pool %q", pool)
+	}
+	hp := hashPolicies(f.Pools[i].Hash.Keys)
+	for _, h := range hp {
+		if err := h.ValidateAll(); err != nil {
+			return nil, fmt.Errorf("translate: pool %q: hash policy: %w", pool, err)
+		}
+	}
+	return hp, nil
+}
