@@ -8,12 +8,12 @@ import (
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
-// StaticGroups returns the endpoints written in a policy as discovery
-// groups, one per pool (a pool without a static block has an empty group).
-func StaticGroups(p *policy.Policy) []discovery.Group {
-	out := make([]discovery.Group, 0, len(p.Pools))
+// StaticGroups returns the endpoints written in a policy as discovered
+// targets, one set per pool (empty for a pool without a static block).
+func StaticGroups(p *policy.Policy) []discovery.PoolTargets {
+	out := make([]discovery.PoolTargets, 0, len(p.Pools))
 	for _, pool := range p.Pools {
-		out = append(out, discovery.Group{Pool: pool.Name, Targets: staticTargets(pool)})
+		out = append(out, discovery.PoolTargets{Pool: pool.Name, Targets: staticTargets(pool)})
 	}
 	return out
 }
@@ -37,10 +37,10 @@ func staticTargets(pool policy.Pool) discovery.Static {
 // A decision's weight multiplies the replica's static weight, and a
 // saturated replica is draining, which takes it out of Envoy's and gRPC's
 // hash tables for new requests while in-flight ones finish.
-func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[string]weights.Decision) fleet.Fleet {
+func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[string]map[string]weights.Decision) fleet.Fleet {
 	targets := map[string][]discovery.Target{}
-	for _, g := range groups {
-		targets[g.Pool] = append(targets[g.Pool], g.Targets...)
+	for _, pt := range discovered {
+		targets[pt.Pool] = append(targets[pt.Pool], pt.Targets...)
 	}
 	f := fleet.Fleet{Pools: make([]fleet.Pool, 0, len(p.Pools))}
 	for _, pp := range p.Pools {
