@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/kvxds/kvxds/weights"
 )
 
 // The policy file's structure, decoded by gohcl. Every attribute is an
@@ -410,7 +412,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		d.errorf(spec.Metrics[i].DefRange, "Duplicate metrics block",
 			"Pool %q already has a metrics block at line %d; keep a single one.", name, spec.Metrics[0].DefRange.Start.Line)
 	}
-	pool.Escape = defaultEscape()
+	pool.Escape = weights.DefaultEscape()
 	for i := range spec.Escape {
 		e := d.escape(&spec.Escape[i])
 		if i == 0 {
@@ -420,7 +422,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		d.errorf(spec.Escape[i].DefRange, "Duplicate escape block",
 			"Pool %q already has an escape block at line %d; keep a single one.", name, spec.Escape[0].DefRange.Start.Line)
 	}
-	pool.Weights = defaultWeights()
+	pool.Weights = weights.DefaultWeighting()
 	for i := range spec.Weights {
 		w := d.weights(&spec.Weights[i])
 		if i == 0 {

@@ -19,11 +19,11 @@ import (
 
 func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	m := &Metrics{
-		Engine:   DefaultEngine,
-		Interval: DefaultScrapeInterval,
-		Timeout:  DefaultScrapeTimeout,
-		Path:     DefaultMetricsPath,
-		Scheme:   DefaultMetricsScheme,
+		Engine:   weights.DefaultEngine,
+		Interval: weights.DefaultScrapeInterval,
+		Timeout:  weights.DefaultScrapeTimeout,
+		Path:     weights.DefaultMetricsPath,
+		Scheme:   weights.DefaultMetricsScheme,
 	}
 
 	known := true // whether m.Engine is what the user asked for
@@ -94,31 +94,31 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 // can conflict (as Prometheus caps its default scrape timeout at the
 // interval):
 //
-//   - timeout: DefaultScrapeTimeout, or half the interval if that is
+//   - timeout: weights.DefaultScrapeTimeout, or half the interval if that is
 //     shorter;
-//   - interval: DefaultScrapeInterval, or twice the timeout if that is not
+//   - interval: weights.DefaultScrapeInterval, or twice the timeout if that is not
 //     shorter than the default, but no longer than stale_after;
-//   - stale_after: DefaultStaleAfterIntervals intervals.
+//   - stale_after: weights.DefaultStaleAfterIntervals intervals.
 func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 	// Each xSet says the file holds a valid value; a bad one is reported,
 	// then neither steers a default nor is compared, and xOK is false.
 	interval, intervalSet, intervalOK := d.optDuration(spec.Interval,
-		fmt.Sprintf("The default is %q.", DefaultScrapeInterval.String()))
-	if intervalSet && interval < MinScrapeInterval {
+		fmt.Sprintf("The default is %q.", weights.DefaultScrapeInterval.String()))
+	if intervalSet && interval < weights.MinScrapeInterval {
 		d.errorf(spec.Interval.Expr.Range(), "Invalid scrape interval",
 			"interval %s is too short; use at least %s (the default is %s): every scrape makes each replica render its metrics.",
-			interval, MinScrapeInterval, DefaultScrapeInterval)
+			interval, weights.MinScrapeInterval, weights.DefaultScrapeInterval)
 		intervalSet, intervalOK = false, false
 	}
 	timeout, timeoutSet, _ := d.optDuration(spec.Timeout,
-		fmt.Sprintf("The default is %s, or half the interval if that is shorter.", DefaultScrapeTimeout))
+		fmt.Sprintf("The default is %s, or half the interval if that is shorter.", weights.DefaultScrapeTimeout))
 	if timeoutSet && timeout == 0 {
 		d.errorf(spec.Timeout.Expr.Range(), "Invalid scrape timeout",
-			"timeout must be positive; omit it for the default of %s, or half the interval if that is shorter.", DefaultScrapeTimeout)
+			"timeout must be positive; omit it for the default of %s, or half the interval if that is shorter.", weights.DefaultScrapeTimeout)
 		timeoutSet = false
 	}
 	stale, staleSet, _ := d.optDuration(spec.StaleAfter,
-		fmt.Sprintf("The default is %d intervals.", DefaultStaleAfterIntervals))
+		fmt.Sprintf("The default is %d intervals.", weights.DefaultStaleAfterIntervals))
 
 	switch {
 	case intervalSet:
@@ -130,13 +130,13 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 		if staleSet && stale < interval {
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s is shorter than interval %s (line %d); keep the last good values for at least one interval (the default is %d intervals, %s).",
-				stale, interval, spec.Interval.Range.Start.Line, DefaultStaleAfterIntervals, staleAfter(interval))
+				stale, interval, spec.Interval.Range.Start.Line, weights.DefaultStaleAfterIntervals, staleAfter(interval))
 		}
 	case !intervalOK:
 		// Reported; the default only serves the other defaults.
-		interval = DefaultScrapeInterval
+		interval = weights.DefaultScrapeInterval
 	default:
-		interval = DefaultScrapeInterval
+		interval = weights.DefaultScrapeInterval
 		if timeoutSet && timeout >= interval {
 			interval = saturatingMul(timeout, 2)
 		}
@@ -144,10 +144,10 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 			interval = stale
 		}
 		switch {
-		case staleSet && stale < MinScrapeInterval:
+		case staleSet && stale < weights.MinScrapeInterval:
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s is shorter than any scrape interval (at least %s); keep the last good values for at least one interval, or omit stale_after for the default of %d intervals.",
-				stale, MinScrapeInterval, DefaultStaleAfterIntervals)
+				stale, weights.MinScrapeInterval, weights.DefaultStaleAfterIntervals)
 		case timeoutSet && staleSet && timeout >= stale:
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s leaves no room for the scrape interval, which must be longer than timeout %s (line %d) and at most stale_after; raise stale_after or lower timeout.",
@@ -170,12 +170,12 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 // scrapeTimeout is timeout's default for an interval: half of it keeps a
 // scrape well clear of the next one when the interval is short.
 func scrapeTimeout(interval time.Duration) time.Duration {
-	return min(DefaultScrapeTimeout, interval/2)
+	return min(weights.DefaultScrapeTimeout, interval/2)
 }
 
 // staleAfter is stale_after's default for an interval.
 func staleAfter(interval time.Duration) time.Duration {
-	return saturatingMul(interval, DefaultStaleAfterIntervals)
+	return saturatingMul(interval, weights.DefaultStaleAfterIntervals)
 }
 
 // saturatingMul returns d·n (n > 0), or the longest duration if that
@@ -233,14 +233,14 @@ func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSourc
 			// The signal blocks made the engine custom.
 			d.errorf(spec.Signals[0].DefRange, "Missing core signal",
 				`Signal blocks make the engine "custom", which needs a signal block for at least one of %s: weights and the escape hatch are computed from them. Add one, as in signal "kv_occupancy" { metric = "my_engine_kv_used_ratio" }, or remove the signal blocks to use a built-in profile (%s by default).`,
-				core, DefaultEngine)
+				core, weights.DefaultEngine)
 		}
 	}
 	return out
 }
 
 func (d *decoder) signalSource(sb *signalSpec) (SignalSource, bool) {
-	src := SignalSource{Scale: DefaultSignalScale}
+	src := SignalSource{Scale: weights.DefaultSignalScale}
 	good := true
 	if a := sb.Metric; a == nil {
 		d.errorf(sb.DefRange, "Missing metric",
@@ -252,7 +252,7 @@ func (d *decoder) signalSource(sb *signalSpec) (SignalSource, bool) {
 		d.errorf(a.Expr.Range(), "Invalid metric name", "%s.", err)
 		good = false
 	} else {
-		src.Metric = s
+		src.Name = s
 	}
 	if a := sb.Labels; a != nil {
 		labels, g := d.labels(a)
@@ -348,7 +348,7 @@ func isPromNameChar(c rune, first bool) bool {
 // checkMetricsPath accepts the path part of a URL.
 func checkMetricsPath(s string) error {
 	if !strings.HasPrefix(s, "/") {
-		return fmt.Errorf(`path %q must start with "/", as in %q`, s, DefaultMetricsPath)
+		return fmt.Errorf(`path %q must start with "/", as in %q`, s, weights.DefaultMetricsPath)
 	}
 	for _, c := range s {
 		if c <= ' ' || c == 0x7f || c == '?' || c == '#' {
@@ -356,30 +356,6 @@ func checkMetricsPath(s string) error {
 		}
 	}
 	return nil
-}
-
-func defaultEscape() Escape {
-	return Escape{
-		MaxQueueDepth:        DefaultMaxQueueDepth,
-		MaxKVOccupancy:       DefaultMaxKVOccupancy,
-		MaxPreemptionRate:    DefaultMaxPreemptionRate,
-		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
-		ResumeKVOccupancy:    resumeKVOccupancy(DefaultMaxKVOccupancy),
-		Hold:                 DefaultHold,
-		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
-	}
-}
-
-// resumeKVOccupancy is resume_kv_occupancy's default for a maximum,
-// rounded to 12 decimals so that 0.95 gives 0.85 rather than
-// 0.8499999999999999.
-// Below the margin it is half the maximum: a resume value of 0 could never
-// be reached, and the replica would never return.
-func resumeKVOccupancy(maxKV float64) float64 {
-	if maxKV <= DefaultResumeKVMargin {
-		return maxKV / 2
-	}
-	return math.Round((maxKV-DefaultResumeKVMargin)*1e12) / 1e12
 }
 
 var (
@@ -395,7 +371,7 @@ var (
 // maximum, and a maximum left unset makes room above a resume value that
 // is set, so that only values written in the file can conflict.
 func (d *decoder) escape(spec *escapeSpec) Escape {
-	e := defaultEscape()
+	e := weights.DefaultEscape()
 	maxQ, maxQOK := d.numberOr(spec.MaxQueueDepth, e.MaxQueueDepth, positive, "Invalid saturation threshold",
 		fmt.Sprintf(" (the default is %g); a replica with this many requests waiting is saturated", e.MaxQueueDepth))
 	maxKV, maxKVOK := d.numberOr(spec.MaxKVOccupancy, e.MaxKVOccupancy, unitOpen0, "Invalid saturation threshold",
@@ -424,7 +400,7 @@ func (d *decoder) escape(spec *escapeSpec) Escape {
 	resumeKVSet := spec.ResumeKVOccupancy != nil && good
 	switch {
 	case !resumeKVSet:
-		resumeKV = resumeKVOccupancy(maxKV)
+		resumeKV = weights.DefaultResumeKVOccupancy(maxKV)
 	case spec.MaxKVOccupancy == nil && resumeKV >= maxKV:
 		// The default's margin does not fit below 1: saturate when full.
 		maxKV = 1
@@ -437,59 +413,48 @@ func (d *decoder) escape(spec *escapeSpec) Escape {
 	e.MaxQueueDepth, e.ResumeQueueDepth = maxQ, resumeQ
 	e.MaxKVOccupancy, e.ResumeKVOccupancy = maxKV, resumeKV
 
-	e.Hold, _ = d.durationOr(spec.Hold, e.Hold, fmt.Sprintf("The default is %q.", DefaultHold.String()))
+	e.Hold, _ = d.durationOr(spec.Hold, e.Hold, fmt.Sprintf("The default is %q.", weights.DefaultHold.String()))
 	e.MaxSaturatedFraction, _ = d.numberOr(spec.MaxSaturatedFraction, e.MaxSaturatedFraction, unitClosed, "Invalid saturated fraction",
 		fmt.Sprintf(" (the default is %g); it is the largest fraction of the pool out of the hash table at once", e.MaxSaturatedFraction))
 	return e
-}
-
-func defaultWeights() Weights {
-	return Weights{
-		Min:         DefaultWeightMin,
-		Max:         DefaultWeightMax,
-		Levels:      min(DefaultWeightLevels, DefaultWeightMax-DefaultWeightMin+1),
-		Smoothing:   DefaultWeightSmoothing,
-		Hysteresis:  DefaultWeightHysteresis,
-		MinInterval: DefaultWeightMinInterval,
-	}
 }
 
 // weights decodes a weights block. max left unset makes room for min and
 // levels, and levels left unset fits min..max, so that only values
 // written in the file can conflict.
 func (d *decoder) weights(spec *weightsSpec) Weights {
-	w := defaultWeights()
+	w := weights.DefaultWeighting()
 	minOK, maxOK := true, true
 	if a := spec.Min; a != nil {
-		n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight range")
-		w.Min, minOK = uint32(n), good
+		n, good := d.uintIn(a.Name, a.Expr, 1, weights.MaxWeightMultiplier, "Invalid weight range")
+		w.MinWeight, minOK = uint32(n), good
 	}
 	levels := 0 // unset
 	if a := spec.Levels; a != nil {
-		if n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight levels"); good {
+		if n, good := d.uintIn(a.Name, a.Expr, 1, weights.MaxWeightMultiplier, "Invalid weight levels"); good {
 			levels = int(n)
 		}
 	}
 	if a := spec.Max; a != nil {
-		n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight range")
-		w.Max, maxOK = uint32(n), good
+		n, good := d.uintIn(a.Name, a.Expr, 1, weights.MaxWeightMultiplier, "Invalid weight range")
+		w.MaxWeight, maxOK = uint32(n), good
 	} else if minOK {
 		// As few multipliers as fit: the default, or min, or min and the
-		// levels above it, as far as MaxWeightMultiplier allows.
-		w.Max = max(w.Max, w.Min, min(w.Min+uint32(max(levels, 1))-1, MaxWeightMultiplier))
+		// levels above it, as far as weights.MaxWeightMultiplier allows.
+		w.MaxWeight = max(w.MaxWeight, w.MinWeight, min(w.MinWeight+uint32(max(levels, 1))-1, weights.MaxWeightMultiplier))
 	}
 	rangeOK := minOK && maxOK
-	if rangeOK && w.Min > w.Max { // both set
+	if rangeOK && w.MinWeight > w.MaxWeight { // both set
 		d.errorf(spec.Max.Expr.Range(), "Invalid weight range",
-			"max %d is below min %d%s; raise max or lower min.", w.Max, w.Min, where(spec.Min))
+			"max %d is below min %d%s; raise max or lower min.", w.MaxWeight, w.MinWeight, where(spec.Min))
 		rangeOK = false
 	}
 
 	width := 1
 	if rangeOK {
-		width = int(w.Max-w.Min) + 1
+		width = int(w.MaxWeight-w.MinWeight) + 1
 	}
-	w.Levels = min(DefaultWeightLevels, width)
+	w.Levels = min(weights.DefaultLevels, width)
 	if levels > 0 {
 		w.Levels = levels
 		switch {
@@ -497,11 +462,11 @@ func (d *decoder) weights(spec *weightsSpec) Weights {
 		case spec.Max != nil:
 			d.errorf(spec.Levels.Expr.Range(), "Invalid weight levels",
 				"levels %d is more than the %d weights from min %d to max %d; use levels = %d or less, or widen min..max.",
-				levels, width, w.Min, w.Max, width)
+				levels, width, w.MinWeight, w.MaxWeight, width)
 		default: // max was raised as far as it goes
 			d.errorf(spec.Levels.Expr.Range(), "Invalid weight levels",
 				"levels %d is more than the %d weights from min %d (line %d) to the largest max, %d; use levels = %d or less, or lower min.",
-				levels, width, w.Min, spec.Min.Range.Start.Line, w.Max, width)
+				levels, width, w.MinWeight, spec.Min.Range.Start.Line, w.MaxWeight, width)
 		}
 	}
 
@@ -509,8 +474,8 @@ func (d *decoder) weights(spec *weightsSpec) Weights {
 		fmt.Sprintf(" (the default is %g); it is the weight of a new observation in the moving average, and 0 would ignore every one", w.Smoothing))
 	w.Hysteresis, _ = d.numberOr(spec.Hysteresis, w.Hysteresis, unitOpen1, "Invalid hysteresis",
 		fmt.Sprintf(" (the default is %g); it is a fraction of one level's width, and at 1 the top weight could never be reached", w.Hysteresis))
-	w.MinInterval, _ = d.durationOr(spec.MinInterval, w.MinInterval,
-		fmt.Sprintf("The default is %q.", DefaultWeightMinInterval.String()))
+	w.MinChangeInterval, _ = d.durationOr(spec.MinInterval, w.MinChangeInterval,
+		fmt.Sprintf("The default is %q.", weights.DefaultMinChangeInterval.String()))
 	if a := spec.Relative; a != nil {
 		if v, ok := d.value(a.Name, a.Expr, cty.Bool, "true or false"); ok {
 			w.Relative = v.True()

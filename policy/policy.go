@@ -41,39 +41,39 @@
 // The metrics, escape and weights blocks (at most one each per pool) make
 // endpoint weights follow each replica's own engine metrics. Every setting
 // in them but a signal's metric is optional; these are the defaults, by
-// constant:
+// constant of package weights, whose Config they decode into:
 //
 //	metrics {                  # presence turns scraping on; Pool.Metrics nil without
-//	  engine      = "vllm"     # DefaultEngine, or custom with signal blocks: vllm (V1 and V0 names), sglang, tgi, trtllm, custom
-//	  interval    = "2s"       # DefaultScrapeInterval, or 2 x timeout if timeout is 2s or more; at most stale_after; at least MinScrapeInterval (100ms)
-//	  timeout     = "1s"       # DefaultScrapeTimeout, or interval / 2 if shorter; shorter than interval
-//	  stale_after = "10s"      # DefaultStaleAfterIntervals (5) x interval; at least interval
-//	  path        = "/metrics" # DefaultMetricsPath; starts with "/"
+//	  engine      = "vllm"     # weights.DefaultEngine, or custom with signal blocks: vllm (V1 and V0 names), sglang, tgi, trtllm, custom
+//	  interval    = "2s"       # weights.DefaultScrapeInterval, or 2 x timeout if timeout is 2s or more; at most stale_after; at least weights.MinScrapeInterval (100ms)
+//	  timeout     = "1s"       # weights.DefaultScrapeTimeout, or interval / 2 if shorter; shorter than interval
+//	  stale_after = "10s"      # weights.DefaultStaleAfterIntervals (5) x interval; at least interval
+//	  path        = "/metrics" # weights.DefaultMetricsPath; starts with "/"
 //	  port        = 8000       # default: the endpoint's serving port (Metrics.Port 0)
-//	  scheme      = "http"     # DefaultMetricsScheme; or "https"
+//	  scheme      = "http"     # weights.DefaultMetricsScheme; or "https"
 //	  model       = "..."      # keep only series with this model_name; default all
 //	  signal "kv_occupancy" {  # engine = "custom" only: where each signal comes from
 //	    metric = "my_engine_kv_used_ratio" # Prometheus metric name
 //	    labels = { device = "gpu" }        # exact label matches; default none
-//	    scale  = 1                         # DefaultSignalScale; > 0
+//	    scale  = 1                         # weights.DefaultSignalScale; > 0
 //	  }
 //	}
 //	escape {                        # when a replica is saturated and leaves the hash table
-//	  max_queue_depth        = 8    # DefaultMaxQueueDepth, or 2 x resume_queue_depth if that is 8 or more; saturated at or above; > 0
-//	  max_kv_occupancy       = 0.9  # DefaultMaxKVOccupancy, or 1 if resume_kv_occupancy is 0.9 or more; in (0, 1]
-//	  max_preemption_rate    = 0    # DefaultMaxPreemptionRate; per second, saturated above; >= 0
+//	  max_queue_depth        = 8    # weights.DefaultMaxQueueDepth, or 2 x resume_queue_depth if that is 8 or more; saturated at or above; > 0
+//	  max_kv_occupancy       = 0.9  # weights.DefaultMaxKVOccupancy, or 1 if resume_kv_occupancy is 0.9 or more; in (0, 1]
+//	  max_preemption_rate    = 0    # weights.DefaultMaxPreemptionRate; per second, saturated above; >= 0
 //	  resume_queue_depth     = 4    # max_queue_depth / 2; > 0, < max_queue_depth
-//	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - DefaultResumeKVMargin (0.1), or max_kv_occupancy / 2 if at most 0.1; > 0, < max_kv_occupancy
-//	  hold                   = "30s" # DefaultHold; below both resume values this long to recover
-//	  max_saturated_fraction = 0.5  # DefaultMaxSaturatedFraction; in [0, 1]; beyond it, pure affinity
+//	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - weights.DefaultResumeKVMargin (0.1), or max_kv_occupancy / 2 if at most 0.1; > 0, < max_kv_occupancy
+//	  hold                   = "30s" # weights.DefaultHold; below both resume values this long to recover
+//	  max_saturated_fraction = 0.5  # weights.DefaultMaxSaturatedFraction; in [0, 1]; beyond it, pure affinity
 //	}
 //	weights {                # the multiplier of each endpoint's static weight
-//	  min          = 1       # DefaultWeightMin; >= 1
-//	  max          = 4       # DefaultWeightMax, raised to min, and to min + levels - 1 (at most 128); min..MaxWeightMultiplier (128)
-//	  levels       = 4       # min(DefaultWeightLevels, max - min + 1); 1..max - min + 1
-//	  smoothing    = 0.3     # DefaultWeightSmoothing; EWMA weight of a new observation, in (0, 1]
-//	  hysteresis   = 0.5     # DefaultWeightHysteresis; fraction of a level's width, in [0, 1)
-//	  min_interval = "30s"   # DefaultWeightMinInterval; between two changes of one replica; >= 0
+//	  min          = 1       # weights.DefaultMinWeight; >= 1
+//	  max          = 4       # weights.DefaultMaxWeight, raised to min, and to min + levels - 1 (at most 128); min..weights.MaxWeightMultiplier (128)
+//	  levels       = 4       # min(weights.DefaultLevels, max - min + 1); 1..max - min + 1
+//	  smoothing    = 0.3     # weights.DefaultSmoothing; EWMA weight of a new observation, in (0, 1]
+//	  hysteresis   = 0.5     # weights.DefaultHysteresis; fraction of a level's width, in [0, 1)
+//	  min_interval = "30s"   # weights.DefaultMinChangeInterval; between two changes of one replica; >= 0
 //	  relative     = false   # true: follow load against the replicas sharing its hash table, not its own headroom
 //	}
 //
@@ -252,54 +252,6 @@ const (
 	SignalTTFT          = weights.SignalTTFT
 )
 
-// Defaults and limits of the metrics block. Unset, engine is EngineCustom
-// when signal blocks are given; interval is twice a timeout that is not
-// shorter than DefaultScrapeInterval, but at most stale_after; timeout is
-// half the interval when that is shorter than DefaultScrapeTimeout, as
-// Prometheus caps its default at the interval.
-const (
-	DefaultEngine         = EngineVLLM
-	DefaultScrapeInterval = 2 * time.Second
-	DefaultScrapeTimeout  = time.Second
-	// DefaultStaleAfterIntervals is stale_after's default in scrape
-	// intervals.
-	DefaultStaleAfterIntervals = 5
-	DefaultMetricsPath         = "/metrics"
-	DefaultMetricsScheme       = "http"
-	DefaultSignalScale         = 1.0
-	MinScrapeInterval          = 100 * time.Millisecond
-)
-
-// Defaults of the escape block. resume_queue_depth defaults to half of
-// max_queue_depth, and resume_kv_occupancy to max_kv_occupancy minus
-// DefaultResumeKVMargin, or to half of a max_kv_occupancy of at most the
-// margin. A maximum left unset rises above a resume value that is set: to
-// twice resume_queue_depth, and to 1 for resume_kv_occupancy.
-const (
-	DefaultMaxQueueDepth        = 8.0
-	DefaultMaxKVOccupancy       = 0.9
-	DefaultMaxPreemptionRate    = 0.0
-	DefaultResumeKVMargin       = 0.1
-	DefaultHold                 = 30 * time.Second
-	DefaultMaxSaturatedFraction = 0.5
-)
-
-// Defaults and limits of the weights block. levels defaults to
-// DefaultWeightLevels, or max - min + 1 if that is fewer; max left unset
-// rises to min, and to min + levels - 1 for levels that are set (at most
-// MaxWeightMultiplier).
-const (
-	DefaultWeightMin         = 1
-	DefaultWeightMax         = 4
-	DefaultWeightLevels      = 4
-	DefaultWeightSmoothing   = 0.3
-	DefaultWeightHysteresis  = 0.5
-	DefaultWeightMinInterval = 30 * time.Second
-	// MaxWeightMultiplier bounds weights.max: Envoy's endpoint weight is
-	// the static weight (at most MaxEndpointWeight) times the multiplier.
-	MaxWeightMultiplier = 128
-)
-
 // Policy is a decoded, validated policy file.
 type Policy struct {
 	// Filename is the name the policy was parsed under.
@@ -366,8 +318,8 @@ type Metrics struct {
 	// Engine is one of the Engine constants.
 	Engine string
 	// Interval is the time between two scrapes of a replica, at least
-	// MinScrapeInterval; Timeout bounds one scrape and is shorter
-	// (unset, the shorter of DefaultScrapeTimeout and Interval/2).
+	// weights.MinScrapeInterval; Timeout bounds one scrape and is shorter
+	// (unset, the shorter of weights.DefaultScrapeTimeout and Interval/2).
 	Interval, Timeout time.Duration
 	// StaleAfter is how long a replica's last good values are kept after
 	// its scrapes start failing; at least Interval.
@@ -386,55 +338,19 @@ type Metrics struct {
 	Signals map[string]SignalSource
 }
 
-// SignalSource is where a custom engine exports one signal.
-type SignalSource struct {
-	// Metric is a Prometheus metric name; for ttft, a histogram's name
-	// without the _bucket suffix.
-	Metric string
-	// Labels are exact label matches a series must have; nil for none.
-	Labels map[string]string
-	// Scale multiplies the metric's value (> 0).
-	Scale float64
-}
+// SignalSource is where a custom engine exports one signal (a signal
+// block): Name is a Prometheus metric name (for ttft, a histogram's name
+// without the _bucket suffix), Labels the exact label matches a series
+// must have (nil for none), and Scale (> 0) multiplies its value.
+type SignalSource = weights.Series
 
-// Escape is when a replica counts as saturated and leaves the hash table
-// for new keys, and when it comes back.
-type Escape struct {
-	// A replica is saturated when its queue depth or KV occupancy (a
-	// fraction in (0, 1]) reaches its maximum, or its preemptions per
-	// second exceed MaxPreemptionRate.
-	MaxQueueDepth, MaxKVOccupancy, MaxPreemptionRate float64
-	// It recovers after staying below both resume values (each below its
-	// maximum), without preempting, for Hold.
-	ResumeQueueDepth, ResumeKVOccupancy float64
-	Hold                                time.Duration
-	// MaxSaturatedFraction, in [0, 1], is the largest fraction of the
-	// pool that may be out at once; beyond it kvxds falls back to pure
-	// affinity.
-	MaxSaturatedFraction float64
-}
+// Escape is a pool's escape block: when a replica counts as saturated and
+// leaves the hash table for new keys, and when it comes back.
+type Escape = weights.Escape
 
-// Weights is how a replica's weight multiplier follows its free capacity.
-type Weights struct {
-	// Min and Max bound the multiplier: 1 <= Min <= Max <=
-	// MaxWeightMultiplier. Levels, 1..Max-Min+1, is the number of
-	// distinct multipliers between them, inclusive.
-	Min, Max uint32
-	Levels   int
-	// Smoothing, in (0, 1], is the EWMA weight of a new observation.
-	Smoothing float64
-	// Hysteresis, in [0, 1), is how far past a level boundary, as a
-	// fraction of a level's width, the smoothed value must move before
-	// the multiplier follows.
-	Hysteresis float64
-	// MinInterval is the shortest time between two changes of one
-	// replica's multiplier.
-	MinInterval time.Duration
-	// Relative places replicas among the levels by their load against
-	// the mean of the replicas sharing their hash table instead of their
-	// own free capacity (weights.Config).
-	Relative bool
-}
+// Weights is a pool's weights block: how a replica's weight multiplier
+// follows its free capacity.
+type Weights = weights.Weighting
 
 // Hash is how a pool maps requests to endpoints.
 type Hash struct {

@@ -68,7 +68,7 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 		// Multipliers apply only where metrics are scraped.
 		memberWeight := uint32(1)
 		if pp.Metrics != nil {
-			memberWeight = pp.Weights.Max
+			memberWeight = pp.Weights.MaxWeight
 		}
 		for _, g := range pp.Groups {
 			fp.Groups = append(fp.Groups, fleet.Group{Name: g.Name, Header: g.Header, Values: g.Values,
