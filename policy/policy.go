@@ -86,9 +86,9 @@
 //	    namespace      = "kvxds"      # where the Lease and the decisions ConfigMap live
 //	    lease          = "kvxds-chat" # the Lease; the ConfigMap is "kvxds-chat-decisions"
 //	    kubeconfig     = "..."        # default: in-cluster, then $KUBECONFIG
-//	    lease_duration = "15s"        # DefaultLeaseDuration; > renew_deadline
-//	    renew_deadline = "10s"        # DefaultRenewDeadline; > 1.2 x retry_period
-//	    retry_period   = "2s"         # DefaultRetryPeriod
+//	    lease_duration = "15s"        # kubernetes.DefaultLeaseDuration (ha/kubernetes); > renew_deadline
+//	    renew_deadline = "10s"        # kubernetes.DefaultRenewDeadline; > 1.2 x retry_period
+//	    retry_period   = "2s"         # kubernetes.DefaultRetryPeriod
 //	  }
 //	}
 //
@@ -186,6 +186,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/kvxds/kvxds/discovery/dns"
+	dk "github.com/kvxds/kvxds/discovery/kubernetes"
 	"github.com/kvxds/kvxds/weights"
 )
 
@@ -296,8 +298,8 @@ type Pool struct {
 	Static []StaticEndpoint
 	// DNS and Kubernetes are the pool's other sources of replicas, in file
 	// order; their replicas join the static ones.
-	DNS        []DNSSource
-	Kubernetes []KubernetesSource
+	DNS        []dns.Config
+	Kubernetes []dk.Config
 	// Metrics is how replicas are scraped; nil means no scraping and
 	// static weights only.
 	Metrics *Metrics

@@ -4,47 +4,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/kvxds/kvxds/discovery/dns"
+	dk "github.com/kvxds/kvxds/discovery/kubernetes"
 )
-
-// Discovery defaults and limits.
-const (
-	DefaultDNSType    = "SRV"
-	DefaultDNSRefresh = 10 * time.Second
-	MinDNSRefresh     = time.Second
-)
-
-// DNSSource is a dns block: replicas from A, AAAA or SRV records.
-type DNSSource struct {
-	Name string
-	// Type is "SRV" (the default), "A" or "AAAA".
-	Type string
-	// Port is required for A and AAAA; for SRV it overrides the records'
-	// ports when set.
-	Port uint32
-	// Resolver is an IP host:port; empty means the system resolver.
-	Resolver string
-	// Refresh is the time between lookups (a longer TTL stretches it).
-	Refresh time.Duration
-	// KeepFor is how long the last good answer outlives failed or empty
-	// lookups; zero means ten refreshes, and at least a minute.
-	KeepFor time.Duration
-}
-
-// KubernetesSource is a kubernetes block: replicas from the EndpointSlices
-// of a Service.
-type KubernetesSource struct {
-	Namespace, Service string
-	// Port is the EndpointSlice port's name, or its number.
-	Port string
-	// Kubeconfig is a path; empty means in-cluster, then $KUBECONFIG.
-	Kubeconfig string
-	// NodeLocality puts each endpoint's node name in its sub-zone.
-	NodeLocality bool
-}
 
 type dnsSpec struct {
 	DefRange hcl.Range      `hcl:",def_range"`
@@ -75,8 +41,8 @@ func (d *decoder) required(a *hcl.Attribute, block hcl.Range, typ, name, example
 	return true
 }
 
-func (d *decoder) dns(spec *dnsSpec) DNSSource {
-	s := DNSSource{Type: DefaultDNSType, Refresh: DefaultDNSRefresh}
+func (d *decoder) dns(spec *dnsSpec) dns.Config {
+	s := dns.Config{Type: dns.SRV, Refresh: dns.DefaultRefresh}
 	if d.required(spec.Name, spec.DefRange, "dns", "name", `name = "vllm.service.consul"`) {
 		if v, ok := d.str(spec.Name.Name, spec.Name.Expr); ok {
 			if v = strings.TrimSuffix(v, "."); v == "" {
@@ -88,7 +54,7 @@ func (d *decoder) dns(spec *dnsSpec) DNSSource {
 	if a := spec.Type; a != nil {
 		if v, ok := d.str(a.Name, a.Expr); ok {
 			switch t := strings.ToUpper(v); t {
-			case "SRV", "A", "AAAA":
+			case dns.SRV, dns.A, dns.AAAA:
 				s.Type = t
 			default:
 				d.errorf(a.Expr.Range(), "Unknown record type", `%q is not a record type kvxds looks up; use "SRV" (ports and weights from the records), "A" or "AAAA" (with port).`, v)
@@ -99,7 +65,7 @@ func (d *decoder) dns(spec *dnsSpec) DNSSource {
 		if n, ok := d.uintIn(a.Name, a.Expr, 1, 65535, "Invalid port"); ok {
 			s.Port = uint32(n)
 		}
-	} else if s.Type != "SRV" {
+	} else if s.Type != dns.SRV {
 		d.errorf(spec.DefRange, "Missing port", "%s records carry no port; set the replicas' port, as in port = 8000.", s.Type)
 	}
 	if a := spec.Resolver; a != nil {
@@ -114,9 +80,9 @@ func (d *decoder) dns(spec *dnsSpec) DNSSource {
 		}
 	}
 	if a := spec.Refresh; a != nil {
-		if dur, ok := d.durationOr(a, DefaultDNSRefresh, ""); ok {
-			if dur < MinDNSRefresh {
-				d.errorf(a.Expr.Range(), "Invalid refresh", "refresh %s is too short; use at least %s.", dur, MinDNSRefresh)
+		if dur, ok := d.durationOr(a, dns.DefaultRefresh, ""); ok {
+			if dur < dns.MinRefresh {
+				d.errorf(a.Expr.Range(), "Invalid refresh", "refresh %s is too short; use at least %s.", dur, dns.MinRefresh)
 			} else {
 				s.Refresh = dur
 			}
@@ -134,8 +100,8 @@ func (d *decoder) dns(spec *dnsSpec) DNSSource {
 	return s
 }
 
-func (d *decoder) kubernetes(spec *kubernetesSpec) KubernetesSource {
-	var s KubernetesSource
+func (d *decoder) kubernetes(spec *kubernetesSpec) dk.Config {
+	var s dk.Config
 	str := func(a *hcl.Attribute) string {
 		if a == nil {
 			return ""
