@@ -17,6 +17,7 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 
 	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // The policy file's structure, decoded by gohcl. Every attribute is an
@@ -321,7 +322,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		d.poolNames[name] = spec.NameRange
 	}
 
-	pool := Pool{Name: name, ListenAddress: DefaultListenAddress}
+	pool := Pool{Name: name, ListenAddress: fleet.DefaultListenAddress}
 	listenAddr := netip.IPv4Unspecified()
 	listenOK := true
 
@@ -354,9 +355,9 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	pool.LoadBalancing = LoadBalancingHash
 	if a := spec.LoadBalancing; a != nil {
 		if s, good := d.str(a.Name, a.Expr); good {
-			switch s {
+			switch b := fleet.Balancer(s); b {
 			case LoadBalancingHash, LoadBalancingRoundRobin, LoadBalancingLeastRequest:
-				pool.LoadBalancing = s
+				pool.LoadBalancing = b
 			default:
 				d.errorf(a.Expr.Range(), "Unknown load balancing",
 					"%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
@@ -493,8 +494,8 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 		switch s, good := d.str(a.Name, a.Expr); {
 		case !good: // already reported
 			known = false
-		case s == Maglev || s == RingHash:
-			h.Algorithm = s
+		case fleet.Algorithm(s) == Maglev || fleet.Algorithm(s) == RingHash:
+			h.Algorithm = fleet.Algorithm(s)
 		default:
 			d.errorf(a.Expr.Range(), "Unknown hash algorithm",
 				"%q is not a hash algorithm; use %q or %q.", s, Maglev, RingHash)
@@ -513,7 +514,7 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 			h.TableSize = n
 		}
 	} else if h.Algorithm == Maglev {
-		h.TableSize = DefaultMaglevTableSize
+		h.TableSize = fleet.DefaultMaglevTableSize
 	}
 
 	// ringSize returns a valid ring size setting, or nil.
@@ -576,9 +577,9 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 	h.Keyless = DefaultKeyless
 	if a := spec.Keyless; a != nil {
 		if s, good := d.str(a.Name, a.Expr); good {
-			switch s {
+			switch b := fleet.Balancer(s); b {
 			case KeylessRoundRobin, KeylessLeastRequest, KeylessRandom:
-				h.Keyless = s
+				h.Keyless = b
 			default:
 				d.errorf(a.Expr.Range(), "Unknown keyless balancing",
 					"%q is not a way to spread requests that carry no hash key; use %q (the default), %q, or %q to hash them on a random value like a data plane without a fallback.",
@@ -599,9 +600,9 @@ func (d *decoder) tableSize(a *hcl.Attribute) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if n.Sign() < 0 || !n.IsUint64() || n.Uint64() > MaxMaglevTableSize {
+	if n.Sign() < 0 || !n.IsUint64() || n.Uint64() > fleet.MaxMaglevTableSize {
 		d.errorf(a.Expr.Range(), "Invalid table size",
-			"table_size %s is out of range; use a prime from 2 to %d (the default is %d).", n, MaxMaglevTableSize, DefaultMaglevTableSize)
+			"table_size %s is out of range; use a prime from 2 to %d (the default is %d).", n, fleet.MaxMaglevTableSize, fleet.DefaultMaglevTableSize)
 		return 0, false
 	}
 	v := n.Uint64()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // poolWith is a policy of one hash pool holding blocks.
@@ -188,8 +190,8 @@ weights { relative = true }`), poolWeights, weights(func(w *Weights) { w.Relativ
 		{"everything follows", poolWith(`metrics { interval = "500ms" }
 escape { resume_queue_depth = 12 }
 weights { min = 5 }`), pool, Pool{
-			Name: "p", Port: 10000, ListenAddress: DefaultListenAddress, LoadBalancing: LoadBalancingHash,
-			Hash: Hash{Algorithm: Maglev, TableSize: DefaultMaglevTableSize, Keyless: DefaultKeyless,
+			Name: "p", Port: 10000, ListenAddress: fleet.DefaultListenAddress, LoadBalancing: LoadBalancingHash,
+			Hash: Hash{Algorithm: Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: DefaultKeyless,
 				Keys: []HashKey{{Header: "x-session-id"}}},
 			Metrics: metrics(func(m *Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 500*time.Millisecond, 250*time.Millisecond, 2500*time.Millisecond

@@ -189,36 +189,35 @@ import (
 	"github.com/kvxds/kvxds/discovery/dns"
 	dk "github.com/kvxds/kvxds/discovery/kubernetes"
 	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
-// Defaults of the policy file.
+// Defaults of the policy file; a pool listens on fleet.DefaultListenAddress
+// unless it says otherwise.
 const (
-	DefaultXDSAddress      = "127.0.0.1:18000"
-	DefaultAdminAddress    = "127.0.0.1:19000"
-	DefaultListenAddress   = "0.0.0.0"
-	DefaultAlgorithm       = Maglev
-	DefaultMaglevTableSize = 65537
+	DefaultXDSAddress   = "127.0.0.1:18000"
+	DefaultAdminAddress = "127.0.0.1:19000"
+	DefaultAlgorithm    = Maglev
 )
 
 // How a hash pool spreads requests without a key.
 const (
-	KeylessRoundRobin   = "round_robin"
-	KeylessLeastRequest = "least_request"
-	KeylessRandom       = "random"
+	KeylessRoundRobin   = fleet.RoundRobin
+	KeylessLeastRequest = fleet.LeastRequest
+	KeylessRandom       = fleet.Random
 	DefaultKeyless      = KeylessRoundRobin
 )
 
 // Hash algorithms.
 const (
-	Maglev   = "maglev"
-	RingHash = "ring_hash"
+	Maglev   = fleet.Maglev
+	RingHash = fleet.RingHash
 )
 
-// Limits on settings. The table and ring sizes are Envoy's own limits; the
-// weight bound keeps Maglev tables balanced.
+// Limits on settings. The table (fleet.MaxMaglevTableSize) and ring sizes
+// are Envoy's own limits; the weight bound keeps Maglev tables balanced.
 const (
-	MaxMaglevTableSize = 5000011
-	MaxRingSize        = 8388608
+	MaxRingSize = 8388608
 	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
 	DataPlaneMinRingSize = 1024
 	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size
@@ -274,9 +273,9 @@ type Policy struct {
 // Load-balancing modes of a pool. Round robin and least request exist to
 // measure what cache affinity gains against the usual balancers.
 const (
-	LoadBalancingHash         = "hash"
-	LoadBalancingRoundRobin   = "round_robin"
-	LoadBalancingLeastRequest = "least_request"
+	LoadBalancingHash         = fleet.ConsistentHash
+	LoadBalancingRoundRobin   = fleet.RoundRobin
+	LoadBalancingLeastRequest = fleet.LeastRequest
 )
 
 // Pool is one group of interchangeable replicas behind one Envoy listener.
@@ -291,7 +290,7 @@ type Pool struct {
 	IdleTimeout time.Duration
 	// LoadBalancing is LoadBalancingHash (consistent hashing on Hash), or
 	// a baseline that ignores Hash.
-	LoadBalancing string
+	LoadBalancing fleet.Balancer
 	Hash          Hash
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
@@ -354,50 +353,20 @@ type Escape = weights.Escape
 // follows its free capacity.
 type Weights = weights.Weighting
 
-// Hash is how a pool maps requests to endpoints.
-type Hash struct {
-	// Algorithm is Maglev or RingHash.
-	Algorithm string
-	// TableSize is the Maglev table size (prime); zero for ring_hash.
-	TableSize uint64
-	// MinRingSize and MaxRingSize bound the ring_hash ring; zero keeps
-	// the data plane's default. MinRingSize is set whenever MaxRingSize
-	// is below DataPlaneMinRingSize.
-	MinRingSize, MaxRingSize uint64
-	// BalanceFactor is bounded-load hashing in percent of the average
-	// load (>= 100); zero turns it off.
-	BalanceFactor uint32
-	// GRPCRingCap is the ring size cap of the pool's proxyless gRPC
-	// clients (GRPC_RING_HASH_CAP in grpc-go, the channel option
-	// grpc.lb.ring_hash.ring_size_cap in grpc-js); zero means their
-	// default, DefaultGRPCRingCap. kvxds sizes their rings to fill it with
-	// 64 units of weight.
-	GRPCRingCap uint64
-	// Keys are tried in order; the first one present in a request wins.
-	Keys []HashKey
-	// Keyless is how requests carrying none of Keys are spread:
-	// KeylessRoundRobin (DefaultKeyless), KeylessLeastRequest, or
-	// KeylessRandom (they stay on the hash table with a random hash).
-	Keyless string
-	// MaxBodyBytes is the longest request body Envoy buffers to compute
-	// body keys (json_field, prompt_prefix); a longer one, or one of
-	// unknown length, goes on without them. DefaultMaxBodyBytes when the
-	// chain has body keys, zero otherwise.
-	MaxBodyBytes int
-}
+// Hash is a pool's hash block: how it maps requests to endpoints.
+// Algorithm is Maglev or RingHash; TableSize is a Maglev table's (prime),
+// zero for ring_hash; MinRingSize is set whenever MaxRingSize is below
+// DataPlaneMinRingSize; GRPCRingCap zero means DefaultGRPCRingCap;
+// Keyless is one of the Keyless constants (DefaultKeyless); MaxBodyBytes
+// is DefaultMaxBodyBytes when the chain has body keys, zero otherwise.
+type Hash = fleet.Hash
 
-// HashKey is one source of a request's hash key. Exactly one field is set;
-// Header is lower-cased. JSONField and PromptPrefix read the JSON request
-// body (Envoy only; see bodykeys.go).
-type HashKey struct {
-	Header, Cookie, QueryParameter string
-	// JSONField is a dot path of object keys to a string field of the
-	// body, as in "metadata.conversation_id".
-	JSONField string
-	// PromptPrefix is a number of bytes of the prompt: the raw JSON text
-	// of the body's top-level "messages" (else "prompt") value.
-	PromptPrefix int
-}
+// HashKey is a key block. Exactly one field is set; Header is lower-cased.
+// JSONField (a dot path of object keys to a string field of the body, as
+// in "metadata.conversation_id") and PromptPrefix (a number of bytes of
+// the raw JSON text of the body's top-level "messages", else "prompt",
+// value) read the JSON request body (Envoy only; see bodykeys.go).
+type HashKey = fleet.HashKey
 
 // StaticEndpoint is one replica listed in the policy file.
 type StaticEndpoint struct {

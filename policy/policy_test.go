@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid/*.diag from the current output")
@@ -130,7 +131,7 @@ func withDefaults(pools ...Pool) []Pool {
 
 func TestDecodedValues(t *testing.T) {
 	maglevKey := func(headers ...string) Hash {
-		h := Hash{Algorithm: Maglev, TableSize: DefaultMaglevTableSize}
+		h := Hash{Algorithm: Maglev, TableSize: fleet.DefaultMaglevTableSize}
 		for _, name := range headers {
 			h.Keys = append(h.Keys, HashKey{Header: name})
 		}
@@ -218,7 +219,7 @@ func TestDecodedValues(t *testing.T) {
 				Pool{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
 					Hash: Hash{Algorithm: RingHash, Keys: []HashKey{{Header: "x-session-id"}}}},
 				Pool{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
-					Hash: Hash{Algorithm: Maglev, TableSize: MaxMaglevTableSize, Keyless: KeylessRandom, Keys: []HashKey{{Header: "x-session-id"}}},
+					Hash: Hash{Algorithm: Maglev, TableSize: fleet.MaxMaglevTableSize, Keyless: KeylessRandom, Keys: []HashKey{{Header: "x-session-id"}}},
 					Static: []StaticEndpoint{
 						{Host: "10.1.0.1", Port: 8000, Weight: 1},
 						{Host: "10.1.0.2", Port: 8000, Weight: 1},
@@ -480,7 +481,7 @@ func TestPrimes(t *testing.T) {
 		{65536, false, 65521, 65537},
 		{65537, true, 65521, 65539},
 		{4, false, 3, 5},
-		{MaxMaglevTableSize, true, 4999999, 5000077},
+		{fleet.MaxMaglevTableSize, true, 4999999, 5000077},
 	} {
 		if isPrime(tt.n) != tt.prime || prevPrime(tt.n) != tt.prev || nextPrime(tt.n) != tt.next {
 			t.Errorf("%d: prime=%v prev=%d next=%d, want %v %d %d",

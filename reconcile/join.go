@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"slices"
+
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
@@ -50,33 +52,19 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 			Port:          pp.Port,
 			RouteTimeout:  pp.RouteTimeout,
 			IdleTimeout:   pp.IdleTimeout,
-			Balancer:      fleet.Balancer(pp.LoadBalancing),
-			Hash: fleet.Hash{
-				Algorithm:     fleet.Algorithm(pp.Hash.Algorithm),
-				TableSize:     pp.Hash.TableSize,
-				MinRingSize:   pp.Hash.MinRingSize,
-				MaxRingSize:   pp.Hash.MaxRingSize,
-				BalanceFactor: pp.Hash.BalanceFactor,
-				Keyless:       fleet.Balancer(pp.Hash.Keyless),
-				GRPCRingCap:   pp.Hash.GRPCRingCap,
-				MaxBodyBytes:  pp.Hash.MaxBodyBytes,
-			},
-		}
-		if m := pp.Mesh; m != nil {
-			fp.Mesh = &fleet.Mesh{ClusterName: m.EDSClusterName, IstioMTLS: m.IstioMTLS}
+			Balancer:      pp.LoadBalancing,
+			Hash:          pp.Hash,
+			Mesh:          pp.Mesh,
+			// Cloned: MemberWeight is set below, and the policy is shared.
+			Groups: slices.Clone(pp.Groups),
 		}
 		// Multipliers apply only where metrics are scraped.
 		memberWeight := uint32(1)
 		if pp.Metrics != nil {
 			memberWeight = pp.Weights.MaxWeight
 		}
-		for _, g := range pp.Groups {
-			fp.Groups = append(fp.Groups, fleet.Group{Name: g.Name, Header: g.Header, Values: g.Values,
-				Replicas: g.Replicas, Exclusive: g.Exclusive, MemberWeight: memberWeight})
-		}
-		for _, k := range pp.Hash.Keys {
-			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,
-				JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
+		for i := range fp.Groups {
+			fp.Groups[i].MemberWeight = memberWeight
 		}
 		dec := decisions[pp.Name]
 		for _, t := range targets[pp.Name] {
