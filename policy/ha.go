@@ -28,6 +28,8 @@ type haSpec struct {
 	Kubernetes []haKubernetesSpec `hcl:"kubernetes,block"`
 }
 
+func (s haSpec) defRange() hcl.Range { return s.DefRange }
+
 type haKubernetesSpec struct {
 	DefRange      hcl.Range      `hcl:",def_range"`
 	Namespace     *hcl.Attribute `hcl:"namespace,optional"`
@@ -38,21 +40,19 @@ type haKubernetesSpec struct {
 	RetryPeriod   *hcl.Attribute `hcl:"retry_period,optional"`
 }
 
+func (s haKubernetesSpec) defRange() hcl.Range { return s.DefRange }
+
 // ha decodes the ha blocks of a file (at most one).
 func (d *decoder) ha(specs []haSpec) *HA {
 	if len(specs) == 0 {
 		return nil
 	}
-	for _, dup := range specs[1:] {
-		d.errorf(dup.DefRange, "Duplicate ha block", "An ha block is already defined at line %d; keep a single one.", specs[0].DefRange.Start.Line)
-	}
+	// Only the first block is decoded.
+	atMostOne(d, specs, "an", "ha", "", keepOne)
 	spec := &specs[0]
 	h := &HA{}
-	for i, k := range spec.Kubernetes {
-		if i > 0 {
-			d.errorf(k.DefRange, "Duplicate kubernetes block", "A kubernetes block is already defined at line %d; keep a single one.", spec.Kubernetes[0].DefRange.Start.Line)
-			continue
-		}
+	atMostOne(d, spec.Kubernetes, "a", "kubernetes", "", keepOne)
+	if len(spec.Kubernetes) > 0 {
 		h.Kubernetes = d.haKubernetes(&spec.Kubernetes[0])
 	}
 	if a := spec.Follow; a != nil {

@@ -43,6 +43,8 @@ type meshSpec struct {
 	IstioMTLS      *hcl.Attribute `hcl:"istio_mtls,optional"`
 }
 
+func (s meshSpec) defRange() hcl.Range { return s.DefRange }
+
 // meshName is a decoded eds_cluster_name, for the checks across pools.
 type meshName struct {
 	pool string
@@ -52,16 +54,11 @@ type meshName struct {
 // poolMesh decodes the mesh blocks of pool (at most one).
 func (d *decoder) poolMesh(spec *poolSpec, pool *Pool) {
 	for i := range spec.Mesh {
-		m, ok := d.mesh(&spec.Mesh[i], pool.Name)
-		if i > 0 {
-			d.errorf(spec.Mesh[i].DefRange, "Duplicate mesh block",
-				"Pool %q already has a mesh block at line %d; a pool's endpoints are served under one mesh cluster name.", pool.Name, spec.Mesh[0].DefRange.Start.Line)
-			continue
-		}
-		if ok {
+		if m, ok := d.mesh(&spec.Mesh[i], pool.Name); i == 0 && ok {
 			pool.Mesh = m
 		}
 	}
+	atMostOne(d, spec.Mesh, "a", "mesh", fmt.Sprintf("Pool %q", pool.Name), "a pool's endpoints are served under one mesh cluster name.")
 }
 
 func (d *decoder) mesh(spec *meshSpec, pool string) (*Mesh, bool) {

@@ -156,6 +156,17 @@
 // queue_depth, running and kv_occupancy. An escape or weights block
 // without a metrics block has no effect, and draws a warning.
 //
+// Each block has a file of its own holding its Go type, its HCL schema
+// (the xxxSpec struct gohcl decodes) and its decoder and checks: pool.go,
+// hash.go (bodykeys.go for body keys), static.go, dns.go, kubernetes.go,
+// metrics.go, escape.go, weights.go, mesh.go, group.go, ha.go, servers.go
+// and tls.go; this file holds the file's top level, and decode.go the
+// shared decoder. Where a block configures another package, the policy
+// decodes into that package's own type, which also owns the defaults:
+// weights.Weighting, weights.Escape and weights.Series; dns.Config and
+// kubernetes.Config of discovery; the Lease elector's Config of
+// ha/kubernetes; and fleet.Hash, fleet.HashKey, fleet.Mesh and fleet.Group.
+//
 // The contract:
 //
 //   - Parse and Load decode a policy and validate all of it at once. They
@@ -177,80 +188,22 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
-
-	"github.com/kvxds/kvxds/discovery/dns"
-	dk "github.com/kvxds/kvxds/discovery/kubernetes"
-	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
-// Defaults of the policy file; a pool listens on fleet.DefaultListenAddress
-// unless it says otherwise.
+// Defaults of the policy file.
 const (
 	DefaultXDSAddress   = "127.0.0.1:18000"
 	DefaultAdminAddress = "127.0.0.1:19000"
-	DefaultAlgorithm    = Maglev
-)
-
-// How a hash pool spreads requests without a key.
-const (
-	KeylessRoundRobin   = fleet.RoundRobin
-	KeylessLeastRequest = fleet.LeastRequest
-	KeylessRandom       = fleet.Random
-	DefaultKeyless      = KeylessRoundRobin
-)
-
-// Hash algorithms.
-const (
-	Maglev   = fleet.Maglev
-	RingHash = fleet.RingHash
-)
-
-// Limits on settings. The table (fleet.MaxMaglevTableSize) and ring sizes
-// are Envoy's own limits; the weight bound keeps Maglev tables balanced.
-const (
-	MaxRingSize = 8388608
-	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
-	DataPlaneMinRingSize = 1024
-	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size
-	// cap; MinGRPCRingCap gives 64 units of weight one entry each.
-	DefaultGRPCRingCap = 4096
-	MinGRPCRingCap     = 64
-	MaxEndpointWeight  = 128
-	MinBalanceFactor   = 100
-)
-
-// Engines a metrics block may name: the scraper's registry
-// (weights.Engines), so the policy accepts exactly the engines kvxds can
-// scrape. Each but EngineCustom has a built-in profile of metric names; a
-// custom engine names its metrics in signal blocks.
-const (
-	EngineVLLM   = weights.EngineVLLM
-	EngineSGLang = weights.EngineSGLang
-	EngineTGI    = weights.EngineTGI
-	EngineTRTLLM = weights.EngineTRTLLM
-	EngineCustom = weights.EngineCustom
-)
-
-// Signals, the labels of a custom engine's signal blocks
-// (weights.SignalNames).
-const (
-	SignalQueueDepth    = weights.SignalQueueDepth
-	SignalRunning       = weights.SignalRunning
-	SignalKVOccupancy   = weights.SignalKVOccupancy
-	SignalPreemptions   = weights.SignalPreemptions
-	SignalPrefixQueries = weights.SignalPrefixQueries
-	SignalPrefixHits    = weights.SignalPrefixHits
-	SignalPrefixHitRate = weights.SignalPrefixHitRate
-	SignalTTFT          = weights.SignalTTFT
 )
 
 // Policy is a decoded, validated policy file.
@@ -270,115 +223,41 @@ type Policy struct {
 	Pools []Pool
 }
 
-// Load-balancing modes of a pool. Round robin and least request exist to
-// measure what cache affinity gains against the usual balancers.
-const (
-	LoadBalancingHash         = fleet.ConsistentHash
-	LoadBalancingRoundRobin   = fleet.RoundRobin
-	LoadBalancingLeastRequest = fleet.LeastRequest
-)
-
-// Pool is one group of interchangeable replicas behind one Envoy listener.
-type Pool struct {
-	Name string
-	// Port and ListenAddress are where Envoy listens for the pool.
-	Port          uint32
-	ListenAddress string
-	// RouteTimeout bounds a whole request; zero means no timeout.
-	RouteTimeout time.Duration
-	// IdleTimeout bounds a silent stream; zero keeps Envoy's default.
-	IdleTimeout time.Duration
-	// LoadBalancing is LoadBalancingHash (consistent hashing on Hash), or
-	// a baseline that ignores Hash.
-	LoadBalancing fleet.Balancer
-	Hash          Hash
-	// Static endpoints in file order: the endpoints list first, then the
-	// endpoint blocks.
-	Static []StaticEndpoint
-	// DNS and Kubernetes are the pool's other sources of replicas, in file
-	// order; their replicas join the static ones.
-	DNS        []dns.Config
-	Kubernetes []dk.Config
-	// Metrics is how replicas are scraped; nil means no scraping and
-	// static weights only.
-	Metrics *Metrics
-	// Escape and Weights are always filled in, with defaults where the
-	// file says nothing; they only take effect with Metrics.
-	Escape  Escape
-	Weights Weights
-	// Mesh, if set, also serves the pool's endpoints under a mesh's own
-	// cluster name (mesh.go); nil for none.
-	Mesh *Mesh
-	// Groups are the pool's tenant hash groups (group.go), in file order;
-	// only hash pools have them.
-	Groups []Group
+// fileSpec is the whole policy file.
+type fileSpec struct {
+	XDS   []serverSpec `hcl:"xds,block"`
+	Admin []serverSpec `hcl:"admin,block"`
+	HA    []haSpec     `hcl:"ha,block"`
+	Pools []poolSpec   `hcl:"pool,block"`
 }
 
-// Metrics is how a pool's replicas are scraped for load signals.
-type Metrics struct {
-	// Engine is one of the Engine constants.
-	Engine string
-	// Interval is the time between two scrapes of a replica, at least
-	// weights.MinScrapeInterval; Timeout bounds one scrape and is shorter
-	// (unset, the shorter of weights.DefaultScrapeTimeout and Interval/2).
-	Interval, Timeout time.Duration
-	// StaleAfter is how long a replica's last good values are kept after
-	// its scrapes start failing; at least Interval.
-	StaleAfter time.Duration
-	// Path starts with "/".
-	Path string
-	// Port is the metrics port; zero means the endpoint's serving port.
-	Port uint32
-	// Scheme is "http" or "https".
-	Scheme string
-	// Model, if set, keeps only series whose model_name label is Model.
-	Model string
-	// Signals maps signal names (the Signal constants) to their source.
-	// Set for EngineCustom only, with at least one of queue_depth,
-	// running and kv_occupancy.
-	Signals map[string]SignalSource
-}
+func (d *decoder) policy(body hcl.Body) *Policy {
+	var spec fileSpec
+	// A nil EvalContext: a policy file is data, so variables and function
+	// calls are rejected when the values are evaluated.
+	d.add(gohcl.DecodeBody(body, nil, &spec))
 
-// SignalSource is where a custom engine exports one signal (a signal
-// block): Name is a Prometheus metric name (for ttft, a histogram's name
-// without the _bucket suffix), Labels the exact label matches a series
-// must have (nil for none), and Scale (> 0) multiplies its value.
-type SignalSource = weights.Series
-
-// Escape is a pool's escape block: when a replica counts as saturated and
-// leaves the hash table for new keys, and when it comes back.
-type Escape = weights.Escape
-
-// Weights is a pool's weights block: how a replica's weight multiplier
-// follows its free capacity.
-type Weights = weights.Weighting
-
-// Hash is a pool's hash block: how it maps requests to endpoints.
-// Algorithm is Maglev or RingHash; TableSize is a Maglev table's (prime),
-// zero for ring_hash; MinRingSize is set whenever MaxRingSize is below
-// DataPlaneMinRingSize; GRPCRingCap zero means DefaultGRPCRingCap;
-// Keyless is one of the Keyless constants (DefaultKeyless); MaxBodyBytes
-// is DefaultMaxBodyBytes when the chain has body keys, zero otherwise.
-type Hash = fleet.Hash
-
-// HashKey is a key block. Exactly one field is set; Header is lower-cased.
-// JSONField (a dot path of object keys to a string field of the body, as
-// in "metadata.conversation_id") and PromptPrefix (a number of bytes of
-// the raw JSON text of the body's top-level "messages", else "prompt",
-// value) read the JSON request body (Envoy only; see bodykeys.go).
-type HashKey = fleet.HashKey
-
-// StaticEndpoint is one replica listed in the policy file.
-type StaticEndpoint struct {
-	// Host is an IP address (without brackets), in canonical form.
-	Host string
-	Port uint32
-	// Weight is the endpoint's share of the hash table, at least 1.
-	Weight uint32
-	// HashKey is the endpoint's stable identity on the hash ring; empty
-	// means host:port.
-	HashKey               string
-	Region, Zone, SubZone string
+	p := &Policy{XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress}
+	d.poolNames = map[string]hcl.Range{}
+	xds := &server{addr: &p.XDSAddress, hp: mustHostPort(DefaultXDSAddress)}
+	admin := &server{addr: &p.AdminAddress, hp: mustHostPort(DefaultAdminAddress)}
+	for i := range spec.XDS {
+		d.server(&spec.XDS[i], xds)
+	}
+	atMostOne(d, spec.XDS, "an", "xds", "", keepOne)
+	for i := range spec.Admin {
+		d.server(&spec.Admin[i], admin)
+	}
+	atMostOne(d, spec.Admin, "an", "admin", "", keepOne)
+	p.XDS, p.Admin = d.xdsServer(spec.XDS), d.adminServer(spec.Admin)
+	p.HA = d.ha(spec.HA)
+	for i := range spec.Pools {
+		p.Pools = append(p.Pools, d.pool(&spec.Pools[i]))
+	}
+	d.checkServerClash(xds, admin)
+	d.checkMeshNames()
+	slices.SortFunc(p.Pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
+	return p
 }
 
 // Parse decodes and validates a policy. filename is used in diagnostics

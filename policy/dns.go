@@ -2,14 +2,11 @@ package policy
 
 import (
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/kvxds/kvxds/discovery/dns"
-	dk "github.com/kvxds/kvxds/discovery/kubernetes"
 )
 
 type dnsSpec struct {
@@ -20,25 +17,6 @@ type dnsSpec struct {
 	Resolver *hcl.Attribute `hcl:"resolver,optional"`
 	Refresh  *hcl.Attribute `hcl:"refresh,optional"`
 	KeepFor  *hcl.Attribute `hcl:"keep_for,optional"`
-}
-
-type kubernetesSpec struct {
-	DefRange     hcl.Range      `hcl:",def_range"`
-	Namespace    *hcl.Attribute `hcl:"namespace,optional"`
-	Service      *hcl.Attribute `hcl:"service,optional"`
-	Port         *hcl.Attribute `hcl:"port,optional"`
-	Kubeconfig   *hcl.Attribute `hcl:"kubeconfig,optional"`
-	NodeLocality *hcl.Attribute `hcl:"node_locality,optional"`
-}
-
-// required reports a missing attribute at its block and says whether it
-// is there.
-func (d *decoder) required(a *hcl.Attribute, block hcl.Range, typ, name, example string) bool {
-	if a == nil {
-		d.errorf(block, "Missing "+name, "A %s block needs %s, as in %s.", typ, name, example)
-		return false
-	}
-	return true
 }
 
 func (d *decoder) dns(spec *dnsSpec) dns.Config {
@@ -98,55 +76,4 @@ func (d *decoder) dns(spec *dnsSpec) dns.Config {
 		}
 	}
 	return s
-}
-
-func (d *decoder) kubernetes(spec *kubernetesSpec) dk.Config {
-	var s dk.Config
-	str := func(a *hcl.Attribute) string {
-		if a == nil {
-			return ""
-		}
-		v, _ := d.str(a.Name, a.Expr)
-		return v
-	}
-	if d.required(spec.Namespace, spec.DefRange, "kubernetes", "namespace", `namespace = "llm"`) {
-		s.Namespace = str(spec.Namespace)
-	}
-	if d.required(spec.Service, spec.DefRange, "kubernetes", "service", `service = "vllm"`) {
-		s.Service = str(spec.Service)
-	}
-	if d.required(spec.Port, spec.DefRange, "kubernetes", "port", `port = "http" (the EndpointSlice port's name) or port = 8000`) {
-		a := spec.Port
-		v, diags := a.Expr.Value(nil)
-		switch {
-		case diags.HasErrors():
-			d.add(diags)
-		case v.Type() == cty.Number:
-			if n, ok := d.uintIn(a.Name, a.Expr, 1, 65535, "Invalid port"); ok {
-				s.Port = strconv.FormatUint(n, 10)
-			}
-		default:
-			if p := str(a); p == "" {
-				d.errorf(a.Expr.Range(), "Invalid port", `The port name is empty; use the EndpointSlice port's name, as in "http", or its number.`)
-			} else {
-				s.Port = p
-			}
-		}
-	}
-	s.Kubeconfig = str(spec.Kubeconfig)
-	if a := spec.NodeLocality; a != nil {
-		if v, ok := d.value(a.Name, a.Expr, cty.Bool, "true or false"); ok {
-			s.NodeLocality = v.True()
-		}
-	}
-	return s
-}
-
-// addrErr reports a parseHostPort error.
-func (d *decoder) addrErr(rng hcl.Range, err error) {
-	if ae, ok := err.(*addrError); ok {
-		d.errorf(rng, ae.summary, "%s", ae.detail)
-		return
-	}
-	d.errorf(rng, "Invalid address", "%s.", err)
 }
