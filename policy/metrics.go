@@ -16,10 +16,10 @@ import (
 type Metrics struct {
 	// Engine is one of the Engine constants.
 	Engine string
-	// Interval is the time between two scrapes of a replica, at least
-	// weights.MinScrapeInterval; Timeout bounds one scrape and is shorter
-	// (unset, the shorter of weights.DefaultScrapeTimeout and Interval/2).
-	Interval, Timeout time.Duration
+	// Scrape holds the model filter, and the interval (at least
+	// weights.MinScrapeInterval) and timeout (shorter; unset, the
+	// shorter of weights.DefaultScrapeTimeout and Interval/2).
+	weights.Scrape
 	// StaleAfter is how long a replica's last good values are kept after
 	// its scrapes start failing; at least Interval.
 	StaleAfter time.Duration
@@ -29,8 +29,6 @@ type Metrics struct {
 	Port uint32
 	// Scheme is "http" or "https".
 	Scheme string
-	// Model, if set, keeps only series whose model_name label is Model.
-	Model string
 	// Signals maps signal names (the Signal constants) to their source.
 	// Set for EngineCustom only, with at least one of queue_depth,
 	// running and kv_occupancy.
@@ -80,11 +78,10 @@ func (s metricsSpec) defRange() hcl.Range { return s.DefRange }
 
 func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	m := &Metrics{
-		Engine:   weights.DefaultEngine,
-		Interval: weights.DefaultScrapeInterval,
-		Timeout:  weights.DefaultScrapeTimeout,
-		Path:     weights.DefaultMetricsPath,
-		Scheme:   weights.DefaultMetricsScheme,
+		Engine: weights.DefaultEngine,
+		Scrape: weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
+		Path:   weights.DefaultMetricsPath,
+		Scheme: weights.DefaultMetricsScheme,
 	}
 
 	known := true // whether m.Engine is what the user asked for

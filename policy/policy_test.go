@@ -101,8 +101,7 @@ var (
 	defaultWeightsValues = Weights{MinWeight: 1, MaxWeight: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
 	defaultMetricsValues = Metrics{
 		Engine:     "vllm",
-		Interval:   2 * time.Second,
-		Timeout:    time.Second,
+		Scrape:     weights.Scrape{Interval: 2 * time.Second, Timeout: time.Second},
 		StaleAfter: 10 * time.Second,
 		Path:       "/metrics",
 		Scheme:     "http",
@@ -233,14 +232,16 @@ func TestDecodedValues(t *testing.T) {
 			Pools: withDefaults(
 				Pool{Name: "chat", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
 					Metrics: &Metrics{
-						Engine:     EngineVLLM,
-						Interval:   500 * time.Millisecond,
-						Timeout:    250 * time.Millisecond,
+						Engine: EngineVLLM,
+						Scrape: weights.Scrape{
+							Interval: 500 * time.Millisecond,
+							Timeout:  250 * time.Millisecond,
+							Model:    "meta-llama/Llama-3.1-8B-Instruct",
+						},
 						StaleAfter: 5 * time.Second,
 						Path:       "/stats/prometheus",
 						Port:       8001,
 						Scheme:     "https",
-						Model:      "meta-llama/Llama-3.1-8B-Instruct",
 					},
 					Escape: Escape{
 						MaxQueueDepth:        16,
@@ -338,8 +339,7 @@ func TestParseEmpty(t *testing.T) {
 func TestDefaultConstants(t *testing.T) {
 	m := Metrics{
 		Engine:     weights.DefaultEngine,
-		Interval:   weights.DefaultScrapeInterval,
-		Timeout:    weights.DefaultScrapeTimeout,
+		Scrape:     weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
 		StaleAfter: weights.DefaultStaleAfterIntervals * weights.DefaultScrapeInterval,
 		Path:       weights.DefaultMetricsPath,
 		Scheme:     weights.DefaultMetricsScheme,

@@ -51,11 +51,9 @@ func scrapeSettings(pp policy.Pool) (weights.PoolScrape, error) {
 		return weights.PoolScrape{}, fmt.Errorf("pool %q: %w", pp.Name, err)
 	}
 	return weights.PoolScrape{
-		Config:   weights.Config{Weighting: pp.Weights, Escape: pp.Escape, StaleAfter: m.StaleAfter},
-		Profile:  profile,
-		Model:    m.Model,
-		Interval: m.Interval,
-		Timeout:  m.Timeout,
+		Config:  weights.Config{Weighting: pp.Weights, Escape: pp.Escape, StaleAfter: m.StaleAfter},
+		Profile: profile,
+		Scrape:  m.Scrape,
 	}, nil
 }
 
