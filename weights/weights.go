@@ -19,9 +19,11 @@
 // keeps for its View each replica's latest scrape and a bounded History
 // (hit rate, preemption rate and TTFT percentiles over the last minute);
 // Step's decisions depend on neither. The package knows nothing of policy
-// files or xDS, except for the registry of engines and signals (Engines,
-// SignalNames) that the policy validates against: the reconcile step
-// builds a Config and a Profile from the policy and folds Decisions into
+// files or xDS; it owns the settings a policy's metrics, escape and
+// weights blocks decode into (Scrape, Escape, Weighting, Series) with
+// their defaults (defaults.go), and the registry of engines and signals
+// (Engines, SignalNames) that the policy validates against. The reconcile
+// step builds a Config and a Profile from them and folds Decisions into
 // the fleet model.
 package weights
 
