@@ -9,6 +9,8 @@ import (
 	"github.com/kvxds/kvxds/discovery/dns"
 )
 
+// dnsSpec is a dns block: replicas from A, AAAA or SRV records, decoded
+// into dns.Config.
 type dnsSpec struct {
 	DefRange hcl.Range      `hcl:",def_range"`
 	Name     *hcl.Attribute `hcl:"name,optional"`

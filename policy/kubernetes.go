@@ -9,6 +9,8 @@ import (
 	dk "github.com/kvxds/kvxds/discovery/kubernetes"
 )
 
+// kubernetesSpec is a kubernetes block: replicas from the EndpointSlices
+// of a Service, decoded into kubernetes.Config of discovery.
 type kubernetesSpec struct {
 	DefRange     hcl.Range      `hcl:",def_range"`
 	Namespace    *hcl.Attribute `hcl:"namespace,optional"`
