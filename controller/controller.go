@@ -152,11 +152,9 @@ func newPeers(h *policy.HA, id string, log hclog.Logger) (peers ha.Peers, reach 
 		f := &ha.Follower{URL: h.Follow, Logger: log}
 		return f, &f.OnReach, nil
 	default:
-		k := h.Kubernetes
-		p, err := hakube.New(hakube.Config{
-			Namespace: k.Namespace, Lease: k.Lease, ID: id,
-			LeaseDuration: k.LeaseDuration, RenewDeadline: k.RenewDeadline, RetryPeriod: k.RetryPeriod,
-		}, k.Kubeconfig, log)
+		cfg := *h.Kubernetes
+		cfg.ID = id
+		p, err := hakube.New(cfg, log)
 		if err != nil {
 			return nil, nil, err
 		}

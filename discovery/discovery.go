@@ -55,8 +55,8 @@ type Source interface {
 	Run(ctx context.Context, up chan<- Update)
 }
 
-// Group is the current set of targets of one pool.
-type Group struct {
+// PoolTargets is the current set of targets of one pool.
+type PoolTargets struct {
 	Pool    string
 	Targets []Target
 }

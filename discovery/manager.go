@@ -178,11 +178,11 @@ func (m *Manager) run(ctx context.Context, r *runningSource) {
 	}
 }
 
-// Groups returns the merged targets of every pool that has a source, in
+// Targets returns the merged targets of every pool that has a source, in
 // pool order, each sorted by address. Sources are merged in ID order; an
 // address a later source also reports is kept once, from the first, and
 // logged once.
-func (m *Manager) Groups() []Group {
+func (m *Manager) Targets() []PoolTargets {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ids := make([]string, 0, len(m.running))
@@ -215,11 +215,11 @@ func (m *Manager) Groups() []Group {
 		}
 	}
 	slices.Sort(pools)
-	out := make([]Group, 0, len(pools))
+	out := make([]PoolTargets, 0, len(pools))
 	for _, p := range pools {
 		ts := byPool[p]
 		SortTargets(ts)
-		out = append(out, Group{Pool: p, Targets: ts})
+		out = append(out, PoolTargets{Pool: p, Targets: ts})
 	}
 	return out
 }

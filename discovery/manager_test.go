@@ -39,13 +39,15 @@ func sameTarget(got, want Target) bool {
 	return got == want
 }
 
-// waitGroups polls m until its groups equal want.
-func waitGroups(t *testing.T, m *Manager, want []Group) {
+// waitTargets polls m until its targets equal want.
+func waitTargets(t *testing.T, m *Manager, want []PoolTargets) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := m.Groups()
-		if slices.EqualFunc(got, want, func(a, b Group) bool { return a.Pool == b.Pool && slices.EqualFunc(a.Targets, b.Targets, sameTarget) }) {
+		got := m.Targets()
+		if slices.EqualFunc(got, want, func(a, b PoolTargets) bool {
+			return a.Pool == b.Pool && slices.EqualFunc(a.Targets, b.Targets, sameTarget)
+		}) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -67,21 +69,21 @@ func TestManagerMergesAndFailsStatic(t *testing.T) {
 		name string
 		src  fake
 		u    Update
-		want []Group
+		want []PoolTargets
 	}{
 		{"first source", a, Update{Targets: []Target{tgt("10.0.0.2", 80), tgt("10.0.0.1", 80)}},
-			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80)}}, {"code", nil}}},
+			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80)}}, {"code", nil}}},
 		{"second source merged, duplicate kept once", b, Update{Targets: []Target{tgt("10.0.0.3", 80), {Host: "10.0.0.1", Port: 80, Weight: 9}}},
-			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
+			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
 		{"other pool", c, Update{Targets: []Target{tgt("10.1.0.1", 8000)}},
-			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
+			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
 		{"a failing source keeps its last good targets", a, Update{Err: errors.New("SERVFAIL")},
-			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
+			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
 		{"an empty answer is an answer", c, Update{Targets: []Target{}},
-			[]Group{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
+			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
 	} {
 		step.src <- step.u
-		waitGroups(t, m, step.want)
+		waitTargets(t, m, step.want)
 	}
 	if got := testutil.ToFloat64(m.metrics.errors.WithLabelValues("chat", "dns-1")); got != 1 {
 		t.Errorf("errors counted %v, want 1", got)
@@ -92,15 +94,15 @@ func TestManagerMergesAndFailsStatic(t *testing.T) {
 
 	// Removing a source drops its targets, and only its.
 	m.Apply(ctx, []Spec{{"chat", "static", b}, {"code", "k8s-1", c}})
-	waitGroups(t, m, []Group{{"chat", []Target{{Host: "10.0.0.1", Port: 80, Weight: 9}, tgt("10.0.0.3", 80)}}, {"code", nil}})
+	waitTargets(t, m, []PoolTargets{{"chat", []Target{{Host: "10.0.0.1", Port: 80, Weight: 9}, tgt("10.0.0.3", 80)}}, {"code", nil}})
 	select {
 	case <-m.Changed():
 	default:
 		t.Error("no change signalled")
 	}
 	m.Stop()
-	if len(m.Groups()) != 0 {
-		t.Errorf("groups after Stop: %+v", m.Groups())
+	if len(m.Targets()) != 0 {
+		t.Errorf("targets after Stop: %+v", m.Targets())
 	}
 }
 
@@ -151,5 +153,5 @@ func TestManagerNamesSources(t *testing.T) {
 		{Host: "10.0.0.2", Port: 80, Source: "dns A vllm.test"},
 		{Host: "10.0.0.3", Port: 80, Source: "dns A vllm.test"},
 	}
-	waitGroups(t, m, []Group{{Pool: "chat", Targets: want}})
+	waitTargets(t, m, []PoolTargets{{Pool: "chat", Targets: want}})
 }

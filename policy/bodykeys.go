@@ -38,9 +38,6 @@ const (
 	GeneratedHeaderPrefix = bodykey.HeaderPrefix
 )
 
-// Body reports whether k is read from the request body.
-func (k HashKey) Body() bool { return k.JSONField != "" || k.PromptPrefix != 0 }
-
 // BodyKeyHeader is the header Envoy sets for the body key at index i
 // (from 0) of a chain.
 func BodyKeyHeader(i int) string { return bodykey.Header(i) }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // poolWith is a policy of one hash pool holding blocks.
@@ -117,7 +119,7 @@ func TestDefaultsFollowSetValues(t *testing.T) {
   signal "queue_depth" { metric = "my_engine_queue" }
 }`), poolMetrics, metrics(func(m *Metrics) {
 			m.Engine = EngineCustom
-			m.Signals = map[string]SignalSource{SignalQueueDepth: {Metric: "my_engine_queue", Scale: 1}}
+			m.Signals = map[string]SignalSource{SignalQueueDepth: {Name: "my_engine_queue", Scale: 1}}
 		})},
 
 		// escape: a maximum left unset makes room for its resume value.
@@ -142,23 +144,23 @@ escape { max_kv_occupancy = 0.15 }`), poolEscape, escape(func(e *Escape) { e.Max
 
 		// weights: max left unset makes room for min and levels.
 		{"min 8", poolWith(`metrics {}
-weights { min = 8 }`), poolWeights, weights(func(w *Weights) { w.Min, w.Max, w.Levels = 8, 8, 1 })},
+weights { min = 8 }`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 8, 8, 1 })},
 		{"min 3 keeps max 4", poolWith(`metrics {}
-weights { min = 3 }`), poolWeights, weights(func(w *Weights) { w.Min, w.Levels = 3, 2 })},
+weights { min = 3 }`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.Levels = 3, 2 })},
 		{"levels 8", poolWith(`metrics {}
-weights { levels = 8 }`), poolWeights, weights(func(w *Weights) { w.Max, w.Levels = 8, 8 })},
+weights { levels = 8 }`), poolWeights, weights(func(w *Weights) { w.MaxWeight, w.Levels = 8, 8 })},
 		{"min 2 levels 6", poolWith(`metrics {}
 weights {
   min    = 2
   levels = 6
-}`), poolWeights, weights(func(w *Weights) { w.Min, w.Max, w.Levels = 2, 7, 6 })},
+}`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 2, 7, 6 })},
 		{"min 100 levels 29", poolWith(`metrics {}
 weights {
   min    = 100
   levels = 29
-}`), poolWeights, weights(func(w *Weights) { w.Min, w.Max, w.Levels = 100, 128, 29 })},
+}`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 100, 128, 29 })},
 		{"max 2", poolWith(`metrics {}
-weights { max = 2 }`), poolWeights, weights(func(w *Weights) { w.Max, w.Levels = 2, 2 })},
+weights { max = 2 }`), poolWeights, weights(func(w *Weights) { w.MaxWeight, w.Levels = 2, 2 })},
 		{"relative", poolWith(`metrics {}
 weights { relative = true }`), poolWeights, weights(func(w *Weights) { w.Relative = true })},
 
@@ -188,14 +190,14 @@ weights { relative = true }`), poolWeights, weights(func(w *Weights) { w.Relativ
 		{"everything follows", poolWith(`metrics { interval = "500ms" }
 escape { resume_queue_depth = 12 }
 weights { min = 5 }`), pool, Pool{
-			Name: "p", Port: 10000, ListenAddress: DefaultListenAddress, LoadBalancing: LoadBalancingHash,
-			Hash: Hash{Algorithm: Maglev, TableSize: DefaultMaglevTableSize, Keyless: DefaultKeyless,
+			Name: "p", Port: 10000, ListenAddress: fleet.DefaultListenAddress, LoadBalancing: LoadBalancingHash,
+			Hash: Hash{Algorithm: Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: DefaultKeyless,
 				Keys: []HashKey{{Header: "x-session-id"}}},
 			Metrics: metrics(func(m *Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 500*time.Millisecond, 250*time.Millisecond, 2500*time.Millisecond
 			}),
 			Escape:  escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 24, 12 }),
-			Weights: weights(func(w *Weights) { w.Min, w.Max, w.Levels = 5, 5, 1 }),
+			Weights: weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 5, 5, 1 }),
 		}},
 	}
 	for _, tt := range tests {

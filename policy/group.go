@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // MaxGroupReplicas bounds a group's replicas setting.
@@ -28,20 +30,14 @@ const MaxGroupReplicas = 1024
 // The subset is chosen by rendezvous hashing of the replicas' identities
 // keyed by the group's name (xds/translate), so a membership change moves
 // as few replicas in or out of the group as possible.
-type Group struct {
-	// Name is unique in the pool: letters, digits, . _ -.
-	Name string
-	// Header (lower-cased) and Values select the group's requests: the
-	// header equals one of Values exactly.
-	Header string
-	Values []string
-	// Replicas is the number of healthy replicas the group hashes over
-	// (all of the pool's, if it has fewer).
-	Replicas int
-	// Exclusive takes the group's replicas out of the pool's own routes,
-	// unless no healthy replica would be left there.
-	Exclusive bool
-}
+//
+// Name is unique in the pool (letters, digits, . _ -); Header
+// (lower-cased) and Values select the group's requests: the header equals
+// one of Values exactly. Replicas is the number of healthy replicas the
+// group hashes over (all of the pool's, if it has fewer); Exclusive takes
+// them out of the pool's own routes, unless no healthy replica would be
+// left there. MemberWeight is left to the reconcile step.
+type Group = fleet.Group
 
 // groupSpec is a group block; match and replicas are required, but
 // checked by hand so that the diagnostics name the group.

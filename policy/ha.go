@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	hakube "github.com/kvxds/kvxds/ha/kubernetes"
 )
 
 // HA is the ha block: how several kvxds instances serve the same
@@ -14,42 +16,19 @@ type HA struct {
 	// Kubernetes elects one leader among the instances with a Lease; the
 	// leader scrapes and decides, and publishes its decisions for the
 	// others through the API server.
-	Kubernetes *HAKubernetes
+	Kubernetes *hakube.Config
 	// Follow is the admin URL of the instance whose decisions this one
 	// serves (as in "http://10.0.0.5:19000"); this one does not scrape.
 	Follow string
 }
-
-// HAKubernetes is an ha block's kubernetes block.
-type HAKubernetes struct {
-	Namespace string
-	// Lease names the coordination.k8s.io Lease; the decisions are
-	// published in the ConfigMap Lease + DecisionsSuffix.
-	Lease string
-	// Kubeconfig is a path; empty means in-cluster, then $KUBECONFIG.
-	Kubeconfig string
-	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
-	// leader election timings.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-}
-
-// Defaults of the ha block: client-go's usual leader election timings.
-const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
-	// DecisionsSuffix names the ConfigMap of a lease's decisions.
-	DecisionsSuffix = "-decisions"
-	// leaderElectionJitter is client-go's JitterFactor: the renew
-	// deadline must exceed it times the retry period.
-	leaderElectionJitter = 1.2
-)
 
 type haSpec struct {
 	DefRange   hcl.Range          `hcl:",def_range"`
 	Follow     *hcl.Attribute     `hcl:"follow,optional"`
 	Kubernetes []haKubernetesSpec `hcl:"kubernetes,block"`
 }
+
+func (s haSpec) defRange() hcl.Range { return s.DefRange }
 
 type haKubernetesSpec struct {
 	DefRange      hcl.Range      `hcl:",def_range"`
@@ -61,21 +40,19 @@ type haKubernetesSpec struct {
 	RetryPeriod   *hcl.Attribute `hcl:"retry_period,optional"`
 }
 
+func (s haKubernetesSpec) defRange() hcl.Range { return s.DefRange }
+
 // ha decodes the ha blocks of a file (at most one).
 func (d *decoder) ha(specs []haSpec) *HA {
 	if len(specs) == 0 {
 		return nil
 	}
-	for _, dup := range specs[1:] {
-		d.errorf(dup.DefRange, "Duplicate ha block", "An ha block is already defined at line %d; keep a single one.", specs[0].DefRange.Start.Line)
-	}
+	// Only the first block is decoded.
+	atMostOne(d, specs, "an", "ha", "", keepOne)
 	spec := &specs[0]
 	h := &HA{}
-	for i, k := range spec.Kubernetes {
-		if i > 0 {
-			d.errorf(k.DefRange, "Duplicate kubernetes block", "A kubernetes block is already defined at line %d; keep a single one.", spec.Kubernetes[0].DefRange.Start.Line)
-			continue
-		}
+	atMostOne(d, spec.Kubernetes, "a", "kubernetes", "", keepOne)
+	if len(spec.Kubernetes) > 0 {
 		h.Kubernetes = d.haKubernetes(&spec.Kubernetes[0])
 	}
 	if a := spec.Follow; a != nil {
@@ -96,8 +73,8 @@ func (d *decoder) ha(specs []haSpec) *HA {
 	return h
 }
 
-func (d *decoder) haKubernetes(spec *haKubernetesSpec) *HAKubernetes {
-	k := &HAKubernetes{LeaseDuration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod}
+func (d *decoder) haKubernetes(spec *haKubernetesSpec) *hakube.Config {
+	k := &hakube.Config{LeaseDuration: hakube.DefaultLeaseDuration, RenewDeadline: hakube.DefaultRenewDeadline, RetryPeriod: hakube.DefaultRetryPeriod}
 	name := func(a *hcl.Attribute, what, example string, maxLen int, dots bool) string {
 		if !d.required(a, spec.DefRange, "kubernetes", what, example) {
 			return ""
@@ -113,8 +90,8 @@ func (d *decoder) haKubernetes(spec *haKubernetesSpec) *HAKubernetes {
 		return v
 	}
 	k.Namespace = name(spec.Namespace, "namespace", `namespace = "kvxds"`, 63, false)
-	// The ConfigMap name adds DecisionsSuffix to the lease's.
-	k.Lease = name(spec.Lease, "lease", `lease = "kvxds"`, 253-len(DecisionsSuffix), true)
+	// The ConfigMap name adds hakube.DecisionsSuffix to the lease's.
+	k.Lease = name(spec.Lease, "lease", `lease = "kvxds"`, 253-len(hakube.DecisionsSuffix), true)
 	if a := spec.Kubeconfig; a != nil {
 		k.Kubeconfig, _ = d.str(a.Name, a.Expr)
 	}
@@ -142,8 +119,8 @@ func (d *decoder) haKubernetes(spec *haKubernetesSpec) *HAKubernetes {
 		switch {
 		case k.LeaseDuration <= k.RenewDeadline:
 			d.errorf(spec.DefRange, "Invalid lease timings", "lease_duration %s must be longer than renew_deadline %s: a leader must give up before others may take over.", k.LeaseDuration, k.RenewDeadline)
-		case float64(k.RenewDeadline) <= leaderElectionJitter*float64(k.RetryPeriod):
-			d.errorf(spec.DefRange, "Invalid lease timings", "renew_deadline %s must be longer than %g × retry_period %s, so that a leader can retry its renewal.", k.RenewDeadline, leaderElectionJitter, k.RetryPeriod)
+		case float64(k.RenewDeadline) <= hakube.JitterFactor*float64(k.RetryPeriod):
+			d.errorf(spec.DefRange, "Invalid lease timings", "renew_deadline %s must be longer than %g × retry_period %s, so that a leader can retry its renewal.", k.RenewDeadline, hakube.JitterFactor, k.RetryPeriod)
 		}
 	}
 	return k

@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // Mesh is a pool's mesh block: kvxds also serves the pool's endpoints as
@@ -24,21 +26,14 @@ import (
 //	  }
 //	}
 //
-// The pool keeps its own listener, route, clusters and assignment, named
-// after the pool, for the data planes that take all of their configuration
-// from kvxds; the mesh's cluster name must differ from every pool's name
-// and from every other mesh block's, so the two never clash.
-type Mesh struct {
-	// EDSClusterName is the name of the mesh's cluster (and of the
-	// ClusterLoadAssignment its Envoys ask for): Istio's
-	// "outbound|PORT||HOST", Envoy Gateway's "httproute/NS/NAME/rule/N",
-	// or any name of a plain Envoy cluster.
-	EDSClusterName string
-	// IstioMTLS marks every endpoint of the assignment with Istio's
-	// transport socket match (tlsMode = "istio"), so that Istio's
-	// sidecars keep talking mTLS to the replicas.
-	IstioMTLS bool
-}
+// eds_cluster_name is ClusterName: Istio's "outbound|PORT||HOST", Envoy
+// Gateway's "httproute/NS/NAME/rule/N", or any name of a plain Envoy
+// cluster. The pool keeps its own listener, route, clusters and
+// assignment, named after the pool, for the data planes that take all of
+// their configuration from kvxds; the mesh's cluster name must differ
+// from every pool's name and from every other mesh block's, so the two
+// never clash.
+type Mesh = fleet.Mesh
 
 // meshSpec is a mesh block; eds_cluster_name is required, but checked by
 // hand so that the diagnostic names the pool.
@@ -47,6 +42,8 @@ type meshSpec struct {
 	EDSClusterName *hcl.Attribute `hcl:"eds_cluster_name,optional"`
 	IstioMTLS      *hcl.Attribute `hcl:"istio_mtls,optional"`
 }
+
+func (s meshSpec) defRange() hcl.Range { return s.DefRange }
 
 // meshName is a decoded eds_cluster_name, for the checks across pools.
 type meshName struct {
@@ -57,16 +54,11 @@ type meshName struct {
 // poolMesh decodes the mesh blocks of pool (at most one).
 func (d *decoder) poolMesh(spec *poolSpec, pool *Pool) {
 	for i := range spec.Mesh {
-		m, ok := d.mesh(&spec.Mesh[i], pool.Name)
-		if i > 0 {
-			d.errorf(spec.Mesh[i].DefRange, "Duplicate mesh block",
-				"Pool %q already has a mesh block at line %d; a pool's endpoints are served under one mesh cluster name.", pool.Name, spec.Mesh[0].DefRange.Start.Line)
-			continue
-		}
-		if ok {
+		if m, ok := d.mesh(&spec.Mesh[i], pool.Name); i == 0 && ok {
 			pool.Mesh = m
 		}
 	}
+	atMostOne(d, spec.Mesh, "a", "mesh", fmt.Sprintf("Pool %q", pool.Name), "a pool's endpoints are served under one mesh cluster name.")
 }
 
 func (d *decoder) mesh(spec *meshSpec, pool string) (*Mesh, bool) {
@@ -83,7 +75,7 @@ func (d *decoder) mesh(spec *meshSpec, pool string) (*Mesh, bool) {
 		d.errorf(a.Expr.Range(), "Invalid eds_cluster_name", "%s.", err)
 		ok = false
 	} else {
-		m.EDSClusterName = s
+		m.ClusterName = s
 		if prev, dup := d.meshNames[s]; dup {
 			d.errorf(a.Expr.Range(), "Duplicate eds_cluster_name",
 				"Pool %q already serves the mesh cluster %q (line %d); each mesh cluster takes its endpoints from one pool.", prev.pool, s, prev.rng.Start.Line)

@@ -17,8 +17,8 @@ func TestMeshDecoded(t *testing.T) {
 		got[pool.Name] = pool.Mesh
 	}
 	want := map[string]*Mesh{
-		"chat":    {EDSClusterName: "outbound|8000||vllm.llm.svc.cluster.local", IstioMTLS: true},
-		"gateway": {EDSClusterName: "httproute/default/vllm/rule/0"},
+		"chat":    {ClusterName: "outbound|8000||vllm.llm.svc.cluster.local", IstioMTLS: true},
+		"gateway": {ClusterName: "httproute/default/vllm/rule/0"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("mesh blocks (-want +got):\n%s", diff)

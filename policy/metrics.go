@@ -4,26 +4,84 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/kvxds/kvxds/weights"
 )
 
-// The metrics, escape and weights blocks of a pool: how kvxds scrapes each
-// replica's engine and turns its load into weights and health.
+// Metrics is how a pool's replicas are scraped for load signals.
+type Metrics struct {
+	// Engine is one of the Engine constants.
+	Engine string
+	// Scrape holds the model filter, and the interval (at least
+	// weights.MinScrapeInterval) and timeout (shorter; unset, the
+	// shorter of weights.DefaultScrapeTimeout and Interval/2).
+	weights.Scrape
+	// StaleAfter is how long a replica's last good values are kept after
+	// its scrapes start failing; at least Interval.
+	StaleAfter time.Duration
+	// Path starts with "/".
+	Path string
+	// Port is the metrics port; zero means the endpoint's serving port.
+	Port uint32
+	// Scheme is "http" or "https".
+	Scheme string
+	// Signals maps signal names (the Signal constants) to their source.
+	// Set for EngineCustom only, with at least one of queue_depth,
+	// running and kv_occupancy.
+	Signals map[string]SignalSource
+}
+
+// Engines a metrics block may name: the scraper's registry
+// (weights.Engines), so the policy accepts exactly the engines kvxds can
+// scrape. Each but EngineCustom has a built-in profile of metric names; a
+// custom engine names its metrics in signal blocks.
+const (
+	EngineVLLM   = weights.EngineVLLM
+	EngineSGLang = weights.EngineSGLang
+	EngineTGI    = weights.EngineTGI
+	EngineTRTLLM = weights.EngineTRTLLM
+	EngineCustom = weights.EngineCustom
+)
+
+// Signals, the labels of a custom engine's signal blocks
+// (weights.SignalNames).
+const (
+	SignalQueueDepth    = weights.SignalQueueDepth
+	SignalRunning       = weights.SignalRunning
+	SignalKVOccupancy   = weights.SignalKVOccupancy
+	SignalPreemptions   = weights.SignalPreemptions
+	SignalPrefixQueries = weights.SignalPrefixQueries
+	SignalPrefixHits    = weights.SignalPrefixHits
+	SignalPrefixHitRate = weights.SignalPrefixHitRate
+	SignalTTFT          = weights.SignalTTFT
+)
+
+// metricsSpec is a metrics block; its presence turns scraping on.
+type metricsSpec struct {
+	DefRange   hcl.Range      `hcl:",def_range"`
+	Engine     *hcl.Attribute `hcl:"engine,optional"`
+	Interval   *hcl.Attribute `hcl:"interval,optional"`
+	Timeout    *hcl.Attribute `hcl:"timeout,optional"`
+	StaleAfter *hcl.Attribute `hcl:"stale_after,optional"`
+	Path       *hcl.Attribute `hcl:"path,optional"`
+	Port       *hcl.Attribute `hcl:"port,optional"`
+	Scheme     *hcl.Attribute `hcl:"scheme,optional"`
+	Model      *hcl.Attribute `hcl:"model,optional"`
+	Signals    []signalSpec   `hcl:"signal,block"`
+}
+
+func (s metricsSpec) defRange() hcl.Range { return s.DefRange }
 
 func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	m := &Metrics{
-		Engine:   DefaultEngine,
-		Interval: DefaultScrapeInterval,
-		Timeout:  DefaultScrapeTimeout,
-		Path:     DefaultMetricsPath,
-		Scheme:   DefaultMetricsScheme,
+		Engine: weights.DefaultEngine,
+		Scrape: weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
+		Path:   weights.DefaultMetricsPath,
+		Scheme: weights.DefaultMetricsScheme,
 	}
 
 	known := true // whether m.Engine is what the user asked for
@@ -94,31 +152,31 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 // can conflict (as Prometheus caps its default scrape timeout at the
 // interval):
 //
-//   - timeout: DefaultScrapeTimeout, or half the interval if that is
+//   - timeout: weights.DefaultScrapeTimeout, or half the interval if that is
 //     shorter;
-//   - interval: DefaultScrapeInterval, or twice the timeout if that is not
+//   - interval: weights.DefaultScrapeInterval, or twice the timeout if that is not
 //     shorter than the default, but no longer than stale_after;
-//   - stale_after: DefaultStaleAfterIntervals intervals.
+//   - stale_after: weights.DefaultStaleAfterIntervals intervals.
 func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 	// Each xSet says the file holds a valid value; a bad one is reported,
 	// then neither steers a default nor is compared, and xOK is false.
 	interval, intervalSet, intervalOK := d.optDuration(spec.Interval,
-		fmt.Sprintf("The default is %q.", DefaultScrapeInterval.String()))
-	if intervalSet && interval < MinScrapeInterval {
+		fmt.Sprintf("The default is %q.", weights.DefaultScrapeInterval.String()))
+	if intervalSet && interval < weights.MinScrapeInterval {
 		d.errorf(spec.Interval.Expr.Range(), "Invalid scrape interval",
 			"interval %s is too short; use at least %s (the default is %s): every scrape makes each replica render its metrics.",
-			interval, MinScrapeInterval, DefaultScrapeInterval)
+			interval, weights.MinScrapeInterval, weights.DefaultScrapeInterval)
 		intervalSet, intervalOK = false, false
 	}
 	timeout, timeoutSet, _ := d.optDuration(spec.Timeout,
-		fmt.Sprintf("The default is %s, or half the interval if that is shorter.", DefaultScrapeTimeout))
+		fmt.Sprintf("The default is %s, or half the interval if that is shorter.", weights.DefaultScrapeTimeout))
 	if timeoutSet && timeout == 0 {
 		d.errorf(spec.Timeout.Expr.Range(), "Invalid scrape timeout",
-			"timeout must be positive; omit it for the default of %s, or half the interval if that is shorter.", DefaultScrapeTimeout)
+			"timeout must be positive; omit it for the default of %s, or half the interval if that is shorter.", weights.DefaultScrapeTimeout)
 		timeoutSet = false
 	}
 	stale, staleSet, _ := d.optDuration(spec.StaleAfter,
-		fmt.Sprintf("The default is %d intervals.", DefaultStaleAfterIntervals))
+		fmt.Sprintf("The default is %d intervals.", weights.DefaultStaleAfterIntervals))
 
 	switch {
 	case intervalSet:
@@ -130,13 +188,13 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 		if staleSet && stale < interval {
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s is shorter than interval %s (line %d); keep the last good values for at least one interval (the default is %d intervals, %s).",
-				stale, interval, spec.Interval.Range.Start.Line, DefaultStaleAfterIntervals, staleAfter(interval))
+				stale, interval, spec.Interval.Range.Start.Line, weights.DefaultStaleAfterIntervals, staleAfter(interval))
 		}
 	case !intervalOK:
 		// Reported; the default only serves the other defaults.
-		interval = DefaultScrapeInterval
+		interval = weights.DefaultScrapeInterval
 	default:
-		interval = DefaultScrapeInterval
+		interval = weights.DefaultScrapeInterval
 		if timeoutSet && timeout >= interval {
 			interval = saturatingMul(timeout, 2)
 		}
@@ -144,10 +202,10 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 			interval = stale
 		}
 		switch {
-		case staleSet && stale < MinScrapeInterval:
+		case staleSet && stale < weights.MinScrapeInterval:
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s is shorter than any scrape interval (at least %s); keep the last good values for at least one interval, or omit stale_after for the default of %d intervals.",
-				stale, MinScrapeInterval, DefaultStaleAfterIntervals)
+				stale, weights.MinScrapeInterval, weights.DefaultStaleAfterIntervals)
 		case timeoutSet && staleSet && timeout >= stale:
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s leaves no room for the scrape interval, which must be longer than timeout %s (line %d) and at most stale_after; raise stale_after or lower timeout.",
@@ -170,12 +228,12 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 // scrapeTimeout is timeout's default for an interval: half of it keeps a
 // scrape well clear of the next one when the interval is short.
 func scrapeTimeout(interval time.Duration) time.Duration {
-	return min(DefaultScrapeTimeout, interval/2)
+	return min(weights.DefaultScrapeTimeout, interval/2)
 }
 
 // staleAfter is stale_after's default for an interval.
 func staleAfter(interval time.Duration) time.Duration {
-	return saturatingMul(interval, DefaultStaleAfterIntervals)
+	return saturatingMul(interval, weights.DefaultStaleAfterIntervals)
 }
 
 // saturatingMul returns d·n (n > 0), or the longest duration if that
@@ -187,13 +245,34 @@ func saturatingMul(d time.Duration, n int64) time.Duration {
 	return d * time.Duration(n)
 }
 
-// where says where a setting that another one is compared with came from:
-// its line, or the default.
-func where(a *hcl.Attribute) string {
-	if a == nil {
-		return " (the default)"
+// checkMetricsPath accepts the path part of a URL.
+func checkMetricsPath(s string) error {
+	if !strings.HasPrefix(s, "/") {
+		return fmt.Errorf(`path %q must start with "/", as in %q`, s, weights.DefaultMetricsPath)
 	}
-	return fmt.Sprintf(" (line %d)", a.Range.Start.Line)
+	for _, c := range s {
+		if c <= ' ' || c == 0x7f || c == '?' || c == '#' {
+			return fmt.Errorf("path %q must be a plain URL path: %q is not allowed", s, c)
+		}
+	}
+	return nil
+}
+
+// SignalSource is where a custom engine exports one signal (a signal
+// block): Name is a Prometheus metric name (for ttft, a histogram's name
+// without the _bucket suffix), Labels the exact label matches a series
+// must have (nil for none), and Scale (> 0) multiplies its value.
+type SignalSource = weights.Series
+
+// signalSpec is a signal block of a custom engine. metric is required,
+// but checked by hand so that the diagnostic names the signal.
+type signalSpec struct {
+	Name      string         `hcl:"name,label"`
+	NameRange hcl.Range      `hcl:"name,label_range"`
+	DefRange  hcl.Range      `hcl:",def_range"`
+	Metric    *hcl.Attribute `hcl:"metric,optional"`
+	Labels    *hcl.Attribute `hcl:"labels,optional"`
+	Scale     *hcl.Attribute `hcl:"scale,optional"`
 }
 
 // signals decodes the signal blocks of a metrics block. custom says the
@@ -233,14 +312,14 @@ func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSourc
 			// The signal blocks made the engine custom.
 			d.errorf(spec.Signals[0].DefRange, "Missing core signal",
 				`Signal blocks make the engine "custom", which needs a signal block for at least one of %s: weights and the escape hatch are computed from them. Add one, as in signal "kv_occupancy" { metric = "my_engine_kv_used_ratio" }, or remove the signal blocks to use a built-in profile (%s by default).`,
-				core, DefaultEngine)
+				core, weights.DefaultEngine)
 		}
 	}
 	return out
 }
 
 func (d *decoder) signalSource(sb *signalSpec) (SignalSource, bool) {
-	src := SignalSource{Scale: DefaultSignalScale}
+	src := SignalSource{Scale: weights.DefaultSignalScale}
 	good := true
 	if a := sb.Metric; a == nil {
 		d.errorf(sb.DefRange, "Missing metric",
@@ -252,7 +331,7 @@ func (d *decoder) signalSource(sb *signalSpec) (SignalSource, bool) {
 		d.errorf(a.Expr.Range(), "Invalid metric name", "%s.", err)
 		good = false
 	} else {
-		src.Metric = s
+		src.Name = s
 	}
 	if a := sb.Labels; a != nil {
 		labels, g := d.labels(a)
@@ -343,246 +422,4 @@ func checkLabelName(s string) error {
 
 func isPromNameChar(c rune, first bool) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || !first && c >= '0' && c <= '9'
-}
-
-// checkMetricsPath accepts the path part of a URL.
-func checkMetricsPath(s string) error {
-	if !strings.HasPrefix(s, "/") {
-		return fmt.Errorf(`path %q must start with "/", as in %q`, s, DefaultMetricsPath)
-	}
-	for _, c := range s {
-		if c <= ' ' || c == 0x7f || c == '?' || c == '#' {
-			return fmt.Errorf("path %q must be a plain URL path: %q is not allowed", s, c)
-		}
-	}
-	return nil
-}
-
-func defaultEscape() Escape {
-	return Escape{
-		MaxQueueDepth:        DefaultMaxQueueDepth,
-		MaxKVOccupancy:       DefaultMaxKVOccupancy,
-		MaxPreemptionRate:    DefaultMaxPreemptionRate,
-		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
-		ResumeKVOccupancy:    resumeKVOccupancy(DefaultMaxKVOccupancy),
-		Hold:                 DefaultHold,
-		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
-	}
-}
-
-// resumeKVOccupancy is resume_kv_occupancy's default for a maximum,
-// rounded to 12 decimals so that 0.95 gives 0.85 rather than
-// 0.8499999999999999.
-// Below the margin it is half the maximum: a resume value of 0 could never
-// be reached, and the replica would never return.
-func resumeKVOccupancy(maxKV float64) float64 {
-	if maxKV <= DefaultResumeKVMargin {
-		return maxKV / 2
-	}
-	return math.Round((maxKV-DefaultResumeKVMargin)*1e12) / 1e12
-}
-
-var (
-	positive   = span{lo: 0, loOpen: true, hi: math.Inf(1)}
-	nonNeg     = span{lo: 0, hi: math.Inf(1)}
-	unitClosed = span{lo: 0, hi: 1}
-	unitOpen0  = span{lo: 0, loOpen: true, hi: 1} // (0, 1]
-	unitOpen1  = span{lo: 0, hi: 1, hiOpen: true} // [0, 1)
-	unitOpen   = span{lo: 0, loOpen: true, hi: 1, hiOpen: true}
-)
-
-// escape decodes an escape block. A resume value left unset follows its
-// maximum, and a maximum left unset makes room above a resume value that
-// is set, so that only values written in the file can conflict.
-func (d *decoder) escape(spec *escapeSpec) Escape {
-	e := defaultEscape()
-	maxQ, maxQOK := d.numberOr(spec.MaxQueueDepth, e.MaxQueueDepth, positive, "Invalid saturation threshold",
-		fmt.Sprintf(" (the default is %g); a replica with this many requests waiting is saturated", e.MaxQueueDepth))
-	maxKV, maxKVOK := d.numberOr(spec.MaxKVOccupancy, e.MaxKVOccupancy, unitOpen0, "Invalid saturation threshold",
-		fmt.Sprintf(" (the default is %g); it is the fraction of KV-cache blocks in use at which a replica is saturated", e.MaxKVOccupancy))
-	e.MaxPreemptionRate, _ = d.numberOr(spec.MaxPreemptionRate, e.MaxPreemptionRate, nonNeg, "Invalid saturation threshold",
-		" (the default is 0: any preemption saturates); it is in preemptions per second")
-
-	resumeQ, good := d.numberOr(spec.ResumeQueueDepth, 0, positive, "Invalid resume threshold",
-		" (the default is half of max_queue_depth); a saturated replica returns once fewer requests than this wait, so it must be above 0")
-	resumeQSet := spec.ResumeQueueDepth != nil && good
-	switch {
-	case !resumeQSet:
-		resumeQ = maxQ / 2
-	case spec.MaxQueueDepth == nil && resumeQ >= maxQ:
-		// The default's ratio: resume at half the maximum.
-		maxQ = min(2*resumeQ, math.MaxFloat64)
-	}
-	if resumeQSet && maxQOK && resumeQ >= maxQ {
-		d.errorf(spec.ResumeQueueDepth.Expr.Range(), "Invalid resume threshold",
-			"resume_queue_depth %g must be below max_queue_depth %g%s, so that a saturated replica drains before it returns instead of flapping; lower it (the default is half of max_queue_depth).",
-			resumeQ, maxQ, where(spec.MaxQueueDepth))
-	}
-
-	resumeKV, good := d.numberOr(spec.ResumeKVOccupancy, 0, unitOpen, "Invalid resume threshold",
-		" (the default is max_kv_occupancy minus 0.1); a saturated replica returns once its KV occupancy is below this, so it must be above 0, and below max_kv_occupancy, which is at most 1")
-	resumeKVSet := spec.ResumeKVOccupancy != nil && good
-	switch {
-	case !resumeKVSet:
-		resumeKV = resumeKVOccupancy(maxKV)
-	case spec.MaxKVOccupancy == nil && resumeKV >= maxKV:
-		// The default's margin does not fit below 1: saturate when full.
-		maxKV = 1
-	}
-	if resumeKVSet && maxKVOK && resumeKV >= maxKV {
-		d.errorf(spec.ResumeKVOccupancy.Expr.Range(), "Invalid resume threshold",
-			"resume_kv_occupancy %g must be below max_kv_occupancy %g%s, so that a saturated replica drains before it returns instead of flapping; lower it (the default is max_kv_occupancy minus 0.1).",
-			resumeKV, maxKV, where(spec.MaxKVOccupancy))
-	}
-	e.MaxQueueDepth, e.ResumeQueueDepth = maxQ, resumeQ
-	e.MaxKVOccupancy, e.ResumeKVOccupancy = maxKV, resumeKV
-
-	e.Hold, _ = d.durationOr(spec.Hold, e.Hold, fmt.Sprintf("The default is %q.", DefaultHold.String()))
-	e.MaxSaturatedFraction, _ = d.numberOr(spec.MaxSaturatedFraction, e.MaxSaturatedFraction, unitClosed, "Invalid saturated fraction",
-		fmt.Sprintf(" (the default is %g); it is the largest fraction of the pool out of the hash table at once", e.MaxSaturatedFraction))
-	return e
-}
-
-func defaultWeights() Weights {
-	return Weights{
-		Min:         DefaultWeightMin,
-		Max:         DefaultWeightMax,
-		Levels:      min(DefaultWeightLevels, DefaultWeightMax-DefaultWeightMin+1),
-		Smoothing:   DefaultWeightSmoothing,
-		Hysteresis:  DefaultWeightHysteresis,
-		MinInterval: DefaultWeightMinInterval,
-	}
-}
-
-// weights decodes a weights block. max left unset makes room for min and
-// levels, and levels left unset fits min..max, so that only values
-// written in the file can conflict.
-func (d *decoder) weights(spec *weightsSpec) Weights {
-	w := defaultWeights()
-	minOK, maxOK := true, true
-	if a := spec.Min; a != nil {
-		n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight range")
-		w.Min, minOK = uint32(n), good
-	}
-	levels := 0 // unset
-	if a := spec.Levels; a != nil {
-		if n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight levels"); good {
-			levels = int(n)
-		}
-	}
-	if a := spec.Max; a != nil {
-		n, good := d.uintIn(a.Name, a.Expr, 1, MaxWeightMultiplier, "Invalid weight range")
-		w.Max, maxOK = uint32(n), good
-	} else if minOK {
-		// As few multipliers as fit: the default, or min, or min and the
-		// levels above it, as far as MaxWeightMultiplier allows.
-		w.Max = max(w.Max, w.Min, min(w.Min+uint32(max(levels, 1))-1, MaxWeightMultiplier))
-	}
-	rangeOK := minOK && maxOK
-	if rangeOK && w.Min > w.Max { // both set
-		d.errorf(spec.Max.Expr.Range(), "Invalid weight range",
-			"max %d is below min %d%s; raise max or lower min.", w.Max, w.Min, where(spec.Min))
-		rangeOK = false
-	}
-
-	width := 1
-	if rangeOK {
-		width = int(w.Max-w.Min) + 1
-	}
-	w.Levels = min(DefaultWeightLevels, width)
-	if levels > 0 {
-		w.Levels = levels
-		switch {
-		case !rangeOK || levels <= width:
-		case spec.Max != nil:
-			d.errorf(spec.Levels.Expr.Range(), "Invalid weight levels",
-				"levels %d is more than the %d weights from min %d to max %d; use levels = %d or less, or widen min..max.",
-				levels, width, w.Min, w.Max, width)
-		default: // max was raised as far as it goes
-			d.errorf(spec.Levels.Expr.Range(), "Invalid weight levels",
-				"levels %d is more than the %d weights from min %d (line %d) to the largest max, %d; use levels = %d or less, or lower min.",
-				levels, width, w.Min, spec.Min.Range.Start.Line, w.Max, width)
-		}
-	}
-
-	w.Smoothing, _ = d.numberOr(spec.Smoothing, w.Smoothing, unitOpen0, "Invalid smoothing",
-		fmt.Sprintf(" (the default is %g); it is the weight of a new observation in the moving average, and 0 would ignore every one", w.Smoothing))
-	w.Hysteresis, _ = d.numberOr(spec.Hysteresis, w.Hysteresis, unitOpen1, "Invalid hysteresis",
-		fmt.Sprintf(" (the default is %g); it is a fraction of one level's width, and at 1 the top weight could never be reached", w.Hysteresis))
-	w.MinInterval, _ = d.durationOr(spec.MinInterval, w.MinInterval,
-		fmt.Sprintf("The default is %q.", DefaultWeightMinInterval.String()))
-	if a := spec.Relative; a != nil {
-		if v, ok := d.value(a.Name, a.Expr, cty.Bool, "true or false"); ok {
-			w.Relative = v.True()
-		}
-	}
-	return w
-}
-
-// span is a range of numbers from lo (excluded if loOpen) to hi
-// (included; +Inf for no bound).
-type span struct {
-	lo, hi         float64
-	loOpen, hiOpen bool
-}
-
-func (s span) contains(f float64) bool {
-	return (f > s.lo || !s.loOpen && f == s.lo) && (f < s.hi || !s.hiOpen && f == s.hi)
-}
-
-// String says what to write, as in "0 to 1" or "more than 0".
-func (s span) String() string {
-	lo := fmt.Sprintf("%g or more", s.lo)
-	if s.loOpen {
-		lo = fmt.Sprintf("more than %g", s.lo)
-	}
-	switch {
-	case math.IsInf(s.hi, 1):
-		return lo
-	case s.hiOpen:
-		return fmt.Sprintf("%s and less than %g", lo, s.hi)
-	case !s.loOpen:
-		return fmt.Sprintf("%g to %g", s.lo, s.hi)
-	}
-	return fmt.Sprintf("%s and at most %g", lo, s.hi)
-}
-
-// numberIn evaluates a as a number in s; hint follows the range in the
-// diagnostic, as in " (the default is 0.5)".
-func (d *decoder) numberIn(a *hcl.Attribute, s span, summary, hint string) (float64, bool) {
-	v, ok := d.value(a.Name, a.Expr, cty.Number, "a number")
-	if !ok {
-		return 0, false
-	}
-	f, _ := v.AsBigFloat().Float64() // ±Inf beyond float64's range
-	if math.IsInf(f, 0) || !s.contains(f) {
-		d.errorf(a.Expr.Range(), summary, "%s %s is out of range; use %s%s.", a.Name, v.AsBigFloat().Text('g', 10), s, hint)
-		return 0, false
-	}
-	return f, true
-}
-
-// numberOr is numberIn for an optional attribute (a may be nil): def when
-// unset or invalid, and ok false after a diagnostic.
-func (d *decoder) numberOr(a *hcl.Attribute, def float64, s span, summary, hint string) (float64, bool) {
-	if a == nil {
-		return def, true
-	}
-	f, ok := d.numberIn(a, s, summary, hint)
-	if !ok {
-		return def, false
-	}
-	return f, true
-}
-
-// quotedList renders names as `"a", "b" or "c"`.
-func quotedList(names []string, conj string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = strconv.Quote(n)
-	}
-	if len(q) == 1 {
-		return q[0]
-	}
-	return strings.Join(q[:len(q)-1], ", ") + " " + conj + " " + q[len(q)-1]
 }

@@ -41,39 +41,39 @@
 // The metrics, escape and weights blocks (at most one each per pool) make
 // endpoint weights follow each replica's own engine metrics. Every setting
 // in them but a signal's metric is optional; these are the defaults, by
-// constant:
+// constant of package weights, whose Config they decode into:
 //
 //	metrics {                  # presence turns scraping on; Pool.Metrics nil without
-//	  engine      = "vllm"     # DefaultEngine, or custom with signal blocks: vllm (V1 and V0 names), sglang, tgi, trtllm, custom
-//	  interval    = "2s"       # DefaultScrapeInterval, or 2 x timeout if timeout is 2s or more; at most stale_after; at least MinScrapeInterval (100ms)
-//	  timeout     = "1s"       # DefaultScrapeTimeout, or interval / 2 if shorter; shorter than interval
-//	  stale_after = "10s"      # DefaultStaleAfterIntervals (5) x interval; at least interval
-//	  path        = "/metrics" # DefaultMetricsPath; starts with "/"
+//	  engine      = "vllm"     # weights.DefaultEngine, or custom with signal blocks: vllm (V1 and V0 names), sglang, tgi, trtllm, custom
+//	  interval    = "2s"       # weights.DefaultScrapeInterval, or 2 x timeout if timeout is 2s or more; at most stale_after; at least weights.MinScrapeInterval (100ms)
+//	  timeout     = "1s"       # weights.DefaultScrapeTimeout, or interval / 2 if shorter; shorter than interval
+//	  stale_after = "10s"      # weights.DefaultStaleAfterIntervals (5) x interval; at least interval
+//	  path        = "/metrics" # weights.DefaultMetricsPath; starts with "/"
 //	  port        = 8000       # default: the endpoint's serving port (Metrics.Port 0)
-//	  scheme      = "http"     # DefaultMetricsScheme; or "https"
+//	  scheme      = "http"     # weights.DefaultMetricsScheme; or "https"
 //	  model       = "..."      # keep only series with this model_name; default all
 //	  signal "kv_occupancy" {  # engine = "custom" only: where each signal comes from
 //	    metric = "my_engine_kv_used_ratio" # Prometheus metric name
 //	    labels = { device = "gpu" }        # exact label matches; default none
-//	    scale  = 1                         # DefaultSignalScale; > 0
+//	    scale  = 1                         # weights.DefaultSignalScale; > 0
 //	  }
 //	}
 //	escape {                        # when a replica is saturated and leaves the hash table
-//	  max_queue_depth        = 8    # DefaultMaxQueueDepth, or 2 x resume_queue_depth if that is 8 or more; saturated at or above; > 0
-//	  max_kv_occupancy       = 0.9  # DefaultMaxKVOccupancy, or 1 if resume_kv_occupancy is 0.9 or more; in (0, 1]
-//	  max_preemption_rate    = 0    # DefaultMaxPreemptionRate; per second, saturated above; >= 0
+//	  max_queue_depth        = 8    # weights.DefaultMaxQueueDepth, or 2 x resume_queue_depth if that is 8 or more; saturated at or above; > 0
+//	  max_kv_occupancy       = 0.9  # weights.DefaultMaxKVOccupancy, or 1 if resume_kv_occupancy is 0.9 or more; in (0, 1]
+//	  max_preemption_rate    = 0    # weights.DefaultMaxPreemptionRate; per second, saturated above; >= 0
 //	  resume_queue_depth     = 4    # max_queue_depth / 2; > 0, < max_queue_depth
-//	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - DefaultResumeKVMargin (0.1), or max_kv_occupancy / 2 if at most 0.1; > 0, < max_kv_occupancy
-//	  hold                   = "30s" # DefaultHold; below both resume values this long to recover
-//	  max_saturated_fraction = 0.5  # DefaultMaxSaturatedFraction; in [0, 1]; beyond it, pure affinity
+//	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - weights.DefaultResumeKVMargin (0.1), or max_kv_occupancy / 2 if at most 0.1; > 0, < max_kv_occupancy
+//	  hold                   = "30s" # weights.DefaultHold; below both resume values this long to recover
+//	  max_saturated_fraction = 0.5  # weights.DefaultMaxSaturatedFraction; in [0, 1]; beyond it, pure affinity
 //	}
 //	weights {                # the multiplier of each endpoint's static weight
-//	  min          = 1       # DefaultWeightMin; >= 1
-//	  max          = 4       # DefaultWeightMax, raised to min, and to min + levels - 1 (at most 128); min..MaxWeightMultiplier (128)
-//	  levels       = 4       # min(DefaultWeightLevels, max - min + 1); 1..max - min + 1
-//	  smoothing    = 0.3     # DefaultWeightSmoothing; EWMA weight of a new observation, in (0, 1]
-//	  hysteresis   = 0.5     # DefaultWeightHysteresis; fraction of a level's width, in [0, 1)
-//	  min_interval = "30s"   # DefaultWeightMinInterval; between two changes of one replica; >= 0
+//	  min          = 1       # weights.DefaultMinWeight; >= 1
+//	  max          = 4       # weights.DefaultMaxWeight, raised to min, and to min + levels - 1 (at most 128); min..weights.MaxWeightMultiplier (128)
+//	  levels       = 4       # min(weights.DefaultLevels, max - min + 1); 1..max - min + 1
+//	  smoothing    = 0.3     # weights.DefaultSmoothing; EWMA weight of a new observation, in (0, 1]
+//	  hysteresis   = 0.5     # weights.DefaultHysteresis; fraction of a level's width, in [0, 1)
+//	  min_interval = "30s"   # weights.DefaultMinChangeInterval; between two changes of one replica; >= 0
 //	  relative     = false   # true: follow load against the replicas sharing its hash table, not its own headroom
 //	}
 //
@@ -86,9 +86,9 @@
 //	    namespace      = "kvxds"      # where the Lease and the decisions ConfigMap live
 //	    lease          = "kvxds-chat" # the Lease; the ConfigMap is "kvxds-chat-decisions"
 //	    kubeconfig     = "..."        # default: in-cluster, then $KUBECONFIG
-//	    lease_duration = "15s"        # DefaultLeaseDuration; > renew_deadline
-//	    renew_deadline = "10s"        # DefaultRenewDeadline; > 1.2 x retry_period
-//	    retry_period   = "2s"         # DefaultRetryPeriod
+//	    lease_duration = "15s"        # kubernetes.DefaultLeaseDuration (ha/kubernetes); > renew_deadline
+//	    renew_deadline = "10s"        # kubernetes.DefaultRenewDeadline; > 1.2 x retry_period
+//	    retry_period   = "2s"         # kubernetes.DefaultRetryPeriod
 //	  }
 //	}
 //
@@ -156,6 +156,18 @@
 // queue_depth, running and kv_occupancy. An escape or weights block
 // without a metrics block has no effect, and draws a warning.
 //
+// Each block has a file of its own holding its Go type, its HCL schema
+// (the xxxSpec struct gohcl decodes) and its decoder and checks: pool.go,
+// hash.go (bodykeys.go for body keys), static.go, dns.go, kubernetes.go,
+// metrics.go, escape.go, weights.go, mesh.go, group.go, ha.go, servers.go
+// and tls.go; this file holds the file's top level, and decode.go the
+// shared decoder. Where a block configures another package, the policy
+// decodes into that package's own type, which also owns the defaults:
+// weights.Scrape (in Metrics), weights.Weighting, weights.Escape and
+// weights.Series; dns.Config and kubernetes.Config of discovery; the
+// Lease elector's Config of ha/kubernetes; and fleet.Hash, fleet.HashKey,
+// fleet.Mesh and fleet.Group.
+//
 // The contract:
 //
 //   - Parse and Load decode a policy and validate all of it at once. They
@@ -177,127 +189,22 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
-
-	"github.com/kvxds/kvxds/weights"
 )
 
 // Defaults of the policy file.
 const (
-	DefaultXDSAddress      = "127.0.0.1:18000"
-	DefaultAdminAddress    = "127.0.0.1:19000"
-	DefaultListenAddress   = "0.0.0.0"
-	DefaultAlgorithm       = Maglev
-	DefaultMaglevTableSize = 65537
-)
-
-// How a hash pool spreads requests without a key.
-const (
-	KeylessRoundRobin   = "round_robin"
-	KeylessLeastRequest = "least_request"
-	KeylessRandom       = "random"
-	DefaultKeyless      = KeylessRoundRobin
-)
-
-// Hash algorithms.
-const (
-	Maglev   = "maglev"
-	RingHash = "ring_hash"
-)
-
-// Limits on settings. The table and ring sizes are Envoy's own limits; the
-// weight bound keeps Maglev tables balanced.
-const (
-	MaxMaglevTableSize = 5000011
-	MaxRingSize        = 8388608
-	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
-	DataPlaneMinRingSize = 1024
-	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size
-	// cap; MinGRPCRingCap gives 64 units of weight one entry each.
-	DefaultGRPCRingCap = 4096
-	MinGRPCRingCap     = 64
-	MaxEndpointWeight  = 128
-	MinBalanceFactor   = 100
-)
-
-// Engines a metrics block may name: the scraper's registry
-// (weights.Engines), so the policy accepts exactly the engines kvxds can
-// scrape. Each but EngineCustom has a built-in profile of metric names; a
-// custom engine names its metrics in signal blocks.
-const (
-	EngineVLLM   = weights.EngineVLLM
-	EngineSGLang = weights.EngineSGLang
-	EngineTGI    = weights.EngineTGI
-	EngineTRTLLM = weights.EngineTRTLLM
-	EngineCustom = weights.EngineCustom
-)
-
-// Signals, the labels of a custom engine's signal blocks
-// (weights.SignalNames).
-const (
-	SignalQueueDepth    = weights.SignalQueueDepth
-	SignalRunning       = weights.SignalRunning
-	SignalKVOccupancy   = weights.SignalKVOccupancy
-	SignalPreemptions   = weights.SignalPreemptions
-	SignalPrefixQueries = weights.SignalPrefixQueries
-	SignalPrefixHits    = weights.SignalPrefixHits
-	SignalPrefixHitRate = weights.SignalPrefixHitRate
-	SignalTTFT          = weights.SignalTTFT
-)
-
-// Defaults and limits of the metrics block. Unset, engine is EngineCustom
-// when signal blocks are given; interval is twice a timeout that is not
-// shorter than DefaultScrapeInterval, but at most stale_after; timeout is
-// half the interval when that is shorter than DefaultScrapeTimeout, as
-// Prometheus caps its default at the interval.
-const (
-	DefaultEngine         = EngineVLLM
-	DefaultScrapeInterval = 2 * time.Second
-	DefaultScrapeTimeout  = time.Second
-	// DefaultStaleAfterIntervals is stale_after's default in scrape
-	// intervals.
-	DefaultStaleAfterIntervals = 5
-	DefaultMetricsPath         = "/metrics"
-	DefaultMetricsScheme       = "http"
-	DefaultSignalScale         = 1.0
-	MinScrapeInterval          = 100 * time.Millisecond
-)
-
-// Defaults of the escape block. resume_queue_depth defaults to half of
-// max_queue_depth, and resume_kv_occupancy to max_kv_occupancy minus
-// DefaultResumeKVMargin, or to half of a max_kv_occupancy of at most the
-// margin. A maximum left unset rises above a resume value that is set: to
-// twice resume_queue_depth, and to 1 for resume_kv_occupancy.
-const (
-	DefaultMaxQueueDepth        = 8.0
-	DefaultMaxKVOccupancy       = 0.9
-	DefaultMaxPreemptionRate    = 0.0
-	DefaultResumeKVMargin       = 0.1
-	DefaultHold                 = 30 * time.Second
-	DefaultMaxSaturatedFraction = 0.5
-)
-
-// Defaults and limits of the weights block. levels defaults to
-// DefaultWeightLevels, or max - min + 1 if that is fewer; max left unset
-// rises to min, and to min + levels - 1 for levels that are set (at most
-// MaxWeightMultiplier).
-const (
-	DefaultWeightMin         = 1
-	DefaultWeightMax         = 4
-	DefaultWeightLevels      = 4
-	DefaultWeightSmoothing   = 0.3
-	DefaultWeightHysteresis  = 0.5
-	DefaultWeightMinInterval = 30 * time.Second
-	// MaxWeightMultiplier bounds weights.max: Envoy's endpoint weight is
-	// the static weight (at most MaxEndpointWeight) times the multiplier.
-	MaxWeightMultiplier = 128
+	DefaultXDSAddress   = "127.0.0.1:18000"
+	DefaultAdminAddress = "127.0.0.1:19000"
 )
 
 // Policy is a decoded, validated policy file.
@@ -317,181 +224,41 @@ type Policy struct {
 	Pools []Pool
 }
 
-// Load-balancing modes of a pool. Round robin and least request exist to
-// measure what cache affinity gains against the usual balancers.
-const (
-	LoadBalancingHash         = "hash"
-	LoadBalancingRoundRobin   = "round_robin"
-	LoadBalancingLeastRequest = "least_request"
-)
-
-// Pool is one group of interchangeable replicas behind one Envoy listener.
-type Pool struct {
-	Name string
-	// Port and ListenAddress are where Envoy listens for the pool.
-	Port          uint32
-	ListenAddress string
-	// RouteTimeout bounds a whole request; zero means no timeout.
-	RouteTimeout time.Duration
-	// IdleTimeout bounds a silent stream; zero keeps Envoy's default.
-	IdleTimeout time.Duration
-	// LoadBalancing is LoadBalancingHash (consistent hashing on Hash), or
-	// a baseline that ignores Hash.
-	LoadBalancing string
-	Hash          Hash
-	// Static endpoints in file order: the endpoints list first, then the
-	// endpoint blocks.
-	Static []StaticEndpoint
-	// DNS and Kubernetes are the pool's other sources of replicas, in file
-	// order; their replicas join the static ones.
-	DNS        []DNSSource
-	Kubernetes []KubernetesSource
-	// Metrics is how replicas are scraped; nil means no scraping and
-	// static weights only.
-	Metrics *Metrics
-	// Escape and Weights are always filled in, with defaults where the
-	// file says nothing; they only take effect with Metrics.
-	Escape  Escape
-	Weights Weights
-	// Mesh, if set, also serves the pool's endpoints under a mesh's own
-	// cluster name (mesh.go); nil for none.
-	Mesh *Mesh
-	// Groups are the pool's tenant hash groups (group.go), in file order;
-	// only hash pools have them.
-	Groups []Group
+// fileSpec is the whole policy file.
+type fileSpec struct {
+	XDS   []serverSpec `hcl:"xds,block"`
+	Admin []serverSpec `hcl:"admin,block"`
+	HA    []haSpec     `hcl:"ha,block"`
+	Pools []poolSpec   `hcl:"pool,block"`
 }
 
-// Metrics is how a pool's replicas are scraped for load signals.
-type Metrics struct {
-	// Engine is one of the Engine constants.
-	Engine string
-	// Interval is the time between two scrapes of a replica, at least
-	// MinScrapeInterval; Timeout bounds one scrape and is shorter
-	// (unset, the shorter of DefaultScrapeTimeout and Interval/2).
-	Interval, Timeout time.Duration
-	// StaleAfter is how long a replica's last good values are kept after
-	// its scrapes start failing; at least Interval.
-	StaleAfter time.Duration
-	// Path starts with "/".
-	Path string
-	// Port is the metrics port; zero means the endpoint's serving port.
-	Port uint32
-	// Scheme is "http" or "https".
-	Scheme string
-	// Model, if set, keeps only series whose model_name label is Model.
-	Model string
-	// Signals maps signal names (the Signal constants) to their source.
-	// Set for EngineCustom only, with at least one of queue_depth,
-	// running and kv_occupancy.
-	Signals map[string]SignalSource
-}
+func (d *decoder) policy(body hcl.Body) *Policy {
+	var spec fileSpec
+	// A nil EvalContext: a policy file is data, so variables and function
+	// calls are rejected when the values are evaluated.
+	d.add(gohcl.DecodeBody(body, nil, &spec))
 
-// SignalSource is where a custom engine exports one signal.
-type SignalSource struct {
-	// Metric is a Prometheus metric name; for ttft, a histogram's name
-	// without the _bucket suffix.
-	Metric string
-	// Labels are exact label matches a series must have; nil for none.
-	Labels map[string]string
-	// Scale multiplies the metric's value (> 0).
-	Scale float64
-}
-
-// Escape is when a replica counts as saturated and leaves the hash table
-// for new keys, and when it comes back.
-type Escape struct {
-	// A replica is saturated when its queue depth or KV occupancy (a
-	// fraction in (0, 1]) reaches its maximum, or its preemptions per
-	// second exceed MaxPreemptionRate.
-	MaxQueueDepth, MaxKVOccupancy, MaxPreemptionRate float64
-	// It recovers after staying below both resume values (each below its
-	// maximum), without preempting, for Hold.
-	ResumeQueueDepth, ResumeKVOccupancy float64
-	Hold                                time.Duration
-	// MaxSaturatedFraction, in [0, 1], is the largest fraction of the
-	// pool that may be out at once; beyond it kvxds falls back to pure
-	// affinity.
-	MaxSaturatedFraction float64
-}
-
-// Weights is how a replica's weight multiplier follows its free capacity.
-type Weights struct {
-	// Min and Max bound the multiplier: 1 <= Min <= Max <=
-	// MaxWeightMultiplier. Levels, 1..Max-Min+1, is the number of
-	// distinct multipliers between them, inclusive.
-	Min, Max uint32
-	Levels   int
-	// Smoothing, in (0, 1], is the EWMA weight of a new observation.
-	Smoothing float64
-	// Hysteresis, in [0, 1), is how far past a level boundary, as a
-	// fraction of a level's width, the smoothed value must move before
-	// the multiplier follows.
-	Hysteresis float64
-	// MinInterval is the shortest time between two changes of one
-	// replica's multiplier.
-	MinInterval time.Duration
-	// Relative places replicas among the levels by their load against
-	// the mean of the replicas sharing their hash table instead of their
-	// own free capacity (weights.Config).
-	Relative bool
-}
-
-// Hash is how a pool maps requests to endpoints.
-type Hash struct {
-	// Algorithm is Maglev or RingHash.
-	Algorithm string
-	// TableSize is the Maglev table size (prime); zero for ring_hash.
-	TableSize uint64
-	// MinRingSize and MaxRingSize bound the ring_hash ring; zero keeps
-	// the data plane's default. MinRingSize is set whenever MaxRingSize
-	// is below DataPlaneMinRingSize.
-	MinRingSize, MaxRingSize uint64
-	// BalanceFactor is bounded-load hashing in percent of the average
-	// load (>= 100); zero turns it off.
-	BalanceFactor uint32
-	// GRPCRingCap is the ring size cap of the pool's proxyless gRPC
-	// clients (GRPC_RING_HASH_CAP in grpc-go, the channel option
-	// grpc.lb.ring_hash.ring_size_cap in grpc-js); zero means their
-	// default, DefaultGRPCRingCap. kvxds sizes their rings to fill it with
-	// 64 units of weight.
-	GRPCRingCap uint64
-	// Keys are tried in order; the first one present in a request wins.
-	Keys []HashKey
-	// Keyless is how requests carrying none of Keys are spread:
-	// KeylessRoundRobin (DefaultKeyless), KeylessLeastRequest, or
-	// KeylessRandom (they stay on the hash table with a random hash).
-	Keyless string
-	// MaxBodyBytes is the longest request body Envoy buffers to compute
-	// body keys (json_field, prompt_prefix); a longer one, or one of
-	// unknown length, goes on without them. DefaultMaxBodyBytes when the
-	// chain has body keys, zero otherwise.
-	MaxBodyBytes int
-}
-
-// HashKey is one source of a request's hash key. Exactly one field is set;
-// Header is lower-cased. JSONField and PromptPrefix read the JSON request
-// body (Envoy only; see bodykeys.go).
-type HashKey struct {
-	Header, Cookie, QueryParameter string
-	// JSONField is a dot path of object keys to a string field of the
-	// body, as in "metadata.conversation_id".
-	JSONField string
-	// PromptPrefix is a number of bytes of the prompt: the raw JSON text
-	// of the body's top-level "messages" (else "prompt") value.
-	PromptPrefix int
-}
-
-// StaticEndpoint is one replica listed in the policy file.
-type StaticEndpoint struct {
-	// Host is an IP address (without brackets), in canonical form.
-	Host string
-	Port uint32
-	// Weight is the endpoint's share of the hash table, at least 1.
-	Weight uint32
-	// HashKey is the endpoint's stable identity on the hash ring; empty
-	// means host:port.
-	HashKey               string
-	Region, Zone, SubZone string
+	p := &Policy{XDSAddress: DefaultXDSAddress, AdminAddress: DefaultAdminAddress}
+	d.poolNames = map[string]hcl.Range{}
+	xds := &server{addr: &p.XDSAddress, hp: mustHostPort(DefaultXDSAddress)}
+	admin := &server{addr: &p.AdminAddress, hp: mustHostPort(DefaultAdminAddress)}
+	for i := range spec.XDS {
+		d.server(&spec.XDS[i], xds)
+	}
+	atMostOne(d, spec.XDS, "an", "xds", "", keepOne)
+	for i := range spec.Admin {
+		d.server(&spec.Admin[i], admin)
+	}
+	atMostOne(d, spec.Admin, "an", "admin", "", keepOne)
+	p.XDS, p.Admin = d.xdsServer(spec.XDS), d.adminServer(spec.Admin)
+	p.HA = d.ha(spec.HA)
+	for i := range spec.Pools {
+		p.Pools = append(p.Pools, d.pool(&spec.Pools[i]))
+	}
+	d.checkServerClash(xds, admin)
+	d.checkMeshNames()
+	slices.SortFunc(p.Pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
+	return p
 }
 
 // Parse decodes and validates a policy. filename is used in diagnostics

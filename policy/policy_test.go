@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid/*.diag from the current output")
@@ -97,11 +98,10 @@ var (
 		Hold:                 30 * time.Second,
 		MaxSaturatedFraction: 0.5,
 	}
-	defaultWeightsValues = Weights{Min: 1, Max: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinInterval: 30 * time.Second}
+	defaultWeightsValues = Weights{MinWeight: 1, MaxWeight: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
 	defaultMetricsValues = Metrics{
 		Engine:     "vllm",
-		Interval:   2 * time.Second,
-		Timeout:    time.Second,
+		Scrape:     weights.Scrape{Interval: 2 * time.Second, Timeout: time.Second},
 		StaleAfter: 10 * time.Second,
 		Path:       "/metrics",
 		Scheme:     "http",
@@ -130,7 +130,7 @@ func withDefaults(pools ...Pool) []Pool {
 
 func TestDecodedValues(t *testing.T) {
 	maglevKey := func(headers ...string) Hash {
-		h := Hash{Algorithm: Maglev, TableSize: DefaultMaglevTableSize}
+		h := Hash{Algorithm: Maglev, TableSize: fleet.DefaultMaglevTableSize}
 		for _, name := range headers {
 			h.Keys = append(h.Keys, HashKey{Header: name})
 		}
@@ -218,7 +218,7 @@ func TestDecodedValues(t *testing.T) {
 				Pool{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
 					Hash: Hash{Algorithm: RingHash, Keys: []HashKey{{Header: "x-session-id"}}}},
 				Pool{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
-					Hash: Hash{Algorithm: Maglev, TableSize: MaxMaglevTableSize, Keyless: KeylessRandom, Keys: []HashKey{{Header: "x-session-id"}}},
+					Hash: Hash{Algorithm: Maglev, TableSize: fleet.MaxMaglevTableSize, Keyless: KeylessRandom, Keys: []HashKey{{Header: "x-session-id"}}},
 					Static: []StaticEndpoint{
 						{Host: "10.1.0.1", Port: 8000, Weight: 1},
 						{Host: "10.1.0.2", Port: 8000, Weight: 1},
@@ -232,14 +232,16 @@ func TestDecodedValues(t *testing.T) {
 			Pools: withDefaults(
 				Pool{Name: "chat", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
 					Metrics: &Metrics{
-						Engine:     EngineVLLM,
-						Interval:   500 * time.Millisecond,
-						Timeout:    250 * time.Millisecond,
+						Engine: EngineVLLM,
+						Scrape: weights.Scrape{
+							Interval: 500 * time.Millisecond,
+							Timeout:  250 * time.Millisecond,
+							Model:    "meta-llama/Llama-3.1-8B-Instruct",
+						},
 						StaleAfter: 5 * time.Second,
 						Path:       "/stats/prometheus",
 						Port:       8001,
 						Scheme:     "https",
-						Model:      "meta-llama/Llama-3.1-8B-Instruct",
 					},
 					Escape: Escape{
 						MaxQueueDepth:        16,
@@ -250,7 +252,7 @@ func TestDecodedValues(t *testing.T) {
 						Hold:                 time.Minute,
 						MaxSaturatedFraction: 0.25,
 					},
-					Weights: Weights{Min: 2, Max: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinInterval: 0},
+					Weights: Weights{MinWeight: 2, MaxWeight: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinChangeInterval: 0},
 				},
 				Pool{Name: "defaults", Port: 10001, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
 					Metrics: metrics(func(*Metrics) {})},
@@ -266,7 +268,7 @@ func TestDecodedValues(t *testing.T) {
 						Hold:                 0,
 						MaxSaturatedFraction: 0.5,
 					},
-					Weights: Weights{Min: 3, Max: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinInterval: 30 * time.Second},
+					Weights: Weights{MinWeight: 3, MaxWeight: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
 				Pool{Name: "tgi", Port: 10003, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
 					Metrics: metrics(func(m *Metrics) { m.Engine = EngineTGI }),
@@ -278,7 +280,7 @@ func TestDecodedValues(t *testing.T) {
 						Hold:                 30 * time.Second,
 						MaxSaturatedFraction: 0.5,
 					},
-					Weights: Weights{Min: 1, Max: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinInterval: 30 * time.Second},
+					Weights: Weights{MinWeight: 1, MaxWeight: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
 				Pool{Name: "trtllm", Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
 					Metrics: metrics(func(m *Metrics) {
@@ -293,12 +295,12 @@ func TestDecodedValues(t *testing.T) {
 				Metrics: metrics(func(m *Metrics) {
 					m.Engine, m.Port, m.Model = EngineCustom, 9400, "llama"
 					m.Signals = map[string]SignalSource{
-						SignalKVOccupancy: {Metric: "my_engine_kv_used_ratio", Labels: map[string]string{"device": "gpu"}, Scale: 1},
-						SignalQueueDepth:  {Metric: "my_engine:queue_length", Scale: 1},
-						SignalPreemptions: {Metric: "my_engine_preemptions_total", Scale: 1},
-						SignalTTFT: {Metric: "my_engine_time_to_first_token_milliseconds",
+						SignalKVOccupancy: {Name: "my_engine_kv_used_ratio", Labels: map[string]string{"device": "gpu"}, Scale: 1},
+						SignalQueueDepth:  {Name: "my_engine:queue_length", Scale: 1},
+						SignalPreemptions: {Name: "my_engine_preemptions_total", Scale: 1},
+						SignalTTFT: {Name: "my_engine_time_to_first_token_milliseconds",
 							Labels: map[string]string{"stage": "prefill", "_replica": "a"}, Scale: 0.001},
-						SignalPrefixHitRate: {Metric: "my_engine_prefix_cache_hit_percent", Scale: 0.01},
+						SignalPrefixHitRate: {Name: "my_engine_prefix_cache_hit_percent", Scale: 0.01},
 					}
 				})}),
 		}},
@@ -336,38 +338,43 @@ func TestParseEmpty(t *testing.T) {
 // decoder applies.
 func TestDefaultConstants(t *testing.T) {
 	m := Metrics{
-		Engine:     DefaultEngine,
-		Interval:   DefaultScrapeInterval,
-		Timeout:    DefaultScrapeTimeout,
-		StaleAfter: DefaultStaleAfterIntervals * DefaultScrapeInterval,
-		Path:       DefaultMetricsPath,
-		Scheme:     DefaultMetricsScheme,
+		Engine:     weights.DefaultEngine,
+		Scrape:     weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
+		StaleAfter: weights.DefaultStaleAfterIntervals * weights.DefaultScrapeInterval,
+		Path:       weights.DefaultMetricsPath,
+		Scheme:     weights.DefaultMetricsScheme,
 	}
 	e := Escape{
-		MaxQueueDepth:        DefaultMaxQueueDepth,
-		MaxKVOccupancy:       DefaultMaxKVOccupancy,
-		MaxPreemptionRate:    DefaultMaxPreemptionRate,
-		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
-		ResumeKVOccupancy:    DefaultMaxKVOccupancy - DefaultResumeKVMargin,
-		Hold:                 DefaultHold,
-		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
+		MaxQueueDepth:        weights.DefaultMaxQueueDepth,
+		MaxKVOccupancy:       weights.DefaultMaxKVOccupancy,
+		MaxPreemptionRate:    weights.DefaultMaxPreemptionRate,
+		ResumeQueueDepth:     weights.DefaultMaxQueueDepth / 2,
+		ResumeKVOccupancy:    weights.DefaultMaxKVOccupancy - weights.DefaultResumeKVMargin,
+		Hold:                 weights.DefaultHold,
+		MaxSaturatedFraction: weights.DefaultMaxSaturatedFraction,
 	}
 	w := Weights{
-		Min:         DefaultWeightMin,
-		Max:         DefaultWeightMax,
-		Levels:      DefaultWeightLevels,
-		Smoothing:   DefaultWeightSmoothing,
-		Hysteresis:  DefaultWeightHysteresis,
-		MinInterval: DefaultWeightMinInterval,
+		MinWeight:         weights.DefaultMinWeight,
+		MaxWeight:         weights.DefaultMaxWeight,
+		Levels:            weights.DefaultLevels,
+		Smoothing:         weights.DefaultSmoothing,
+		Hysteresis:        weights.DefaultHysteresis,
+		MinChangeInterval: weights.DefaultMinChangeInterval,
 	}
 	if !reflect.DeepEqual(m, defaultMetricsValues) || e != defaultEscapeValues || w != defaultWeightsValues {
 		t.Errorf("constants give\n%+v\n%+v\n%+v\nwant\n%+v\n%+v\n%+v", m, e, w, defaultMetricsValues, defaultEscapeValues, defaultWeightsValues)
 	}
-	if got := defaultEscape(); got != defaultEscapeValues {
-		t.Errorf("defaultEscape() = %+v, want %+v", got, defaultEscapeValues)
+	if got := weights.DefaultEscape(); got != defaultEscapeValues {
+		t.Errorf("weights.DefaultEscape() = %+v, want %+v", got, defaultEscapeValues)
 	}
-	if got := defaultWeights(); got != defaultWeightsValues {
-		t.Errorf("defaultWeights() = %+v, want %+v", got, defaultWeightsValues)
+	if got := weights.DefaultWeighting(); got != defaultWeightsValues {
+		t.Errorf("weights.DefaultWeighting() = %+v, want %+v", got, defaultWeightsValues)
+	}
+	// A pool with empty metrics, escape and weights blocks runs Step with
+	// the scraper's own defaults.
+	want := weights.Config{Weighting: defaultWeightsValues, Escape: defaultEscapeValues, StaleAfter: defaultMetricsValues.StaleAfter}
+	if got := weights.DefaultConfig(); got != want {
+		t.Errorf("weights.DefaultConfig() = %+v, want %+v", got, want)
 	}
 }
 
@@ -474,7 +481,7 @@ func TestPrimes(t *testing.T) {
 		{65536, false, 65521, 65537},
 		{65537, true, 65521, 65539},
 		{4, false, 3, 5},
-		{MaxMaglevTableSize, true, 4999999, 5000077},
+		{fleet.MaxMaglevTableSize, true, 4999999, 5000077},
 	} {
 		if isPrime(tt.n) != tt.prime || prevPrime(tt.n) != tt.prev || nextPrime(tt.n) != tt.next {
 			t.Errorf("%d: prime=%v prev=%d next=%d, want %v %d %d",
@@ -543,12 +550,12 @@ func checkPolicy(p *Policy) error {
 			}
 		}
 		if m := pool.Metrics; m != nil {
-			if m.Interval < MinScrapeInterval || m.Timeout <= 0 || m.Timeout >= m.Interval || m.StaleAfter < m.Interval ||
+			if m.Interval < weights.MinScrapeInterval || m.Timeout <= 0 || m.Timeout >= m.Interval || m.StaleAfter < m.Interval ||
 				!strings.HasPrefix(m.Path, "/") || (m.Engine == EngineCustom) != (len(m.Signals) > 0) {
 				return fmt.Errorf("invalid metrics accepted: %+v", m)
 			}
 			for name, src := range m.Signals {
-				if checkMetricName(src.Metric) != nil || !(src.Scale > 0) || !slices.Contains(weights.SignalNames(), name) {
+				if checkMetricName(src.Name) != nil || !(src.Scale > 0) || !slices.Contains(weights.SignalNames(), name) {
 					return fmt.Errorf("invalid signal %q accepted: %+v", name, src)
 				}
 			}
@@ -559,8 +566,8 @@ func checkPolicy(p *Policy) error {
 			e.MaxPreemptionRate >= 0 && e.Hold >= 0 && e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
 			return fmt.Errorf("invalid escape accepted: %+v", e)
 		}
-		if !(w.Min >= 1 && w.Min <= w.Max && w.Max <= MaxWeightMultiplier && w.Levels >= 1 && w.Levels <= int(w.Max-w.Min)+1 &&
-			w.Smoothing > 0 && w.Smoothing <= 1 && w.Hysteresis >= 0 && w.Hysteresis < 1 && w.MinInterval >= 0) {
+		if !(w.MinWeight >= 1 && w.MinWeight <= w.MaxWeight && w.MaxWeight <= weights.MaxWeightMultiplier && w.Levels >= 1 && w.Levels <= int(w.MaxWeight-w.MinWeight)+1 &&
+			w.Smoothing > 0 && w.Smoothing <= 1 && w.Hysteresis >= 0 && w.Hysteresis < 1 && w.MinChangeInterval >= 0) {
 			return fmt.Errorf("invalid weights accepted: %+v", w)
 		}
 	}

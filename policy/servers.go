@@ -174,3 +174,93 @@ func (x XDSServer) String() string {
 	return fmt.Sprintf("%s, max %d streams per address, keepalive %s/%s, client pings at least %s apart",
 		tls, x.MaxStreamsPerAddress, x.Keepalive.Time, x.Keepalive.Timeout, x.Keepalive.MinPingInterval)
 }
+
+// serverSpec is an xds or admin block; the rest of it is decoded by
+// xdsServer and adminServer (servers.go).
+type serverSpec struct {
+	DefRange hcl.Range      `hcl:",def_range"`
+	Address  *hcl.Attribute `hcl:"address,optional"`
+	Rest     hcl.Body       `hcl:",remain"`
+}
+
+func (s serverSpec) defRange() hcl.Range { return s.DefRange }
+
+// server is the xds or the admin server's address as decoded so far.
+type server struct {
+	addr  *string        // where the address goes in the Policy
+	hp    hostPort       // parsed *addr
+	block *serverSpec    // the first block, if any
+	attr  *hcl.Attribute // the address attribute, if set
+	bad   bool           // the address did not decode
+}
+
+func mustHostPort(s string) hostPort {
+	hp, err := parseHostPort(s, true)
+	if err != nil {
+		panic(fmt.Sprintf("policy: bad built-in address %q: %v", s, err))
+	}
+	return hp
+}
+
+// server decodes the address of an xds or admin block into srv; a
+// duplicate block (after srv.block) is still checked so that its own
+// problems show too.
+func (d *decoder) server(blk *serverSpec, srv *server) {
+	dup := srv.block != nil
+	if !dup {
+		srv.block = blk
+	}
+	a := blk.Address
+	if a == nil {
+		return
+	}
+	s, ok := d.str(a.Name, a.Expr)
+	if !ok {
+		srv.bad = srv.bad || !dup
+		return
+	}
+	hp, err := parseHostPort(s, true)
+	if err != nil {
+		ae := err.(*addrError)
+		d.errorf(a.Expr.Range(), ae.summary, "%s", ae.detail)
+		srv.bad = srv.bad || !dup
+		return
+	}
+	if !dup {
+		*srv.addr, srv.hp, srv.attr = s, hp, a
+	}
+}
+
+// checkServerClash keeps the xds and admin servers on different sockets.
+// An address left unset whose default the other server was given takes
+// the other's default instead (the two swap), so that only addresses
+// written in the file can clash.
+func (d *decoder) checkServerClash(xds, admin *server) {
+	if xds.bad || admin.bad || !xds.hp.overlaps(admin.hp) {
+		return
+	}
+	switch {
+	case xds.attr == nil:
+		*xds.addr, xds.hp = DefaultAdminAddress, mustHostPort(DefaultAdminAddress)
+		return
+	case admin.attr == nil:
+		*admin.addr, admin.hp = DefaultXDSAddress, mustHostPort(DefaultXDSAddress)
+		return
+	}
+	// Point at whichever of the two the user wrote last.
+	at := admin.attr
+	if xds.attr.Range.Start.Byte > at.Range.Start.Byte {
+		at = xds.attr
+	}
+	if xds.hp == admin.hp {
+		d.errorf(at.Expr.Range(), "Address conflict",
+			"The xds address %s and the admin address %s are the same; give each server its own port.", *xds.addr, *admin.addr)
+		return
+	}
+	everywhere := *xds.addr
+	if !xds.hp.everywhere() {
+		everywhere = *admin.addr
+	}
+	d.errorf(at.Expr.Range(), "Address conflict",
+		"The xds address %s and the admin address %s overlap, as %s listens on every interface; give each server its own port.", *xds.addr, *admin.addr, everywhere)
+}

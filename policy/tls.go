@@ -27,18 +27,19 @@ type tlsSpec struct {
 	ClientCAFile *hcl.Attribute `hcl:"client_ca_file,optional"`
 }
 
+func (s tlsSpec) defRange() hcl.Range { return s.DefRange }
+
 // tls decodes the tls blocks of the xds or admin block named typ (at most
 // one); nil without one.
 func (d *decoder) tls(typ string, specs []tlsSpec) *TLS {
 	if len(specs) == 0 {
 		return nil
 	}
-	// A duplicate is still checked so that its own problems show too.
+	// A duplicate is still checked so that its own problems show too,
+	// after the duplicate error at the same place.
+	atMostOne(d, specs, "a", "tls", "The "+typ+" block", keepOne)
 	for i := range specs[1:] {
-		dup := &specs[i+1]
-		d.errorf(dup.DefRange, "Duplicate tls block",
-			"The %s block already has a tls block at line %d; keep a single one.", typ, specs[0].DefRange.Start.Line)
-		d.tlsBlock(dup)
+		d.tlsBlock(&specs[i+1])
 	}
 	return d.tlsBlock(&specs[0])
 }

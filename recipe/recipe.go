@@ -116,7 +116,7 @@ func Render(target Target, o Options) ([]byte, error) {
 	if r.pool.Mesh == nil {
 		return nil, fmt.Errorf(`recipe: pool %q has no mesh block; add one naming the mesh's cluster, as in mesh { eds_cluster_name = "outbound|8000||vllm.llm.svc.cluster.local" }`, o.Pool)
 	}
-	r.cluster = r.pool.Mesh.EDSClusterName
+	r.cluster = r.pool.Mesh.ClusterName
 	if r.pool.LoadBalancing != policy.LoadBalancingHash {
 		return nil, fmt.Errorf("recipe: pool %q balances with %s; a recipe sets consistent hashing, so give the pool load_balancing = %q", o.Pool, r.pool.LoadBalancing, policy.LoadBalancingHash)
 	}

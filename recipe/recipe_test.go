@@ -217,7 +217,7 @@ func checkIstio(t *testing.T, out []byte, pool policy.Pool) {
 	}
 	checkXDSCluster(t, addJSON)
 
-	name := pool.Mesh.EDSClusterName
+	name := pool.Mesh.ClusterName
 	if merge.GetApplyTo() != apinetv1alpha3.EnvoyFilter_CLUSTER || merge.GetPatch().GetOperation() != apinetv1alpha3.EnvoyFilter_Patch_MERGE ||
 		merge.GetMatch().GetCluster().GetName() != name {
 		t.Errorf("second patch: %v %v of %q, want a MERGE into CLUSTER %q", merge.GetApplyTo(), merge.GetPatch().GetOperation(), merge.GetMatch().GetCluster().GetName(), name)
@@ -317,7 +317,7 @@ func checkEnvoyGateway(t *testing.T, out []byte, pool policy.Pool) {
 	// and validating it.
 	checkXDSCluster(t, add.Operation.Value.Raw)
 
-	name := pool.Mesh.EDSClusterName
+	name := pool.Mesh.ClusterName
 	if replace.Name != name || replace.Operation.Value == nil || replace.Operation.Path == nil {
 		t.Fatalf("second patch %+v, want one of %q", replace, name)
 	}
@@ -409,7 +409,7 @@ func checkEnvoy(t *testing.T, out []byte, p *policy.Policy, pool policy.Pool) {
 		t.Fatalf("%d clusters, want 2", len(clusters))
 	}
 	checkXDSCluster(t, mustJSON(t, clusters[0]))
-	name := pool.Mesh.EDSClusterName
+	name := pool.Mesh.ClusterName
 	c := clusters[1]
 	if c.GetName() != name {
 		t.Errorf("cluster %q, want %q", c.GetName(), name)

@@ -25,8 +25,8 @@ pool "chat" {
   }
 }
 `)
-			groups := [2][]discovery.Group{}
-			for v := range groups {
+			discovered := [2][]discovery.PoolTargets{}
+			for v := range discovered {
 				var ts []discovery.Target
 				for i := range n {
 					second := 1
@@ -36,7 +36,7 @@ pool "chat" {
 					host := fmt.Sprintf("10.%d.%d.%d", second, i/250, i%250)
 					ts = append(ts, discovery.Target{Host: host, Port: 8000, HashKey: fmt.Sprintf("vllm-%d", i), Zone: "a"})
 				}
-				groups[v] = []discovery.Group{{Pool: "chat", Targets: ts}}
+				discovered[v] = []discovery.PoolTargets{{Pool: "chat", Targets: ts}}
 			}
 			decisions := map[string]map[string]weights.Decision{"chat": {}}
 			for i := range n {
@@ -48,7 +48,7 @@ pool "chat" {
 			i := 0
 			for b.Loop() {
 				i++
-				m, err := fleet.Prepare(Join(p, groups[i%2], decisions))
+				m, err := fleet.Prepare(Join(p, discovered[i%2], decisions))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"slices"
+
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
@@ -8,12 +10,12 @@ import (
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
-// StaticGroups returns the endpoints written in a policy as discovery
-// groups, one per pool (a pool without a static block has an empty group).
-func StaticGroups(p *policy.Policy) []discovery.Group {
-	out := make([]discovery.Group, 0, len(p.Pools))
+// StaticGroups returns the endpoints written in a policy as discovered
+// targets, one set per pool (empty for a pool without a static block).
+func StaticGroups(p *policy.Policy) []discovery.PoolTargets {
+	out := make([]discovery.PoolTargets, 0, len(p.Pools))
 	for _, pool := range p.Pools {
-		out = append(out, discovery.Group{Pool: pool.Name, Targets: staticTargets(pool)})
+		out = append(out, discovery.PoolTargets{Pool: pool.Name, Targets: staticTargets(pool)})
 	}
 	return out
 }
@@ -37,10 +39,10 @@ func staticTargets(pool policy.Pool) discovery.Static {
 // A decision's weight multiplies the replica's static weight, and a
 // saturated replica is draining, which takes it out of Envoy's and gRPC's
 // hash tables for new requests while in-flight ones finish.
-func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[string]weights.Decision) fleet.Fleet {
+func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[string]map[string]weights.Decision) fleet.Fleet {
 	targets := map[string][]discovery.Target{}
-	for _, g := range groups {
-		targets[g.Pool] = append(targets[g.Pool], g.Targets...)
+	for _, pt := range discovered {
+		targets[pt.Pool] = append(targets[pt.Pool], pt.Targets...)
 	}
 	f := fleet.Fleet{Pools: make([]fleet.Pool, 0, len(p.Pools))}
 	for _, pp := range p.Pools {
@@ -50,33 +52,19 @@ func Join(p *policy.Policy, groups []discovery.Group, decisions map[string]map[s
 			Port:          pp.Port,
 			RouteTimeout:  pp.RouteTimeout,
 			IdleTimeout:   pp.IdleTimeout,
-			Balancer:      fleet.Balancer(pp.LoadBalancing),
-			Hash: fleet.Hash{
-				Algorithm:     fleet.Algorithm(pp.Hash.Algorithm),
-				TableSize:     pp.Hash.TableSize,
-				MinRingSize:   pp.Hash.MinRingSize,
-				MaxRingSize:   pp.Hash.MaxRingSize,
-				BalanceFactor: pp.Hash.BalanceFactor,
-				Keyless:       fleet.Balancer(pp.Hash.Keyless),
-				GRPCRingCap:   pp.Hash.GRPCRingCap,
-				MaxBodyBytes:  pp.Hash.MaxBodyBytes,
-			},
-		}
-		if m := pp.Mesh; m != nil {
-			fp.Mesh = &fleet.Mesh{ClusterName: m.EDSClusterName, IstioMTLS: m.IstioMTLS}
+			Balancer:      pp.LoadBalancing,
+			Hash:          pp.Hash,
+			Mesh:          pp.Mesh,
+			// Cloned: MemberWeight is set below, and the policy is shared.
+			Groups: slices.Clone(pp.Groups),
 		}
 		// Multipliers apply only where metrics are scraped.
 		memberWeight := uint32(1)
 		if pp.Metrics != nil {
-			memberWeight = pp.Weights.Max
+			memberWeight = pp.Weights.MaxWeight
 		}
-		for _, g := range pp.Groups {
-			fp.Groups = append(fp.Groups, fleet.Group{Name: g.Name, Header: g.Header, Values: g.Values,
-				Replicas: g.Replicas, Exclusive: g.Exclusive, MemberWeight: memberWeight})
-		}
-		for _, k := range pp.Hash.Keys {
-			fp.Hash.Keys = append(fp.Hash.Keys, fleet.HashKey{Header: k.Header, Cookie: k.Cookie, QueryParameter: k.QueryParameter,
-				JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
+		for i := range fp.Groups {
+			fp.Groups[i].MemberWeight = memberWeight
 		}
 		dec := decisions[pp.Name]
 		for _, t := range targets[pp.Name] {

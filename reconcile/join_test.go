@@ -74,7 +74,7 @@ pool "chat" {
 
 	// Discovered targets of unknown pools are ignored; pools without
 	// targets are empty.
-	got = Join(p, []discovery.Group{{Pool: "ghost", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 1}}}}, nil)
+	got = Join(p, []discovery.PoolTargets{{Pool: "ghost", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 1}}}}, nil)
 	for _, pool := range got.Pools {
 		if len(pool.Endpoints) != 0 {
 			t.Fatalf("pool %s has endpoints %v", pool.Name, pool.Endpoints)
@@ -82,7 +82,7 @@ pool "chat" {
 	}
 
 	// A draining target (a terminating pod) is pushed DRAINING.
-	got = Join(p, []discovery.Group{{Pool: "zeta", Targets: []discovery.Target{
+	got = Join(p, []discovery.PoolTargets{{Pool: "zeta", Targets: []discovery.Target{
 		{Host: "10.0.0.1", Port: 1, HashKey: "vllm-0"},
 		{Host: "10.0.0.2", Port: 1, HashKey: "vllm-1", Draining: true},
 	}}}, nil).Normalize()

@@ -84,13 +84,13 @@ type Reconciler struct {
 
 	// pushMu serialises pushes, so that a push never reverts a newer
 	// policy; mu guards what readers see.
-	pushMu sync.Mutex
-	mu     sync.Mutex
-	policy *policy.Policy
-	fleet  fleet.Fleet
-	ha     haState
-	served ha.Decisions      // the decisions of the last push
-	groups []discovery.Group // the discovered replicas of the last push
+	pushMu     sync.Mutex
+	mu         sync.Mutex
+	policy     *policy.Policy
+	fleet      fleet.Fleet
+	ha         haState
+	served     ha.Decisions            // the decisions of the last push
+	discovered []discovery.PoolTargets // the discovered replicas of the last push
 	// For the status: when each replica entered its health, and its
 	// share of gRPC clients' ring, as of the last push.
 	since  map[string]map[string]healthSince
@@ -251,8 +251,8 @@ func (r *Reconciler) metricsChanged() {
 // caller holds pushMu.
 func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause string) error {
 	decisions := r.decisions()
-	groups := r.disc.Groups()
-	m, err := fleet.Prepare(Join(p, groups, decisions))
+	discovered := r.disc.Targets()
+	m, err := fleet.Prepare(Join(p, discovered, decisions))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -271,7 +271,7 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	shares := tableShares(m)
 	now := r.now()
 	r.mu.Lock()
-	r.policy, r.fleet, r.served, r.groups = p, f, decisions, groups
+	r.policy, r.fleet, r.served, r.discovered = p, f, decisions, discovered
 	r.since = trackSince(r.since, f, decisions, now)
 	r.shares = shares
 	r.mu.Unlock()

@@ -44,40 +44,15 @@ func ScrapeSpecs(p *policy.Policy, m fleet.Model) (map[string]weights.PoolScrape
 // scrapeSettings maps a pool's metrics, escape and weights blocks to the
 // scraper's settings.
 func scrapeSettings(pp policy.Pool) (weights.PoolScrape, error) {
-	m, e, w := *pp.Metrics, pp.Escape, pp.Weights
-	var signals map[string]weights.Series
-	if len(m.Signals) > 0 {
-		signals = make(map[string]weights.Series, len(m.Signals))
-		for name, src := range m.Signals {
-			signals[name] = weights.Series{Name: src.Metric, Labels: src.Labels, Scale: src.Scale}
-		}
-	}
-	profile, err := weights.ProfileFor(m.Engine, signals)
+	m := *pp.Metrics
+	profile, err := weights.ProfileFor(m.Engine, m.Signals)
 	if err != nil {
 		return weights.PoolScrape{}, fmt.Errorf("pool %q: %w", pp.Name, err)
 	}
 	return weights.PoolScrape{
-		Config: weights.Config{
-			MinWeight:            w.Min,
-			MaxWeight:            w.Max,
-			Levels:               w.Levels,
-			Smoothing:            w.Smoothing,
-			Hysteresis:           w.Hysteresis,
-			MinChangeInterval:    w.MinInterval,
-			Relative:             w.Relative,
-			MaxQueueDepth:        e.MaxQueueDepth,
-			MaxKVOccupancy:       e.MaxKVOccupancy,
-			MaxPreemptionRate:    e.MaxPreemptionRate,
-			ResumeQueueDepth:     e.ResumeQueueDepth,
-			ResumeKVOccupancy:    e.ResumeKVOccupancy,
-			Hold:                 e.Hold,
-			MaxSaturatedFraction: e.MaxSaturatedFraction,
-			StaleAfter:           m.StaleAfter,
-		},
-		Profile:  profile,
-		Model:    m.Model,
-		Interval: m.Interval,
-		Timeout:  m.Timeout,
+		Config:  weights.Config{Weighting: pp.Weights, Escape: pp.Escape, StaleAfter: m.StaleAfter},
+		Profile: profile,
+		Scrape:  m.Scrape,
 	}, nil
 }
 

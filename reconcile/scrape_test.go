@@ -38,7 +38,7 @@ pool "batch" {
   }
 }
 `)
-	groups := []discovery.Group{
+	discovered := []discovery.PoolTargets{
 		{Pool: "chat", Targets: []discovery.Target{
 			{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 2},
 			{Host: "10.0.0.2", Port: 80, HashKey: "b"},
@@ -47,7 +47,7 @@ pool "batch" {
 		}},
 		{Pool: "batch", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 5}}},
 	}
-	got := Join(p, groups, map[string]map[string]weights.Decision{
+	got := Join(p, discovered, map[string]map[string]weights.Decision{
 		"chat": {
 			"a":           {Weight: 4},
 			"b":           {Weight: 2, Saturated: true},

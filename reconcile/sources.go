@@ -27,8 +27,7 @@ func SourceSpecs(p *policy.Policy, logger hclog.Logger) []discovery.Spec {
 		if ts := staticTargets(pool); len(ts) > 0 {
 			out = append(out, discovery.Spec{Pool: pool.Name, ID: "static " + digest(fmt.Sprint(ts)), Source: ts})
 		}
-		for _, b := range pool.DNS {
-			cfg := dns.Config{Name: b.Name, Type: b.Type, Port: b.Port, Resolver: b.Resolver, Refresh: b.Refresh, KeepFor: b.KeepFor}
+		for _, cfg := range pool.DNS {
 			var src discovery.Source
 			s, err := dns.New(cfg, log.Named("dns"))
 			if err != nil {
@@ -62,11 +61,8 @@ func (f failed) Run(ctx context.Context, up chan<- discovery.Update) {
 	<-ctx.Done()
 }
 
-func kubernetesSource(b policy.KubernetesSource, log hclog.Logger) discovery.Source {
-	s, err := kubernetes.New(kubernetes.Config{
-		Namespace: b.Namespace, Service: b.Service, Port: b.Port,
-		Kubeconfig: b.Kubeconfig, NodeLocality: b.NodeLocality,
-	}, log)
+func kubernetesSource(cfg kubernetes.Config, log hclog.Logger) discovery.Source {
+	s, err := kubernetes.New(cfg, log)
 	if err != nil {
 		return failed{err}
 	}

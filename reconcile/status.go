@@ -27,7 +27,7 @@ func (r *Reconciler) Status() status.Status {
 	in := statusInput{
 		now: now, policy: r.policy, fleet: r.fleet, decisions: r.served,
 		since: r.since, shares: r.shares, rule: status.DefaultHotspotRule,
-		sources: sourceKinds(r.groups),
+		sources: sourceKinds(r.discovered),
 	}
 	r.mu.Unlock()
 	// A follower scrapes nothing: its views are empty.
@@ -346,15 +346,15 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 // sourceKinds returns, for each pool, the kind of source (static, dns,
 // kubernetes: the first word of the source's ID) that reported each
 // address.
-func sourceKinds(groups []discovery.Group) map[string]map[string]string {
-	out := make(map[string]map[string]string, len(groups))
-	for _, g := range groups {
-		m := make(map[string]string, len(g.Targets))
-		for _, t := range g.Targets {
+func sourceKinds(discovered []discovery.PoolTargets) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(discovered))
+	for _, pt := range discovered {
+		m := make(map[string]string, len(pt.Targets))
+		for _, t := range pt.Targets {
 			kind, _, _ := strings.Cut(t.Source, " ")
 			m[t.Address()] = kind
 		}
-		out[g.Pool] = m
+		out[pt.Pool] = m
 	}
 	return out
 }

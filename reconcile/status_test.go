@@ -63,7 +63,7 @@ pool "batch" {
   static { endpoints = ["10.0.1.1:8000"] }
 }
 `)
-	groups := []discovery.Group{
+	discovered := []discovery.PoolTargets{
 		{Pool: "chat", Targets: []discovery.Target{
 			{Host: "10.0.0.1", Port: 8000, Zone: "a"},
 			{Host: "10.0.0.2", Port: 8000, Zone: "a"},
@@ -80,7 +80,7 @@ pool "batch" {
 		"10.0.0.4:8000": {Weight: 4},
 		"vllm-5":        {Weight: 3},
 	}}
-	m, err := fleet.Prepare(Join(p, groups, decisions))
+	m, err := fleet.Prepare(Join(p, discovered, decisions))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ pool "chat" {
 		sources[id] = "kubernetes"
 	}
 	decisions := ha.Decisions{"chat": dec}
-	m, err := fleet.Prepare(Join(p, []discovery.Group{{Pool: "chat", Targets: ts}}, decisions))
+	m, err := fleet.Prepare(Join(p, []discovery.PoolTargets{{Pool: "chat", Targets: ts}}, decisions))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -222,7 +222,7 @@ func TestRunnerView(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r.Set(ctx, map[string]PoolScrape{"chat": {
-		Config: DefaultConfig(), Profile: profile, Interval: 50 * time.Millisecond, Timeout: time.Second,
+		Config: DefaultConfig(), Profile: profile, Scrape: Scrape{Interval: 50 * time.Millisecond, Timeout: time.Second},
 		Targets: []Target{{ID: "a", URL: srv.URL + "/metrics"}, {ID: "b", URL: srv.URL + "/broken"}},
 	}})
 	waitUntil(t, "a window over two pages", func() bool {

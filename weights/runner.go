@@ -23,17 +23,25 @@ const scrapeJitter = 0.5
 // A change of anything but Targets restarts the pool's scraping (and
 // forgets its state); a change of Targets only re-points it.
 type PoolScrape struct {
-	Config   Config
-	Profile  *Profile
-	Model    string // keep only series of this model_name, if set
-	Interval time.Duration
-	Timeout  time.Duration
+	Config  Config
+	Profile *Profile
+	Scrape
 	// Targets are the replicas, ID and URL set; Parse is bound here.
 	Targets []Target
 	// Seed, if set, are the decisions a pool starts from when its
 	// scraping starts: another decider's last ones (see Seed). They are
 	// the pool's decisions until its first scrape cycle.
 	Seed map[string]Decision
+}
+
+// Scrape is when and what a pool's replicas are scraped for: part of a
+// policy's metrics block.
+type Scrape struct {
+	// Model, if set, keeps only series whose model_name label is Model.
+	Model string
+	// Interval is the time between two scrapes of a replica (at least
+	// MinScrapeInterval); Timeout bounds one scrape and is shorter.
+	Interval, Timeout time.Duration
 }
 
 func (p PoolScrape) sameSettings(o PoolScrape) bool {

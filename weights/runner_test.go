@@ -37,11 +37,10 @@ func TestRunner(t *testing.T) {
 	defer r.Stop()
 	profile, _ := BuiltinProfile(EngineVLLM)
 	spec := PoolScrape{
-		Config:   DefaultConfig(),
-		Profile:  profile,
-		Interval: 50 * time.Millisecond,
-		Timeout:  time.Second,
-		Targets:  []Target{{ID: "a", URL: srv.URL + "/metrics"}},
+		Config:  DefaultConfig(),
+		Profile: profile,
+		Scrape:  Scrape{Interval: 50 * time.Millisecond, Timeout: time.Second},
+		Targets: []Target{{ID: "a", URL: srv.URL + "/metrics"}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -150,7 +149,7 @@ func TestRunnerWeightDomains(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			r.Set(ctx, map[string]PoolScrape{"chat": {
-				Config: cfg, Profile: profile, Interval: 50 * time.Millisecond, Timeout: time.Second,
+				Config: cfg, Profile: profile, Scrape: Scrape{Interval: 50 * time.Millisecond, Timeout: time.Second},
 				Targets: []Target{
 					{ID: "a", URL: srv.URL + "/a"},
 					{ID: "b", URL: srv.URL + "/b"},

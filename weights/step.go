@@ -498,38 +498,6 @@ func (c Config) sanitized() Config {
 	return c
 }
 
-// DefaultConfig returns the defaults (the policy package's defaults are
-// the same), for a pool scraped every two seconds:
-//
-//	MinWeight 1, MaxWeight 4, Levels 4   weights 1, 2, 3, 4
-//	Smoothing 0.3                        about three scrapes' memory
-//	Hysteresis 0.5                       half a level: 0.125 of free capacity
-//	MinChangeInterval 30s
-//	MaxQueueDepth 8, ResumeQueueDepth 4
-//	MaxKVOccupancy 0.9, ResumeKVOccupancy 0.8
-//	MaxPreemptionRate 0                  any preemption saturates
-//	Hold 30s
-//	MaxSaturatedFraction 0.5
-//	StaleAfter 10s                       five scrapes
-func DefaultConfig() Config {
-	return Config{
-		MinWeight:            1,
-		MaxWeight:            4,
-		Levels:               4,
-		Smoothing:            0.3,
-		Hysteresis:           0.5,
-		MinChangeInterval:    30 * time.Second,
-		MaxQueueDepth:        8,
-		MaxKVOccupancy:       0.9,
-		MaxPreemptionRate:    0,
-		ResumeQueueDepth:     4,
-		ResumeKVOccupancy:    0.8,
-		Hold:                 30 * time.Second,
-		MaxSaturatedFraction: 0.5,
-		StaleAfter:           10 * time.Second,
-	}
-}
-
 // Validate reports every inconsistent value of c at once, joined with
 // errors.Join; nil means c is usable.
 func (c Config) Validate() error {

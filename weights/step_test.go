@@ -45,15 +45,19 @@ func failedObs(id string, sec float64) Observation {
 // the hysteresis is 0.125.
 func stepTestConfig() Config {
 	return Config{
-		MinWeight: 1, MaxWeight: 4, Levels: 4,
-		Smoothing: 1, Hysteresis: 0.5, MinChangeInterval: 60 * time.Second,
-		MaxQueueDepth: 10, ResumeQueueDepth: 5,
-		MaxKVOccupancy: 0.9, ResumeKVOccupancy: 0.8,
-		MaxPreemptionRate: 0.5,
-		Hold:              30 * time.Second,
-		// 1: a single replica may be taken out (no fallback).
-		MaxSaturatedFraction: 1,
-		StaleAfter:           60 * time.Second,
+		Weighting: Weighting{
+			MinWeight: 1, MaxWeight: 4, Levels: 4,
+			Smoothing: 1, Hysteresis: 0.5, MinChangeInterval: 60 * time.Second,
+		},
+		Escape: Escape{
+			MaxQueueDepth: 10, ResumeQueueDepth: 5,
+			MaxKVOccupancy: 0.9, ResumeKVOccupancy: 0.8,
+			MaxPreemptionRate: 0.5,
+			Hold:              30 * time.Second,
+			// 1: a single replica may be taken out (no fallback).
+			MaxSaturatedFraction: 1,
+		},
+		StaleAfter: 60 * time.Second,
 	}
 }
 
@@ -113,7 +117,7 @@ func TestStepWeightLevels(t *testing.T) {
 		{1, 8, 1, []uint32{8}}, // one level: the top weight
 		{1, 1 << 31, 2, []uint32{1, 1 << 31}},
 	} {
-		c := Config{MinWeight: tc.min, MaxWeight: tc.max, Levels: tc.levels}
+		c := Config{Weighting: Weighting{MinWeight: tc.min, MaxWeight: tc.max, Levels: tc.levels}}
 		var got []uint32
 		for l := range tc.levels {
 			got = append(got, c.levelWeight(l))
@@ -808,8 +812,8 @@ func TestStepInvalidConfig(t *testing.T) {
 	nan := math.NaN()
 	for _, c := range []Config{
 		{},
-		{MinWeight: 5, MaxWeight: 1, Levels: -3, Smoothing: nan, Hysteresis: nan, MaxSaturatedFraction: nan},
-		{MaxWeight: 4, Levels: 4, Smoothing: 7, Hysteresis: math.Inf(1), MaxQueueDepth: -1, MaxKVOccupancy: nan, StaleAfter: -1},
+		{Weighting: Weighting{MinWeight: 5, MaxWeight: 1, Levels: -3, Smoothing: nan, Hysteresis: nan}, Escape: Escape{MaxSaturatedFraction: nan}},
+		{Weighting: Weighting{MaxWeight: 4, Levels: 4, Smoothing: 7, Hysteresis: math.Inf(1)}, Escape: Escape{MaxQueueDepth: -1, MaxKVOccupancy: nan}, StaleAfter: -1},
 	} {
 		var st State
 		for i := range 5 {

@@ -19,9 +19,11 @@
 // keeps for its View each replica's latest scrape and a bounded History
 // (hit rate, preemption rate and TTFT percentiles over the last minute);
 // Step's decisions depend on neither. The package knows nothing of policy
-// files or xDS, except for the registry of engines and signals (Engines,
-// SignalNames) that the policy validates against: the reconcile step
-// builds a Config and a Profile from the policy and folds Decisions into
+// files or xDS; it owns the settings a policy's metrics, escape and
+// weights blocks decode into (Scrape, Escape, Weighting, Series) with
+// their defaults (defaults.go), and the registry of engines and signals
+// (Engines, SignalNames) that the policy validates against. The reconcile
+// step builds a Config and a Profile from them and folds Decisions into
 // the fleet model.
 package weights
 
@@ -164,20 +166,32 @@ func (d *Decision) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Config tunes Step for one pool. The policy package fills in defaults;
+// Config tunes Step for one pool: a policy's weights and escape blocks,
+// and its metrics block's stale_after. The policy decodes into these types;
 // Validate reports inconsistent values.
 type Config struct {
-	// MinWeight and MaxWeight bound the weight multiplier; Levels is the
-	// number of distinct weights between them (inclusive), so that small
-	// changes in load never change a weight.
+	Weighting
+	Escape
+	// StaleAfter is how long a replica's last good signals are used
+	// after its scrapes start failing; then it gets the neutral weight.
+	StaleAfter time.Duration
+}
+
+// Weighting is how a replica's weight multiplier follows its free
+// capacity: a policy's weights block.
+type Weighting struct {
+	// MinWeight and MaxWeight bound the weight multiplier (1 <= MinWeight
+	// <= MaxWeight <= MaxWeightMultiplier); Levels, 1..MaxWeight -
+	// MinWeight + 1, is the number of distinct weights between them
+	// (inclusive), so that small changes in load never change a weight.
 	MinWeight uint32
 	MaxWeight uint32
 	Levels    int
 	// Smoothing is the EWMA weight of a new observation, in (0, 1].
 	Smoothing float64
-	// Hysteresis is how far, as a fraction of one level's width, the
-	// smoothed free capacity must cross a level boundary before the
-	// weight follows.
+	// Hysteresis, in [0, 1), is how far, as a fraction of one level's
+	// width, the smoothed free capacity must cross a level boundary
+	// before the weight follows.
 	Hysteresis float64
 	// MinChangeInterval is the shortest time between two weight changes
 	// of one replica.
@@ -186,23 +200,24 @@ type Config struct {
 	// mean of its weight domain (the replicas sharing its hash table)
 	// instead of its own free capacity (see step.go).
 	Relative bool
+}
 
-	// A replica is saturated when its queue depth or KV occupancy reaches
-	// its maximum, or its preemption rate (per second) exceeds
-	// MaxPreemptionRate. It recovers once both are below their Resume
-	// values and it has not preempted, continuously for Hold.
+// Escape is when a replica counts as saturated and leaves the hash table
+// for new keys, and when it comes back: a policy's escape block.
+type Escape struct {
+	// A replica is saturated when its queue depth or KV occupancy (a
+	// fraction in (0, 1]) reaches its maximum, or its preemption rate
+	// (per second) exceeds MaxPreemptionRate. It recovers once both are
+	// below their Resume values (each below its maximum) and it has not
+	// preempted, continuously for Hold.
 	MaxQueueDepth     float64
 	MaxKVOccupancy    float64
 	MaxPreemptionRate float64
 	ResumeQueueDepth  float64
 	ResumeKVOccupancy float64
 	Hold              time.Duration
-	// MaxSaturatedFraction is the largest fraction of a pool that may be
-	// out of the hash table at once; beyond it every replica stays in
-	// (pure affinity), so the rest are not swamped.
+	// MaxSaturatedFraction, in [0, 1], is the largest fraction of a pool
+	// that may be out of the hash table at once; beyond it every replica
+	// stays in (pure affinity), so the rest are not swamped.
 	MaxSaturatedFraction float64
-
-	// StaleAfter is how long a replica's last good signals are used
-	// after its scrapes start failing; then it gets the neutral weight.
-	StaleAfter time.Duration
 }

@@ -40,7 +40,8 @@ type Config struct {
 	// Port is the replicas' port for A and AAAA; for SRV it overrides the
 	// records' ports when set.
 	Port uint32
-	// Resolver is host:port; empty means the system's (resolv.conf).
+	// Resolver is an IP host:port; empty means the system's
+	// (resolv.conf).
 	Resolver string
 	// Refresh is the time between lookups; a longer TTL in the answer
 	// stretches it (the TTL is its lower bound).
@@ -51,6 +52,13 @@ type Config struct {
 	// Timeout bounds one lookup; zero means the smaller of 2s and Refresh.
 	Timeout time.Duration
 }
+
+// Defaults and limits of Config (a policy's dns block): the record type
+// defaults to SRV.
+const (
+	DefaultRefresh = 10 * time.Second
+	MinRefresh     = time.Second
+)
 
 // DefaultKeepFor is ten refresh intervals, and at least a minute.
 func DefaultKeepFor(refresh time.Duration) time.Duration {

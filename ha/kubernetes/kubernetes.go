@@ -31,7 +31,6 @@ import (
 
 	dk "github.com/kvxds/kvxds/discovery/kubernetes"
 	"github.com/kvxds/kvxds/ha"
-	"github.com/kvxds/kvxds/policy"
 )
 
 // Names in the decisions ConfigMap.
@@ -40,14 +39,33 @@ const (
 	LeaderAnnotation = "kvxds.io/leader"
 	TermAnnotation   = "kvxds.io/term"
 	// DecisionsSuffix names the ConfigMap after the Lease.
-	DecisionsSuffix = policy.DecisionsSuffix
+	DecisionsSuffix = "-decisions"
 )
 
-// Config configures the election.
+// Defaults of Config (a policy's ha kubernetes block): client-go's usual
+// leader election timings. RenewDeadline must exceed JitterFactor times
+// RetryPeriod, and LeaseDuration RenewDeadline.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	JitterFactor         = leaderelection.JitterFactor
+)
+
+// Config configures the election: a policy's ha kubernetes block, and
+// this instance's ID.
 type Config struct {
-	Namespace, Lease string
+	Namespace string
+	// Lease names the coordination.k8s.io Lease; the decisions are
+	// published in the ConfigMap Lease + DecisionsSuffix.
+	Lease string
 	// ID is this instance's identity: the Lease's holder while it leads.
-	ID                                        string
+	ID string
+	// Kubeconfig is a kubeconfig file's path; empty means in-cluster,
+	// then $KUBECONFIG.
+	Kubeconfig string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's
+	// leader election timings.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
@@ -66,10 +84,10 @@ type Peers struct {
 	term    int64
 }
 
-// New connects with the API server kubeconfig names (in-cluster when
+// New connects with the API server cfg.Kubeconfig names (in-cluster when
 // empty, then $KUBECONFIG).
-func New(cfg Config, kubeconfig string, log hclog.Logger) (*Peers, error) {
-	rc, err := dk.RESTConfig(kubeconfig)
+func New(cfg Config, log hclog.Logger) (*Peers, error) {
+	rc, err := dk.RESTConfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}

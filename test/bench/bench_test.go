@@ -326,13 +326,13 @@ func TestGroupWeightLevels(t *testing.T) {
 			t.Fatalf("levels %d: %s", tc.levels, policy.Format(diags))
 		}
 		w := p.Pools[0].Weights
-		if w.Min != tc.min || w.Max != tc.max || w.Levels != tc.n {
-			t.Errorf("levels %d: weights %d–%d in %d levels, want %d–%d in %d", tc.levels, w.Min, w.Max, w.Levels, tc.min, tc.max, tc.n)
+		if w.MinWeight != tc.min || w.MaxWeight != tc.max || w.Levels != tc.n {
+			t.Errorf("levels %d: weights %d–%d in %d levels, want %d–%d in %d", tc.levels, w.MinWeight, w.MaxWeight, w.Levels, tc.min, tc.max, tc.n)
 		}
 		if w.Relative != (tc.levels == 6) {
 			t.Errorf("levels %d: relative %t", tc.levels, w.Relative)
 		}
-		if got := w.MinInterval.Seconds() * scale; math.Abs(got-tc.wantIntervalS) > 1e-6 {
+		if got := w.MinChangeInterval.Seconds() * scale; math.Abs(got-tc.wantIntervalS) > 1e-6 {
 			t.Errorf("levels %d: min_interval %v simulated seconds, want %v", tc.levels, got, tc.wantIntervalS)
 		}
 	}

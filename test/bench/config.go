@@ -10,9 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
+	"github.com/kvxds/kvxds/weights"
 )
 
 // Mode is a routing mode under test.
@@ -293,8 +293,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replicas must be at least 1, not %d", c.Replicas)
 	case c.GroupWeightLevels < 1:
 		return fmt.Errorf("group weight levels must be at least 1, not %d", c.GroupWeightLevels)
-	case c.GroupWeightMin < 1 || c.GroupWeightMin+c.GroupWeightLevels-1 > policy.MaxWeightMultiplier:
-		return fmt.Errorf("group weights %d to %d must lie within 1 to %d", c.GroupWeightMin, c.GroupWeightMin+c.GroupWeightLevels-1, policy.MaxWeightMultiplier)
+	case c.GroupWeightMin < 1 || c.GroupWeightMin+c.GroupWeightLevels-1 > weights.MaxWeightMultiplier:
+		return fmt.Errorf("group weights %d to %d must lie within 1 to %d", c.GroupWeightMin, c.GroupWeightMin+c.GroupWeightLevels-1, weights.MaxWeightMultiplier)
 	case !(c.Load > 0):
 		return fmt.Errorf("load must be positive, not %v", c.Load)
 	case c.Duration < 0:

@@ -1,0 +1,347 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/kvxds/kvxds/xds/fleet"
+)
+
+// Hash is a pool's hash block: how it maps requests to endpoints.
+// Algorithm is Maglev or RingHash; TableSize is a Maglev table's (prime),
+// zero for ring_hash; MinRingSize is set whenever MaxRingSize is below
+// DataPlaneMinRingSize; GRPCRingCap zero means DefaultGRPCRingCap;
+// Keyless is one of the Keyless constants (DefaultKeyless); MaxBodyBytes
+// is DefaultMaxBodyBytes when the chain has body keys, zero otherwise.
+type Hash = fleet.Hash
+
+// Hash algorithms.
+const (
+	Maglev           = fleet.Maglev
+	RingHash         = fleet.RingHash
+	DefaultAlgorithm = Maglev
+)
+
+// How a hash pool spreads requests without a key.
+const (
+	KeylessRoundRobin   = fleet.RoundRobin
+	KeylessLeastRequest = fleet.LeastRequest
+	KeylessRandom       = fleet.Random
+	DefaultKeyless      = KeylessRoundRobin
+)
+
+// Limits of the hash block. The table (fleet.MaxMaglevTableSize) and ring
+// sizes are Envoy's own limits.
+const (
+	MaxRingSize = 8388608
+	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
+	DataPlaneMinRingSize = 1024
+	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size
+	// cap; MinGRPCRingCap gives 64 units of weight one entry each.
+	DefaultGRPCRingCap = 4096
+	MinGRPCRingCap     = 64
+	MinBalanceFactor   = 100
+)
+
+type hashSpec struct {
+	DefRange      hcl.Range      `hcl:",def_range"`
+	Algorithm     *hcl.Attribute `hcl:"algorithm,optional"`
+	TableSize     *hcl.Attribute `hcl:"table_size,optional"`
+	MinRingSize   *hcl.Attribute `hcl:"min_ring_size,optional"`
+	MaxRingSize   *hcl.Attribute `hcl:"max_ring_size,optional"`
+	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
+	Keyless       *hcl.Attribute `hcl:"keyless,optional"`
+	GRPCRingCap   *hcl.Attribute `hcl:"grpc_ring_cap,optional"`
+	MaxBodyBytes  *hcl.Attribute `hcl:"max_body_bytes,optional"`
+	Keys          []keySpec      `hcl:"key,block"`
+}
+
+func (s hashSpec) defRange() hcl.Range { return s.DefRange }
+
+func (d *decoder) hash(spec *hashSpec) Hash {
+	h := Hash{Algorithm: DefaultAlgorithm}
+
+	known := true // whether h.Algorithm is what the user asked for
+	if a := spec.Algorithm; a != nil {
+		switch s, good := d.str(a.Name, a.Expr); {
+		case !good: // already reported
+			known = false
+		case fleet.Algorithm(s) == Maglev || fleet.Algorithm(s) == RingHash:
+			h.Algorithm = fleet.Algorithm(s)
+		default:
+			d.errorf(a.Expr.Range(), "Unknown hash algorithm",
+				"%q is not a hash algorithm; use %q or %q.", s, Maglev, RingHash)
+			known = false
+		}
+	} else if spec.TableSize == nil && (spec.MinRingSize != nil || spec.MaxRingSize != nil) {
+		// Ring sizes only apply to a ring.
+		h.Algorithm = RingHash
+	}
+
+	if a := spec.TableSize; a != nil {
+		if known && h.Algorithm == RingHash {
+			d.errorf(a.NameRange, "Not a ring_hash setting",
+				`table_size sizes a Maglev table; remove it, or set algorithm = %q. A ring_hash ring is sized by min_ring_size and max_ring_size.`, Maglev)
+		} else if n, good := d.tableSize(a); good {
+			h.TableSize = n
+		}
+	} else if h.Algorithm == Maglev {
+		h.TableSize = fleet.DefaultMaglevTableSize
+	}
+
+	// ringSize returns a valid ring size setting, or nil.
+	ringSize := func(a *hcl.Attribute) (uint64, *hcl.Attribute) {
+		if a == nil {
+			return 0, nil
+		}
+		switch {
+		case known && h.Algorithm == Maglev && spec.Algorithm == nil: // chosen by table_size
+			d.errorf(a.NameRange, "Not a maglev setting",
+				`%s sizes a ring_hash ring, but table_size (line %d) sizes a Maglev table: remove %s for Maglev, or table_size for ring_hash.`,
+				a.Name, spec.TableSize.Range.Start.Line, a.Name)
+			return 0, nil
+		case known && h.Algorithm == Maglev:
+			d.errorf(a.NameRange, "Not a maglev setting",
+				`%s sizes a ring_hash ring; remove it, or set algorithm = %q. A Maglev table is sized by table_size.`, a.Name, RingHash)
+			return 0, nil
+		}
+		n, good := d.uintIn(a.Name, a.Expr, 1, MaxRingSize, "Invalid ring size")
+		if !good {
+			return 0, nil
+		}
+		return n, a
+	}
+	minN, minA := ringSize(spec.MinRingSize)
+	maxN, maxA := ringSize(spec.MaxRingSize)
+	if minA != nil && maxA != nil && minN > maxN {
+		d.errorf(maxA.Expr.Range(), "Invalid ring size",
+			"max_ring_size %d is smaller than min_ring_size %d (line %d); raise max_ring_size or lower min_ring_size.",
+			maxN, minN, minA.Range.Start.Line)
+	}
+	h.MinRingSize, h.MaxRingSize = minN, maxN
+	if spec.MinRingSize == nil && maxA != nil && maxN < DataPlaneMinRingSize {
+		// The data planes' own minimum would exceed the maximum, and they
+		// reject that.
+		h.MinRingSize = maxN
+	}
+
+	if a := spec.BalanceFactor; a != nil {
+		n, good := d.integer(a.Name, a.Expr)
+		switch {
+		case !good: // already reported
+		case n.Sign() < 0 || n.Sign() > 0 && n.Cmp(big.NewInt(MinBalanceFactor)) < 0:
+			d.errorf(a.Expr.Range(), "Invalid balance factor",
+				"balance_factor must be 0 (off) or at least 100 (percent of average load), not %s; 150 lets a replica take 1.5 times the average load before keys spill over.", n)
+		case !n.IsUint64() || n.Uint64() > math.MaxUint32:
+			d.errorf(a.Expr.Range(), "Invalid balance factor",
+				"balance_factor %s is too large; the maximum is %d.", n, uint64(math.MaxUint32))
+		default:
+			h.BalanceFactor = uint32(n.Uint64())
+		}
+	}
+
+	if a := spec.GRPCRingCap; a != nil {
+		if n, good := d.uintIn(a.Name, a.Expr, MinGRPCRingCap, MaxRingSize, "Invalid gRPC ring cap"); good {
+			h.GRPCRingCap = n
+		}
+	}
+
+	h.Keyless = DefaultKeyless
+	if a := spec.Keyless; a != nil {
+		if s, good := d.str(a.Name, a.Expr); good {
+			switch b := fleet.Balancer(s); b {
+			case KeylessRoundRobin, KeylessLeastRequest, KeylessRandom:
+				h.Keyless = b
+			default:
+				d.errorf(a.Expr.Range(), "Unknown keyless balancing",
+					"%q is not a way to spread requests that carry no hash key; use %q (the default), %q, or %q to hash them on a random value like a data plane without a fallback.",
+					s, KeylessRoundRobin, KeylessLeastRequest, KeylessRandom)
+			}
+		}
+	}
+
+	h.Keys = d.keys(spec)
+	d.bodyKeys(spec, &h)
+	return h
+}
+
+// tableSize decodes a Maglev table size: a prime no larger than Envoy's
+// maximum. Maglev's permutation needs a prime table to fill it evenly.
+func (d *decoder) tableSize(a *hcl.Attribute) (uint64, bool) {
+	n, ok := d.integer(a.Name, a.Expr)
+	if !ok {
+		return 0, false
+	}
+	if n.Sign() < 0 || !n.IsUint64() || n.Uint64() > fleet.MaxMaglevTableSize {
+		d.errorf(a.Expr.Range(), "Invalid table size",
+			"table_size %s is out of range; use a prime from 2 to %d (the default is %d).", n, fleet.MaxMaglevTableSize, fleet.DefaultMaglevTableSize)
+		return 0, false
+	}
+	v := n.Uint64()
+	if isPrime(v) {
+		return v, true
+	}
+	near := fmt.Sprintf("the nearest prime is %d", nextPrime(v))
+	if v > 2 {
+		near = fmt.Sprintf("the nearest primes are %d and %d", prevPrime(v), nextPrime(v))
+	}
+	d.errorf(a.Expr.Range(), "Table size not prime", "table_size %d is not prime; %s.", v, near)
+	return 0, false
+}
+
+func isPrime(n uint64) bool {
+	if n < 2 {
+		return false
+	}
+	for i := uint64(2); i*i <= n; i++ {
+		if n%i == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// prevPrime returns the largest prime below n; n must be above 2.
+func prevPrime(n uint64) uint64 {
+	for n--; !isPrime(n); n-- {
+	}
+	return n
+}
+
+func nextPrime(n uint64) uint64 {
+	for n++; !isPrime(n); n++ {
+	}
+	return n
+}
+
+// HashKey is a key block. Exactly one field is set; Header is lower-cased.
+// JSONField (a dot path of object keys to a string field of the body, as
+// in "metadata.conversation_id") and PromptPrefix (a number of bytes of
+// the raw JSON text of the body's top-level "messages", else "prompt",
+// value) read the JSON request body (Envoy only; see bodykeys.go).
+type HashKey = fleet.HashKey
+
+// keySpec is a key block; exactly one source must be set, which is
+// checked by hand to explain how to split a key with several.
+type keySpec struct {
+	DefRange       hcl.Range      `hcl:",def_range"`
+	Header         *hcl.Attribute `hcl:"header,optional"`
+	Cookie         *hcl.Attribute `hcl:"cookie,optional"`
+	QueryParameter *hcl.Attribute `hcl:"query_parameter,optional"`
+	JSONField      *hcl.Attribute `hcl:"json_field,optional"`
+	PromptPrefix   *hcl.Attribute `hcl:"prompt_prefix,optional"`
+}
+
+// keys decodes the key chain of a hash block.
+func (d *decoder) keys(hash *hashSpec) []HashKey {
+	if len(hash.Keys) == 0 {
+		d.errorf(hash.DefRange, "Missing hash key",
+			`The hash block has no key; add one, as in key { header = "x-session-id" }. Keys are tried in order and the first one present in a request wins.`)
+		return nil
+	}
+	var keys []HashKey
+	seen := map[HashKey]hcl.Range{}
+	for _, kb := range hash.Keys {
+		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter, kb.JSONField, kb.PromptPrefix)
+		if len(set) == 0 {
+			d.errorf(kb.DefRange, "Empty hash key",
+				`A key block needs exactly one of header, cookie, query_parameter, json_field or prompt_prefix, as in key { header = "x-session-id" }.`)
+			continue
+		}
+		for _, a := range set[1:] {
+			d.errorf(a.NameRange, "Conflicting hash key sources",
+				"This key already takes its value from %s (line %d); a key has exactly one source. Move %s into a key block of its own: keys are tried in order.",
+				set[0].Name, set[0].Range.Start.Line, a.Name)
+		}
+		a := set[0]
+		if a == kb.PromptPrefix {
+			if k, good := d.promptPrefix(a); good && d.uniqueKey(seen, k, a, fmt.Sprint(k.PromptPrefix)) && len(set) == 1 {
+				keys = append(keys, k)
+			}
+			continue
+		}
+		s, good := d.str(a.Name, a.Expr)
+		if !good {
+			continue
+		}
+		var k HashKey
+		var err error
+		switch a {
+		case kb.Header:
+			s = strings.ToLower(s)
+			if k.Header, err = checkHeaderName(s); err == nil {
+				err = checkNotGenerated(s)
+			}
+		case kb.JSONField:
+			k.JSONField, err = checkJSONField(s)
+		case kb.Cookie:
+			k.Cookie, err = checkCookieName(s)
+		case kb.QueryParameter:
+			k.QueryParameter, err = checkQueryParameter(s)
+		}
+		if err != nil {
+			d.errorf(a.Expr.Range(), "Invalid hash key", "%s.", err)
+			continue
+		}
+		if !d.uniqueKey(seen, k, a, strconv.Quote(s)) {
+			continue
+		}
+		if len(set) == 1 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// tchars are the characters of an HTTP token (RFC 9110), which header
+// and cookie names are.
+const tchars = "!#$%&'*+-.^_`|~"
+
+func firstNonToken(s string) (rune, bool) {
+	for _, c := range s {
+		if !isAlnum(c) && !strings.ContainsRune(tchars, c) {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+func checkHeaderName(s string) (string, error) {
+	switch {
+	case s == "":
+		return "", fmt.Errorf(`header must not be empty; name the request header that carries the session, as in "x-session-id"`)
+	case s[0] == ':':
+		return "", fmt.Errorf(`%q is an HTTP/2 pseudo-header, which cannot be a hash key; hash on a regular request header such as "x-session-id"`, s)
+	}
+	if c, bad := firstNonToken(s); bad {
+		return "", fmt.Errorf("%q is not a valid HTTP header name: %q is not allowed; use letters, digits and %s", s, c, tchars)
+	}
+	return s, nil
+}
+
+func checkCookieName(s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf(`cookie must not be empty; name the cookie that carries the session, as in "session"`)
+	}
+	if c, bad := firstNonToken(s); bad {
+		return "", fmt.Errorf("%q is not a valid cookie name: %q is not allowed; use letters, digits and %s", s, c, tchars)
+	}
+	return s, nil
+}
+
+func checkQueryParameter(s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf(`query_parameter must not be empty; name the URL query parameter that carries the session, as in "session_id"`)
+	}
+	for _, c := range s {
+		if c <= ' ' || c == 0x7f || strings.ContainsRune("&=#?", c) {
+			return "", fmt.Errorf("%q is not a valid query parameter name: %q is not allowed", s, c)
+		}
+	}
+	return s, nil
+}

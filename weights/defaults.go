@@ -1,0 +1,113 @@
+package weights
+
+import (
+	"math"
+	"time"
+)
+
+// Defaults and limits of the weights block (Weighting). Levels defaults to
+// DefaultLevels, or MaxWeight - MinWeight + 1 if that is fewer; a policy's
+// max left unset rises to min, and to min + levels - 1 for levels that are
+// set (at most MaxWeightMultiplier).
+const (
+	DefaultMinWeight         = 1
+	DefaultMaxWeight         = 4
+	DefaultLevels            = 4
+	DefaultSmoothing         = 0.3
+	DefaultHysteresis        = 0.5
+	DefaultMinChangeInterval = 30 * time.Second
+	// MaxWeightMultiplier bounds MaxWeight: Envoy's endpoint weight is
+	// the static weight (at most 128) times the multiplier.
+	MaxWeightMultiplier = 128
+)
+
+// Defaults of the escape block (Escape). ResumeQueueDepth defaults to half
+// of MaxQueueDepth, and ResumeKVOccupancy to DefaultResumeKVOccupancy of
+// MaxKVOccupancy. In a policy, a maximum left unset rises above a resume
+// value that is set: to twice resume_queue_depth, and to 1 for
+// resume_kv_occupancy.
+const (
+	DefaultMaxQueueDepth        = 8.0
+	DefaultMaxKVOccupancy       = 0.9
+	DefaultMaxPreemptionRate    = 0.0
+	DefaultResumeKVMargin       = 0.1
+	DefaultHold                 = 30 * time.Second
+	DefaultMaxSaturatedFraction = 0.5
+)
+
+// Defaults and limits of scraping (a policy's metrics block). Unset, a
+// policy's engine is EngineCustom when signal blocks are given; interval
+// is twice a timeout that is not shorter than DefaultScrapeInterval, but
+// at most stale_after; timeout is half the interval when that is shorter
+// than DefaultScrapeTimeout, as Prometheus caps its default at the
+// interval.
+const (
+	DefaultEngine         = EngineVLLM
+	DefaultScrapeInterval = 2 * time.Second
+	DefaultScrapeTimeout  = time.Second
+	// DefaultStaleAfterIntervals is StaleAfter's default in scrape
+	// intervals.
+	DefaultStaleAfterIntervals = 5
+	DefaultMetricsPath         = "/metrics"
+	DefaultMetricsScheme       = "http"
+	DefaultSignalScale         = 1.0
+	MinScrapeInterval          = 100 * time.Millisecond
+)
+
+// DefaultConfig returns the defaults, for a pool scraped every
+// DefaultScrapeInterval:
+//
+//	MinWeight 1, MaxWeight 4, Levels 4   weights 1, 2, 3, 4
+//	Smoothing 0.3                        about three scrapes' memory
+//	Hysteresis 0.5                       half a level: 0.125 of free capacity
+//	MinChangeInterval 30s
+//	MaxQueueDepth 8, ResumeQueueDepth 4
+//	MaxKVOccupancy 0.9, ResumeKVOccupancy 0.8
+//	MaxPreemptionRate 0                  any preemption saturates
+//	Hold 30s
+//	MaxSaturatedFraction 0.5
+//	StaleAfter 10s                       five scrapes
+func DefaultConfig() Config {
+	return Config{
+		Weighting:  DefaultWeighting(),
+		Escape:     DefaultEscape(),
+		StaleAfter: DefaultStaleAfterIntervals * DefaultScrapeInterval,
+	}
+}
+
+// DefaultWeighting returns the defaults of the weights block.
+func DefaultWeighting() Weighting {
+	return Weighting{
+		MinWeight:         DefaultMinWeight,
+		MaxWeight:         DefaultMaxWeight,
+		Levels:            min(DefaultLevels, DefaultMaxWeight-DefaultMinWeight+1),
+		Smoothing:         DefaultSmoothing,
+		Hysteresis:        DefaultHysteresis,
+		MinChangeInterval: DefaultMinChangeInterval,
+	}
+}
+
+// DefaultEscape returns the defaults of the escape block.
+func DefaultEscape() Escape {
+	return Escape{
+		MaxQueueDepth:        DefaultMaxQueueDepth,
+		MaxKVOccupancy:       DefaultMaxKVOccupancy,
+		MaxPreemptionRate:    DefaultMaxPreemptionRate,
+		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
+		ResumeKVOccupancy:    DefaultResumeKVOccupancy(DefaultMaxKVOccupancy),
+		Hold:                 DefaultHold,
+		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
+	}
+}
+
+// DefaultResumeKVOccupancy is ResumeKVOccupancy's default for a maximum:
+// the maximum less DefaultResumeKVMargin, rounded to 12 decimals so that
+// 0.95 gives 0.85 rather than 0.8499999999999999. Below the margin it is
+// half the maximum: a resume value of 0 could never be reached, and the
+// replica would never return.
+func DefaultResumeKVOccupancy(maxKV float64) float64 {
+	if maxKV <= DefaultResumeKVMargin {
+		return maxKV / 2
+	}
+	return math.Round((maxKV-DefaultResumeKVMargin)*1e12) / 1e12
+}
