@@ -35,16 +35,16 @@ const (
 	DefaultKeyless      = KeylessRoundRobin
 )
 
-// Limits of the hash block. The table (fleet.MaxMaglevTableSize) and ring
-// sizes are Envoy's own limits.
+// Limits of the hash block: the data planes' own (xds/fleet), named here
+// as the policy reference speaks of them.
 const (
-	MaxRingSize = 8388608
+	MaxRingSize = fleet.MaxRingSize
 	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
-	DataPlaneMinRingSize = 1024
+	DataPlaneMinRingSize = fleet.DefaultMinRingSize
 	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size
 	// cap; MinGRPCRingCap gives 64 units of weight one entry each.
-	DefaultGRPCRingCap = 4096
-	MinGRPCRingCap     = 64
+	DefaultGRPCRingCap = fleet.DefaultGRPCRingCap
+	MinGRPCRingCap     = fleet.MinGRPCRingCap
 	MinBalanceFactor   = 100
 )
 
@@ -183,7 +183,7 @@ func (d *decoder) tableSize(a *hcl.Attribute) (uint64, bool) {
 		return 0, false
 	}
 	v := n.Uint64()
-	if isPrime(v) {
+	if fleet.IsPrime(v) {
 		return v, true
 	}
 	near := fmt.Sprintf("the nearest prime is %d", nextPrime(v))
@@ -194,27 +194,15 @@ func (d *decoder) tableSize(a *hcl.Attribute) (uint64, bool) {
 	return 0, false
 }
 
-func isPrime(n uint64) bool {
-	if n < 2 {
-		return false
-	}
-	for i := uint64(2); i*i <= n; i++ {
-		if n%i == 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // prevPrime returns the largest prime below n; n must be above 2.
 func prevPrime(n uint64) uint64 {
-	for n--; !isPrime(n); n-- {
+	for n--; !fleet.IsPrime(n); n-- {
 	}
 	return n
 }
 
 func nextPrime(n uint64) uint64 {
-	for n++; !isPrime(n); n++ {
+	for n++; !fleet.IsPrime(n); n++ {
 	}
 	return n
 }

@@ -483,9 +483,9 @@ func TestPrimes(t *testing.T) {
 		{4, false, 3, 5},
 		{fleet.MaxMaglevTableSize, true, 4999999, 5000077},
 	} {
-		if isPrime(tt.n) != tt.prime || prevPrime(tt.n) != tt.prev || nextPrime(tt.n) != tt.next {
+		if fleet.IsPrime(tt.n) != tt.prime || prevPrime(tt.n) != tt.prev || nextPrime(tt.n) != tt.next {
 			t.Errorf("%d: prime=%v prev=%d next=%d, want %v %d %d",
-				tt.n, isPrime(tt.n), prevPrime(tt.n), nextPrime(tt.n), tt.prime, tt.prev, tt.next)
+				tt.n, fleet.IsPrime(tt.n), prevPrime(tt.n), nextPrime(tt.n), tt.prime, tt.prev, tt.next)
 		}
 	}
 }
@@ -535,7 +535,7 @@ func checkPolicy(p *Policy) error {
 			if len(h.Keys) == 0 {
 				return fmt.Errorf("hash pool without keys accepted: %+v", pool)
 			}
-			if (h.Algorithm == Maglev) != isPrime(h.TableSize) {
+			if (h.Algorithm == Maglev) != fleet.IsPrime(h.TableSize) {
 				return fmt.Errorf("bad table size accepted: %+v", h)
 			}
 			// The data planes default the minimum and reject a maximum

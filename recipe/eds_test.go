@@ -58,7 +58,7 @@ func model(t *testing.T, firstWeight uint32) fleet.Model {
 		t.Fatal(policy.Format(diags))
 	}
 	p.Pools[0].Static[0].Weight = firstWeight
-	m, err := fleet.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
+	m, err := fleet.Prepare(reconcile.Join(p, reconcile.StaticTargets(p), nil))
 	if err != nil {
 		t.Fatal(err)
 	}

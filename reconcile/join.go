@@ -10,9 +10,9 @@ import (
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
-// StaticGroups returns the endpoints written in a policy as discovered
+// StaticTargets returns the endpoints written in a policy as discovered
 // targets, one set per pool (empty for a pool without a static block).
-func StaticGroups(p *policy.Policy) []discovery.PoolTargets {
+func StaticTargets(p *policy.Policy) []discovery.PoolTargets {
 	out := make([]discovery.PoolTargets, 0, len(p.Pools))
 	for _, pool := range p.Pools {
 		out = append(out, discovery.PoolTargets{Pool: pool.Name, Targets: staticTargets(pool)})
@@ -94,7 +94,7 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 // policy and its static endpoints (replicas its dns and kubernetes blocks
 // would find are not looked up).
 func Render(p *policy.Policy, kind translate.Kind) ([]byte, error) {
-	m, err := fleet.Prepare(Join(p, StaticGroups(p), nil))
+	m, err := fleet.Prepare(Join(p, StaticTargets(p), nil))
 	if err != nil {
 		return nil, err
 	}

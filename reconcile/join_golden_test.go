@@ -42,7 +42,7 @@ func TestJoinGolden(t *testing.T) {
 			if diags.HasErrors() {
 				t.Fatalf("%s", policy.Format(diags))
 			}
-			f := Join(p, StaticGroups(p), nil).Normalize()
+			f := Join(p, StaticTargets(p), nil).Normalize()
 			if err := f.Validate(); err != nil {
 				t.Fatalf("joined fleet does not validate: %v", err)
 			}

@@ -64,7 +64,7 @@ pool "chat" {
 		},
 	}}
 	// Endpoints sort by identity: "127.0.0.1:8002" < "a".
-	got := Join(p, StaticGroups(p), nil).Normalize()
+	got := Join(p, StaticTargets(p), nil).Normalize()
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Join:\n got %+v\nwant %+v", got, want)
 	}

@@ -170,7 +170,7 @@ pool "chat" {
   }
 }
 `, strings.Join(eps, ", "), extra, exclusive))
-	m, err := fleet.Prepare(Join(p, StaticGroups(p), nil))
+	m, err := fleet.Prepare(Join(p, StaticTargets(p), nil))
 	if err != nil {
 		t.Fatal(err)
 	}

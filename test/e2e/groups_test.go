@@ -61,7 +61,7 @@ func policyGroup(t *testing.T, path string) (*fleet.Pool, fleet.Group) {
 	if diags.HasErrors() {
 		t.Fatal(policy.Format(diags))
 	}
-	m, err := fleet.Prepare(reconcile.Join(p, reconcile.StaticGroups(p), nil))
+	m, err := fleet.Prepare(reconcile.Join(p, reconcile.StaticTargets(p), nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"unicode/utf8"
+
+	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
 // Limits of the data planes kvxds serves, shared by the policy (which
@@ -25,6 +27,8 @@ const (
 	// MinGRPCRingCap is the smallest gRPC ring cap: one entry for each of
 	// RingFullWeight units of weight.
 	MinGRPCRingCap = RingFullWeight
+	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size cap.
+	DefaultGRPCRingCap = ringhash.DefaultCap
 )
 
 // IsPrime reports whether n is prime (Envoy's Maglev table sizes must be).
