@@ -159,7 +159,7 @@ func TestDecodedValues(t *testing.T) {
 					BalanceFactor: 150,
 					Keys:          []HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}},
 				},
-				Static: []StaticEndpoint{
+				Static: []fleet.Endpoint{
 					{Host: "127.0.0.1", Port: 8001, Weight: 1},
 					{Host: "127.0.0.1", Port: 8002, Weight: 1},
 				},
@@ -185,7 +185,7 @@ func TestDecodedValues(t *testing.T) {
 						{Header: "x-session-id"},
 					},
 				},
-				Static: []StaticEndpoint{
+				Static: []fleet.Endpoint{
 					{Host: "::1", Port: 8001, Weight: 1},
 					{Host: "10.8.0.12", Port: 8001, Weight: 1},
 				},
@@ -199,10 +199,10 @@ func TestDecodedValues(t *testing.T) {
 				Port:          10002,
 				ListenAddress: "0.0.0.0",
 				Hash:          maglevKey("x-session-id"),
-				Static: []StaticEndpoint{
+				Static: []fleet.Endpoint{
 					{Host: "10.0.0.1", Port: 8000, Weight: 1},
 					{Host: "10.0.0.2", Port: 8000, Weight: 3, HashKey: "replica-a",
-						Region: "eu-west-1", Zone: "eu-west-1a", SubZone: "rack-1"},
+						Locality: fleet.Locality{Region: "eu-west-1", Zone: "eu-west-1a", SubZone: "rack-1"}},
 					{Host: "2001:db8::2", Port: 8000, Weight: 128, HashKey: "replica-b"},
 					{Host: "10.0.0.3", Port: 8000, Weight: 1},
 				},
@@ -219,7 +219,7 @@ func TestDecodedValues(t *testing.T) {
 					Hash: Hash{Algorithm: RingHash, Keys: []HashKey{{Header: "x-session-id"}}}},
 				Pool{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
 					Hash: Hash{Algorithm: Maglev, TableSize: fleet.MaxMaglevTableSize, Keyless: KeylessRandom, Keys: []HashKey{{Header: "x-session-id"}}},
-					Static: []StaticEndpoint{
+					Static: []fleet.Endpoint{
 						{Host: "10.1.0.1", Port: 8000, Weight: 1},
 						{Host: "10.1.0.2", Port: 8000, Weight: 1},
 						{Host: "10.1.0.3", Port: 8000, Weight: 1},

@@ -39,7 +39,7 @@ type Pool struct {
 	Hash          Hash
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
-	Static []StaticEndpoint
+	Static []fleet.Endpoint
 	// DNS and Kubernetes are the pool's other sources of replicas, in file
 	// order; their replicas join the static ones.
 	DNS        []dns.Config

@@ -5,24 +5,13 @@ import (
 	"net/netip"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // MaxEndpointWeight bounds a static endpoint's weight, which keeps Maglev
 // tables balanced.
 const MaxEndpointWeight = 128
-
-// StaticEndpoint is one replica listed in the policy file.
-type StaticEndpoint struct {
-	// Host is an IP address (without brackets), in canonical form.
-	Host string
-	Port uint32
-	// Weight is the endpoint's share of the hash table, at least 1.
-	Weight uint32
-	// HashKey is the endpoint's stable identity on the hash ring; empty
-	// means host:port.
-	HashKey               string
-	Region, Zone, SubZone string
-}
 
 type staticSpec struct {
 	DefRange  hcl.Range      `hcl:",def_range"`
@@ -42,13 +31,16 @@ type endpointSpec struct {
 	SubZone      *hcl.Attribute `hcl:"sub_zone,optional"`
 }
 
-func (d *decoder) static(spec *staticSpec) []StaticEndpoint {
-	var eps []StaticEndpoint
+// static decodes a static block into the fleet model's endpoints: a Host
+// is an IP address in canonical form (without brackets), Weight is at
+// least 1, and HashKey is empty for host:port.
+func (d *decoder) static(spec *staticSpec) []fleet.Endpoint {
+	var eps []fleet.Endpoint
 	addrs := map[hostPort]hcl.Range{} // canonical address -> first occurrence
 	ids := map[string]hcl.Range{}     // hash identity -> first occurrence
 
 	// add registers an endpoint, rejecting a repeated address or identity.
-	add := func(hp hostPort, addrRange hcl.Range, ep StaticEndpoint, idRange hcl.Range) bool {
+	add := func(hp hostPort, addrRange hcl.Range, ep fleet.Endpoint, idRange hcl.Range) bool {
 		if prev, dup := addrs[hp]; dup {
 			d.errorf(addrRange, "Duplicate endpoint",
 				"%s is already listed at line %d; list each endpoint once (an endpoint block can give it a weight).", hp, prev.Start.Line)
@@ -73,7 +65,7 @@ func (d *decoder) static(spec *staticSpec) []StaticEndpoint {
 			if !good {
 				continue
 			}
-			ep := StaticEndpoint{Host: hp.host, Port: hp.port, Weight: 1}
+			ep := fleet.Endpoint{Host: hp.host, Port: hp.port, Weight: 1}
 			if add(hp, e.Range(), ep, e.Range()) {
 				eps = append(eps, ep)
 			}
@@ -84,7 +76,7 @@ func (d *decoder) static(spec *staticSpec) []StaticEndpoint {
 		b := &spec.Endpoint[i]
 		hp, addrOK := d.parseEndpointLabel(b.Address, b.AddressRange)
 		good := addrOK
-		ep := StaticEndpoint{Host: hp.host, Port: hp.port, Weight: 1}
+		ep := fleet.Endpoint{Host: hp.host, Port: hp.port, Weight: 1}
 		idRange := b.AddressRange
 		if a := b.Weight; a != nil {
 			n, g := d.uintIn(a.Name, a.Expr, 1, MaxEndpointWeight, "Invalid weight")
@@ -102,7 +94,7 @@ func (d *decoder) static(spec *staticSpec) []StaticEndpoint {
 		for _, f := range []struct {
 			attr *hcl.Attribute
 			dst  *string
-		}{{b.Region, &ep.Region}, {b.Zone, &ep.Zone}, {b.SubZone, &ep.SubZone}} {
+		}{{b.Region, &ep.Locality.Region}, {b.Zone, &ep.Locality.Zone}, {b.SubZone, &ep.Locality.SubZone}} {
 			if a := f.attr; a != nil {
 				s, g := d.str(a.Name, a.Expr)
 				*f.dst, good = s, good && g

@@ -25,7 +25,7 @@ func staticTargets(pool policy.Pool) discovery.Static {
 	for _, e := range pool.Static {
 		ts = append(ts, discovery.Target{
 			Host: e.Host, Port: e.Port, Weight: e.Weight, HashKey: e.HashKey,
-			Region: e.Region, Zone: e.Zone, SubZone: e.SubZone,
+			Region: e.Locality.Region, Zone: e.Locality.Zone, SubZone: e.Locality.SubZone,
 		})
 	}
 	return ts
