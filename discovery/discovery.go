@@ -8,43 +8,27 @@
 // static). Sources never know about policy, metrics or xDS: the Manager
 // merges their targets per pool, and the controller joins them with the
 // policy into the fleet model.
+//
+// A target is one replica as the fleet model's Endpoint, so it enters the
+// model as is: a source sets its address, weight (0 means 1), hash key
+// (empty means host:port), locality, and Health fleet.Draining for a
+// replica that is going away (a terminating pod still serving: it takes no
+// new keys, in-flight requests finish). The Manager records which source
+// reported it beside it, in PoolTargets.Sources.
 package discovery
 
 import (
 	"cmp"
 	"context"
-	"net"
 	"slices"
-	"strconv"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
-
-// Target is one replica found by a source.
-type Target struct {
-	Host string
-	Port uint32
-	// Weight is a static weight (>= 1); 0 means 1.
-	Weight uint32
-	// HashKey is the replica's stable identity on the hash ring; empty
-	// means host:port.
-	HashKey               string
-	Region, Zone, SubZone string
-	// Draining marks a replica that is going away (a terminating pod
-	// still serving): it takes no new keys, in-flight requests finish.
-	Draining bool
-	// Source is the ID of the source that reported the target; the
-	// Manager sets it (sources leave it empty).
-	Source string
-}
-
-// Address is host:port, with brackets around an IPv6 host.
-func (t Target) Address() string {
-	return net.JoinHostPort(t.Host, strconv.FormatUint(uint64(t.Port), 10))
-}
 
 // Update is what a source sends: its complete current targets, or Err
 // when it cannot tell what they are (Targets is then ignored).
 type Update struct {
-	Targets []Target
+	Targets []fleet.Endpoint
 	Err     error
 }
 
@@ -58,18 +42,21 @@ type Source interface {
 // PoolTargets is the current set of targets of one pool.
 type PoolTargets struct {
 	Pool    string
-	Targets []Target
+	Targets []fleet.Endpoint
+	// Sources names, by target address, the ID of the source that
+	// reported it; the Manager fills it in (nil elsewhere).
+	Sources map[string]string
 }
 
 // SortTargets orders targets by address, so equal sets compare equal.
-func SortTargets(ts []Target) {
-	slices.SortFunc(ts, func(a, b Target) int {
+func SortTargets(ts []fleet.Endpoint) {
+	slices.SortFunc(ts, func(a, b fleet.Endpoint) int {
 		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port))
 	})
 }
 
 // Static is a fixed list of targets, as written in a policy.
-type Static []Target
+type Static []fleet.Endpoint
 
 // Run sends the targets once, then waits for ctx.
 func (s Static) Run(ctx context.Context, up chan<- Update) {

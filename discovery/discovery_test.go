@@ -30,17 +30,3 @@ func TestStaticSendsSortedTargetsOnce(t *testing.T) {
 		t.Fatal("Run reordered its receiver")
 	}
 }
-
-func TestTargetAddress(t *testing.T) {
-	for _, tc := range []struct {
-		t    Target
-		want string
-	}{
-		{Target{Host: "10.0.0.1", Port: 8000}, "10.0.0.1:8000"},
-		{Target{Host: "fd00::1", Port: 80}, "[fd00::1]:80"},
-	} {
-		if got := tc.t.Address(); got != tc.want {
-			t.Errorf("%+v: %q, want %q", tc.t, got, tc.want)
-		}
-	}
-}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // Spec is one source of one pool. ID names the source and its settings:
@@ -36,9 +38,9 @@ type runningSource struct {
 	spec     Spec
 	cancel   context.CancelFunc
 	done     chan struct{}
-	targets  []Target // last good; nil until the first good update
-	synced   bool     // a good update arrived
-	reported bool     // any update arrived
+	targets  []fleet.Endpoint // last good; nil until the first good update
+	synced   bool             // a good update arrived
+	reported bool             // any update arrived
 	failing  bool
 }
 
@@ -180,8 +182,8 @@ func (m *Manager) run(ctx context.Context, r *runningSource) {
 
 // Targets returns the merged targets of every pool that has a source, in
 // pool order, each sorted by address. Sources are merged in ID order; an
-// address a later source also reports is kept once, from the first, and
-// logged once.
+// address a later source also reports is kept once, from the first (whose
+// ID Sources holds), and logged once.
 func (m *Manager) Targets() []PoolTargets {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -190,36 +192,36 @@ func (m *Manager) Targets() []PoolTargets {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	byPool := map[string][]Target{}
-	seen := map[string]string{} // pool + address → source ID
+	byPool := map[string]*PoolTargets{}
 	var pools []string
 	for _, id := range ids {
 		r := m.running[id]
 		p := r.spec.Pool
-		if _, ok := byPool[p]; !ok {
+		pt, ok := byPool[p]
+		if !ok {
 			pools = append(pools, p)
-			byPool[p] = nil
+			pt = &PoolTargets{Pool: p, Sources: map[string]string{}}
+			byPool[p] = pt
 		}
 		for _, t := range r.targets {
-			k := p + "\x00" + t.Address()
-			if first, ok := seen[k]; ok {
-				if dk := k + "\x00" + id; !m.dupes[dk] {
+			a := t.Address()
+			if first, ok := pt.Sources[a]; ok {
+				if dk := p + "\x00" + a + "\x00" + id; !m.dupes[dk] {
 					m.dupes[dk] = true
-					m.log.Warn("replica found by two sources; keeping the first", "pool", p, "address", t.Address(), "first", first, "also", id)
+					m.log.Warn("replica found by two sources; keeping the first", "pool", p, "address", a, "first", first, "also", id)
 				}
 				continue
 			}
-			seen[k] = id
-			t.Source = id
-			byPool[p] = append(byPool[p], t)
+			pt.Sources[a] = id
+			pt.Targets = append(pt.Targets, t)
 		}
 	}
 	slices.Sort(pools)
 	out := make([]PoolTargets, 0, len(pools))
 	for _, p := range pools {
-		ts := byPool[p]
-		SortTargets(ts)
-		out = append(out, PoolTargets{Pool: p, Targets: ts})
+		pt := byPool[p]
+		SortTargets(pt.Targets)
+		out = append(out, *pt)
 	}
 	return out
 }

@@ -3,12 +3,15 @@ package discovery
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // fake is a source whose updates the test sends.
@@ -29,24 +32,17 @@ func (f fake) Run(ctx context.Context, up chan<- Update) {
 	}
 }
 
-func tgt(host string, port uint32) Target { return Target{Host: host, Port: port} }
+func tgt(host string, port uint32) fleet.Endpoint { return fleet.Endpoint{Host: host, Port: port} }
 
-// sameTarget compares targets, and their Source when want names one.
-func sameTarget(got, want Target) bool {
-	if want.Source == "" {
-		got.Source = ""
-	}
-	return got == want
-}
-
-// waitTargets polls m until its targets equal want.
+// waitTargets polls m until its targets equal want, and their sources
+// too when want names them.
 func waitTargets(t *testing.T, m *Manager, want []PoolTargets) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got := m.Targets()
 		if slices.EqualFunc(got, want, func(a, b PoolTargets) bool {
-			return a.Pool == b.Pool && slices.EqualFunc(a.Targets, b.Targets, sameTarget)
+			return a.Pool == b.Pool && slices.Equal(a.Targets, b.Targets) && (b.Sources == nil || maps.Equal(a.Sources, b.Sources))
 		}) {
 			return
 		}
@@ -71,16 +67,16 @@ func TestManagerMergesAndFailsStatic(t *testing.T) {
 		u    Update
 		want []PoolTargets
 	}{
-		{"first source", a, Update{Targets: []Target{tgt("10.0.0.2", 80), tgt("10.0.0.1", 80)}},
-			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80)}}, {"code", nil}}},
-		{"second source merged, duplicate kept once", b, Update{Targets: []Target{tgt("10.0.0.3", 80), {Host: "10.0.0.1", Port: 80, Weight: 9}}},
-			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
-		{"other pool", c, Update{Targets: []Target{tgt("10.1.0.1", 8000)}},
-			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
+		{"first source", a, Update{Targets: []fleet.Endpoint{tgt("10.0.0.2", 80), tgt("10.0.0.1", 80)}},
+			[]PoolTargets{{Pool: "chat", Targets: []fleet.Endpoint{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80)}}, {Pool: "code"}}},
+		{"second source merged, duplicate kept once", b, Update{Targets: []fleet.Endpoint{tgt("10.0.0.3", 80), {Host: "10.0.0.1", Port: 80, Weight: 9}}},
+			[]PoolTargets{{Pool: "chat", Targets: []fleet.Endpoint{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {Pool: "code"}}},
+		{"other pool", c, Update{Targets: []fleet.Endpoint{tgt("10.1.0.1", 8000)}},
+			[]PoolTargets{{Pool: "chat", Targets: []fleet.Endpoint{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {Pool: "code", Targets: []fleet.Endpoint{tgt("10.1.0.1", 8000)}}}},
 		{"a failing source keeps its last good targets", a, Update{Err: errors.New("SERVFAIL")},
-			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", []Target{tgt("10.1.0.1", 8000)}}}},
-		{"an empty answer is an answer", c, Update{Targets: []Target{}},
-			[]PoolTargets{{"chat", []Target{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {"code", nil}}},
+			[]PoolTargets{{Pool: "chat", Targets: []fleet.Endpoint{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {Pool: "code", Targets: []fleet.Endpoint{tgt("10.1.0.1", 8000)}}}},
+		{"an empty answer is an answer", c, Update{Targets: []fleet.Endpoint{}},
+			[]PoolTargets{{Pool: "chat", Targets: []fleet.Endpoint{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)}}, {Pool: "code"}}},
 	} {
 		step.src <- step.u
 		waitTargets(t, m, step.want)
@@ -94,7 +90,7 @@ func TestManagerMergesAndFailsStatic(t *testing.T) {
 
 	// Removing a source drops its targets, and only its.
 	m.Apply(ctx, []Spec{{"chat", "static", b}, {"code", "k8s-1", c}})
-	waitTargets(t, m, []PoolTargets{{"chat", []Target{{Host: "10.0.0.1", Port: 80, Weight: 9}, tgt("10.0.0.3", 80)}}, {"code", nil}})
+	waitTargets(t, m, []PoolTargets{{Pool: "chat", Targets: []fleet.Endpoint{{Host: "10.0.0.1", Port: 80, Weight: 9}, tgt("10.0.0.3", 80)}}, {Pool: "code"}})
 	select {
 	case <-m.Changed():
 	default:
@@ -117,7 +113,7 @@ func TestManagerSignalsOnlyChanges(t *testing.T) {
 		t.Fatal("synced before the source reported")
 	}
 	wcancel()
-	a <- Update{Targets: []Target{tgt("10.0.0.1", 80)}}
+	a <- Update{Targets: []fleet.Endpoint{tgt("10.0.0.1", 80)}}
 	wctx, wcancel = context.WithTimeout(ctx, 5*time.Second)
 	defer wcancel()
 	if err := m.WaitSynced(wctx); err != nil {
@@ -125,8 +121,8 @@ func TestManagerSignalsOnlyChanges(t *testing.T) {
 	}
 	<-m.Changed()
 	// The same targets again (a resync) signal nothing.
-	a <- Update{Targets: []Target{tgt("10.0.0.1", 80)}}
-	a <- Update{Targets: []Target{tgt("10.0.0.1", 80)}} // the first was consumed
+	a <- Update{Targets: []fleet.Endpoint{tgt("10.0.0.1", 80)}}
+	a <- Update{Targets: []fleet.Endpoint{tgt("10.0.0.1", 80)}} // the first was consumed
 	select {
 	case <-m.Changed():
 		t.Fatal("an unchanged update signalled a change")
@@ -148,10 +144,9 @@ func TestManagerNamesSources(t *testing.T) {
 	if err := m.WaitSynced(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := []Target{
-		{Host: "10.0.0.1", Port: 80, Source: "static 1"},
-		{Host: "10.0.0.2", Port: 80, Source: "dns A vllm.test"},
-		{Host: "10.0.0.3", Port: 80, Source: "dns A vllm.test"},
-	}
-	waitTargets(t, m, []PoolTargets{{Pool: "chat", Targets: want}})
+	waitTargets(t, m, []PoolTargets{{
+		Pool:    "chat",
+		Targets: []fleet.Endpoint{tgt("10.0.0.1", 80), tgt("10.0.0.2", 80), tgt("10.0.0.3", 80)},
+		Sources: map[string]string{"10.0.0.1:80": "static 1", "10.0.0.2:80": "dns A vllm.test", "10.0.0.3:80": "dns A vllm.test"},
+	}})
 }

@@ -27,14 +27,14 @@ pool "chat" {
 `)
 			discovered := [2][]discovery.PoolTargets{}
 			for v := range discovered {
-				var ts []discovery.Target
+				var ts []fleet.Endpoint
 				for i := range n {
 					second := 1
 					if v == 1 && i == 0 {
 						second = 2 // the replaced pod's new address
 					}
 					host := fmt.Sprintf("10.%d.%d.%d", second, i/250, i%250)
-					ts = append(ts, discovery.Target{Host: host, Port: 8000, HashKey: fmt.Sprintf("vllm-%d", i), Zone: "a"})
+					ts = append(ts, fleet.Endpoint{Host: host, Port: 8000, HashKey: fmt.Sprintf("vllm-%d", i), Locality: fleet.Locality{Zone: "a"}})
 				}
 				discovered[v] = []discovery.PoolTargets{{Pool: "chat", Targets: ts}}
 			}

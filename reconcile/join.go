@@ -15,20 +15,9 @@ import (
 func StaticTargets(p *policy.Policy) []discovery.PoolTargets {
 	out := make([]discovery.PoolTargets, 0, len(p.Pools))
 	for _, pool := range p.Pools {
-		out = append(out, discovery.PoolTargets{Pool: pool.Name, Targets: staticTargets(pool)})
+		out = append(out, discovery.PoolTargets{Pool: pool.Name, Targets: pool.Static})
 	}
 	return out
-}
-
-func staticTargets(pool policy.Pool) discovery.Static {
-	var ts discovery.Static
-	for _, e := range pool.Static {
-		ts = append(ts, discovery.Target{
-			Host: e.Host, Port: e.Port, Weight: e.Weight, HashKey: e.HashKey,
-			Region: e.Locality.Region, Zone: e.Locality.Zone, SubZone: e.Locality.SubZone,
-		})
-	}
-	return ts
 }
 
 // Join builds the fleet model from a policy, the discovered targets of
@@ -40,7 +29,7 @@ func staticTargets(pool policy.Pool) discovery.Static {
 // saturated replica is draining, which takes it out of Envoy's and gRPC's
 // hash tables for new requests while in-flight ones finish.
 func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[string]map[string]weights.Decision) fleet.Fleet {
-	targets := map[string][]discovery.Target{}
+	targets := map[string][]fleet.Endpoint{}
 	for _, pt := range discovered {
 		targets[pt.Pool] = append(targets[pt.Pool], pt.Targets...)
 	}
@@ -67,14 +56,11 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 			fp.Groups[i].MemberWeight = memberWeight
 		}
 		dec := decisions[pp.Name]
-		for _, t := range targets[pp.Name] {
-			e := fleet.Endpoint{
-				Host: t.Host, Port: t.Port, Weight: t.Weight, HashKey: t.HashKey,
-				Locality: fleet.Locality{Region: t.Region, Zone: t.Zone, SubZone: t.SubZone},
-			}
-			if t.Draining {
-				e.Health = fleet.Draining
-			}
+		// Appending copied the targets, which the caller shares, so the
+		// decisions apply in place.
+		fp.Endpoints = targets[pp.Name]
+		for i := range fp.Endpoints {
+			e := &fp.Endpoints[i]
 			if d, ok := dec[e.Identity()]; ok {
 				if d.Weight > 0 {
 					e.Weight = max(e.Weight, 1) * d.Weight
@@ -83,7 +69,6 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 					e.Health = fleet.Draining
 				}
 			}
-			fp.Endpoints = append(fp.Endpoints, e)
 		}
 		f.Pools = append(f.Pools, fp)
 	}

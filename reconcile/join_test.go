@@ -74,7 +74,7 @@ pool "chat" {
 
 	// Discovered targets of unknown pools are ignored; pools without
 	// targets are empty.
-	got = Join(p, []discovery.PoolTargets{{Pool: "ghost", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 1}}}}, nil)
+	got = Join(p, []discovery.PoolTargets{{Pool: "ghost", Targets: []fleet.Endpoint{{Host: "10.0.0.1", Port: 1}}}}, nil)
 	for _, pool := range got.Pools {
 		if len(pool.Endpoints) != 0 {
 			t.Fatalf("pool %s has endpoints %v", pool.Name, pool.Endpoints)
@@ -82,9 +82,9 @@ pool "chat" {
 	}
 
 	// A draining target (a terminating pod) is pushed DRAINING.
-	got = Join(p, []discovery.PoolTargets{{Pool: "zeta", Targets: []discovery.Target{
+	got = Join(p, []discovery.PoolTargets{{Pool: "zeta", Targets: []fleet.Endpoint{
 		{Host: "10.0.0.1", Port: 1, HashKey: "vllm-0"},
-		{Host: "10.0.0.2", Port: 1, HashKey: "vllm-1", Draining: true},
+		{Host: "10.0.0.2", Port: 1, HashKey: "vllm-1", Health: fleet.Draining},
 	}}}, nil).Normalize()
 	if eps := got.Pools[1].Endpoints; len(eps) != 2 || eps[0].Health != fleet.Healthy || eps[1].Health != fleet.Draining {
 		t.Fatalf("zeta endpoints %+v, want vllm-0 healthy and vllm-1 draining", eps)

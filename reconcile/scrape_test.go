@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,14 +40,15 @@ pool "batch" {
 }
 `)
 	discovered := []discovery.PoolTargets{
-		{Pool: "chat", Targets: []discovery.Target{
+		{Pool: "chat", Targets: []fleet.Endpoint{
 			{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 2},
 			{Host: "10.0.0.2", Port: 80, HashKey: "b"},
 			{Host: "10.0.0.3", Port: 80, Weight: 3}, // identity: its address
-			{Host: "10.0.0.4", Port: 80, HashKey: "d", Draining: true},
+			{Host: "10.0.0.4", Port: 80, HashKey: "d", Health: fleet.Draining},
 		}},
-		{Pool: "batch", Targets: []discovery.Target{{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 5}}},
+		{Pool: "batch", Targets: []fleet.Endpoint{{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 5}}},
 	}
+	before := slices.Clone(discovered[0].Targets)
 	got := Join(p, discovered, map[string]map[string]weights.Decision{
 		"chat": {
 			"a":           {Weight: 4},
@@ -55,6 +57,10 @@ pool "batch" {
 			"d":           {Weight: 3}, // a terminating replica stays draining
 		},
 	}).Normalize()
+	// Discovered targets are shared with the next push.
+	if !slices.Equal(discovered[0].Targets, before) {
+		t.Errorf("Join changed the discovered targets: %+v", discovered[0].Targets)
+	}
 	want := map[string]fleet.Endpoint{
 		"a":           {Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 8},
 		"b":           {Host: "10.0.0.2", Port: 80, HashKey: "b", Weight: 2, Health: fleet.Draining},

@@ -24,7 +24,7 @@ func SourceSpecs(p *policy.Policy, logger hclog.Logger) []discovery.Spec {
 	var out []discovery.Spec
 	for _, pool := range p.Pools {
 		log := logger.With("pool", pool.Name)
-		if ts := staticTargets(pool); len(ts) > 0 {
+		if ts := discovery.Static(pool.Static); len(ts) > 0 {
 			out = append(out, discovery.Spec{Pool: pool.Name, ID: "static " + digest(fmt.Sprint(ts)), Source: ts})
 		}
 		for _, cfg := range pool.DNS {

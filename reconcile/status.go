@@ -349,10 +349,10 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 func sourceKinds(discovered []discovery.PoolTargets) map[string]map[string]string {
 	out := make(map[string]map[string]string, len(discovered))
 	for _, pt := range discovered {
-		m := make(map[string]string, len(pt.Targets))
-		for _, t := range pt.Targets {
-			kind, _, _ := strings.Cut(t.Source, " ")
-			m[t.Address()] = kind
+		m := make(map[string]string, len(pt.Sources))
+		for addr, id := range pt.Sources {
+			kind, _, _ := strings.Cut(id, " ")
+			m[addr] = kind
 		}
 		out[pt.Pool] = m
 	}

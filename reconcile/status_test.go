@@ -64,14 +64,14 @@ pool "batch" {
 }
 `)
 	discovered := []discovery.PoolTargets{
-		{Pool: "chat", Targets: []discovery.Target{
-			{Host: "10.0.0.1", Port: 8000, Zone: "a"},
-			{Host: "10.0.0.2", Port: 8000, Zone: "a"},
-			{Host: "10.0.0.3", Port: 8000, Zone: "b", Weight: 2},
-			{Host: "10.0.0.4", Port: 8000, Zone: "b", Draining: true},
-			{Host: "10.0.0.5", Port: 8000, Zone: "b", HashKey: "vllm-5"},
+		{Pool: "chat", Targets: []fleet.Endpoint{
+			{Host: "10.0.0.1", Port: 8000, Locality: fleet.Locality{Zone: "a"}},
+			{Host: "10.0.0.2", Port: 8000, Locality: fleet.Locality{Zone: "a"}},
+			{Host: "10.0.0.3", Port: 8000, Locality: fleet.Locality{Zone: "b"}, Weight: 2},
+			{Host: "10.0.0.4", Port: 8000, Locality: fleet.Locality{Zone: "b"}, Health: fleet.Draining},
+			{Host: "10.0.0.5", Port: 8000, Locality: fleet.Locality{Zone: "b"}, HashKey: "vllm-5"},
 		}},
-		{Pool: "batch", Targets: []discovery.Target{{Host: "10.0.1.1", Port: 8000}}},
+		{Pool: "batch", Targets: []fleet.Endpoint{{Host: "10.0.1.1", Port: 8000}}},
 	}
 	decisions := ha.Decisions{"chat": {
 		"10.0.0.1:8000": {Weight: 4},
@@ -434,13 +434,13 @@ pool "chat" {
   metrics { engine = "vllm" }
 }
 `)
-	var ts []discovery.Target
+	var ts []fleet.Endpoint
 	dec := map[string]weights.Decision{}
 	views := map[string]weights.ReplicaView{}
 	sources := map[string]string{}
 	before, after := recordedSignals(b, "vllm_v1.txt"), recordedSignals(b, "vllm_v1_later.txt")
 	for i := range n {
-		tg := discovery.Target{Host: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000}
+		tg := fleet.Endpoint{Host: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8000}
 		ts = append(ts, tg)
 		id := tg.Address()
 		dec[id] = weights.Decision{Weight: uint32(1 + i%4)}

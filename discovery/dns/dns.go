@@ -24,6 +24,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // Record types a source looks up.
@@ -148,12 +149,12 @@ func (s *Source) refresh(ctx context.Context) (discovery.Update, time.Duration) 
 	err = fmt.Errorf("dns %s %s: %w", s.cfg.Type, s.cfg.Name, err)
 	if s.hasGood && now.Sub(s.lastGood) > s.cfg.KeepFor {
 		s.log.Warn("DNS answers failing for too long; emptying the pool", "name", s.cfg.Name, "since", s.lastGood, "error", err)
-		return discovery.Update{Targets: []discovery.Target{}}, 0
+		return discovery.Update{Targets: []fleet.Endpoint{}}, 0
 	}
 	return discovery.Update{Err: err}, 0
 }
 
-func (s *Source) lookup(ctx context.Context) ([]discovery.Target, time.Duration, error) {
+func (s *Source) lookup(ctx context.Context) ([]fleet.Endpoint, time.Duration, error) {
 	qtype := map[string]uint16{SRV: mdns.TypeSRV, A: mdns.TypeA, AAAA: mdns.TypeAAAA}[s.cfg.Type]
 	resp, err := s.exchange(ctx, s.cfg.Name, qtype)
 	if err != nil {
@@ -165,13 +166,13 @@ func (s *Source) lookup(ctx context.Context) ([]discovery.Target, time.Duration,
 			minTTL = h.Ttl
 		}
 	}
-	var out []discovery.Target
+	var out []fleet.Endpoint
 	switch s.cfg.Type {
 	case A, AAAA:
 		for _, rr := range resp.Answer {
 			if ip := addrOf(rr); ip != "" {
 				note(rr.Header())
-				out = append(out, discovery.Target{Host: ip, Port: s.cfg.Port})
+				out = append(out, fleet.Endpoint{Host: ip, Port: s.cfg.Port})
 			}
 		}
 	case SRV:
@@ -202,7 +203,7 @@ func (s *Source) lookup(ctx context.Context) ([]discovery.Target, time.Duration,
 				port = s.cfg.Port
 			}
 			for _, ip := range ips {
-				out = append(out, discovery.Target{Host: ip, Port: port, Weight: uint32(min(max(srv.Weight, 1), MaxWeight))})
+				out = append(out, fleet.Endpoint{Host: ip, Port: port, Weight: uint32(min(max(srv.Weight, 1), MaxWeight))})
 			}
 		}
 	}
@@ -266,7 +267,7 @@ func addrOf(rr mdns.RR) string {
 }
 
 // dedupe drops repeated addresses, keeping the first.
-func dedupe(ts []discovery.Target) []discovery.Target {
+func dedupe(ts []fleet.Endpoint) []fleet.Endpoint {
 	seen := map[string]bool{}
 	out := ts[:0]
 	for _, t := range ts {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/test/dnstest"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 func TestLookups(t *testing.T) {
@@ -16,23 +17,23 @@ func TestLookups(t *testing.T) {
 		name    string
 		cfg     Config
 		records []string
-		want    []discovery.Target
+		want    []fleet.Endpoint
 	}{
 		{"A", Config{Name: "vllm.test", Type: A, Port: 8000}, []string{
 			"vllm.test. 30 IN A 10.0.0.2", "vllm.test. 30 IN A 10.0.0.1", "vllm.test. 30 IN A 10.0.0.1",
-		}, []discovery.Target{{Host: "10.0.0.1", Port: 8000}, {Host: "10.0.0.2", Port: 8000}}},
+		}, []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}, {Host: "10.0.0.2", Port: 8000}}},
 		{"AAAA", Config{Name: "vllm.test", Type: AAAA, Port: 8000}, []string{
 			"vllm.test. 30 IN AAAA fd00::1",
-		}, []discovery.Target{{Host: "fd00::1", Port: 8000}}},
+		}, []fleet.Endpoint{{Host: "fd00::1", Port: 8000}}},
 		{"SRV with additional addresses and weights", Config{Name: "_vllm._tcp.test", Type: SRV}, []string{
 			"_vllm._tcp.test. 10 IN SRV 1 3 8001 node-a.test.",
 			"_vllm._tcp.test. 10 IN SRV 1 0 8002 node-b.test.",
 			"_vllm._tcp.test. 10 IN SRV 1 500 8003 node-c.test.",
 			"node-a.test. 10 IN A 10.0.0.1", "node-b.test. 10 IN A 10.0.0.2", "node-c.test. 10 IN A 10.0.0.3",
-		}, []discovery.Target{{Host: "10.0.0.1", Port: 8001, Weight: 3}, {Host: "10.0.0.2", Port: 8002, Weight: 1}, {Host: "10.0.0.3", Port: 8003, Weight: MaxWeight}}},
+		}, []fleet.Endpoint{{Host: "10.0.0.1", Port: 8001, Weight: 3}, {Host: "10.0.0.2", Port: 8002, Weight: 1}, {Host: "10.0.0.3", Port: 8003, Weight: MaxWeight}}},
 		{"SRV with a port override", Config{Name: "_vllm._tcp.test", Type: SRV, Port: 9000}, []string{
 			"_vllm._tcp.test. 10 IN SRV 1 1 8001 node-a.test.", "node-a.test. 10 IN A 10.0.0.1",
-		}, []discovery.Target{{Host: "10.0.0.1", Port: 9000, Weight: 1}}},
+		}, []fleet.Endpoint{{Host: "10.0.0.1", Port: 9000, Weight: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv.Set(t, dnstest.Answer, tc.records...)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/test/kube"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // The Service every integration test discovers, in a namespace of its own.
@@ -116,15 +117,15 @@ func podEndpoints(net, from, to int) []discoveryv1.Endpoint {
 }
 
 // podTargets are the targets podEndpoints(net, from, to) map to.
-func podTargets(net, from, to int) []discovery.Target {
-	var out []discovery.Target
+func podTargets(net, from, to int) []fleet.Endpoint {
+	var out []fleet.Endpoint
 	for i := from; i < to; i++ {
-		out = append(out, discovery.Target{Host: fmt.Sprintf("10.213.%d.%d", net, i+1), Port: portNum, HashKey: fmt.Sprintf("pod-%d-%d", net, i)})
+		out = append(out, fleet.Endpoint{Host: fmt.Sprintf("10.213.%d.%d", net, i+1), Port: portNum, HashKey: fmt.Sprintf("pod-%d-%d", net, i)})
 	}
 	return out
 }
 
-func sorted(ts ...[]discovery.Target) []discovery.Target {
+func sorted(ts ...[]fleet.Endpoint) []fleet.Endpoint {
 	out := slices.Concat(ts...)
 	discovery.SortTargets(out)
 	return out
@@ -180,10 +181,10 @@ func (r *running) next(timeout time.Duration) discovery.Update {
 // waitTargets reads updates until one has exactly want, failing the test
 // if none does in timeout. Updates on the way (a change made in several
 // writes) are fine; errors are not.
-func (r *running) waitTargets(want []discovery.Target, timeout time.Duration) {
+func (r *running) waitTargets(want []fleet.Endpoint, timeout time.Duration) {
 	r.t.Helper()
 	if want == nil {
-		want = []discovery.Target{}
+		want = []fleet.Endpoint{}
 	}
 	deadline := time.After(timeout)
 	var last discovery.Update

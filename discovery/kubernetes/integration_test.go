@@ -6,8 +6,8 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/test/kube"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // TestAgainstAPIServer runs the source against a real API server, one
@@ -71,7 +71,7 @@ func testDraining(t *testing.T, c *kube.Cluster) {
 	terminating[1].Conditions = discoveryv1.EndpointConditions{Ready: no, Serving: yes, Terminating: yes}
 	f.apply(f.slice("llm-a", terminating...))
 	want := podTargets(2, 0, 4)
-	want[1].Draining = true
+	want[1].Health = fleet.Draining
 	r.waitTargets(want, waitFor)
 
 	f.apply(f.slice("llm-a", append(podEndpoints(2, 0, 1), podEndpoints(2, 2, 4)...)...))
@@ -87,7 +87,7 @@ func testMerge(t *testing.T, c *kube.Cluster) {
 	f.apply(f.slice("llm-b", append(podEndpoints(3, 2, 4), ep("10.213.3.2", "stale"))...))
 	f.apply(f.slice("llm-c", ep("fd00::10", "pod-v6")))
 	r := start(t, newSource(t, c, f.config()))
-	r.waitTargets(sorted(podTargets(3, 0, 4), []discovery.Target{{Host: "fd00::10", Port: portNum, HashKey: "pod-v6"}}), waitFor)
+	r.waitTargets(sorted(podTargets(3, 0, 4), []fleet.Endpoint{{Host: "fd00::10", Port: portNum, HashKey: "pod-v6"}}), waitFor)
 }
 
 // testLarge reports a 1,000-endpoint Service (10 slices of 100) and logs
@@ -97,7 +97,7 @@ func testLarge(t *testing.T, c *kube.Cluster) {
 	r := start(t, newSource(t, c, f.config()))
 	r.waitTargets(nil, waitFor)
 
-	var want []discovery.Target
+	var want []fleet.Endpoint
 	for i := range 10 {
 		want = append(want, podTargets(10+i, 0, 100)...)
 	}

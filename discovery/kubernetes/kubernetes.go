@@ -32,7 +32,7 @@ type Config struct {
 	// Kubeconfig is a kubeconfig file's path; "" means the in-cluster
 	// configuration, and outside a cluster $KUBECONFIG (or ~/.kube/config).
 	Kubeconfig string
-	// NodeLocality puts each endpoint's node name in the target's SubZone.
+	// NodeLocality puts each endpoint's node name in the target's sub-zone.
 	NodeLocality bool
 }
 

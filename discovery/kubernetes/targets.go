@@ -8,6 +8,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // targets maps the EndpointSlices of one service to its targets, sorted by
@@ -19,12 +20,12 @@ import (
 // moves endpoints between them). A dual-stack pod is listed in an IPv4 and
 // an IPv6 slice: it is one replica, so it is reported once, by its IPv4
 // address, rather than twice with one identity on the hash ring.
-func targets(in []*discoveryv1.EndpointSlice, cfg Config) []discovery.Target {
+func targets(in []*discoveryv1.EndpointSlice, cfg Config) []fleet.Endpoint {
 	ordered := slices.Clone(in)
 	slices.SortFunc(ordered, func(a, b *discoveryv1.EndpointSlice) int {
 		return cmp.Or(cmp.Compare(familyOrder(a.AddressType), familyOrder(b.AddressType)), cmp.Compare(a.Name, b.Name))
 	})
-	out := []discovery.Target{}
+	out := []fleet.Endpoint{}
 	seenAddr := map[string]bool{}
 	seenPod := map[string]bool{}
 	for _, s := range ordered {
@@ -36,7 +37,7 @@ func targets(in []*discoveryv1.EndpointSlice, cfg Config) []discovery.Target {
 			continue
 		}
 		for _, ep := range s.Endpoints {
-			draining, ok := state(ep.Conditions)
+			health, ok := state(ep.Conditions)
 			if !ok || len(ep.Addresses) == 0 {
 				continue
 			}
@@ -51,15 +52,15 @@ func targets(in []*discoveryv1.EndpointSlice, cfg Config) []discovery.Target {
 			if pod != "" {
 				seenPod[pod] = true
 			}
-			t := discovery.Target{Host: addr, Port: port, Draining: draining}
+			t := fleet.Endpoint{Host: addr, Port: port, Health: health}
 			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
 				t.HashKey = ep.TargetRef.Name
 			}
 			if ep.Zone != nil {
-				t.Zone = *ep.Zone
+				t.Locality.Zone = *ep.Zone
 			}
 			if cfg.NodeLocality && ep.NodeName != nil {
-				t.SubZone = *ep.NodeName
+				t.Locality.SubZone = *ep.NodeName
 			}
 			out = append(out, t)
 		}
@@ -104,13 +105,13 @@ func portNumber(s string) (int, bool) {
 }
 
 // state maps an endpoint's conditions to whether it is reported and, if
-// so, whether it drains. Nil conditions take the API's defaults: ready
-// unknown counts as ready, serving unknown defers to ready, terminating
-// unknown is false. Ready and serving both mean the endpoint takes
-// traffic; terminating means it is going away, so a terminating endpoint
-// still serving drains (takes no new sessions, finishes its own), even if
-// a Service with publishNotReadyAddresses keeps it ready.
-func state(c discoveryv1.EndpointConditions) (draining, ok bool) {
+// so, its health. Nil conditions take the API's defaults: ready unknown
+// counts as ready, serving unknown defers to ready, terminating unknown is
+// false. Ready and serving both mean the endpoint takes traffic;
+// terminating means it is going away, so a terminating endpoint still
+// serving drains (takes no new sessions, finishes its own), even if a
+// Service with publishNotReadyAddresses keeps it ready.
+func state(c discoveryv1.EndpointConditions) (health fleet.Health, ok bool) {
 	ready := c.Ready == nil || *c.Ready
 	serving := ready
 	if c.Serving != nil {
@@ -119,11 +120,11 @@ func state(c discoveryv1.EndpointConditions) (draining, ok bool) {
 	terminating := c.Terminating != nil && *c.Terminating
 	switch {
 	case terminating && (serving || ready):
-		return true, true
+		return fleet.Draining, true
 	case ready:
-		return false, true
+		return fleet.Healthy, true
 	}
-	return false, false
+	return fleet.Healthy, false
 }
 
 // podKey identifies the pod behind an endpoint across slices: its UID,

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -64,20 +65,20 @@ func TestTargets(t *testing.T) {
 		name   string
 		cfg    Config
 		slices []*discoveryv1.EndpointSlice
-		want   []discovery.Target
+		want   []fleet.Endpoint
 	}{
 		{
 			name:   "no slices",
 			cfg:    cfg,
 			slices: nil,
-			want:   []discovery.Target{},
+			want:   []fleet.Endpoint{},
 		},
 		{
 			name: "port by name, identity from the pod, sorted by address",
 			cfg:  cfg,
 			slices: []*discoveryv1.EndpointSlice{eps("a", v4, http,
 				ep("10.0.0.2", "p-2"), ep("10.0.0.1", "p-1"), ep("10.0.0.3", ""))},
-			want: []discovery.Target{
+			want: []fleet.Endpoint{
 				{Host: "10.0.0.1", Port: 8000, HashKey: "p-1"},
 				{Host: "10.0.0.2", Port: 8000, HashKey: "p-2"},
 				{Host: "10.0.0.3", Port: 8000},
@@ -87,7 +88,7 @@ func TestTargets(t *testing.T) {
 			name:   "port by number",
 			cfg:    Config{Port: "9000"},
 			slices: []*discoveryv1.EndpointSlice{eps("a", v4, http, ep("10.0.0.1", "p-1"))},
-			want:   []discovery.Target{{Host: "10.0.0.1", Port: 9000, HashKey: "p-1"}},
+			want:   []fleet.Endpoint{{Host: "10.0.0.1", Port: 9000, HashKey: "p-1"}},
 		},
 		{
 			name: "the unnamed port of a single-port service",
@@ -95,7 +96,7 @@ func TestTargets(t *testing.T) {
 			slices: []*discoveryv1.EndpointSlice{
 				eps("a", v4, []discoveryv1.EndpointPort{port("", 8080)}, ep("10.0.0.1", "p-1")),
 			},
-			want: []discovery.Target{{Host: "10.0.0.1", Port: 8080, HashKey: "p-1"}},
+			want: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8080, HashKey: "p-1"}},
 		},
 		{
 			name: "slices without the port, or with an unusable one, are skipped",
@@ -107,7 +108,7 @@ func TestTargets(t *testing.T) {
 				eps("d", v4, []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(53)), Protocol: ptr(corev1.ProtocolUDP)}}, ep("10.0.0.4", "p-4")),
 				eps("e", v4, http, ep("10.0.0.5", "p-5")),
 			},
-			want: []discovery.Target{{Host: "10.0.0.5", Port: 8000, HashKey: "p-5"}},
+			want: []fleet.Endpoint{{Host: "10.0.0.5", Port: 8000, HashKey: "p-5"}},
 		},
 		{
 			name: "conditions",
@@ -122,11 +123,11 @@ func TestTargets(t *testing.T) {
 				ep("10.0.0.7", "serving-not-ready-not-terminating", conditions(no, yes, no)),
 				ep("10.0.0.8", "ready-terminating-published", conditions(yes, yes, yes)),
 			)},
-			want: []discovery.Target{
+			want: []fleet.Endpoint{
 				{Host: "10.0.0.1", Port: 8000, HashKey: "nil-ready-is-ready"},
 				{Host: "10.0.0.2", Port: 8000, HashKey: "ready"},
-				{Host: "10.0.0.3", Port: 8000, HashKey: "terminating-serving", Draining: true},
-				{Host: "10.0.0.8", Port: 8000, HashKey: "ready-terminating-published", Draining: true},
+				{Host: "10.0.0.3", Port: 8000, HashKey: "terminating-serving", Health: fleet.Draining},
+				{Host: "10.0.0.8", Port: 8000, HashKey: "ready-terminating-published", Health: fleet.Draining},
 			},
 		},
 		{
@@ -134,14 +135,14 @@ func TestTargets(t *testing.T) {
 			cfg:  cfg,
 			slices: []*discoveryv1.EndpointSlice{eps("a", v4, http,
 				ep("10.0.0.1", "p-1", func(e *discoveryv1.Endpoint) { e.Zone, e.NodeName = ptr("z1"), ptr("node-1") }))},
-			want: []discovery.Target{{Host: "10.0.0.1", Port: 8000, HashKey: "p-1", Zone: "z1"}},
+			want: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000, HashKey: "p-1", Locality: fleet.Locality{Zone: "z1"}}},
 		},
 		{
 			name: "node locality",
 			cfg:  Config{Port: "http", NodeLocality: true},
 			slices: []*discoveryv1.EndpointSlice{eps("a", v4, http,
 				ep("10.0.0.1", "p-1", func(e *discoveryv1.Endpoint) { e.Zone, e.NodeName = ptr("z1"), ptr("node-1") }))},
-			want: []discovery.Target{{Host: "10.0.0.1", Port: 8000, HashKey: "p-1", Zone: "z1", SubZone: "node-1"}},
+			want: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000, HashKey: "p-1", Locality: fleet.Locality{Zone: "z1", SubZone: "node-1"}}},
 		},
 		{
 			name: "a targetRef that is not a pod gives no identity",
@@ -150,7 +151,7 @@ func TestTargets(t *testing.T) {
 				ep("10.0.0.1", "", func(e *discoveryv1.Endpoint) {
 					e.TargetRef = &corev1.ObjectReference{Kind: "Node", Name: "node-1"}
 				}))},
-			want: []discovery.Target{{Host: "10.0.0.1", Port: 8000}},
+			want: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}},
 		},
 		{
 			name: "slices merged; a duplicate address is reported once, from the first slice by name",
@@ -159,7 +160,7 @@ func TestTargets(t *testing.T) {
 				eps("b", v4, http, ep("10.0.0.2", "p-2"), ep("10.0.0.3", "p-3-stale", conditions(no, yes, yes))),
 				eps("a", v4, http, ep("10.0.0.1", "p-1"), ep("10.0.0.3", "p-3")),
 			},
-			want: []discovery.Target{
+			want: []fleet.Endpoint{
 				{Host: "10.0.0.1", Port: 8000, HashKey: "p-1"},
 				{Host: "10.0.0.2", Port: 8000, HashKey: "p-2"},
 				{Host: "10.0.0.3", Port: 8000, HashKey: "p-3"},
@@ -172,7 +173,7 @@ func TestTargets(t *testing.T) {
 				eps("a-v6", v6, http, ep("fd00::1", "dual", uid("u1")), ep("fd00::2", "v6-only", uid("u2"))),
 				eps("b-v4", v4, http, ep("10.0.0.1", "dual", uid("u1"))),
 			},
-			want: []discovery.Target{
+			want: []fleet.Endpoint{
 				{Host: "10.0.0.1", Port: 8000, HashKey: "dual"},
 				{Host: "fd00::2", Port: 8000, HashKey: "v6-only"},
 			},
@@ -183,8 +184,8 @@ func TestTargets(t *testing.T) {
 			slices: []*discoveryv1.EndpointSlice{eps("a", v4, http,
 				ep("10.0.0.1", "p-0", uid("old"), conditions(no, yes, yes)),
 				ep("10.0.0.9", "p-0", uid("new")))},
-			want: []discovery.Target{
-				{Host: "10.0.0.1", Port: 8000, HashKey: "p-0", Draining: true},
+			want: []fleet.Endpoint{
+				{Host: "10.0.0.1", Port: 8000, HashKey: "p-0", Health: fleet.Draining},
 				{Host: "10.0.0.9", Port: 8000, HashKey: "p-0"},
 			},
 		},
@@ -195,8 +196,8 @@ func TestTargets(t *testing.T) {
 				eps("a", v4, http, ep("10.0.0.1", "p-0", conditions(no, yes, yes))),
 				eps("b", v4, http, ep("10.0.0.9", "p-0")),
 			},
-			want: []discovery.Target{
-				{Host: "10.0.0.1", Port: 8000, HashKey: "p-0", Draining: true},
+			want: []fleet.Endpoint{
+				{Host: "10.0.0.1", Port: 8000, HashKey: "p-0", Health: fleet.Draining},
 				{Host: "10.0.0.9", Port: 8000, HashKey: "p-0"},
 			},
 		},
@@ -207,7 +208,7 @@ func TestTargets(t *testing.T) {
 				eps("a", discoveryv1.AddressTypeFQDN, http, ep("replica.example", "p-1")),
 				eps("b", v4, http, discoveryv1.Endpoint{}, ep("10.0.0.2", "p-2")),
 			},
-			want: []discovery.Target{{Host: "10.0.0.2", Port: 8000, HashKey: "p-2"}},
+			want: []fleet.Endpoint{{Host: "10.0.0.2", Port: 8000, HashKey: "p-2"}},
 		},
 	}
 	for _, tt := range tests {
@@ -221,8 +222,8 @@ func TestTargets(t *testing.T) {
 }
 
 func TestIsNews(t *testing.T) {
-	a := []discovery.Target{{Host: "10.0.0.1", Port: 1}}
-	b := []discovery.Target{{Host: "10.0.0.2", Port: 1}}
+	a := []fleet.Endpoint{{Host: "10.0.0.1", Port: 1}}
+	b := []fleet.Endpoint{{Host: "10.0.0.2", Port: 1}}
 	errU := discovery.Update{Err: errNoWatch}
 	tests := []struct {
 		name string
