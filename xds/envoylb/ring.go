@@ -49,9 +49,10 @@ func BuildRing(hosts []Host, ws []Weighted, minW float64, minSize, maxSize uint6
 			current++
 		}
 	}
-	// std::sort is not stable; equal hashes (vanishingly rare) may land
-	// in either order in Envoy.
-	slices.SortStableFunc(es, func(a, b entry) int { return cmp.Compare(a.hash, b.hash) })
+	// std::sort is not stable: equal hashes (vanishingly rare) may land in
+	// either order in Envoy; here the lower host index comes first, so
+	// the model is deterministic.
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Or(cmp.Compare(a.hash, b.hash), cmp.Compare(a.host, b.host)) })
 	r.Hashes = make([]uint64, len(es))
 	r.Hosts = make([]int32, len(es))
 	for i, e := range es {
