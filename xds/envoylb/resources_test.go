@@ -153,3 +153,69 @@ func TestDrainIsRemoval(t *testing.T) {
 		}
 	}
 }
+
+// TestServedGroupsAndBoundedLoad routes a tenant group's header values to
+// the group's own table, and reads the pool's balance factor.
+func TestServedGroupsAndBoundedLoad(t *testing.T) {
+	p := chatPool(fleet.Maglev)
+	p.Hash.BalanceFactor = 150
+	p.Groups = []fleet.Group{{Name: "hot", Header: "x-tenant", Values: []string{"acme"}, Replicas: 2, Exclusive: true}}
+	r := router(t, fleet.Fleet{Pools: []fleet.Pool{p}})
+	b := r.Balancer("chat")
+	if b.Config.HashBalanceFactor != 150 {
+		t.Errorf("balance factor %d, want 150", b.Config.HashBalanceFactor)
+	}
+	group := p.Groups[0].ClusterName("chat")
+	g := r.Balancer(group)
+	if g == nil || len(g.Weights) != 2 {
+		t.Fatalf("group table: %+v", g)
+	}
+	req := &Request{Path: "/", Headers: [][2]string{{"x-tenant", "acme"}, {"x-session-id", "s-1"}}}
+	d, err := r.Pick("chat", req, nil)
+	if err != nil || d.Cluster != group || d.Host != g.Owner(seeded("s-1", 0)) {
+		t.Errorf("group request: %+v, %v", d, err)
+	}
+	req.Headers[0][1] = "other"
+	if d, err := r.Pick("chat", req, nil); err != nil || d.Cluster != "chat" {
+		t.Errorf("other tenant: %+v, %v", d, err)
+	}
+
+	// Bounded load spills a request off an owner with more than its slots
+	// in flight, to a replica of the pool's table.
+	owner := b.Owner(seeded("s-1", 0))
+	load := &Load{Active: make([]uint32, len(b.Hosts))}
+	load.Active[owner], load.Total = 10, 10
+	d, err = r.Pick("chat", req, load)
+	if err != nil || d.Host == owner || d.Host < 0 || b.Hosts[d.Host].Health != Healthy {
+		t.Errorf("overloaded owner %d: %+v, %v", owner, d, err)
+	}
+}
+
+// TestGRPCResources reads the cluster kvxds serves gRPC clients (legacy
+// lb_policy RING_HASH, sized ring) as Envoy would.
+func TestGRPCResources(t *testing.T) {
+	p := chatPool(fleet.Maglev)
+	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := translate.Translate(m, translate.GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(res.Routes, res.Clusters, res.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Balancer("chat")
+	var w uint64
+	for _, e := range p.Endpoints {
+		w += uint64(e.Weight)
+	}
+	if b.Config.Algorithm != RingHash || b.Config.MinRingSize != 64*w-1 || b.Config.MaxRingSize != 64*w-1 {
+		t.Errorf("config %+v, want a ring of %d", b.Config, 64*w-1)
+	}
+	if n := len(b.Table.(*Ring).Hashes); uint64(n) < 64*w-1 || uint64(n) > 64*w {
+		t.Errorf("ring of %d entries, want %d (or one more)", n, 64*w-1)
+	}
+}
