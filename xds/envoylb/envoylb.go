@@ -148,7 +148,8 @@ type Weighted struct {
 
 // Normalize returns the hosts Envoy puts in the table with their
 // normalised weights, in host-set order, the least and largest weight,
-// and whether the host set is in panic (then every host is in the table).
+// and whether the host set is in panic. In panic the table holds every
+// host of the set (hosts(), draining ones included), as Envoy's does.
 func Normalize(hosts []Host, c Config) (ws []Weighted, minW, maxW float64, panic bool) {
 	c = c.withDefaults()
 	panic = inPanic(hosts, c.PanicThreshold)
