@@ -170,7 +170,7 @@ func buildPools(in *statusInput) []status.Pool {
 		if found != nil {
 			reads := prof.Reads()
 			for _, n := range reads.Names() {
-				c := status.SignalCoverage{Signal: n, Core: reads.Core().Has(n), Found: found[n], Missing: missing[n]}
+				c := status.SignalCoverage{Signal: n, Use: weights.SignalUse(n), Found: found[n], Missing: missing[n]}
 				for _, s := range prof.Series(n) {
 					c.Metrics = append(c.Metrics, s.String())
 				}

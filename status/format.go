@@ -206,15 +206,15 @@ func (f Format) Ago(now, t time.Time) string {
 // SignalNote is one signal of a pool's profile that replicas' pages
 // lacked, in words.
 type SignalNote struct {
-	Level Level // Warn for a core signal, OK for one that is only shown
+	Level Level // Warn for a signal decisions use, OK for one only shown
 	Text  string
 }
 
 // SignalNotes says which of the pool's signals its replicas' latest
-// pages lacked, core signals first: a wrong engine, path or model shows
-// here within a scrape or two.
+// pages lacked, those decisions use first: a wrong engine, path or model
+// shows here within a scrape or two.
 func (p *Pool) SignalNotes() []SignalNote {
-	var core, other []SignalNote
+	var used, shown []SignalNote
 	for _, c := range p.Signals {
 		if c.Missing == 0 {
 			continue
@@ -227,14 +227,18 @@ func (p *Pool) SignalNotes() []SignalNote {
 			}
 		}
 		looked := "looked for " + strings.Join(c.Metrics, " or ")
-		if c.Core {
-			core = append(core, SignalNote{Warn, c.Signal + ": missing on " + where +
-				"; weights and the escape hatch go without it: check the metrics block's engine, path and model (" + looked + ")"})
-		} else {
-			other = append(other, SignalNote{OK, c.Signal + ": missing on " + where + ", not shown (" + looked + ")"})
+		if c.Use == "status" || c.Use == "" {
+			shown = append(shown, SignalNote{OK, c.Signal + ": missing on " + where + ", not shown (" + looked + ")"})
+			continue
 		}
+		without := "the " + c.Use + " goes without it"
+		if c.Use == "weights and escape hatch" {
+			without = "weights and the escape hatch go without it"
+		}
+		used = append(used, SignalNote{Warn, c.Signal + ": missing on " + where + "; " + without +
+			": check the metrics block's engine, path and model (" + looked + ")"})
 	}
-	return append(core, other...)
+	return append(used, shown...)
 }
 
 // PageLacks says which of its pool's signals the replica's latest page

@@ -108,9 +108,9 @@ func TestRenderPage(t *testing.T) {
 			p.Balance, p.BalanceNote = nil, "too little load to compare: the busiest replica queues 1 on average (balance needs 2)"
 			p.PagesRead = 4
 			p.Signals = []SignalCoverage{
-				{Signal: "queue_depth", Metrics: []string{"vllm:num_requests_waiting"}, Core: true, Found: 4},
-				{Signal: "kv_occupancy", Metrics: []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}, Core: true, Found: 1, Missing: 3},
-				{Signal: "ttft", Metrics: []string{"vllm:time_to_first_token_seconds"}, Missing: 4},
+				{Signal: "queue_depth", Metrics: []string{"vllm:num_requests_waiting"}, Use: "weights and escape hatch", Found: 4},
+				{Signal: "kv_occupancy", Metrics: []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}, Use: "weights and escape hatch", Found: 1, Missing: 3},
+				{Signal: "ttft", Metrics: []string{"vllm:time_to_first_token_seconds"}, Use: "status", Missing: 4},
 			}
 			p.Replicas[0].SignalsMissing = []string{"kv_occupancy", "ttft"}
 		},
@@ -123,7 +123,7 @@ func TestRenderPage(t *testing.T) {
 		name: "every signal found", replicas: 2, opts: PageOptions{}, wantRows: 2,
 		edit: func(p *Pool) {
 			p.PagesRead = 2
-			p.Signals = []SignalCoverage{{Signal: "queue_depth", Metrics: []string{"vllm:num_requests_waiting"}, Core: true, Found: 2}}
+			p.Signals = []SignalCoverage{{Signal: "queue_depth", Metrics: []string{"vllm:num_requests_waiting"}, Use: "weights and escape hatch", Found: 2}}
 		},
 		wantText: []string{`<b class="balance">1.30</b>`, "Every signal the vllm profile reads was found on each of the 2 pages read."},
 	}} {

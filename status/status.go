@@ -42,7 +42,7 @@ const Path = "/api/v1/status"
 //	    }],
 //	    "balance": 1.4, "busiest_queue_1m": 6.5, "mean_queue_1m": 4.6,
 //	    "signals": [{"signal": "kv_occupancy", "metrics": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-//	      "core": true, "found": 4, "missing": 0}, …], "pages_read": 4,
+//	      "use": "weights and escape hatch", "found": 4, "missing": 0}, …], "pages_read": 4,
 //	    "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false,
 //	    "recent_decisions": [{"time": "2025-07-01T11:59:40Z", "replica": "10.0.0.7:8000", "kind": "escape",
 //	      "from_multiplier": 2, "to_multiplier": 2, "reason": "queue depth 9 ≥ 8"}]
@@ -180,11 +180,11 @@ type SignalCoverage struct {
 	// Metrics are the names the profile looks for, the first present
 	// winning.
 	Metrics []string `json:"metrics"`
-	// Core signals drive weights and the escape hatch; the others are
-	// shown only.
-	Core    bool `json:"core,omitempty"`
-	Found   int  `json:"found"`
-	Missing int  `json:"missing"`
+	// Use is what kvxds does with it: "weights and escape hatch",
+	// "escape hatch", or "status" (shown only).
+	Use     string `json:"use"`
+	Found   int    `json:"found"`
+	Missing int    `json:"missing"`
 }
 
 // Kinds of Decision.

@@ -99,14 +99,22 @@ func (p *Profile) Lacks(found SignalSet) SignalSet {
 	return missing
 }
 
-// Core returns the signals of s that weights and the escape hatch are
-// computed from.
-func (s SignalSet) Core() SignalSet {
-	var out SignalSet
-	for i, sl := range signalSlots {
-		if sl.core && s&(1<<i) != 0 {
-			out |= 1 << i
-		}
+// What kvxds does with a signal (SignalUse).
+const (
+	UseWeightsAndEscape = "weights and escape hatch"
+	UseEscape           = "escape hatch"
+	UseStatus           = "status"
+)
+
+// SignalUse says what kvxds does with a signal: queue depth and KV
+// occupancy drive weights and the escape hatch, the preemption rate the
+// escape hatch; the others (running, hit rate, TTFT) are only shown.
+func SignalUse(name string) string {
+	switch name {
+	case SignalQueueDepth, SignalKVOccupancy:
+		return UseWeightsAndEscape
+	case SignalPreemptions:
+		return UseEscape
 	}
-	return out
+	return UseStatus
 }
