@@ -103,8 +103,17 @@ func buildPools(in *statusInput) []status.Pool {
 		var gauges, queues int
 		prof := profiles[fp.Name]
 		var found, missing map[string]int
+		var names map[weights.SignalSet][]string // shared by replicas whose pages carried the same
 		if scraped && prof != nil {
-			found, missing = map[string]int{}, map[string]int{}
+			found, missing, names = map[string]int{}, map[string]int{}, map[weights.SignalSet][]string{}
+		}
+		namesOf := func(s weights.SignalSet) []string {
+			n, ok := names[s]
+			if !ok {
+				n = s.Names()
+				names[s] = n
+			}
+			return n
 		}
 		for _, e := range fp.Endpoints {
 			id := e.Identity()
@@ -137,7 +146,7 @@ func buildPools(in *statusInput) []status.Pool {
 				if found != nil && !rv.PageRead.IsZero() {
 					sp.PagesRead++
 					lacks := prof.Lacks(rv.Carried)
-					rep.SignalsFound, rep.SignalsMissing = (rv.Carried & prof.Reads()).Names(), lacks.Names()
+					rep.SignalsFound, rep.SignalsMissing = namesOf(rv.Carried&prof.Reads()), namesOf(lacks)
 					for _, n := range rep.SignalsFound {
 						found[n]++
 					}

@@ -449,7 +449,8 @@ pool "chat" {
 		h.Add(statusT0.Add(-time.Minute), &before)
 		h.Add(statusT0, &after)
 		sig, at := h.Latest()
-		views[id] = weights.ReplicaView{Decision: dec[id], HasDecision: true, Signals: sig, LastGood: at, LastScrape: at, Window: h.Window()}
+		views[id] = weights.ReplicaView{Decision: dec[id], HasDecision: true, Signals: sig, LastGood: at, LastScrape: at, Window: h.Window(),
+			Carried: sig.Carried(), PageRead: at}
 		sources[id] = "kubernetes"
 	}
 	decisions := ha.Decisions{"chat": dec}
