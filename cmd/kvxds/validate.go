@@ -146,10 +146,7 @@ func probeScraping(w io.Writer, p *policy.Policy, strict bool) bool {
 				lacks := prof.Lacks(o.Signals.Carried())
 				verdict = "ok: every signal found"
 				if lacks != 0 {
-					verdict = "ok, lacks " + strings.Join(lacks.Names(), ", ")
-					if used := usedBy(lacks); len(used) > 0 {
-						verdict += " (used by " + strings.Join(used, "; ") + ")"
-					}
+					verdict = "ok, lacks " + strings.Join(usedBy(lacks), ", ")
 					ok = ok && !strict
 				}
 			}
@@ -160,13 +157,15 @@ func probeScraping(w io.Writer, p *policy.Policy, strict bool) bool {
 	return ok
 }
 
-// usedBy names what decisions the signals of s feed, per signal.
+// usedBy names the signals of s, each with what it feeds unless it is
+// only shown.
 func usedBy(s weights.SignalSet) []string {
 	var out []string
 	for _, n := range s.Names() {
 		if u := weights.SignalUse(n); u != weights.UseStatus {
-			out = append(out, n+": "+u)
+			n += " (used by " + u + ")"
 		}
+		out = append(out, n)
 	}
 	return out
 }

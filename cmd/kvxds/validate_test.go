@@ -96,7 +96,7 @@ func TestValidateProbe(t *testing.T) {
 		{"every signal", []string{"--probe"}, 0, []string{vllm},
 			[]string{"  probe pool chat:\n    " + vllm + "  http://" + vllm + "/metrics  ok: every signal found\n"}},
 		{"a page without KV", []string{"--probe"}, 0, []string{vllm, noKV},
-			[]string{"http://" + noKV + "/metrics  ok, lacks kv_occupancy (used by kv_occupancy: weights and escape hatch)\n"}},
+			[]string{"http://" + noKV + "/metrics  ok, lacks kv_occupancy (used by weights and escape hatch)\n"}},
 		{"a page without KV, strict", []string{"--probe", "--strict"}, 1, []string{noKV},
 			[]string{"http://" + noKV + "/metrics  ok, lacks kv_occupancy"}},
 		{"every signal, strict", []string{"--probe", "--strict"}, 0, []string{vllm}, []string{"ok: every signal found"}},
