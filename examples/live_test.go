@@ -134,11 +134,11 @@ pool "chat" {
 		}
 	})
 	// Long requests queue on both replicas: both saturate, which is
-	// more than max_saturated_fraction.
+	// more than max_saturated_fraction, and queue enough for a balance.
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	for _, r := range replicas {
-		for range 4 {
+		for range 8 {
 			go func() {
 				req, err := completionRequest(ctx, r.Addr(), "a long generation", 1000)
 				if err != nil {
@@ -150,7 +150,7 @@ pool "chat" {
 			}()
 		}
 	}
-	waitFor("saturation", []string{"kvxds_pool_affinity_fallback"}, func() {})
+	waitFor("saturation", []string{"kvxds_pool_affinity_fallback", "kvxds_pool_balance"}, func() {})
 	return out
 }
 

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -72,10 +73,14 @@ type healthSince struct {
 
 func buildPools(in *statusInput) []status.Pool {
 	engines := map[string]string{}
+	profiles := map[string]*weights.Profile{}
 	if in.policy != nil {
 		for _, p := range in.policy.Pools {
 			if p.Metrics != nil {
 				engines[p.Name] = p.Metrics.Engine
+				if prof, err := weights.ProfileFor(p.Metrics.Engine, p.Metrics.Signals); err == nil {
+					profiles[p.Name] = prof
+				}
 			}
 		}
 	}
@@ -96,6 +101,20 @@ func buildPools(in *statusInput) []status.Pool {
 		dec, sources, since, shares := in.decisions[fp.Name], in.sources[fp.Name], in.since[fp.Name], in.shares[fp.Name]
 		var queries, hits, gaugeSum, qSum, qMax float64
 		var gauges, queues int
+		prof := profiles[fp.Name]
+		var found, missing map[string]int
+		var names map[weights.SignalSet][]string // shared by replicas whose pages carried the same
+		if scraped && prof != nil {
+			found, missing, names = map[string]int{}, map[string]int{}, map[weights.SignalSet][]string{}
+		}
+		namesOf := func(s weights.SignalSet) []string {
+			n, ok := names[s]
+			if !ok {
+				n = s.Names()
+				names[s] = n
+			}
+			return n
+		}
 		for _, e := range fp.Endpoints {
 			id := e.Identity()
 			d, hasD := dec[id]
@@ -124,6 +143,17 @@ func buildPools(in *statusInput) []status.Pool {
 					rep.Reason = rv.Reason
 				}
 				fillSignals(&rep, &rv)
+				if found != nil && !rv.PageRead.IsZero() {
+					sp.PagesRead++
+					lacks := prof.Lacks(rv.Carried)
+					rep.SignalsFound, rep.SignalsMissing = namesOf(rv.Carried&prof.Reads()), namesOf(lacks)
+					for _, n := range rep.SignalsFound {
+						found[n]++
+					}
+					for _, n := range rep.SignalsMissing {
+						missing[n]++
+					}
+				}
 				w := &rv.Window
 				if q := w.QueueDepth; q == q {
 					qSum += q
@@ -146,16 +176,32 @@ func buildPools(in *statusInput) []status.Pool {
 		case gauges > 0:
 			sp.HitRate1m = status.Number(gaugeSum / float64(gauges))
 		}
-		var busiest *float64
-		if queues > 0 {
-			busiest = status.Number(qMax)
-			if mean := qSum / float64(queues); mean > 0 {
-				sp.Balance = status.Number(qMax / mean)
-			} else {
-				sp.Balance = status.Number(1) // nothing queues anywhere: even
+		if found != nil {
+			reads := prof.Reads()
+			for _, n := range reads.Names() {
+				c := status.SignalCoverage{Signal: n, Use: weights.SignalUse(n), Found: found[n], Missing: missing[n]}
+				for _, s := range prof.Series(n) {
+					c.Metrics = append(c.Metrics, s.String())
+				}
+				sp.Signals = append(sp.Signals, c)
 			}
 		}
-		sp.Hotspot = in.rule.Hotspot(sp.Balance, sp.HitRate1m, busiest)
+		switch {
+		case queues > 0:
+			mean := qSum / float64(queues)
+			sp.BusiestQueue1m, sp.MeanQueue1m = status.Number(qMax), status.Number(mean)
+			if qMax >= status.BalanceMinQueue {
+				sp.Balance = status.Number(qMax / mean)
+			} else {
+				sp.BalanceNote = fmt.Sprintf("too little load to compare: the busiest replica queues %s on average (balance needs %d)",
+					status.TextFormat.Number(status.Number(math.Round(qMax*10)/10)), status.BalanceMinQueue)
+			}
+		case scraped && prof != nil && !prof.Reads().Has(weights.SignalQueueDepth):
+			sp.BalanceNote = "the engine profile reads no queue depth"
+		case scraped:
+			sp.BalanceNote = "no queue depth scraped yet"
+		}
+		sp.Hotspot = in.rule.Hotspot(sp.Balance, sp.HitRate1m, sp.BusiestQueue1m)
 		out = append(out, sp)
 	}
 	return out
@@ -306,7 +352,7 @@ func newStatusCollector(r *Reconciler) *statusCollector {
 		hitRate: prometheus.NewDesc("kvxds_pool_hit_rate",
 			"Prefix-cache hit rate of a pool over the last minute: its replicas' hits over their lookups.", []string{"pool"}, nil),
 		balance: prometheus.NewDesc("kvxds_pool_balance",
-			"Busiest replica's mean queue depth over the last minute divided by the pool's mean (1 is even).", []string{"pool"}, nil),
+			fmt.Sprintf("Busiest replica's mean queue depth over the last minute divided by the pool's mean (1 is even); absent while the busiest queues fewer than %d requests.", status.BalanceMinQueue), []string{"pool"}, nil),
 		hotspot: prometheus.NewDesc("kvxds_pool_hotspot",
 			fmt.Sprintf("1 while a pool's balance is above %g with a hit rate of at least %g and the busiest replica queueing at least %g requests.",
 				rule.BalanceAbove, rule.HitRateAtLeast, rule.BusiestQueueAtLeast), []string{"pool"}, nil),

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -107,7 +108,7 @@ pool "batch" {
 	view := func(d weights.Decision, h *weights.History, lastErr error, reason string) weights.ReplicaView {
 		sig, at := h.Latest()
 		rv := weights.ReplicaView{Decision: d, HasDecision: true, Reason: reason, Signals: sig, LastGood: at,
-			Window: h.Window(), LastScrape: statusT0, LastError: lastErr}
+			Window: h.Window(), LastScrape: statusT0, LastError: lastErr, Carried: sig.Carried(), PageRead: at}
 		return rv
 	}
 	// Replica 1's trend: the same two pages, a step apart.
@@ -448,7 +449,8 @@ pool "chat" {
 		h.Add(statusT0.Add(-time.Minute), &before)
 		h.Add(statusT0, &after)
 		sig, at := h.Latest()
-		views[id] = weights.ReplicaView{Decision: dec[id], HasDecision: true, Signals: sig, LastGood: at, LastScrape: at, Window: h.Window()}
+		views[id] = weights.ReplicaView{Decision: dec[id], HasDecision: true, Signals: sig, LastGood: at, LastScrape: at, Window: h.Window(),
+			Carried: sig.Carried(), PageRead: at}
 		sources[id] = "kubernetes"
 	}
 	decisions := ha.Decisions{"chat": dec}
@@ -487,5 +489,106 @@ func TestTableSharesGroups(t *testing.T) {
 				t.Errorf("shares sum to %v in the pool's table and %v in the group's", inPool, inGroup)
 			}
 		})
+	}
+}
+
+// Balance divides queues only where there is load to compare: queues of
+// 0 and 1 (an idle pool) give none, with the reason; one replica queueing
+// 6 while the rest are idle gives 4.
+func TestBalanceNeedsLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		queues  []float64
+		balance *float64
+		note    string
+	}{
+		{"idle", []float64{0, 1, 0, 0}, nil, "too little load to compare: the busiest replica queues 1 on average (balance needs 2)"},
+		{"one busy", []float64{6, 0, 0, 0}, status.Number(4), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := fixedStatusInput(t)
+			page := recordedSignals(t, "vllm_v1.txt")
+			ids := []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"}
+			reps := map[string]weights.ReplicaView{}
+			for i, id := range ids {
+				s := page
+				s.QueueDepth = tc.queues[i]
+				h := weights.NewHistory(0)
+				h.Add(statusT0, &s)
+				sig, at := h.Latest()
+				reps[id] = weights.ReplicaView{Signals: sig, LastGood: at, LastScrape: at, Window: h.Window(), Carried: sig.Carried(), PageRead: at}
+			}
+			in.views = map[string]weights.PoolView{"chat": {Replicas: reps}}
+			chat := buildPools(in)[1]
+			if (chat.Balance == nil) != (tc.balance == nil) || chat.Balance != nil && *chat.Balance != *tc.balance {
+				t.Errorf("balance %v, want %v", chat.Balance, tc.balance)
+			}
+			if chat.BalanceNote != tc.note {
+				t.Errorf("note %q, want %q", chat.BalanceNote, tc.note)
+			}
+			if chat.Hotspot {
+				t.Error("hotspot")
+			}
+		})
+	}
+}
+
+// A wrong engine shows in the status at the first scrape: two replicas
+// serve vLLM's page and one TGI's, scraped as vLLM.
+func TestReconcilerSignalCoverage(t *testing.T) {
+	tgi, err := os.ReadFile("../weights/testdata/pages/tgi.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.3:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		w.Write(tgi)
+	}))
+	srv.Listener.Close()
+	srv.Listener = lis
+	srv.Start()
+	defer srv.Close()
+	addrs := []string{pageReplica(t, "127.0.0.1:0"), pageReplica(t, "127.0.0.2:0"), lis.Addr().String()}
+	r := New(Options{Sink: server.New(server.Options{}), Logger: hclog.NewNullLogger(), Registerer: prometheus.NewRegistry(), ID: "kvxds-test"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, mustParse(t, fmt.Sprintf(`
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  static { endpoints = ["%s"] }
+  metrics { interval = "100ms" }
+}
+`, strings.Join(addrs, `", "`)))); err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	waitFor(t, "three pages read", func() bool { return r.Status().Pools[0].PagesRead == 3 })
+	pool := r.Status().Pools[0]
+	for _, c := range pool.Signals {
+		want := 1
+		if c.Signal == weights.SignalPrefixHitRate {
+			want = 0 // the counters stand in for it
+		}
+		if c.Missing != want {
+			t.Errorf("%s missing on %d, want %d", c.Signal, c.Missing, want)
+		}
+	}
+	for _, rep := range pool.Replicas {
+		tgiPage := rep.Address == lis.Addr().String()
+		if tgiPage != slices.Contains(rep.SignalsMissing, weights.SignalKVOccupancy) || tgiPage != (len(rep.SignalsFound) == 0) {
+			t.Errorf("%s: found %v, missing %v", rep.Address, rep.SignalsFound, rep.SignalsMissing)
+		}
+	}
+	notes := pool.SignalNotes()
+	if len(notes) == 0 || notes[0].Level != status.Warn || !strings.HasPrefix(notes[0].Text, "queue_depth: missing on 1 of 3 replicas; ") {
+		t.Errorf("notes %+v", notes)
 	}
 }

@@ -202,3 +202,50 @@ func (f Format) Ago(now, t time.Time) string {
 	}
 	return strconv.Itoa(int(d/(24*time.Hour))) + "d ago"
 }
+
+// SignalNote is one signal of a pool's profile that replicas' pages
+// lacked, in words.
+type SignalNote struct {
+	Level Level // Warn for a signal decisions use, OK for one only shown
+	Text  string
+}
+
+// SignalNotes says which of the pool's signals its replicas' latest
+// pages lacked, those decisions use first: a wrong engine, path or model
+// shows here within a scrape or two.
+func (p *Pool) SignalNotes() []SignalNote {
+	var used, shown []SignalNote
+	for _, c := range p.Signals {
+		if c.Missing == 0 {
+			continue
+		}
+		where := strconv.Itoa(c.Missing) + " of " + strconv.Itoa(p.PagesRead) + " replicas"
+		if c.Missing == p.PagesRead {
+			where = "every replica"
+			if p.PagesRead == 1 {
+				where = "the one replica"
+			}
+		}
+		looked := "looked for " + strings.Join(c.Metrics, " or ")
+		if c.Use == "status" || c.Use == "" {
+			shown = append(shown, SignalNote{OK, c.Signal + ": missing on " + where + ", not shown (" + looked + ")"})
+			continue
+		}
+		without := "the " + c.Use + " goes without it"
+		if c.Use == "weights and escape hatch" {
+			without = "weights and the escape hatch go without it"
+		}
+		used = append(used, SignalNote{Warn, c.Signal + ": missing on " + where + "; " + without +
+			": check the metrics block's engine, path and model (" + looked + ")"})
+	}
+	return append(used, shown...)
+}
+
+// PageLacks says which of its pool's signals the replica's latest page
+// lacked; empty if none or no page was read.
+func (r *Replica) PageLacks() string {
+	if len(r.SignalsMissing) == 0 {
+		return ""
+	}
+	return "page lacks " + strings.Join(r.SignalsMissing, ", ")
+}

@@ -106,6 +106,10 @@ type pagePool struct {
 	// HiddenHealth counts the replicas not listed, per health.
 	HiddenHealth []healthCount
 	Hot          string // why it is a hotspot
+	// Signals are the profile's signals replicas' pages lacked;
+	// SignalsOK says none did.
+	Signals   []SignalNote
+	SignalsOK string
 }
 
 type healthCount struct {
@@ -171,6 +175,10 @@ func newPagePool(st *Status, p *Pool, all bool) pagePool {
 		pp.Hot = fmt.Sprintf("the busiest replica queues %.1f× the mean while the hit rate is %s (rule: balance above %g, hit rate at least %g, busiest queue at least %g)",
 			*p.Balance, PageFormat.Percent(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast, st.HotspotRule.BusiestQueueAtLeast)
 	}
+	pp.Signals = p.SignalNotes()
+	if len(pp.Signals) == 0 && p.PagesRead > 0 {
+		pp.SignalsOK = fmt.Sprintf("Every signal the %s profile reads was found on %s.", p.Engine, pagesRead(p.PagesRead))
+	}
 	reps := SortReplicas(p.Replicas)
 	pp.Health = countHealth(reps)
 	shown := reps
@@ -224,6 +232,9 @@ func replicaNote(now time.Time, r *Replica) string {
 	}
 	if s := r.LastScrape; s != nil && !s.OK {
 		parts = append(parts, "last scrape failed "+PageFormat.Ago(now, s.Time)+": "+s.Error)
+	}
+	if m := r.PageLacks(); m != "" {
+		parts = append(parts, m)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -324,4 +335,11 @@ func shortVersion(v string) string {
 		return v[:8] + "…"
 	}
 	return v
+}
+
+func pagesRead(n int) string {
+	if n == 1 {
+		return "the one page read"
+	}
+	return "each of the " + strconv.Itoa(n) + " pages read"
 }

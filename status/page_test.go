@@ -86,6 +86,7 @@ func TestRenderPage(t *testing.T) {
 		wantFirst []Health // the first rows' healths
 		wantText  []string
 		notText   []string
+		edit      func(*Pool)
 	}{{
 		name: "small pool: every replica, troubled ones first", replicas: 10, opts: PageOptions{Refresh: 5}, wantRows: 10,
 		wantFirst: []Health{Saturated, Stale, Draining, Serving},
@@ -101,10 +102,38 @@ func TestRenderPage(t *testing.T) {
 		name: "1,000 replicas, all=1, no reload", replicas: 1000, opts: PageOptions{All: true}, wantRows: 1000,
 		wantText: []string{"show the first 50 only"},
 		notText:  []string{"more replicas not listed", "<script>"},
+	}, {
+		name: "idle pool whose engine lacks a signal", replicas: 4, opts: PageOptions{}, wantRows: 4,
+		edit: func(p *Pool) {
+			p.Balance, p.BalanceNote = nil, "too little load to compare: the busiest replica queues 1 on average (balance needs 2)"
+			p.PagesRead = 4
+			p.Signals = []SignalCoverage{
+				{Signal: "queue_depth", Metrics: []string{"vllm:num_requests_waiting"}, Use: "weights and escape hatch", Found: 4},
+				{Signal: "kv_occupancy", Metrics: []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}, Use: "weights and escape hatch", Found: 1, Missing: 3},
+				{Signal: "ttft", Metrics: []string{"vllm:time_to_first_token_seconds"}, Use: "status", Missing: 4},
+			}
+			p.Replicas[0].SignalsMissing = []string{"kv_occupancy", "ttft"}
+		},
+		wantText: []string{`<span class="dim balance" title="too little load`, "– (too little load to compare: the busiest replica queues 1 on average (balance needs 2))",
+			`<p class="signal-note warn">kv_occupancy: missing on 3 of 4 replicas; weights and the escape hatch go without it: check the metrics block&#39;s engine, path and model (looked for vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc)</p>`,
+			`<p class="signal-note ok">ttft: missing on every replica, not shown (looked for vllm:time_to_first_token_seconds)</p>`,
+			"page lacks kv_occupancy, ttft"},
+		notText: []string{`<b class="balance">`, "Every signal"},
+	}, {
+		name: "every signal found", replicas: 2, opts: PageOptions{}, wantRows: 2,
+		edit: func(p *Pool) {
+			p.PagesRead = 2
+			p.Signals = []SignalCoverage{{Signal: "queue_depth", Metrics: []string{"vllm:num_requests_waiting"}, Use: "weights and escape hatch", Found: 2}}
+		},
+		wantText: []string{`<b class="balance">1.30</b>`, "Every signal the vllm profile reads was found on each of the 2 pages read."},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			if err := RenderPage(&buf, fleetStatus(tc.replicas), tc.opts); err != nil {
+			st := fleetStatus(tc.replicas)
+			if tc.edit != nil {
+				tc.edit(&st.Pools[0])
+			}
+			if err := RenderPage(&buf, st, tc.opts); err != nil {
 				t.Fatal(err)
 			}
 			page := buf.String()

@@ -37,10 +37,13 @@ const Path = "/api/v1/status"
 //	      "static_weight": 1, "multiplier": 2, "weight": 2, "table_share": 0.126,
 //	      "queue_depth": 9, "queue_depth_1m": 6.5, "running": 12, "kv_occupancy": 0.61,
 //	      "hit_rate_1m": 0.83, "hit_rate_total": 0.8, "ttft_p50_seconds": 0.07, "ttft_p95_seconds": 0.41,
-//	      "preemption_rate": 0,
+//	      "preemption_rate": 0, "signals_found": ["queue_depth", "running", "kv_occupancy", …],
 //	      "last_scrape": {"time": "2025-07-01T11:59:59Z", "ok": true}
 //	    }],
-//	    "balance": 1.4, "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false,
+//	    "balance": 1.4, "busiest_queue_1m": 6.5, "mean_queue_1m": 4.6,
+//	    "signals": [{"signal": "kv_occupancy", "metrics": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+//	      "use": "weights and escape hatch", "found": 4, "missing": 0}, …], "pages_read": 4,
+//	    "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false,
 //	    "recent_decisions": [{"time": "2025-07-01T11:59:40Z", "replica": "10.0.0.7:8000", "kind": "escape",
 //	      "from_multiplier": 2, "to_multiplier": 2, "reason": "queue depth 9 ≥ 8"}]
 //	  }],
@@ -128,8 +131,23 @@ type Pool struct {
 	Replicas []Replica `json:"replicas"`
 	// Balance is the busiest replica's mean queue depth over the last
 	// minute divided by the pool's mean: 1 is even, 2 means the busiest
-	// queues twice the average. 1 when no replica queues at all.
-	Balance *float64 `json:"balance,omitempty"`
+	// queues twice the average. It is omitted, and BalanceNote says why,
+	// while the busiest replica queues fewer than BalanceMinQueue
+	// requests on average (one request more or less would swing the
+	// ratio: an idle pool with queues of 0 and 1 reads 4), and without
+	// queue signals.
+	Balance     *float64 `json:"balance,omitempty"`
+	BalanceNote string   `json:"balance_note,omitempty"`
+	// BusiestQueue1m and MeanQueue1m are the replicas' largest and mean
+	// queue depth over the last minute, which Balance divides.
+	BusiestQueue1m *float64 `json:"busiest_queue_1m,omitempty"`
+	MeanQueue1m    *float64 `json:"mean_queue_1m,omitempty"`
+	// Signals are, for a pool this instance scrapes, the signals its
+	// engine profile reads, each with the metric names it looks for and
+	// on how many replicas' latest pages it was found or missing.
+	// PagesRead counts the replicas whose page was read with the profile.
+	Signals   []SignalCoverage `json:"signals,omitempty"`
+	PagesRead int              `json:"pages_read,omitempty"`
 	// HitRate1m is the pool's prefix-cache hit rate over the last
 	// minute: the replicas' hits over their lookups, summed (so busy
 	// replicas weigh more).
@@ -147,6 +165,26 @@ type Pool struct {
 	// the pool's replicas while leading (at most 32, within the last
 	// hour), newest first.
 	RecentDecisions []Decision `json:"recent_decisions,omitempty"`
+}
+
+// BalanceMinQueue is the busiest replica's mean queue depth below which a
+// pool's balance is not computed: too little load to compare.
+const BalanceMinQueue = 2
+
+// SignalCoverage is one signal an engine profile reads, and how many of
+// the pool's replicas' latest pages carried it. A hit-rate signal whose
+// other source was found (the lookup and hit counters, or the engine's
+// own rate) counts as neither found nor missing.
+type SignalCoverage struct {
+	Signal string `json:"signal"`
+	// Metrics are the names the profile looks for, the first present
+	// winning.
+	Metrics []string `json:"metrics"`
+	// Use is what kvxds does with it: "weights and escape hatch",
+	// "escape hatch", or "status" (shown only).
+	Use     string `json:"use"`
+	Found   int    `json:"found"`
+	Missing int    `json:"missing"`
 }
 
 // Kinds of Decision.
@@ -245,7 +283,12 @@ type Replica struct {
 	PreemptionRate *float64 `json:"preemption_rate,omitempty"` // per second
 	// HitRateTotal is the engine's hit rate since it started.
 	HitRateTotal *float64 `json:"hit_rate_total,omitempty"`
-	LastScrape   *Scrape  `json:"last_scrape,omitempty"`
+	// SignalsFound and SignalsMissing are the signals of the pool's
+	// profile its latest page read carried and lacked (see
+	// SignalCoverage); both absent before a page was read.
+	SignalsFound   []string `json:"signals_found,omitempty"`
+	SignalsMissing []string `json:"signals_missing,omitempty"`
+	LastScrape     *Scrape  `json:"last_scrape,omitempty"`
 	// Trend is the last 15 minutes of the replica's queue, hit rate and
 	// TTFT in 15-second steps. The JSON carries it only when asked for
 	// (GET /api/v1/status?trend=1): at 1,000 replicas it would triple

@@ -28,6 +28,13 @@ type ReplicaView struct {
 	// Trend covers the last TrendWindow of good scrapes in TrendStep
 	// steps, oldest first.
 	Trend []TrendPoint
+	// Carried are the signals the latest page read with the pool's
+	// profile carried, read at PageRead (zero before any). A page with
+	// none of the core signals (a wrong engine, path or model) carried
+	// none; a scrape that read no page (refused, timed out, not the
+	// text format) leaves both as they were.
+	Carried  SignalSet
+	PageRead time.Time
 }
 
 // PoolView is what a Runner knows of one pool.
@@ -87,6 +94,8 @@ type replicaRecord struct {
 	reason     string // why it saturated, set when it does
 	hist       *History
 	trend      Trend
+	carried    SignalSet
+	pageRead   time.Time
 }
 
 // observe records a cycle's observations and decisions for View. It runs
@@ -118,6 +127,14 @@ func (p *poolRunner) observe(ids []string, obs []Observation, res Result, now ti
 		if o.Err == nil {
 			rec.hist.Add(o.Time, &o.Signals)
 			rec.trend.Add(o.Time, &o.Signals)
+		}
+		if !o.Time.Before(rec.pageRead) {
+			switch {
+			case o.Err == nil:
+				rec.carried, rec.pageRead = o.Signals.Carried(), o.Time
+			case KindOf(o.Err) == FailMissing:
+				rec.carried, rec.pageRead = 0, o.Time
+			}
 		}
 	}
 	escapes, moves := 0, 0
@@ -208,6 +225,7 @@ func (p *poolRunner) view(now time.Time) PoolView {
 			rv.Signals, rv.LastGood = rec.hist.Latest()
 			rv.Window = rec.hist.Window()
 			rv.Trend = rec.trend.Points(now)
+			rv.Carried, rv.PageRead = rec.carried, rec.pageRead
 			if rv.Decision.Saturated {
 				rv.Reason = rec.reason
 			}

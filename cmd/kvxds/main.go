@@ -2,7 +2,7 @@
 // gRPC clients route LLM inference requests for KV-cache locality.
 //
 //	kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT]
-//	kvxds validate FILE...
+//	kvxds validate [--strict] [--probe] FILE...
 //	kvxds render [--grpc | --grpc-js] FILE
 //	kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]
 //	kvxds recipe istio|envoy-gateway|envoy POOL --policy FILE [--xds-address HOST:PORT] [--namespace NS] [--gateway NAME]
@@ -44,7 +44,7 @@ proxyless gRPC clients over xDS.
 
 Usage:
   kvxds serve [--policy FILE] [--xds HOST:PORT] [--admin HOST:PORT] [--log-format text|json] [--log-level LEVEL]
-  kvxds validate FILE...
+  kvxds validate [--strict] [--probe] FILE...
   kvxds render [--grpc | --grpc-js] FILE
   kvxds bootstrap --node ID [--xds HOST:PORT] [--grpc] [--delta] [--cluster NAME] [--envoy-admin HOST:PORT]
                   [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]
@@ -152,24 +152,6 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
-}
-
-func validate(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "kvxds validate: no policy file given\nusage: kvxds validate FILE...")
-		return 2
-	}
-	status := 0
-	for _, name := range args {
-		_, diags := policy.Load(name)
-		if len(diags) > 0 {
-			fmt.Fprint(stderr, policy.Format(diags))
-			status = 1
-			continue
-		}
-		fmt.Fprintf(stdout, "%s: ok\n", name)
-	}
-	return status
 }
 
 // render prints the resources a policy's static fleet translates to.

@@ -9,6 +9,11 @@ import (
 	"testing"
 )
 
+const chatOK = "../../examples/chat.hcl: ok\n  pool chat: no metrics block: static weights\n"
+
+// bodyKeys is a valid policy whose pools have body keys.
+const bodyKeys = "../../policy/testdata/invalid/body_keys.hcl"
+
 func TestValidate(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.hcl")
@@ -22,11 +27,19 @@ func TestValidate(t *testing.T) {
 		stdout    string
 		stderrHas string
 	}{
-		{"example is valid", []string{"validate", "../../examples/chat.hcl"}, 0, "../../examples/chat.hcl: ok\n", ""},
+		{"example is valid", []string{"validate", "../../examples/chat.hcl"}, 0, chatOK, ""},
 		{"bad file", []string{"validate", bad}, 1, "", bad + ":2:10: "},
-		{"one bad of two", []string{"validate", "../../examples/chat.hcl", bad}, 1, "../../examples/chat.hcl: ok\n", "out of range"},
+		{"one bad of two", []string{"validate", "../../examples/chat.hcl", bad}, 1, chatOK, "out of range"},
 		{"missing file", []string{"validate", filepath.Join(dir, "nope.hcl")}, 1, "", "nope.hcl"},
 		{"no file", []string{"validate"}, 2, "", "no policy file"},
+		// Body keys draw a warning (gRPC clients skip them); serve and
+		// render accept the policy, and so does validate.
+		{"warnings pass", []string{"validate", bodyKeys}, 0,
+			bodyKeys + ": ok (2 warnings)\n  pool chat: no metrics block: static weights\n  pool completions: no metrics block: static weights\n",
+			bodyKeys + ":8:11: warning: Body keys are Envoy only: "},
+		{"warnings fail with --strict", []string{"validate", "--strict", bodyKeys}, 1, "", bodyKeys + ": 2 warnings, which --strict fails\n"},
+		{"warnings of an escape block without metrics", []string{"validate", "../../policy/testdata/invalid/escape_without_metrics.hcl"}, 0,
+			"../../policy/testdata/invalid/escape_without_metrics.hcl: ok (2 warnings)\n  pool chat: no metrics block: static weights\n", "warning: Escape block has no effect"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

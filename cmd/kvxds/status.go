@@ -232,8 +232,11 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 	if p.HitRate1m != nil {
 		head = append(head, "hit rate 1m "+percent(p.HitRate1m))
 	}
-	if p.Balance != nil {
+	switch {
+	case p.Balance != nil:
 		head = append(head, fmt.Sprintf("balance %.2f", *p.Balance))
+	case p.BalanceNote != "":
+		head = append(head, "balance - ("+p.BalanceNote+")")
 	}
 	if p.Engine != "" {
 		head = append(head, fmt.Sprintf("escapes 1h %d", p.Escapes1h), fmt.Sprintf("weight moves 1h %d", p.WeightMoves1h))
@@ -245,6 +248,13 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 	}
 	if p.Fallback {
 		fmt.Fprintln(w, paint("  FALLBACK: too many replicas saturated to take any out; pure affinity", red))
+	}
+	for _, n := range p.SignalNotes() {
+		if n.Level == status.OK {
+			fmt.Fprintln(w, "  signal "+n.Text)
+		} else {
+			fmt.Fprintln(w, paint("  SIGNAL "+n.Text, yellow))
+		}
 	}
 	if len(p.Replicas) == 0 {
 		return
@@ -261,6 +271,9 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 		note := r.Reason
 		if r.LastScrape != nil && !r.LastScrape.OK {
 			note = strings.TrimPrefix(strings.Join([]string{note, "last scrape failed " + ago(st.Time, r.LastScrape.Time) + ": " + r.LastScrape.Error}, "; "), "; ")
+		}
+		if m := r.PageLacks(); m != "" {
+			note = strings.TrimPrefix(note+"; "+m, "; ")
 		}
 		if !r.Since.IsZero() && r.Health != status.Serving {
 			note = strings.TrimSuffix("since "+ago(st.Time, r.Since)+": "+note, ": ")

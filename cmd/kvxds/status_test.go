@@ -121,3 +121,32 @@ func TestStatusCommandErrors(t *testing.T) {
 		})
 	}
 }
+
+// A pool too idle for a balance, and one whose replicas' pages lack a
+// signal, say so in the table.
+func TestStatusSignalsAndBalance(t *testing.T) {
+	_, body := serveStatus(t)
+	var st status.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	chat := &st.Pools[1]
+	chat.Balance, chat.BalanceNote = nil, "too little load to compare: the busiest replica queues 1 on average (balance needs 2)"
+	for i := range chat.Signals {
+		if c := &chat.Signals[i]; c.Signal == "kv_occupancy" {
+			c.Found, c.Missing = 1, 3
+		}
+	}
+	chat.Replicas[0].SignalsMissing = []string{"kv_occupancy"}
+	var out bytes.Buffer
+	printStatus(&out, &st, false)
+	for _, want := range []string{
+		"5 replicas  hit rate 1m 72.0%  balance - (too little load to compare: the busiest replica queues 1 on average (balance needs 2))  escapes 1h 1",
+		"\n  SIGNAL kv_occupancy: missing on 3 of 4 replicas; weights and the escape hatch go without it: check the metrics block's engine, path and model (looked for vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc)\n",
+		"page lacks kv_occupancy",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
