@@ -97,6 +97,16 @@ func CustomProfile(name string, signals map[string]Series) (*Profile, error) {
 	return p, nil
 }
 
+// MetricsPath returns where an engine serves its Prometheus page, the
+// default of a metrics block's path: "/prometheus/metrics" for trtllm-serve
+// (whose /metrics answers JSON), DefaultMetricsPath for the others.
+func MetricsPath(engine string) string {
+	if p, ok := builtinProfiles[engine]; ok && p.MetricsPath != "" {
+		return p.MetricsPath
+	}
+	return DefaultMetricsPath
+}
+
 // ProfileFor returns the profile of an engine: the built-in one, or for
 // EngineCustom the one its signals describe.
 func ProfileFor(engine string, signals map[string]Series) (*Profile, error) {
