@@ -53,11 +53,14 @@ func nanSignals() Signals {
 // Extract applies a profile to parsed metric families.
 //
 // model, if non-empty, keeps only series whose model_name label equals it;
-// series without a model_name label are kept. When several series of the
-// chosen alternative match (vLLM's engine label for data-parallel engines,
-// SGLang's tp_rank/dp_rank), counts and counters are summed, fractions (KV
-// occupancy, hit rate) averaged, and TTFT histograms added bucket by bucket
-// over the bounds they share.
+// series without a model_name label (or with the profile's UnnamedModel)
+// are kept. When several series of the chosen alternative match, copies
+// (series differing only in the profile's CopyLabels, SGLang's ranks)
+// count once and the rest of one engine add up; engines (the profile's
+// EngineLabel, and models) then combine per signal: queue depth and KV
+// occupancy are the busiest engine's, running requests and counters the
+// sum, an engine's own hit rate the mean. TTFT histograms are added bucket
+// by bucket over the bounds they share.
 //
 // A signal with no alternative present is NaN (TTFT nil). If none of
 // QueueDepth, Running and KVOccupancy is present, the error is a
