@@ -10,7 +10,9 @@ import "slices"
 // series: those are counter/histogram creation timestamps, not values.
 type Series struct {
 	Name string
-	// Labels, if set, keep only series carrying exactly these label values.
+	// Labels, if set, keep only series carrying exactly these label values;
+	// an empty value also keeps series without the label (in Prometheus an
+	// empty label is no label).
 	Labels map[string]string
 	// Scale multiplies the value, e.g. 0.01 for a percentage; 0 means 1.
 	// For a histogram it multiplies the bucket bounds and the sum (a unit

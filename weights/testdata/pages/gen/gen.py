@@ -7,12 +7,15 @@ theirs, so that line order, label order (sorted), float formatting, the
 _created series and HELP/TYPE lines are what the engines print. Metric names,
 help texts, label sets and bucket layouts are transcribed from the engines'
 sources (vllm/v1/metrics/loggers.py, vllm/engine/metrics.py,
-sglang/srt/metrics/collector.py, tensorrt_llm/metrics/collector.py,
+sglang/srt/metrics/collector.py and its successor
+sglang/srt/observability/metrics_collector.py,
+tensorrt_llm/metrics/collector.py, tensorrt_llm/serve/openai_server.py,
 prometheus-fastapi-instrumentator's default metrics); TGI's page is
 formatted here the way the Rust metrics-exporter-prometheus crate does.
 
 Values are fixed (binary fractions where they are summed or averaged) so that
-weights/profile_test.go can assert them exactly. Clock-dependent values
+weights/profile_test.go can assert them exactly. ../../README.md lists
+which upstream file and version each page follows. Clock-dependent values
 (_created, process_*) are fixed too, so the output is reproducible:
 
     apt-get install python3-prometheus-client
@@ -391,6 +394,9 @@ SGL_RANK4 = dict(tp_rank="4", dp_rank="1", gauges=dict(
 # scheduler state under its own tp_rank. sglang:num_retracted_requests_total
 # is a counter; tokenizer series carry is_streaming or cache_source.
 
+# The engine process's pid, fixed so that pages are reproducible.
+ENGINE_PID = 4242
+
 SGL_E2E_NOW = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
 
 
@@ -401,7 +407,7 @@ def sglang_now_page(engines, name, tp_ranks=1, priority=False):
     d = os.path.join(MULTIPROC_DIR, name)
     os.makedirs(d)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = d
-    values.ValueClass = values.get_value_class()
+    values.ValueClass = values.MultiProcessValue(lambda: ENGINE_PID)  # a fixed pid: gauges in mode "all" carry it
     model = LLAMA
     SL = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
     if priority:
@@ -497,7 +503,7 @@ def trtllm_now_page(name, iter_stats=True):
     d = os.path.join(MULTIPROC_DIR, name)
     os.makedirs(d)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = d
-    values.ValueClass = values.get_value_class()
+    values.ValueClass = values.MultiProcessValue(lambda: ENGINE_PID)  # a fixed pid: gauges in mode "all" carry it
     labels = {"model_name": "undefined", "engine_type": "undefined"}
     L = list(labels)
     P = "trtllm_"
