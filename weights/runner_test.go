@@ -204,7 +204,7 @@ func TestRunnerSaysWhatTheEngineLacks(t *testing.T) {
 		wantNot  []string
 	}{
 		{name: "the engine's default path", prom: full, path: MetricsPath(EngineTRTLLM), decision: true,
-			wantNot: []string{"lack signals", "scrape failing"}},
+			wantNot: []string{"lack signals", "got JSON"}},
 		{name: "/metrics is JSON", prom: full, path: "/metrics",
 			want: []string{"metrics scrape failing", "got JSON", `\"/prometheus/metrics\"`}},
 		{name: "no iteration stats", prom: readPage(t, "trtllm_prometheus_no_iter_stats.txt"), path: MetricsPath(EngineTRTLLM),
