@@ -184,8 +184,12 @@ var builtinProfiles = map[string]Profile{
 	// counters (reused, missed) would need their sum as the lookups, which
 	// alternatives cannot express. No preemption counter.
 	"trtllm": {
-		Name:          "trtllm",
-		UnnamedModel:  "undefined",
+		Name:         "trtllm",
+		UnnamedModel: "undefined",
+		// Its gauges carry the writing process's pid (multiprocess mode
+		// "all"): one server process writes them, and a dead one's
+		// leftovers must not add to it.
+		CopyLabels:    []string{"pid"},
 		MetricsPath:   "/prometheus/metrics",
 		Hint:          "trtllm-serve exports queue, running and KV usage only with return_perf_metrics: true and enable_iter_perf_stats: true in its --extra_llm_api_options (--config) file",
 		QueueDepth:    profileSeries("trtllm_num_requests_waiting"),

@@ -226,10 +226,10 @@ func (x *extractor) matches(s *Series, m *dto.Metric) bool {
 	return true
 }
 
-// groupKeys returns the keys under which scalar folds a series: copy is
-// its labels without the profile's copy labels (series alike but for
+// groupKeys returns the keys under which scalar folds a series: copyKey
+// is its labels without the profile's copy labels (series alike but for
 // those repeat one state), engine its model and engine label.
-func (x *extractor) groupKeys(m *dto.Metric) (copy, engine string) {
+func (x *extractor) groupKeys(m *dto.Metric) (copyKey, engine string) {
 	var b strings.Builder
 	for _, lp := range m.GetLabel() {
 		if slices.Contains(x.p.CopyLabels, lp.GetName()) {

@@ -569,3 +569,19 @@ func TestBuiltinProfiles(t *testing.T) {
 		t.Error("Clone shares label maps")
 	}
 }
+
+// trtllm-serve's gauges carry the writing process's pid: a restarted
+// server's page may still hold its predecessor's series, which must not
+// add to its queue.
+func TestExtractTRTLLMPidCopies(t *testing.T) {
+	page := "# HELP trtllm_num_requests_waiting Number of queued requests\n# TYPE trtllm_num_requests_waiting gauge\n" +
+		"trtllm_num_requests_waiting{engine_type=\"undefined\",model_name=\"undefined\",pid=\"4242\"} 3.0\n" +
+		"trtllm_num_requests_waiting{engine_type=\"undefined\",model_name=\"undefined\",pid=\"4343\"} 1.0\n"
+	got, err := ParseSignals(mustProfile(t, EngineTRTLLM), "", []byte(page), ctText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.QueueDepth != 3 {
+		t.Errorf("queue = %v, want 3", got.QueueDepth)
+	}
+}
