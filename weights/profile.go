@@ -191,7 +191,7 @@ var builtinProfiles = map[string]Profile{
 		// leftovers must not add to it.
 		CopyLabels:    []string{"pid"},
 		MetricsPath:   "/prometheus/metrics",
-		Hint:          "trtllm-serve exports queue, running and KV usage only with return_perf_metrics: true and enable_iter_perf_stats: true in its --extra_llm_api_options (--config) file",
+		Hint:          "trtllm-serve exports queue, running and KV usage only with return_perf_metrics: true and, on the PyTorch backend, enable_iter_perf_stats: true in its --extra_llm_api_options (--config) file",
 		QueueDepth:    profileSeries("trtllm_num_requests_waiting"),
 		Running:       profileSeries("trtllm_num_requests_running"),
 		KVOccupancy:   profileSeries("trtllm_kv_cache_utilization"),
