@@ -97,8 +97,8 @@ func TestDefaultsFollowSetValues(t *testing.T) {
 			metrics(func(m *Metrics) { m.Engine, m.Path = EngineTRTLLM, "/prometheus/metrics" })},
 		{"trtllm path written", poolWith(`metrics {
   engine = "trtllm"
-  path   = "/metrics"
-}`), poolMetrics, metrics(func(m *Metrics) { m.Engine = EngineTRTLLM })},
+  path   = "/proxied/metrics"
+}`), poolMetrics, metrics(func(m *Metrics) { m.Engine, m.Path = EngineTRTLLM, "/proxied/metrics" })},
 		{"sglang path", poolWith(`metrics { engine = "sglang" }`), poolMetrics,
 			metrics(func(m *Metrics) { m.Engine = EngineSGLang })},
 

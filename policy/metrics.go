@@ -114,6 +114,11 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	if m.Path == "" {
 		// The engine's own page: trtllm-serve's /metrics is JSON.
 		m.Path = weights.MetricsPath(m.Engine)
+	} else if m.Engine == EngineTRTLLM && m.Path == weights.DefaultMetricsPath {
+		// Valid, and wrong for every trtllm-serve: say so where it is set.
+		d.warnf(spec.Path.Expr.Range(), "Not a Prometheus page",
+			"trtllm-serve answers %s with JSON iteration stats, which kvxds cannot read; its Prometheus page is %q, the default with engine = %q: remove path.",
+			m.Path, weights.MetricsPath(m.Engine), m.Engine)
 	}
 	if a := spec.Port; a != nil {
 		if n, good := d.uintIn(a.Name, a.Expr, 1, 65535, "Invalid port"); good {
