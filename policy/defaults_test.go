@@ -92,6 +92,16 @@ func TestDefaultsFollowSetValues(t *testing.T) {
 			m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, 5*time.Second
 		})},
 
+		// path: the engine's Prometheus page; a path written wins.
+		{"trtllm path", poolWith(`metrics { engine = "trtllm" }`), poolMetrics,
+			metrics(func(m *Metrics) { m.Engine, m.Path = EngineTRTLLM, "/prometheus/metrics" })},
+		{"trtllm path written", poolWith(`metrics {
+  engine = "trtllm"
+  path   = "/proxied/metrics"
+}`), poolMetrics, metrics(func(m *Metrics) { m.Engine, m.Path = EngineTRTLLM, "/proxied/metrics" })},
+		{"sglang path", poolWith(`metrics { engine = "sglang" }`), poolMetrics,
+			metrics(func(m *Metrics) { m.Engine = EngineSGLang })},
+
 		// interval: 2s, or twice a timeout that does not fit, at most stale_after.
 		{"timeout 1.5s keeps interval 2s", poolWith(`metrics { timeout = "1500ms" }`), poolMetrics,
 			metrics(func(m *Metrics) { m.Timeout = 1500 * time.Millisecond })},

@@ -23,7 +23,7 @@ type Metrics struct {
 	// StaleAfter is how long a replica's last good values are kept after
 	// its scrapes start failing; at least Interval.
 	StaleAfter time.Duration
-	// Path starts with "/".
+	// Path starts with "/"; unset, the engine's (weights.MetricsPath).
 	Path string
 	// Port is the metrics port; zero means the endpoint's serving port.
 	Port uint32
@@ -80,7 +80,6 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	m := &Metrics{
 		Engine: weights.DefaultEngine,
 		Scrape: weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
-		Path:   weights.DefaultMetricsPath,
 		Scheme: weights.DefaultMetricsScheme,
 	}
 
@@ -111,6 +110,15 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 				m.Path = s
 			}
 		}
+	}
+	if m.Path == "" {
+		// The engine's own page: trtllm-serve's /metrics is JSON.
+		m.Path = weights.MetricsPath(m.Engine)
+	} else if m.Engine == EngineTRTLLM && m.Path == weights.DefaultMetricsPath {
+		// Valid, and wrong for every trtllm-serve: say so where it is set.
+		d.warnf(spec.Path.Expr.Range(), "Not a Prometheus page",
+			"trtllm-serve answers %s with JSON iteration stats, which kvxds cannot read; its Prometheus page is %q, the default with engine = %q: remove path.",
+			m.Path, weights.MetricsPath(m.Engine), m.Engine)
 	}
 	if a := spec.Port; a != nil {
 		if n, good := d.uintIn(a.Name, a.Expr, 1, 65535, "Invalid port"); good {

@@ -48,7 +48,7 @@
 //	  interval    = "2s"       # weights.DefaultScrapeInterval, or 2 x timeout if timeout is 2s or more; at most stale_after; at least weights.MinScrapeInterval (100ms)
 //	  timeout     = "1s"       # weights.DefaultScrapeTimeout, or interval / 2 if shorter; shorter than interval
 //	  stale_after = "10s"      # weights.DefaultStaleAfterIntervals (5) x interval; at least interval
-//	  path        = "/metrics" # weights.DefaultMetricsPath; starts with "/"
+//	  path        = "/metrics" # weights.MetricsPath(engine): "/prometheus/metrics" for trtllm, else weights.DefaultMetricsPath; starts with "/"
 //	  port        = 8000       # default: the endpoint's serving port (Metrics.Port 0)
 //	  scheme      = "http"     # weights.DefaultMetricsScheme; or "https"
 //	  model       = "..."      # keep only series with this model_name; default all

@@ -285,6 +285,7 @@ func TestDecodedValues(t *testing.T) {
 				Pool{Name: "trtllm", Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
 					Metrics: metrics(func(m *Metrics) {
 						m.Engine, m.Interval, m.Timeout, m.StaleAfter = EngineTRTLLM, 100*time.Millisecond, 99*time.Millisecond, 100*time.Millisecond
+						m.Path = "/prometheus/metrics" // trtllm-serve's /metrics is JSON
 					})},
 			),
 		}},

@@ -215,3 +215,40 @@ func TestScrapeSpecsWeightDomains(t *testing.T) {
 		})
 	}
 }
+
+// Each engine's replicas are scraped on its own Prometheus page unless the
+// policy names one: trtllm-serve's /metrics is JSON.
+func TestScrapeSpecsEnginePath(t *testing.T) {
+	for _, tc := range []struct{ engine, path, want string }{
+		{"vllm", "", "http://10.0.0.1:8000/metrics"},
+		{"sglang", "", "http://10.0.0.1:8000/metrics"},
+		{"trtllm", "", "http://10.0.0.1:8000/prometheus/metrics"},
+		{"trtllm", `path = "/custom"`, "http://10.0.0.1:8000/custom"},
+	} {
+		p := mustParse(t, fmt.Sprintf(`
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+  }
+  metrics {
+    engine = %q
+    %s
+  }
+}
+`, tc.engine, tc.path))
+		m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{{Name: "chat", Port: 10000,
+			Hash:      fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs, bad := ScrapeSpecs(p, m)
+		if len(bad) != 0 || len(specs["chat"].Targets) != 1 {
+			t.Fatalf("%s: specs %+v, errors %v", tc.engine, specs, bad)
+		}
+		if got := specs["chat"].Targets[0].URL; got != tc.want {
+			t.Errorf("%s %s: URL %s, want %s", tc.engine, tc.path, got, tc.want)
+		}
+	}
+}

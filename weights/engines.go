@@ -2,6 +2,7 @@ package weights
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -95,6 +96,41 @@ func CustomProfile(name string, signals map[string]Series) (*Profile, error) {
 		return nil, fmt.Errorf("custom engine %q: no core signal (one of %v)", name, CoreSignalNames())
 	}
 	return p, nil
+}
+
+// MetricsPath returns where an engine serves its Prometheus page, the
+// default of a metrics block's path: "/prometheus/metrics" for trtllm-serve
+// (whose /metrics answers JSON), DefaultMetricsPath for the others.
+func MetricsPath(engine string) string {
+	if p, ok := builtinProfiles[engine]; ok && p.MetricsPath != "" {
+		return p.MetricsPath
+	}
+	return DefaultMetricsPath
+}
+
+// MissingSignals returns the core signals p maps that s lacks: what a
+// page did not export although its engine can (trtllm-serve's queue
+// without enable_iter_perf_stats), in registry order. Weights and the
+// escape hatch then judge by the others alone.
+func MissingSignals(p *Profile, s Signals) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range []struct {
+		name   string
+		mapped bool
+		v      float64
+	}{
+		{SignalQueueDepth, len(p.QueueDepth) > 0, s.QueueDepth},
+		{SignalRunning, len(p.Running) > 0, s.Running},
+		{SignalKVOccupancy, len(p.KVOccupancy) > 0, s.KVOccupancy},
+	} {
+		if c.mapped && math.IsNaN(c.v) {
+			out = append(out, c.name)
+		}
+	}
+	return out
 }
 
 // ProfileFor returns the profile of an engine: the built-in one, or for

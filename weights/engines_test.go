@@ -68,3 +68,19 @@ func TestProfileFor(t *testing.T) {
 		})
 	}
 }
+
+// A metrics block's path defaults to the engine's Prometheus page.
+func TestMetricsPath(t *testing.T) {
+	for _, tc := range []struct{ engine, want string }{
+		{EngineVLLM, "/metrics"},
+		{EngineSGLang, "/metrics"},
+		{EngineTGI, "/metrics"},
+		{EngineTRTLLM, "/prometheus/metrics"}, // its /metrics is JSON
+		{EngineCustom, DefaultMetricsPath},
+		{"unknown", DefaultMetricsPath},
+	} {
+		if got := MetricsPath(tc.engine); got != tc.want {
+			t.Errorf("MetricsPath(%q) = %q, want %q", tc.engine, got, tc.want)
+		}
+	}
+}

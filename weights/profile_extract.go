@@ -21,16 +21,26 @@ const fractionSlack = 1e-9
 // model's name in.
 const modelLabel = "model_name"
 
-// aggregation says how several matching series of one signal combine.
+// aggregation says how the engines on one page combine into the
+// replica's value of a signal. Several data-parallel engines behind one
+// server (vLLM's engine label, SGLang's dp_rank) each hold their own
+// queue and KV cache, and the server spreads requests over them without
+// regard to prefixes; several models on one page are separate engines
+// too.
 type aggregation int
 
 const (
-	// aggSum is for counts (queue, running) and counters: data-parallel
-	// engines on one page each hold their own requests and caches.
+	// aggSum is for counts of work and counters (running requests,
+	// preemptions, prefix lookups and hits): the replica's total.
 	aggSum aggregation = iota
-	// aggMean is for fractions (KV occupancy, hit rate): the replica's
-	// occupancy is the mean over its engines, which is exact for engines of
-	// equal capacity, the only layout vLLM and SGLang run.
+	// aggMax is for saturation (queue depth, KV occupancy): one full
+	// engine queues and preempts its share of the replica's requests
+	// however idle the others are, so the replica is as saturated as its
+	// busiest engine, and max_queue_depth and max_kv_occupancy hold per
+	// engine. A sum would halve max_queue_depth in effect with two
+	// engines, a mean would average a saturated engine away.
+	aggMax
+	// aggMean is for an engine's own hit rate: the mean over engines.
 	aggMean
 )
 
@@ -43,11 +53,14 @@ func nanSignals() Signals {
 // Extract applies a profile to parsed metric families.
 //
 // model, if non-empty, keeps only series whose model_name label equals it;
-// series without a model_name label are kept. When several series of the
-// chosen alternative match (vLLM's engine label for data-parallel engines,
-// SGLang's tp_rank/dp_rank), counts and counters are summed, fractions (KV
-// occupancy, hit rate) averaged, and TTFT histograms added bucket by bucket
-// over the bounds they share.
+// series without a model_name label (or with the profile's UnnamedModel)
+// are kept. When several series of the chosen alternative match, copies
+// (series differing only in the profile's CopyLabels, SGLang's ranks)
+// count once and the rest of one engine add up; engines (the profile's
+// EngineLabel, and models) then combine per signal: queue depth and KV
+// occupancy are the busiest engine's, running requests and counters the
+// sum, an engine's own hit rate the mean. TTFT histograms are added bucket
+// by bucket over the bounds they share.
 //
 // A signal with no alternative present is NaN (TTFT nil). If none of
 // QueueDepth, Running and KVOccupancy is present, the error is a
@@ -62,7 +75,7 @@ func Extract(p *Profile, model string, families map[string]*dto.MetricFamily) (S
 	if p == nil {
 		return out, errors.New("weights: Extract with a nil profile")
 	}
-	x := extractor{fams: families, model: model}
+	x := extractor{fams: families, model: model, p: p}
 	scalars := []struct {
 		dst      *float64
 		alts     []Series
@@ -70,9 +83,9 @@ func Extract(p *Profile, model string, families map[string]*dto.MetricFamily) (S
 		fraction bool
 		hitRate  bool
 	}{
-		{&out.QueueDepth, p.QueueDepth, aggSum, false, false},
+		{&out.QueueDepth, p.QueueDepth, aggMax, false, false},
 		{&out.Running, p.Running, aggSum, false, false},
-		{&out.KVOccupancy, p.KVOccupancy, aggMean, true, false},
+		{&out.KVOccupancy, p.KVOccupancy, aggMax, true, false},
 		{&out.Preemptions, p.Preemptions, aggSum, false, false},
 		{&out.PrefixQueries, p.PrefixQueries, aggSum, false, false},
 		{&out.PrefixHits, p.PrefixHits, aggSum, false, false},
@@ -104,6 +117,9 @@ func Extract(p *Profile, model string, families map[string]*dto.MetricFamily) (S
 		}
 		if model != "" {
 			what += fmt.Sprintf(" for model %q", model)
+		}
+		if p.Hint != "" {
+			what += " (" + p.Hint + ")"
 		}
 		return nanSignals(), &ScrapeError{Kind: FailMissing, Err: fmt.Errorf("profile %q: %s", p.Name, what)}
 	}
@@ -160,6 +176,16 @@ func invalid(format string, args ...any) error {
 type extractor struct {
 	fams  map[string]*dto.MetricFamily
 	model string
+	p     *Profile
+	// groups is scratch space for scalar.
+	groups map[string]*seriesGroup
+}
+
+// seriesGroup is one engine's value of a signal while scalar folds a
+// family's series.
+type seriesGroup struct {
+	engine string
+	value  float64
 }
 
 // family finds the family a series names. A name ending in "_total" falls
@@ -180,22 +206,47 @@ func (x *extractor) family(name string) *dto.MetricFamily {
 	return nil
 }
 
-// matches applies the series' label filter and the model filter.
+// matches applies the series' label filter and the model filter. A label
+// wanted empty also matches a series without it, as in Prometheus, where
+// an empty label is no label.
 func (x *extractor) matches(s *Series, m *dto.Metric) bool {
 	if m == nil {
 		return false
 	}
 	for k, want := range s.Labels {
-		if got, ok := labelValue(m, k); !ok || got != want {
+		if got, _ := labelValue(m, k); got != want {
 			return false
 		}
 	}
 	if x.model != "" {
-		if got, ok := labelValue(m, modelLabel); ok && got != x.model {
+		if got, ok := labelValue(m, modelLabel); ok && got != x.model && (x.p.UnnamedModel == "" || got != x.p.UnnamedModel) {
 			return false
 		}
 	}
 	return true
+}
+
+// groupKeys returns the keys under which scalar folds a series: copyKey
+// is its labels without the profile's copy labels (series alike but for
+// those repeat one state), engine its model and engine label.
+func (x *extractor) groupKeys(m *dto.Metric) (copyKey, engine string) {
+	var b strings.Builder
+	for _, lp := range m.GetLabel() {
+		if slices.Contains(x.p.CopyLabels, lp.GetName()) {
+			continue
+		}
+		b.WriteString(lp.GetName())
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(lp.GetValue()))
+		b.WriteByte(',')
+	}
+	model, _ := labelValue(m, modelLabel)
+	engine = strconv.Quote(model)
+	if x.p.EngineLabel != "" {
+		e, _ := labelValue(m, x.p.EngineLabel)
+		engine += "," + strconv.Quote(e)
+	}
+	return b.String(), engine
 }
 
 func labelValue(m *dto.Metric, name string) (string, bool) {
@@ -234,7 +285,11 @@ func scalarValue(t dto.MetricType, m *dto.Metric) (float64, bool) {
 	return 0, false
 }
 
-// scalar evaluates the first present alternative. hitRate enables the
+// scalar evaluates the first present alternative. Its series fold in
+// three steps: series that differ only in the profile's copy labels are
+// one (their maximum); the series of one engine (same model and engine
+// label) add up, as they split its value by some other label (SGLang's
+// is_streaming, cache_source); engines combine by agg. hitRate enables the
 // negative-means-absent rule of PrefixHitRate.
 func (x *extractor) scalar(alts []Series, agg aggregation, fraction, hitRate bool) (float64, error) {
 	for i := range alts {
@@ -244,8 +299,10 @@ func (x *extractor) scalar(alts []Series, agg aggregation, fraction, hitRate boo
 			continue
 		}
 		scale := scaleOf(s)
-		var sum float64
-		n := 0
+		if x.groups == nil {
+			x.groups = map[string]*seriesGroup{}
+		}
+		clear(x.groups)
 		for _, m := range f.GetMetric() {
 			if !x.matches(s, m) {
 				continue
@@ -267,19 +324,41 @@ func (x *extractor) scalar(alts []Series, agg aggregation, fraction, hitRate boo
 				}
 				v = 1
 			}
-			sum += v
-			n++
+			ck, ek := x.groupKeys(m)
+			if g := x.groups[ck]; g != nil {
+				g.value = max(g.value, v)
+			} else {
+				x.groups[ck] = &seriesGroup{engine: ek, value: v}
+			}
 		}
-		if n == 0 {
+		if len(x.groups) == 0 {
 			continue
 		}
-		if math.IsInf(sum, 0) {
+		engines := make(map[string]float64, 1)
+		for _, g := range x.groups {
+			engines[g.engine] += g.value
+		}
+		var out float64
+		for _, v := range engines {
+			switch agg {
+			case aggMax:
+				out = max(out, v)
+			default:
+				out += v
+			}
+		}
+		if math.IsInf(out, 0) {
 			return 0, invalid("sum of %s overflows", s)
 		}
-		if agg == aggMean {
-			return min(sum/float64(n), 1), nil
+		switch {
+		case agg == aggMean:
+			out /= float64(len(engines))
+		case !fraction:
+			return out, nil
 		}
-		return sum, nil
+		// A fraction split over an engine's series (none known) must not
+		// pass 1.
+		return min(out, 1), nil
 	}
 	return math.NaN(), nil
 }

@@ -2,6 +2,7 @@ package weights
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -66,7 +67,45 @@ func pageFormatOf(contentType string) (pageFormat, error) {
 // than maxLabelsPerSeries (64) labels, is a *ScrapeError of kind
 // FailParse.
 func ParsePage(body []byte, contentType string) (map[string]*dto.MetricFamily, error) {
-	return parsePage(body, contentType, nil)
+	return parsePage(body, contentType, nil, "")
+}
+
+// notExposition reports a body that is no exposition page at all (JSON, as
+// trtllm-serve answers on /metrics, or HTML, as a proxy's error page): what
+// it is, and which path to set. enginePath, if set, is the engine's own
+// Prometheus page. A text page never starts with '<', nor with valid JSON
+// (a quoted UTF-8 name starts with '{' but is no JSON value).
+func notExposition(body []byte, contentType, enginePath string) error {
+	what := ""
+	if mt, _, err := mime.ParseMediaType(contentType); err == nil {
+		switch {
+		case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+			what = "JSON"
+		case mt == "text/html":
+			what = "HTML"
+		}
+	}
+	if what == "" {
+		switch head := bytes.TrimLeft(body, " \t\r\n"); {
+		case len(head) == 0:
+		case head[0] == '<':
+			what = "HTML"
+		case (head[0] == '[' || head[0] == '{') && json.Valid(head):
+			what = "JSON"
+		}
+	}
+	if what == "" {
+		return nil
+	}
+	got := what
+	if contentType != "" {
+		got += fmt.Sprintf(" (Content-Type %q)", contentType)
+	}
+	hint := "set path in the pool's metrics block to the engine's Prometheus page"
+	if enginePath != "" {
+		hint += fmt.Sprintf(" (this engine's is %q, the default)", enginePath)
+	}
+	return &ScrapeError{Kind: FailParse, Err: fmt.Errorf("got %s, not a Prometheus text or OpenMetrics page; %s", got, hint)}
 }
 
 var (
@@ -84,7 +123,10 @@ const maxPooledBuffer = 1 << 20
 
 // parsePage parses a page; with keep set, only the families keep holds are
 // guaranteed to be complete (see keepSet).
-func parsePage(body []byte, contentType string, keep keepSet) (fams map[string]*dto.MetricFamily, err error) {
+func parsePage(body []byte, contentType string, keep keepSet, enginePath string) (fams map[string]*dto.MetricFamily, err error) {
+	if err := notExposition(body, contentType, enginePath); err != nil {
+		return nil, err
+	}
 	format, err := pageFormatOf(contentType)
 	if err != nil {
 		return nil, &ScrapeError{Kind: FailParse, Err: err}
@@ -146,10 +188,11 @@ func parseText(input []byte) (fams map[string]*dto.MetricFamily, err error) {
 // truncated pages, fail here as there.
 func ParseSignals(p *Profile, model string, body []byte, contentType string) (Signals, error) {
 	var keep keepSet
+	enginePath := ""
 	if p != nil {
-		keep = profileKeepSet(p)
+		keep, enginePath = profileKeepSet(p), p.MetricsPath
 	}
-	fams, err := parsePage(body, contentType, keep)
+	fams, err := parsePage(body, contentType, keep, enginePath)
 	if err != nil {
 		return nanSignals(), err
 	}

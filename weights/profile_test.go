@@ -74,6 +74,11 @@ var (
 	wantVLLMQwen  = sig(1, 4, 0.125, 0, 4096, 1024, nan, hist(ttftV1Bounds, obsQwenE0))
 	wantVLLMv0    = sig(2, 7, 0.91, 4, nan, nan, 0.375, hist(ttftV0Bounds, []obs{{0.0625, 6}, {0.25, 2}, {6.0, 1}, {12.5, 1}}))
 	wantSGLangTTF = hist(ttftSGLBounds, []obs{{0.0625, 100}, {0.3125, 20}, {1.5, 5}})
+	// Today's SGLang fixtures: one scheduler, and two DP ranks of which
+	// the second is nearly full.
+	wantSGLangNow   = sig(6, 24, 0.71875, 5, 5000000, 3125000, 0.5625, wantSGLangTTF)
+	wantSGLangNowDP = sig(6, 24+16, 0.9375, 5+3, 5000000, 3125000, (0.5625+0.4375)/2, wantSGLangTTF)
+	wantTRTTTFT     = hist(ttftV1Bounds, []obs{{0.046875, 700}, {0.1875, 100}, {1.25, 12}})
 )
 
 func readPage(t testing.TB, name string) []byte {
@@ -155,11 +160,13 @@ func TestParseSignalsFixtures(t *testing.T) {
 		// An OpenMetrics page announced as text still reads right: the
 		// text parser takes "# EOF" for a comment and _total for untyped.
 		{name: "vllm_v1/openmetrics as text", page: "vllm_v1.openmetrics.txt", ct: ctText, engine: "vllm", want: wantVLLMv1},
-		// Data-parallel engines: counts and counters summed, KV averaged, TTFT added.
+		// Data-parallel engines: the busiest engine's queue and KV, counts
+		// and counters summed, TTFT added.
 		{name: "vllm_v1_two_engines", page: "vllm_v1_two_engines.txt", ct: ctText, engine: "vllm",
-			want: sig(3+5, 12+9, (0.4375+0.8125)/2, 7+2, 1234567+2000000, 987654+500000, nan, hist(ttftV1Bounds, obsLlamaE0, obsLlamaE1))},
+			want: sig(5, 12+9, 0.8125, 7+2, 1234567+2000000, 987654+500000, nan, hist(ttftV1Bounds, obsLlamaE0, obsLlamaE1))},
+		// Two models on one page are two engines.
 		{name: "vllm_v1_two_models/all", page: "vllm_v1_two_models.txt", ct: ctText, engine: "vllm",
-			want: sig(3+1, 12+4, (0.4375+0.125)/2, 7, 1234567+4096, 987654+1024, nan, hist(ttftV1Bounds, obsLlamaE0, obsQwenE0))},
+			want: sig(3, 12+4, 0.4375, 7, 1234567+4096, 987654+1024, nan, hist(ttftV1Bounds, obsLlamaE0, obsQwenE0))},
 		{name: "vllm_v1_two_models/llama", page: "vllm_v1_two_models.txt", ct: ctText, engine: "vllm", model: llamaName, want: wantVLLMv1},
 		{name: "vllm_v1_two_models/qwen", page: "vllm_v1_two_models.txt", ct: ctText, engine: "vllm", model: qwenName, want: wantVLLMQwen},
 		{name: "vllm_v1_two_models/absent model", page: "vllm_v1_two_models.txt", ct: ctText, engine: "vllm", model: "mistral", wantErr: FailMissing},
@@ -169,18 +176,41 @@ func TestParseSignalsFixtures(t *testing.T) {
 		{name: "vllm_v0", page: "vllm_v0.txt", ct: ctText, engine: "vllm", want: wantVLLMv0},
 		{name: "vllm_v0/no prefix caching", page: "vllm_v0_no_prefix_caching.txt", ct: ctText, engine: "vllm",
 			want: sig(2, 7, 0.91, 4, nan, nan, nan, wantVLLMv0.TTFT)},
-		// SGLang: no preemption counter; DP attention ranks summed/averaged.
+		// SGLang before its retraction counter (a gauge only), one
+		// scheduler, then two DP attention ranks: the busiest rank's queue
+		// and KV, running summed, hit rates averaged.
 		{name: "sglang", page: "sglang.txt", ct: ctText, engine: "sglang",
 			want: sig(6, 24, 0.71875, nan, 5000000, 3125000, 0.5625, wantSGLangTTF)},
 		{name: "sglang/model", page: "sglang.txt", ct: ctText, engine: "sglang", model: llamaName,
 			want: sig(6, 24, 0.71875, nan, 5000000, 3125000, 0.5625, wantSGLangTTF)},
 		{name: "sglang_dp_attention", page: "sglang_dp_attention.txt", ct: ctText, engine: "sglang",
-			want: sig(6+0, 24+16, (0.71875+0.3125)/2, nan, 5000000, 3125000, (0.5625+0.4375)/2, wantSGLangTTF)},
+			want: sig(6, 24+16, 0.71875, nan, 5000000, 3125000, (0.5625+0.4375)/2, wantSGLangTTF)},
+		// SGLang today: the priority="" total, not its split by priority;
+		// every TP rank's copy of one scheduler counted once; retractions
+		// as preemptions; tokens summed over is_streaming and cache_source.
+		{name: "sglang_priority", page: "sglang_priority.txt", ct: ctText, engine: "sglang", want: wantSGLangNow},
+		{name: "sglang_all_schedulers", page: "sglang_all_schedulers.txt", ct: ctText, engine: "sglang", want: wantSGLangNow},
+		{name: "sglang_dp", page: "sglang_dp.txt", ct: ctText, engine: "sglang", want: wantSGLangNowDP},
+		{name: "sglang_dp_priority_all_schedulers", page: "sglang_dp_priority_all_schedulers.txt", ct: ctText,
+			engine: "sglang", want: wantSGLangNowDP},
+		{name: "sglang_dp_priority_all_schedulers/model", page: "sglang_dp_priority_all_schedulers.txt", ct: ctText,
+			engine: "sglang", model: llamaName, want: wantSGLangNowDP},
 		// TGI: queue and batch only; a model filter keeps its unlabelled series.
 		{name: "tgi", page: "tgi.txt", ct: ctText, engine: "tgi", want: sig(4, 16, nan, nan, nan, nan, nan, nil)},
 		{name: "tgi/model", page: "tgi.txt", ct: ctText, engine: "tgi", model: llamaName, want: sig(4, 16, nan, nan, nan, nan, nan, nil)},
+		// trtllm-serve before its prompt token counters: the hit rate
+		// gauge; today: the counters (and model_name "undefined", which a
+		// model filter keeps).
 		{name: "trtllm", page: "trtllm.txt", ct: ctText, engine: "trtllm",
-			want: sig(1, 8, 0.25, nan, nan, nan, 0.75, hist(ttftV1Bounds, []obs{{0.046875, 700}, {0.1875, 100}, {1.25, 12}}))},
+			want: sig(1, 8, 0.25, nan, nan, nan, 0.75, wantTRTTTFT)},
+		{name: "trtllm_prometheus", page: "trtllm_prometheus.txt", ct: ctText, engine: "trtllm",
+			want: sig(1, 8, 0.25, nan, 1600000, 1200000, 0.75, wantTRTTTFT)},
+		{name: "trtllm_prometheus/model", page: "trtllm_prometheus.txt", ct: ctText, engine: "trtllm", model: llamaName,
+			want: sig(1, 8, 0.25, nan, 1600000, 1200000, 0.75, wantTRTTTFT)},
+		{name: "trtllm_prometheus_no_iter_stats", page: "trtllm_prometheus_no_iter_stats.txt", ct: ctText, engine: "trtllm",
+			wantErr: FailMissing},
+		{name: "trtllm_metrics.json", page: "trtllm_metrics.json", ct: "application/json", engine: "trtllm", wantErr: FailParse},
+		{name: "trtllm_metrics.json/no content type", page: "trtllm_metrics.json", engine: "trtllm", wantErr: FailParse},
 		// Wrong profile for the page.
 		{name: "wrong_engine", page: "tgi.txt", ct: ctText, engine: "vllm", wantErr: FailMissing},
 		{name: "wrong_engine/sglang as vllm", page: "sglang.txt", ct: ctText, engine: "vllm", wantErr: FailMissing},
@@ -236,6 +266,10 @@ func TestExtractErrorMessages(t *testing.T) {
 		{"inf_queue.txt", "vllm", "", []string{"vllm:num_requests_waiting{", "+Inf"}},
 		{"negative.txt", "vllm", "", []string{"vllm:num_requests_running{", "-1"}},
 		{"kv_over_one.txt", "vllm", "", []string{"vllm:kv_cache_usage_perc{", "1.25", "above 1"}},
+		// What to turn on, and where the Prometheus page is.
+		{"trtllm_prometheus_no_iter_stats.txt", "trtllm", "", []string{"trtllm_num_requests_waiting", "enable_iter_perf_stats: true"}},
+		{"trtllm_metrics.json", "trtllm", "", []string{"got JSON", "set path", `"/prometheus/metrics"`}},
+		{"garbage.txt", "vllm", "", []string{"got HTML", "set path"}},
 	}
 	for _, tt := range tests {
 		_, err := ParseSignals(mustProfile(t, tt.engine), tt.model, readPage(t, tt.page), ctText)
@@ -315,10 +349,42 @@ func TestExtractRules(t *testing.T) {
 		},
 		{
 			name:    "model filter keeps series without model_name",
-			profile: Profile{QueueDepth: one("q")},
+			profile: Profile{Running: one("r")},
 			model:   "m1",
-			page:    "# TYPE q gauge\nq{model_name=\"m1\"} 1\nq{model_name=\"m2\"} 10\nq 100\n",
-			want:    sig(101, nan, nan, nan, nan, nan, nan, nil),
+			page:    "# TYPE r gauge\nr{model_name=\"m1\"} 1\nr{model_name=\"m2\"} 10\nr 100\n",
+			want:    sig(nan, 101, nan, nan, nan, nan, nan, nil),
+		},
+		{
+			name: "copies of one engine count once, its splits add up, engines combine per signal",
+			profile: Profile{
+				EngineLabel: "dp", CopyLabels: []string{"tp"},
+				QueueDepth: one("q"), Running: one("r"), KVOccupancy: one("kv"), PrefixHits: one("h_total"),
+			},
+			page: "# TYPE q gauge\nq{dp=\"0\",tp=\"0\"} 3\nq{dp=\"0\",tp=\"1\"} 3\nq{dp=\"1\",tp=\"2\"} 5\nq{dp=\"1\",tp=\"3\"} 5\n" +
+				"# TYPE r gauge\nr{dp=\"0\",tp=\"0\"} 4\nr{dp=\"0\",tp=\"1\"} 4\nr{dp=\"1\",tp=\"2\"} 2\n" +
+				"# TYPE kv gauge\nkv{dp=\"0\"} 0.25\nkv{dp=\"1\"} 0.75\n" +
+				"# TYPE h_total counter\nh_total{src=\"a\"} 1\nh_total{src=\"b\"} 2\n",
+			want: sig(5, 6, 0.75, nan, nan, 3, nan, nil),
+		},
+		{
+			name:    "an empty label wanted matches the series without it",
+			profile: Profile{QueueDepth: []Series{{Name: "q", Labels: map[string]string{"priority": ""}}}},
+			page: "# TYPE q gauge\nq{priority=\"\"} 6\nq{priority=\"0\"} 2\nq{priority=\"1\"} 4\n" +
+				"# TYPE q2 gauge\n",
+			want: sig(6, nan, nan, nan, nan, nan, nan, nil),
+		},
+		{
+			name:    "an empty label wanted, on a page without it",
+			profile: Profile{QueueDepth: []Series{{Name: "q", Labels: map[string]string{"priority": ""}}}},
+			page:    "# TYPE q gauge\nq{tp_rank=\"0\"} 6\n",
+			want:    sig(6, nan, nan, nan, nan, nan, nan, nil),
+		},
+		{
+			name:    "the unnamed model passes a model filter",
+			profile: Profile{UnnamedModel: "undefined", Running: one("r")},
+			model:   "m1",
+			page:    "# TYPE r gauge\nr{model_name=\"undefined\"} 2\nr{model_name=\"m2\"} 10\n",
+			want:    sig(nan, 2, nan, nan, nan, nan, nan, nil),
 		},
 		{
 			name:    "model filter falls through to the next alternative",
@@ -501,5 +567,21 @@ func TestBuiltinProfiles(t *testing.T) {
 	c2.QueueDepth[0].Labels["a"] = "x"
 	if c.QueueDepth[0].Labels["a"] != "b" {
 		t.Error("Clone shares label maps")
+	}
+}
+
+// trtllm-serve's gauges carry the writing process's pid: a restarted
+// server's page may still hold its predecessor's series, which must not
+// add to its queue.
+func TestExtractTRTLLMPidCopies(t *testing.T) {
+	page := "# HELP trtllm_num_requests_waiting Number of queued requests\n# TYPE trtllm_num_requests_waiting gauge\n" +
+		"trtllm_num_requests_waiting{engine_type=\"undefined\",model_name=\"undefined\",pid=\"4242\"} 3.0\n" +
+		"trtllm_num_requests_waiting{engine_type=\"undefined\",model_name=\"undefined\",pid=\"4343\"} 1.0\n"
+	got, err := ParseSignals(mustProfile(t, EngineTRTLLM), "", []byte(page), ctText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.QueueDepth != 3 {
+		t.Errorf("queue = %v, want 3", got.QueueDepth)
 	}
 }

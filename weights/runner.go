@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -288,6 +289,7 @@ func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.R
 		state = Seed(cfg, p.spec.Seed, p.now())
 	}
 	fallback := false
+	missing := ""
 	for {
 		var obs []Observation
 		select {
@@ -295,6 +297,7 @@ func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.R
 			return
 		case obs = <-out:
 		}
+		missing = p.noteMissing(log, obs, missing)
 		p.mu.Lock()
 		ids, domains := p.ids, p.domains
 		p.mu.Unlock()
@@ -323,6 +326,51 @@ func (p *poolRunner) run(ctx context.Context, log hclog.Logger, reg prometheus.R
 		p.record(log, m, prev, res.Decisions)
 		changed()
 	}
+}
+
+// noteMissing logs, once per change, the core signals that the pool's
+// engine exports but its replicas' pages lack: without them weights and
+// the escape hatch judge by the rest alone, which must not go unsaid.
+// prev is what was last logged; it returns what now is.
+func (p *poolRunner) noteMissing(log hclog.Logger, obs []Observation, prev string) string {
+	var names []string
+	var replicas []string
+	good := false
+	for i := range obs {
+		if obs[i].Err != nil {
+			continue
+		}
+		good = true
+		m := MissingSignals(p.spec.Profile, obs[i].Signals)
+		if len(m) == 0 {
+			continue
+		}
+		replicas = append(replicas, obs[i].ID)
+		for _, n := range m {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	if !good {
+		return prev // nothing was read: no news
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		return slices.Index(SignalNames(), a) - slices.Index(SignalNames(), b)
+	})
+	now := strings.Join(names, ", ")
+	switch {
+	case now == prev:
+	case now != "":
+		args := []any{"missing", now, "replicas", len(replicas), "first", slices.Min(replicas)}
+		if h := p.spec.Profile.Hint; h != "" {
+			args = append(args, "hint", h)
+		}
+		log.Warn("replica metrics lack signals their engine exports: weights and saturation are judged without them", args...)
+	default:
+		log.Info("replica metrics carry every signal their engine exports again")
+	}
+	return now
 }
 
 // record logs and exports what changed between two cycles' decisions.

@@ -7,10 +7,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -161,6 +163,96 @@ func TestRunnerWeightDomains(t *testing.T) {
 				if d.Weight != tc.want[id] {
 					t.Errorf("%s: weight %d, want %d", id, d.Weight, tc.want[id])
 				}
+			}
+		})
+	}
+}
+
+// lockedBuffer is a log sink tests read while scrapers write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// trtllm-serve on loopback, as it answers today: JSON on /metrics,
+// Prometheus on /prometheus/metrics, the latter with or without iteration
+// stats. The log says which path to set, and which signals the page lacks
+// while the others still drive the weights.
+func TestRunnerSaysWhatTheEngineLacks(t *testing.T) {
+	full, json := readPage(t, "trtllm_prometheus.txt"), readPage(t, "trtllm_metrics.json")
+	// An older trtllm-serve: KV utilisation and hit rate, no queue.
+	kvOnly := []byte("# HELP trtllm_kv_cache_utilization KV cache utilization\n# TYPE trtllm_kv_cache_utilization gauge\n" +
+		"trtllm_kv_cache_utilization{engine_type=\"trtllm\",model_name=\"m\"} 0.5\n")
+	tests := []struct {
+		name     string
+		prom     []byte
+		path     string
+		decision bool     // a decision follows from the page
+		want     []string // in the log
+		wantNot  []string
+	}{
+		{name: "the engine's default path", prom: full, path: MetricsPath(EngineTRTLLM), decision: true,
+			wantNot: []string{"lack signals", "got JSON"}},
+		{name: "/metrics is JSON", prom: full, path: "/metrics",
+			want: []string{"metrics scrape failing", "got JSON", `\"/prometheus/metrics\"`}},
+		{name: "no iteration stats", prom: readPage(t, "trtllm_prometheus_no_iter_stats.txt"), path: MetricsPath(EngineTRTLLM),
+			want: []string{"missing_series", "enable_iter_perf_stats: true"}},
+		{name: "KV alone", prom: kvOnly, path: MetricsPath(EngineTRTLLM), decision: true,
+			want: []string{"lack signals", `missing="queue_depth, running"`, "enable_iter_perf_stats"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(json)
+			})
+			mux.HandleFunc("/prometheus/metrics", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+				w.Write(tt.prom)
+			})
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+
+			var logs lockedBuffer
+			log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+			r := NewRunner(RunnerOptions{Logger: log})
+			defer r.Stop()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r.Set(ctx, map[string]PoolScrape{"p": {
+				Config:  DefaultConfig(),
+				Profile: mustProfile(t, EngineTRTLLM),
+				Scrape:  Scrape{Interval: 50 * time.Millisecond, Timeout: time.Second},
+				Targets: []Target{{ID: "a", URL: srv.URL + tt.path}},
+			}})
+			waitUntil(t, "a scrape", func() bool {
+				v := r.View()["p"].Replicas["a"]
+				return !v.LastScrape.IsZero() && (!tt.decision || v.LastError == nil)
+			})
+			for _, w := range tt.want {
+				waitUntil(t, "the log to say "+w, func() bool { return strings.Contains(logs.String(), w) })
+			}
+			time.Sleep(120 * time.Millisecond) // a few more cycles
+			for _, w := range tt.wantNot {
+				if strings.Contains(logs.String(), w) {
+					t.Errorf("log says %q:\n%s", w, logs.String())
+				}
+			}
+			if n := strings.Count(logs.String(), "lack signals"); n > 1 {
+				t.Errorf("missing signals logged %d times, want once:\n%s", n, logs.String())
 			}
 		})
 	}

@@ -7,12 +7,15 @@ theirs, so that line order, label order (sorted), float formatting, the
 _created series and HELP/TYPE lines are what the engines print. Metric names,
 help texts, label sets and bucket layouts are transcribed from the engines'
 sources (vllm/v1/metrics/loggers.py, vllm/engine/metrics.py,
-sglang/srt/metrics/collector.py, tensorrt_llm/metrics/collector.py,
+sglang/srt/metrics/collector.py and its successor
+sglang/srt/observability/metrics_collector.py,
+tensorrt_llm/metrics/collector.py, tensorrt_llm/serve/openai_server.py,
 prometheus-fastapi-instrumentator's default metrics); TGI's page is
 formatted here the way the Rust metrics-exporter-prometheus crate does.
 
 Values are fixed (binary fractions where they are summed or averaged) so that
-weights/profile_test.go can assert them exactly. Clock-dependent values
+weights/profile_test.go can assert them exactly. ../../README.md lists
+which upstream file and version each page follows. Clock-dependent values
 (_created, process_*) are fixed too, so the output is reproducible:
 
     apt-get install python3-prometheus-client
@@ -382,6 +385,180 @@ SGL_RANK4 = dict(tp_rank="4", dp_rank="1", gauges=dict(
 
 
 # ---------------------------------------------------------------------------
+# SGLang as it exports today (sglang/srt/observability/metrics_collector.py,
+# SchedulerMetricsCollector.init_new and TokenizerMetricsCollector).
+# Scheduler series carry model_name, engine_type, tp_rank, pp_rank,
+# moe_ep_rank, then priority="" with --enable-priority-scheduling (the total;
+# one more series per priority value) and dp_rank when data-parallel.
+# With --enable-metrics-for-all-schedulers every TP rank writes the same
+# scheduler state under its own tp_rank. sglang:num_retracted_requests_total
+# is a counter; tokenizer series carry is_streaming or cache_source.
+
+# The engine process's pid, fixed so that pages are reproducible.
+ENGINE_PID = 4242
+
+SGL_E2E_NOW = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
+
+
+def sglang_now_page(engines, name, tp_ranks=1, priority=False):
+    """engines: list of dicts (dp_rank or None, tp_rank of the first
+    attention-TP rank, gauges, by_priority, retracted)."""
+    from prometheus_client import multiprocess, values
+    d = os.path.join(MULTIPROC_DIR, name)
+    os.makedirs(d)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = d
+    values.ValueClass = values.MultiProcessValue(lambda: ENGINE_PID)  # a fixed pid: gauges in mode "all" carry it
+    model = LLAMA
+    SL = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+    if priority:
+        SL.append("priority")
+    if engines[0]["dp_rank"] is not None:
+        SL.append("dp_rank")
+    docs = (("num_running_reqs", "The number of running requests."),
+            ("num_queue_reqs", "The number of requests in the waiting queue."),
+            ("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue."),
+            ("gen_throughput", "The generation throughput (token/s)."),
+            ("cache_hit_rate", "The prefix cache hit rate."),
+            ("token_usage", "The token usage."),
+            ("full_token_usage", "The token usage for full attention layers."),
+            ("num_used_tokens", "The number of used tokens."))
+    g = {n: Gauge("sglang:" + n, doc, SL, multiprocess_mode="max", registry=None) for n, doc in docs}  # "mostrecent" upstream; see sglang_page
+    retracted_gauge = Gauge("sglang:num_retracted_reqs", "The number of retracted requests.", SL, registry=None)
+    retracted = Counter("sglang:num_retracted_requests_total", "Total number of retracted requests.", SL, registry=None)
+    TL = ["model_name"]
+    prompt = Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", TL + ["is_streaming"], registry=None)
+    gen = Counter("sglang:generation_tokens_total", "Number of generation tokens processed.", TL + ["is_streaming"], registry=None)
+    cached = Counter("sglang:cached_tokens_total", "Number of cached prompt tokens by source (device/host/storage).",
+                     TL + ["cache_source"], registry=None)
+    nreq = Counter("sglang:num_requests_total", "Number of requests processed.", TL + ["is_streaming"], registry=None)
+    ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                     TL + ["is_streaming"], buckets=SGL_TTFT, registry=None)
+    e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                    TL + ["is_streaming"], buckets=SGL_E2E_NOW, registry=None)
+    for e in engines:
+        for k in range(tp_ranks):
+            tp = str(int(e["tp_rank"]) + k)
+            base = {"model_name": model, "engine_type": "unified", "tp_rank": tp, "pp_rank": "0", "moe_ep_rank": "0"}
+            if priority:
+                base["priority"] = ""
+            if e["dp_rank"] is not None:
+                base["dp_rank"] = e["dp_rank"]
+            for n, v in e["gauges"].items():
+                g[n].labels(**base).set(v)
+                if priority and n in e.get("by_priority", {}):
+                    for prio, pv in e["by_priority"][n].items():
+                        g[n].labels(**{**base, "priority": prio}).set(pv)
+            retracted_gauge.labels(**base).set(0)
+            retracted.labels(**base).inc(e["retracted"])
+    prompt.labels(model, "true").inc(4000000)
+    prompt.labels(model, "false").inc(1000000)
+    gen.labels(model, "true").inc(1000000)
+    gen.labels(model, "false").inc(200000)
+    cached.labels(model, "device").inc(3000000)
+    cached.labels(model, "host").inc(125000)
+    nreq.labels(model, "true").inc(4000)
+    nreq.labels(model, "false").inc(100)
+    observe(ttft.labels(model, "true"), [(0.0625, 90), (0.3125, 20), (1.5, 5)])
+    observe(ttft.labels(model, "false"), [(0.0625, 10)])
+    observe(e2e.labels(model, "true"), [(3.0, 3900), (30.0, 100)])
+    observe(e2e.labels(model, "false"), [(3.0, 100)])
+
+    class SortedFiles(multiprocess.MultiProcessCollector):
+        def collect(self):
+            import glob
+            return self.merge(sorted(glob.glob(os.path.join(self._path, "*.db"))), accumulate=True)
+
+    reg = CollectorRegistry()
+    SortedFiles(reg, path=d)
+    return generate_latest(reg)
+
+
+SGL_NOW_E0 = dict(dp_rank=None, tp_rank="0", retracted=5, gauges=dict(
+    num_running_reqs=24, num_queue_reqs=6, num_grammar_queue_reqs=0, gen_throughput=1412.5, cache_hit_rate=0.5625,
+    token_usage=0.71875, full_token_usage=0.71875, num_used_tokens=94208),
+    by_priority=dict(num_running_reqs={"0": 20, "1": 4}, num_queue_reqs={"0": 2, "1": 4}))
+SGL_NOW_DP0 = dict(SGL_NOW_E0, dp_rank="0")
+SGL_NOW_DP1 = dict(dp_rank="1", tp_rank="4", retracted=3, gauges=dict(
+    num_running_reqs=16, num_queue_reqs=1, num_grammar_queue_reqs=0, gen_throughput=998.0, cache_hit_rate=0.4375,
+    token_usage=0.9375, full_token_usage=0.9375, num_used_tokens=122880),
+    by_priority=dict(num_running_reqs={"0": 16}, num_queue_reqs={"1": 1}))
+
+
+# ---------------------------------------------------------------------------
+# trtllm-serve as it exports today (tensorrt_llm/serve/openai_server.py,
+# tensorrt_llm/metrics/collector.py). Prometheus is served at
+# /prometheus/metrics, only with return_perf_metrics, from a multiprocess
+# registry (gauges get a pid label), under labels model_name="undefined",
+# engine_type="undefined"; /metrics answers JSON iteration stats. Queue,
+# running, KV and block counters come from iteration stats
+# (enable_iter_perf_stats); per-request series (TTFT, prompt tokens,
+# cached prompt tokens) from finished requests.
+
+TRT_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+            80.0, 160.0, 640.0, 2560.0]
+
+
+def trtllm_now_page(name, iter_stats=True):
+    from prometheus_client import multiprocess, values
+    d = os.path.join(MULTIPROC_DIR, name)
+    os.makedirs(d)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = d
+    values.ValueClass = values.MultiProcessValue(lambda: ENGINE_PID)  # a fixed pid: gauges in mode "all" carry it
+    labels = {"model_name": "undefined", "engine_type": "undefined"}
+    L = list(labels)
+    P = "trtllm_"
+    Counter(P + "request_success_total", "Count of successfully processed requests.", L + ["finished_reason"],
+            registry=None).labels(**labels, finished_reason="stop").inc(812)
+    observe(Histogram(P + "e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", L,
+                      buckets=REQ_LATENCY_BUCKETS, registry=None).labels(**labels), [(3.5, 812)])
+    observe(Histogram(P + "time_to_first_token_seconds", "Histogram of time to first token in seconds.", L,
+                      buckets=TRT_TTFT, registry=None).labels(**labels), [(0.046875, 700), (0.1875, 100), (1.25, 12)])
+    observe(Histogram(P + "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", L,
+                      buckets=REQ_LATENCY_BUCKETS, registry=None).labels(**labels), [(0.0625, 812)])
+    Counter(P + "prompt_tokens_total", "Cumulative number of prompt (input) tokens processed.", L,
+            registry=None).labels(**labels).inc(1600000)
+    Counter(P + "generation_tokens_total", "Cumulative number of generation (output) tokens produced.", L,
+            registry=None).labels(**labels).inc(162400)
+    Counter(P + "prompt_cached_tokens_total",
+            "Process-lifetime total prompt tokens served from KV cache. Resets only when the serving process "
+            "restarts, not when the KV cache is flushed or evicted.", L, registry=None).labels(**labels).inc(1200000)
+    if iter_stats:
+        Gauge(P + "kv_cache_hit_rate", "KV cache hit rate", L, registry=None).labels(**labels).set(0.75)
+        Counter(P + "kv_cache_reused_blocks", "Cumulative number of KV cache blocks reused (cache hits)", L,
+                registry=None).labels(**labels).inc(37500)
+        Counter(P + "kv_cache_missed_blocks", "Cumulative number of KV cache blocks missed (cache misses)", L,
+                registry=None).labels(**labels).inc(12500)
+        Gauge(P + "kv_cache_utilization", "KV cache utilization", L, registry=None).labels(**labels).set(0.25)
+        Gauge(P + "num_requests_running", "Number of active requests", L, registry=None).labels(**labels).set(8)
+        Gauge(P + "num_requests_waiting", "Number of queued requests", L, registry=None).labels(**labels).set(1)
+        Counter(P + "num_requests_completed_total", "Total number of completed requests across iterations", L,
+                registry=None).labels(**labels).inc(812)
+        Gauge(P + "kv_cache_max_blocks", "Maximum number of KV cache blocks", L, registry=None).labels(**labels).set(8192)
+        Gauge(P + "kv_cache_used_blocks", "Number of used KV cache blocks", L, registry=None).labels(**labels).set(2048)
+        Gauge(P + "kv_cache_free_blocks", "Number of free KV cache blocks", L, registry=None).labels(**labels).set(6144)
+
+    class SortedFiles(multiprocess.MultiProcessCollector):
+        def collect(self):
+            import glob
+            return self.merge(sorted(glob.glob(os.path.join(self._path, "*.db"))), accumulate=True)
+
+    reg = CollectorRegistry()
+    SortedFiles(reg, path=d)
+    return generate_latest(reg)
+
+
+# What trtllm-serve's /metrics answers: a JSON list of iteration stats.
+TRT_JSON = ('[{"cpuMemUsage":1873215488,"gpuMemUsage":71892516864,"inflightBatchingStats":{"avgNumDecodedTokensPerIter":1.0,'
+            '"microBatchId":0,"numContextRequests":0,"numCtxTokens":0,"numGenRequests":8,"numPausedRequests":0,'
+            '"numScheduledRequests":8},"iter":5120,"iterLatencyMS":14.25,"kvCacheStats":{"allocNewBlocks":0,'
+            '"allocTotalBlocks":2048,"cacheHitRate":0.75,"freeNumBlocks":6144,"maxNumBlocks":8192,"missedBlocks":12500,'
+            '"reusedBlocks":37500,"tokensPerBlock":32,"usedNumBlocks":2048},"maxBatchSizeRuntime":256,'
+            '"maxBatchSizeStatic":256,"maxNumActiveRequests":256,"maxNumTokensRuntime":8192,"newActiveRequestsQueueLatencyMS":0.0,'
+            '"numActiveRequests":8,"numCompletedRequests":0,"numNewActiveRequests":0,"numQueuedRequests":1,'
+            '"pinnedMemUsage":0,"timestamp":"12-01-2026 14:30:05"}]')
+
+
+# ---------------------------------------------------------------------------
 # TensorRT-LLM trtllm-serve (tensorrt_llm/metrics/collector.py): prefix
 # trtllm_, labels model_name, engine_type; served from the default registry.
 
@@ -511,6 +688,15 @@ def main():
     write("sglang_dp_attention.txt", sglang_page([SGL_RANK0, SGL_RANK4], "dp"))
     write("trtllm.txt", trtllm_page())
     write("tgi.txt", tgi_page())
+    # Today's formats: priority scheduling, metrics from every TP rank, DP.
+    write("sglang_priority.txt", sglang_now_page([SGL_NOW_E0], "now-priority", priority=True))
+    write("sglang_all_schedulers.txt", sglang_now_page([SGL_NOW_E0], "now-all", tp_ranks=4))
+    write("sglang_dp.txt", sglang_now_page([SGL_NOW_DP0, SGL_NOW_DP1], "now-dp"))
+    write("sglang_dp_priority_all_schedulers.txt",
+          sglang_now_page([SGL_NOW_DP0, SGL_NOW_DP1], "now-dp-prio-all", tp_ranks=4, priority=True))
+    write("trtllm_prometheus.txt", trtllm_now_page("trt-now"))
+    write("trtllm_prometheus_no_iter_stats.txt", trtllm_now_page("trt-now-noiter", iter_stats=False))
+    write("trtllm_metrics.json", TRT_JSON)
 
     # An HTML error page served with status 200 by a proxy in front of the engine.
     write("garbage.txt",
