@@ -236,7 +236,7 @@ func TestEnvoyTablesOverADS(t *testing.T) {
 		limit     float64 // sessions between the others, fraction
 	}{
 		{"maglev", "", 0, 0.01},
-		{"entries_per_weight", "algorithm = \"ring_hash\"\n    entries_per_weight = 256", 256, 0.002},
+		{"entries_per_weight", "entries_per_weight = 512", 512, 0.002},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bs := startBackends(t, 17)
