@@ -113,7 +113,12 @@ func RingWeight(eps []Endpoint) uint64 {
 // falls a fraction short of a whole count, and each host gets exactly
 // entries × its weight, the last one possibly one less, whatever the
 // others are (as GRPCRingSize; xds/envoylb checks it). Envoy has no
-// 4,096 cap, so entries per unit are not shared out.
+// 4,096 cap, so entries per unit are not shared out. (In panic, Envoy
+// puts every host on the ring, which then shares these entries.)
+//
+// Exactly entries × weight would also give every host its count in
+// practice, but a running target landing exactly on a whole count can
+// round either way; one less keeps every target a fraction short.
 func EnvoyRingSize(eps []Endpoint, entriesPerWeight uint64) uint64 {
 	return RingSize(RingWeight(eps), entriesPerWeight, MaxRingSize)
 }
