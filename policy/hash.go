@@ -54,6 +54,7 @@ type hashSpec struct {
 	TableSize     *hcl.Attribute `hcl:"table_size,optional"`
 	MinRingSize   *hcl.Attribute `hcl:"min_ring_size,optional"`
 	MaxRingSize   *hcl.Attribute `hcl:"max_ring_size,optional"`
+	PerWeight     *hcl.Attribute `hcl:"entries_per_weight,optional"`
 	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
 	Keyless       *hcl.Attribute `hcl:"keyless,optional"`
 	GRPCRingCap   *hcl.Attribute `hcl:"grpc_ring_cap,optional"`
@@ -78,7 +79,7 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 				"%q is not a hash algorithm; use %q or %q.", s, Maglev, RingHash)
 			known = false
 		}
-	} else if spec.TableSize == nil && (spec.MinRingSize != nil || spec.MaxRingSize != nil) {
+	} else if spec.TableSize == nil && (spec.MinRingSize != nil || spec.MaxRingSize != nil || spec.PerWeight != nil) {
 		// Ring sizes only apply to a ring.
 		h.Algorithm = RingHash
 	}
@@ -124,6 +125,23 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 			maxN, minN, minA.Range.Start.Line)
 	}
 	h.MinRingSize, h.MaxRingSize = minN, maxN
+	if a := spec.PerWeight; a != nil {
+		if n, set := ringSize(a); set != nil {
+			h.EntriesPerWeight = n
+			// The ring size follows the healthy weight; fixed sizes would
+			// contradict it.
+			for _, r := range []*hcl.Attribute{spec.MinRingSize, spec.MaxRingSize} {
+				if r != nil {
+					d.errorf(r.NameRange, "Conflicting ring sizes",
+						"entries_per_weight (line %d) sizes the ring to %d entries per unit of healthy weight, so the ring size follows the replicas; remove %s, or remove entries_per_weight for a fixed ring size.",
+						a.Range.Start.Line, n, r.Name)
+				}
+			}
+			if spec.MinRingSize != nil || spec.MaxRingSize != nil {
+				h.MinRingSize, h.MaxRingSize = 0, 0
+			}
+		}
+	}
 	if spec.MinRingSize == nil && maxA != nil && maxN < DataPlaneMinRingSize {
 		// The data planes' own minimum would exceed the maximum, and they
 		// reject that.

@@ -191,6 +191,20 @@ func TestDecodedValues(t *testing.T) {
 				},
 			}),
 		}},
+		{"entries_per_weight.hcl", &Policy{
+			XDSAddress:   DefaultXDSAddress,
+			AdminAddress: DefaultAdminAddress,
+			Pools: withDefaults(Pool{
+				Name:          "chat",
+				Port:          10000,
+				ListenAddress: "0.0.0.0",
+				Hash:          Hash{Algorithm: RingHash, EntriesPerWeight: 1024, Keys: []HashKey{{Header: "x-session-id"}}},
+				Static: []fleet.Endpoint{
+					{Host: "10.0.0.1", Port: 8000, Weight: 1},
+					{Host: "10.0.0.2", Port: 8000, Weight: 1},
+				},
+			}),
+		}},
 		{"weighted.hcl", &Policy{
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,

@@ -204,7 +204,45 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	}
 	d.poolMesh(spec, &pool)
 	d.poolGroups(spec, &pool)
+	if len(spec.Hash) > 0 && spec.Hash[0].PerWeight != nil {
+		d.ringPerWeight(spec.Hash[0].PerWeight, &pool)
+	}
 	return pool
+}
+
+// ringPerWeight checks a ring sized by entries per unit of healthy weight
+// against what the pool's ring must hold: Envoy caps rings at MaxRingSize
+// entries, beyond which every unit gets fewer and changes move other
+// replicas' sessions again; and a mesh's cluster, which another control
+// plane holds, cannot follow the size.
+func (d *decoder) ringPerWeight(a *hcl.Attribute, pool *Pool) {
+	k := pool.Hash.EntriesPerWeight
+	if k == 0 {
+		return
+	}
+	if pool.Mesh != nil {
+		d.errorf(a.NameRange, "Ring size cannot follow the mesh",
+			"entries_per_weight sizes Envoy's ring to the pool's healthy weight, which changes with every replica, but the mesh's cluster %q is configured once by the mesh; remove entries_per_weight (or the mesh block).",
+			pool.Mesh.ClusterName)
+		return
+	}
+	var w uint64
+	for _, e := range pool.Static {
+		w += uint64(max(e.Weight, 1))
+	}
+	mult := uint64(1)
+	if pool.Metrics != nil {
+		mult = uint64(max(pool.Weights.MaxWeight, 1))
+	}
+	if w*mult*k > MaxRingSize {
+		at := ""
+		if mult > 1 {
+			at = fmt.Sprintf(" at weights.max %d", mult)
+		}
+		d.errorf(a.Expr.Range(), "Ring too small",
+			"entries_per_weight %d needs %d ring entries for the static endpoints' weight %d%s, above Envoy's maximum ring size %d; use at most %d entries per unit.",
+			k, w*mult*k, w, at, uint64(MaxRingSize), uint64(MaxRingSize)/(w*mult))
+	}
 }
 
 func (d *decoder) checkPoolName(name string, rng hcl.Range) {

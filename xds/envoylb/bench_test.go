@@ -27,6 +27,7 @@ func BenchmarkBuild(b *testing.B) {
 		{"maglev-65537", Config{}},
 		{"ring-64-per-unit", Config{Algorithm: RingHash, MinRingSize: 64 * w, MaxRingSize: 64 * w}},
 		{"ring-256-per-unit", Config{Algorithm: RingHash, MinRingSize: 256 * w, MaxRingSize: 256 * w}},
+		{"ring-512-per-unit", Config{Algorithm: RingHash, MinRingSize: 512 * w, MaxRingSize: 512 * w}},
 		{"ring-1024-per-unit", Config{Algorithm: RingHash, MinRingSize: 1024 * w, MaxRingSize: 1024 * w}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

@@ -25,7 +25,7 @@ func TestEnvoyBoundedLoad(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Envoy bounded load: %d replicas (weights 1..4), %d Zipf(1.1) sessions, %d requests in flight, %d requests, mean (worst) over %d fleets\n", replicas, sessions, inFlight, requests, fleets)
 	fmt.Fprintf(&b, "%-26s %-7s %-16s %s\n", "table", "factor", "spilled", "busiest ÷ fair")
-	for _, tb := range []table{tables[0], perUnit(64), perUnit(256), perUnit(1024)} {
+	for _, tb := range []table{tables[0], perUnit(64), perUnit(256), perUnit(512), perUnit(1024)} {
 		for _, factor := range []uint32{0, 150, 125} {
 			var spilled, busiest []float64
 			rng := rand.New(rand.NewPCG(16, 150))

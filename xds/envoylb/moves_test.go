@@ -28,14 +28,14 @@ type table struct {
 var tables = []table{
 	{"maglev 65537 (default)", func(uint64) fleet.Hash { return fleet.Hash{} }},
 	{"ring_hash (Envoy's sizes)", func(uint64) fleet.Hash { return fleet.Hash{Algorithm: fleet.RingHash} }},
-	// Rings sized as kvxds sizes gRPC clients' rings: a fixed number of
-	// entries per unit of healthy weight (not served to Envoy today).
-	perUnit(64), perUnit(256), perUnit(1024),
+	// Rings of a fixed number of entries per unit of healthy weight
+	// (entries_per_weight), as kvxds sizes gRPC clients' rings.
+	perUnit(64), perUnit(256), perUnit(512), perUnit(1024),
 }
 
 func perUnit(n uint64) table {
-	return table{fmt.Sprintf("ring_hash, %d per unit", n), func(w uint64) fleet.Hash {
-		return fleet.Hash{Algorithm: fleet.RingHash, MinRingSize: n*w - 1, MaxRingSize: n*w - 1}
+	return table{fmt.Sprintf("ring_hash, %d per unit", n), func(uint64) fleet.Hash {
+		return fleet.Hash{Algorithm: fleet.RingHash, EntriesPerWeight: n}
 	}}
 }
 

@@ -233,6 +233,12 @@ type Hash struct {
 	// client's default.
 	MinRingSize uint64 `json:"min_ring_size,omitempty"`
 	MaxRingSize uint64 `json:"max_ring_size,omitempty"`
+	// EntriesPerWeight, with RingHash and no ring sizes, sizes Envoy's
+	// ring to this many entries per unit of healthy weight (EnvoyRingSize),
+	// so that a change moves only the changed replica's sessions; the
+	// ring size, and so Envoy's cluster, then follows the healthy weight.
+	// Zero keeps Envoy's own sizing from MinRingSize and MaxRingSize.
+	EntriesPerWeight uint64 `json:"entries_per_weight,omitempty"`
 	// BalanceFactor is bounded-load hashing in percent (>= 100); zero
 	// turns it off.
 	BalanceFactor uint32 `json:"balance_factor,omitempty"`
@@ -496,8 +502,17 @@ func (h Hash) validate(pool string) []error {
 		if h.MaxRingSize != 0 && h.MinRingSize > h.MaxRingSize {
 			bad("min ring size above max ring size")
 		}
+		if h.EntriesPerWeight != 0 && (h.MinRingSize != 0 || h.MaxRingSize != 0) {
+			bad("entries per weight with explicit ring sizes")
+		}
+		if h.EntriesPerWeight > MaxRingSize {
+			bad("entries per weight %d above %d", h.EntriesPerWeight, MaxRingSize)
+		}
 	default:
 		bad("unknown hash algorithm %q", h.Algorithm)
+	}
+	if h.EntriesPerWeight != 0 && h.Algorithm != RingHash {
+		bad("entries per weight on a %s table", h.Algorithm)
 	}
 	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
 		bad("balance factor %d below 100", h.BalanceFactor)

@@ -100,3 +100,25 @@ func RingWeight(eps []Endpoint) uint64 {
 	}
 	return w
 }
+
+// EnvoyRingSize is the ring size (minimum and maximum alike) kvxds asks
+// Envoy for when a pool sets entriesPerWeight: that many entries per unit
+// of the healthy weight of eps, within Envoy's 8M limit (beyond it the
+// ring is the limit, shared in proportion to weight). Zero for no
+// healthy weight.
+//
+// Envoy scales its ring by min(ceil(min_w × min) / min_w, max) over
+// normalised weights and counts entries by a running sum: with min = max
+// = entries × weight − 1 the scale is the maximum, every running target
+// falls a fraction short of a whole count, and each host gets exactly
+// entries × its weight, the last one possibly one less, whatever the
+// others are (as GRPCRingSize; xds/envoylb checks it). Envoy has no
+// 4,096 cap, so entries per unit are not shared out. (In panic, Envoy
+// puts every host on the ring, which then shares these entries.)
+//
+// Exactly entries × weight would also give every host its count in
+// practice, but a running target landing exactly on a whole count can
+// round either way; one less keeps every target a fraction short.
+func EnvoyRingSize(eps []Endpoint, entriesPerWeight uint64) uint64 {
+	return RingSize(RingWeight(eps), entriesPerWeight, MaxRingSize)
+}

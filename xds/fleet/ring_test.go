@@ -206,3 +206,32 @@ func totalWeight(eps []ringhash.Endpoint) uint64 {
 	}
 	return w
 }
+
+func TestEnvoyRingSize(t *testing.T) {
+	eps := []Endpoint{
+		{Weight: 3}, {Weight: 2, Health: Draining}, {Weight: 1}, {Weight: 4, Health: Unhealthy},
+	}
+	for _, tc := range []struct {
+		k, want uint64
+		eps     []Endpoint
+	}{
+		{512, 512*4 - 1, eps},
+		{1, 3, eps},
+		{512, 0, eps[1:2]},                  // no healthy weight
+		{MaxRingSize, MaxRingSize, eps[:1]}, // beyond Envoy's maximum: the maximum, shared
+	} {
+		if got := EnvoyRingSize(tc.eps, tc.k); got != tc.want {
+			t.Errorf("EnvoyRingSize(%d per unit) = %d, want %d", tc.k, got, tc.want)
+		}
+	}
+	for _, h := range []Hash{
+		{Algorithm: Maglev, TableSize: DefaultMaglevTableSize, EntriesPerWeight: 512},
+		{Algorithm: RingHash, EntriesPerWeight: 512, MaxRingSize: 4096},
+		{Algorithm: RingHash, EntriesPerWeight: MaxRingSize + 1},
+	} {
+		h.Keys, h.Keyless = []HashKey{{Header: "x"}}, RoundRobin
+		if errs := h.validate("p"); len(errs) == 0 {
+			t.Errorf("%+v: no error", h)
+		}
+	}
+}

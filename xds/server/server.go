@@ -138,9 +138,10 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	f := m.Fleet()
 	next := map[translate.Kind]*translate.Resources{}
 	if s.last != nil && sameShape(s.last.Fleet(), f) {
-		// Membership, weight and health changes touch only EDS (and gRPC
-		// clients' ring sizes): listeners and routes are reused as they
-		// are, so their versions cannot move.
+		// Membership, weight and health changes touch only EDS (and the
+		// clusters whose ring size follows the healthy weight: gRPC
+		// clients', and Envoy's with entries_per_weight): listeners and
+		// routes are reused as they are, so their versions cannot move.
 		var err error
 		if next, err = translate.RetranslateAll(s.current, m); err != nil {
 			s.metrics.updateErrors.Inc()

@@ -7,10 +7,12 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/peer"
 
 	"github.com/kvxds/kvxds/status"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // streamTracker implements go-control-plane's server callbacks: it counts
@@ -24,6 +26,13 @@ import (
 // each stream for each type; when a request rejects it, the request is
 // rewritten to claim that version before the cache sees it, so the cache
 // holds the watch open until a different version exists.
+//
+// Envoy replaces a cluster whose Cluster changed and keeps the new one
+// warming until an assignment arrives after it, and the cache answers the new cluster's request for an
+// assignment it already holds with nothing. The cache sends a push's
+// Cluster and assignment in no fixed order, so when the assignment went
+// first, the tracker has the cache answer Envoy's next request for it in
+// full again (see OnStreamRequest).
 type streamTracker struct {
 	log hclog.Logger
 	m   *metrics
@@ -36,6 +45,9 @@ type streamTracker struct {
 type streamState struct {
 	node     *core.Node
 	lastSent map[string]string // type URL → version last sent
+	// clusterAfterEndpoints: a Cluster response went out after the last
+	// assignment response, so a warming Envoy cluster may wait for one.
+	clusterAfterEndpoints bool
 
 	// For the status.
 	peer     string
@@ -112,6 +124,13 @@ func (t *streamTracker) OnStreamRequest(id int64, req *discovery.DiscoveryReques
 		// An ACK, or a reconnecting client naming what it runs.
 		st.acked[req.GetTypeUrl()] = req.GetVersionInfo()
 	}
+	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.EndpointType && st.clusterAfterEndpoints &&
+		req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[req.GetTypeUrl()] && Classify(node) == translate.Envoy {
+		// Envoy's request for the assignments of a cluster it replaced
+		// after receiving them: claim none, so the cache sends them again.
+		req.VersionInfo = ""
+		st.clusterAfterEndpoints = false
+	}
 	if req.GetErrorDetail() != nil {
 		rejected = st.lastSent[req.GetTypeUrl()]
 		if rejected != "" {
@@ -132,6 +151,12 @@ func (t *streamTracker) OnStreamResponse(_ context.Context, id int64, _ *discove
 	defer t.mu.Unlock()
 	if st := t.streams[id]; st != nil {
 		st.lastSent[resp.GetTypeUrl()] = resp.GetVersionInfo()
+		switch resp.GetTypeUrl() {
+		case resourcev3.ClusterType:
+			st.clusterAfterEndpoints = st.lastSent[resourcev3.EndpointType] != ""
+		case resourcev3.EndpointType:
+			st.clusterAfterEndpoints = false
+		}
 	}
 }
 

@@ -163,6 +163,12 @@ func lbPolicies(p *fleet.Pool) ([]*clusterv3.LoadBalancingPolicy_Policy, error) 
 	if p.Hash.MaxRingSize != 0 {
 		rh.MaximumRingSize = wrapperspb.UInt64(p.Hash.MaxRingSize)
 	}
+	// A ring of fixed entries per unit of healthy weight: the cluster
+	// follows membership, health and weights, as gRPC clients' does.
+	if size := fleet.EnvoyRingSize(p.Endpoints, p.Hash.EntriesPerWeight); p.Hash.EntriesPerWeight != 0 && size != 0 {
+		rh.MinimumRingSize = wrapperspb.UInt64(size)
+		rh.MaximumRingSize = wrapperspb.UInt64(size)
+	}
 	rha, err := typed(rh)
 	if err != nil {
 		return nil, err
@@ -312,6 +318,11 @@ func MeshCluster(m fleet.Model, pool string, eds *corev3.ConfigSource) (*cluster
 	p := &f.Pools[i]
 	if p.Mesh == nil {
 		return nil, fmt.Errorf("translate: pool %q has no mesh cluster", pool)
+	}
+	if p.Hash.EntriesPerWeight != 0 {
+		// Its ring size follows membership; a cluster another control
+		// plane holds would keep the size it was printed with.
+		return nil, fmt.Errorf("translate: pool %q sizes its ring by entries per weight, which a mesh's cluster cannot follow", pool)
 	}
 	policies, err := lbPolicies(p)
 	if err != nil {

@@ -23,7 +23,8 @@
 //     pools and endpoints, give byte-identical resources under
 //     proto.MarshalOptions{Deterministic: true}, and so equal Versions.
 //   - Each Kind gets its own resources. Envoy gets a real listener on the
-//     pool's address and Maglev; proxyless gRPC clients get an API listener
+//     pool's address and Maglev (or a ring hash, sized like gRPC clients'
+//     with entries_per_weight); proxyless gRPC clients get an API listener
 //     named P (clients dial xds:///P) and a ring hash whose size follows
 //     the pool's healthy weight (fleet.GRPCRingSize), so that membership changes
 //     move only the keys of the replicas that join or leave; grpc-js gets
@@ -31,8 +32,8 @@
 //     buildEndpoints).
 //   - Snapshot gives each resource type its own content version, so a
 //     change of endpoint weights, health or membership only bumps the EDS
-//     version, and for gRPC kinds the CDS version when a ring size
-//     changes. Retranslate is the fast path for such changes.
+//     version, and the CDS version when a ring size changes: for gRPC
+//     kinds, and for Envoy in pools with entries_per_weight. Retranslate is the fast path for such changes.
 //   - Resources are treated as immutable once returned: callers must not
 //     modify them (they may be shared between snapshots).
 //
@@ -173,8 +174,9 @@ func Translate(m fleet.Model, kind Kind) (*Resources, error) {
 // Retranslate is the fast path of Translate for a model that differs from
 // the one prev was translated from only in its endpoints (membership,
 // weights, health): it rebuilds the ClusterLoadAssignments and, for
-// proxyless gRPC kinds, the clusters (their ring size follows the
-// healthy weight), and shares prev's listeners and routes, already
+// proxyless gRPC kinds and pools with entries_per_weight, the clusters
+// (their ring size follows the healthy weight), and shares prev's
+// listeners and routes, already
 // versioned. The result equals Translate(m, kind). If anything else may
 // have changed, use Translate.
 func Retranslate(prev *Resources, m fleet.Model, kind Kind) (*Resources, error) {
@@ -207,6 +209,13 @@ func RetranslateAll(prev map[Kind]*Resources, m fleet.Model) (map[Kind]*Resource
 	return out, nil
 }
 
+// ringFollowsWeight reports whether p's Envoy ring is sized by its
+// healthy weight (entries_per_weight), so that its Envoy cluster changes
+// with membership, health and weights too.
+func ringFollowsWeight(p fleet.Pool) bool {
+	return p.Balancer == fleet.ConsistentHash && p.Hash.EntriesPerWeight != 0
+}
+
 // retranslate is Retranslate of a prepared model; if eps is not nil, its
 // ClusterLoadAssignments are this kind's too and are shared, not built.
 func retranslate(prev *Resources, m fleet.Model, kind Kind, eps *Resources) (*Resources, error) {
@@ -226,7 +235,7 @@ func retranslate(prev *Resources, m fleet.Model, kind Kind, eps *Resources) (*Re
 		out.memo.cells[types.Endpoint] = eps.memo.cell(types.Endpoint)
 	}
 	var clusters [][]*clusterv3.Cluster
-	if kind.proxyless() {
+	if kind.proxyless() || slices.ContainsFunc(n.Pools, ringFollowsWeight) {
 		clusters = make([][]*clusterv3.Cluster, len(n.Pools))
 	}
 	err := parallel(len(n.Pools), func(i int) error {

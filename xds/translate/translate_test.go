@@ -604,3 +604,33 @@ func TestUnpreparedModel(t *testing.T) {
 		t.Errorf("Translate of a prepared empty fleet: %v", err)
 	}
 }
+
+// A pool with entries_per_weight sizes Envoy's ring to its healthy
+// weight: the endpoint fast path rebuilds Envoy's clusters too, exactly
+// as a full translation, and their version follows the weights.
+func TestEntriesPerWeightFastPath(t *testing.T) {
+	base := genFleet(3, 10)
+	base.Pools[1].Hash = fleet.Hash{Algorithm: fleet.RingHash, EntriesPerWeight: 256, Keys: base.Pools[1].Hash.Keys}
+	changed := shuffled(base, rand.New(rand.NewPCG(3, 4)))
+	for i := range changed.Pools {
+		for j := range changed.Pools[i].Endpoints {
+			changed.Pools[i].Endpoints[j].Weight++
+		}
+	}
+	prev := mustTranslate(t, base, Envoy)
+	fast, err := retranslateFleet(prev, changed, Envoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := mustTranslate(t, changed, Envoy)
+	if typ := differingType(t, fast, full); typ != "" {
+		t.Fatalf("Retranslate differs from Translate in its %s", typ)
+	}
+	before, after := versions(mustSnapshot(t, prev)), versions(mustSnapshot(t, fast))
+	if before[resource.ClusterType] == after[resource.ClusterType] {
+		t.Error("Envoy's clusters kept their version while the ring's healthy weight changed")
+	}
+	if before[resource.ListenerType] != after[resource.ListenerType] || before[resource.RouteType] != after[resource.RouteType] {
+		t.Error("listeners or routes changed with the endpoints")
+	}
+}
