@@ -9,9 +9,8 @@ import (
 	"github.com/kvxds/kvxds/xds/fleet"
 )
 
-// MaxEndpointWeight bounds a static endpoint's weight, which keeps Maglev
-// tables balanced.
-const MaxEndpointWeight = 128
+// MaxEndpointWeight bounds a static endpoint's weight.
+const MaxEndpointWeight = fleet.MaxEndpointWeight
 
 type staticSpec struct {
 	DefRange  hcl.Range      `hcl:",def_range"`

@@ -67,7 +67,7 @@ func DefaultKeepFor(refresh time.Duration) time.Duration {
 }
 
 // MaxWeight bounds SRV weights, as the policy bounds static weights.
-const MaxWeight = 128
+const MaxWeight = fleet.MaxEndpointWeight
 
 // Source looks a name up periodically.
 type Source struct {

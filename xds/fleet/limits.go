@@ -27,6 +27,10 @@ const (
 	// MinGRPCRingCap is the smallest gRPC ring cap: one entry for each of
 	// RingFullWeight units of weight.
 	MinGRPCRingCap = RingFullWeight
+	// MaxEndpointWeight bounds a replica's own weight (static or from
+	// SRV records), before metric-driven multipliers: it keeps Maglev
+	// tables balanced.
+	MaxEndpointWeight = 128
 	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size cap.
 	DefaultGRPCRingCap = ringhash.DefaultCap
 )
