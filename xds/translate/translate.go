@@ -80,16 +80,20 @@ const (
 	GRPC
 	// GRPCJS is grpc-js (@grpc/grpc-js-xds), a proxyless gRPC client.
 	GRPCJS
+	// GRPCNoHash is a gRPC client whose version is known to crash on a
+	// ring hash: GRPC's resources, with every hash cluster balancing
+	// like the pool's keyless cluster instead. It loses affinity, nothing
+	// else.
+	GRPCNoHash
 )
 
 // Kinds lists every kind, in the order snapshots are built.
-var Kinds = []Kind{Envoy, GRPC, GRPCJS}
+var Kinds = []Kind{Envoy, GRPC, GRPCJS, GRPCNoHash}
 
 // sharesEndpoints maps a kind to an earlier one of Kinds whose
-// ClusterLoadAssignments it receives unchanged. Envoy keeps a pool's
-// localities and gRPC clients get one (see buildEndpoints), so none
-// shares yet.
-var sharesEndpoints = map[Kind]Kind{}
+// ClusterLoadAssignments it receives unchanged. (Envoy keeps a pool's
+// localities and gRPC clients get one, see buildEndpoints.)
+var sharesEndpoints = map[Kind]Kind{GRPCNoHash: GRPC}
 
 func (f Kind) String() string {
 	switch f {
@@ -99,12 +103,14 @@ func (f Kind) String() string {
 		return "grpc"
 	case GRPCJS:
 		return "grpc-js"
+	case GRPCNoHash:
+		return "grpc-nohash"
 	}
 	return fmt.Sprintf("flavor(%d)", int(f))
 }
 
 // proxyless reports whether f is a gRPC client.
-func (f Kind) proxyless() bool { return f == GRPC || f == GRPCJS }
+func (f Kind) proxyless() bool { return f == GRPC || f == GRPCJS || f == GRPCNoHash }
 
 func (f Kind) valid() bool { return f == Envoy || f.proxyless() }
 
