@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvxds/kvxds/status"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // GET /api/v1/status on the admin server of a running kvxds: its pool,
@@ -76,7 +77,7 @@ func TestStatusEndpoint(t *testing.T) {
 		t.Errorf("data plane %+v", dp)
 	}
 	st := get()
-	if st.Instance.ID != "kvxds-status" || len(st.Served) != 3 {
+	if st.Instance.ID != "kvxds-status" || len(st.Served) != len(translate.Kinds) {
 		t.Errorf("instance %+v, served %v", st.Instance, st.Served)
 	}
 	for _, rep := range st.Pools[0].Replicas {

@@ -156,8 +156,9 @@ func TestStatusGolden(t *testing.T) {
 	st := buildStatus(in, "kvxds-0", status.HA{Mode: "standalone", Leading: true, Leader: "kvxds-0", Reachable: true})
 	st.Instance.Version = "v0.0.0-test"
 	st.Served = map[string]map[string]string{
-		"envoy": {"cds": "c1", "eds": "e1", "lds": "l1", "rds": "r1"},
-		"grpc":  {"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"},
+		"envoy":       {"cds": "c1", "eds": "e1", "lds": "l1", "rds": "r1"},
+		"grpc":        {"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"},
+		"grpc-nohash": {"cds": "c3", "eds": "e2", "lds": "l1", "rds": "r1"},
 	}
 	st.DataPlanes = []status.DataPlane{
 		{NodeID: "app-1", Kind: "grpc", Address: "10.0.3.4:51234", Streams: 1, Connected: statusT0.Add(-time.Hour),
@@ -165,6 +166,10 @@ func TestStatusGolden(t *testing.T) {
 		{NodeID: "envoy-1", Kind: "envoy", Address: "10.0.3.5:40000", Streams: 1, Connected: statusT0.Add(-time.Hour),
 			ACKed:    map[string]string{"eds": "e1", "lds": "l1", "rds": "r1"},
 			LastNACK: &status.NACK{Type: "cds", Version: "c1", Message: "cluster chat: unknown field", Time: statusT0.Add(-time.Minute)}},
+		{NodeID: "py-1", Kind: "grpc-nohash", UserAgent: "gRPC C-core linux Python C-core 29.0.0 Python 1.51.1",
+			NoHash:  "C-core 1.51 cannot hash; upgrade to 1.52 or later (grpc/grpc#31766)",
+			Address: "10.0.3.6:50000", Streams: 1, Connected: statusT0.Add(-time.Hour),
+			ACKed: map[string]string{"cds": "c3", "eds": "e2", "lds": "l1", "rds": "r1"}},
 	}
 	srv := httptest.NewServer(status.Handler(func() status.Status { return st }))
 	defer srv.Close()

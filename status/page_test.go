@@ -63,6 +63,9 @@ func fleetStatus(n int) *Status {
 		{NodeID: "envoy-bad", Kind: "envoy", Address: "10.0.3.5:5000", Streams: 1, Connected: pageT0.Add(-time.Hour),
 			ACKed:    map[string]string{"cds": "c1", "eds": "e2", "lds": "l1", "rds": "r1"},
 			LastNACK: &NACK{Type: "cds", Version: "c2", Message: `cluster "chat": <unknown> field`, Time: pageT0.Add(-time.Minute)}},
+		{NodeID: "py-1", Kind: "grpc-nohash", Address: "10.0.3.6:5000", Streams: 1, Connected: pageT0.Add(-time.Hour),
+			UserAgent: "gRPC C-core linux Python C-core 29.0.0 Python 1.51.1",
+			NoHash:    "C-core 1.51 cannot hash; upgrade to 1.52 or later (grpc/grpc#31766)"},
 	}
 	return st
 }
@@ -92,7 +95,8 @@ func TestRenderPage(t *testing.T) {
 		wantFirst: []Health{Saturated, Stale, Draining, Serving},
 		wantText: []string{"queue depth 12 ≥ 8", "since 11:59:20 (40s ago)", "connection refused", "hit rate 1m <b class=\"pool-hit-rate\">87.0%</b>",
 			"no hotspot", "reload every 5 s", "out of the hash table", "rejecting cds",
-			`cluster &#34;chat&#34;: &lt;unknown&gt; field`, "<polyline", "<script>"},
+			`cluster &#34;chat&#34;: &lt;unknown&gt; field`, "<polyline", "<script>",
+			"no session affinity: C-core 1.51 cannot hash; upgrade to 1.52 or later", "C-core 29.0.0 Python 1.51.1"},
 		notText: []string{"more replicas not listed", "<unknown>"},
 	}, {
 		name: "1,000 replicas: the first 50 and a count", replicas: 1000, opts: PageOptions{Refresh: 5}, wantRows: PageReplicas,

@@ -331,9 +331,15 @@ type Scrape struct {
 type DataPlane struct {
 	NodeID  string `json:"node_id"`
 	Cluster string `json:"cluster,omitempty"`
-	// Kind is the kind of client kvxds serves it as: envoy, grpc or
-	// grpc-js.
-	Kind    string `json:"kind"`
+	// Kind is the kind of client kvxds serves it as: envoy, grpc,
+	// grpc-js, or grpc-nohash (a gRPC client whose version crashes on a
+	// ring hash, see NoHash).
+	Kind string `json:"kind"`
+	// UserAgent is the node's user_agent_name and user_agent_version.
+	UserAgent string `json:"user_agent,omitempty"`
+	// NoHash says why it is served without a ring hash (no session
+	// affinity) and what to upgrade to.
+	NoHash  string `json:"no_hash,omitempty"`
 	Address string `json:"address,omitempty"`
 	Streams int    `json:"streams"`
 	Delta   bool   `json:"delta,omitempty"`

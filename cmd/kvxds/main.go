@@ -154,17 +154,25 @@ func serve(args []string, stderr io.Writer) int {
 	return 0
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // render prints the resources a policy's static fleet translates to.
 func render(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grpcOut := fs.Bool("grpc", false, "render what proxyless gRPC clients (grpc-go, grpc-java, C-core) receive instead of Envoy")
 	jsOut := fs.Bool("grpc-js", false, "render what grpc-js clients receive instead of Envoy")
+	noHashOut := fs.Bool("grpc-nohash", false, "render what gRPC clients whose version crashes on a ring hash receive instead of Envoy")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() != 1 || *grpcOut && *jsOut {
-		fmt.Fprintln(stderr, "usage: kvxds render [--grpc | --grpc-js] FILE")
+	if n := btoi(*grpcOut) + btoi(*jsOut) + btoi(*noHashOut); fs.NArg() != 1 || n > 1 {
+		fmt.Fprintln(stderr, "usage: kvxds render [--grpc | --grpc-js | --grpc-nohash] FILE")
 		return 2
 	}
 	p, diags := policy.Load(fs.Arg(0))
@@ -178,6 +186,8 @@ func render(args []string, stdout, stderr io.Writer) int {
 		kind = translate.GRPC
 	case *jsOut:
 		kind = translate.GRPCJS
+	case *noHashOut:
+		kind = translate.GRPCNoHash
 	}
 	out, err := reconcile.Render(p, kind)
 	if err != nil {

@@ -217,6 +217,11 @@ func printStatus(w io.Writer, st *status.Status, color bool) {
 		t.add(plain(dp.NodeID), plain(dp.Kind), plain(dp.Address), plain(streams), plain(ago(st.Time, dp.Connected)), cell{state, c})
 	}
 	t.write(w, "  ")
+	for _, dp := range st.DataPlanes {
+		if dp.NoHash != "" {
+			fmt.Fprintln(w, "  "+paint(fmt.Sprintf("node %s: %s; served without a ring hash: no session affinity", dp.NodeID, dp.NoHash), yellow))
+		}
+	}
 }
 
 func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint func(string, string) string) {

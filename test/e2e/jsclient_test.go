@@ -86,7 +86,9 @@ func (c *goClient) call(md []string) (string, error) {
 // jsClient is grpc-js (with @grpc/grpc-js-xds) in a node process that runs
 // grpcjs/client.js: one channel per process, driven by one JSON line per
 // command on stdin and answering one JSON line per command on stdout.
+// Python's grpcio (pygrpc/client.py) speaks the same protocol.
 type jsClient struct {
+	label string // the data plane's name
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan []byte // stdout, closed at EOF
@@ -141,6 +143,13 @@ func newJSClientWithCap(t *testing.T, xdsAddr string, ringCap int) client {
 		}
 	}
 	cmd.Env = append(cmd.Env, "GRPC_XDS_BOOTSTRAP_CONFIG="+string(cfg))
+	return startStdioClient(t, "grpc-js", cmd)
+}
+
+// startStdioClient starts cmd, a client that speaks client.js's protocol
+// on its stdin and stdout; it is stopped in t.Cleanup.
+func startStdioClient(t *testing.T, label string, cmd *exec.Cmd) *jsClient {
+	t.Helper()
 	cmd.Stderr = testWriter{t}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -153,7 +162,7 @@ func newJSClientWithCap(t *testing.T, xdsAddr string, ringCap int) client {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &jsClient{cmd: cmd, stdin: stdin, lines: make(chan []byte), exit: make(chan struct{})}
+	c := &jsClient{label: label, cmd: cmd, stdin: stdin, lines: make(chan []byte), exit: make(chan struct{})}
 	// The reader owns stdout, and Wait may only run once it has hit EOF.
 	go func() {
 		defer close(c.exit)
@@ -183,7 +192,7 @@ func newJSClientWithCap(t *testing.T, xdsAddr string, ringCap int) client {
 	return c
 }
 
-func (*jsClient) name() string { return "grpc-js" }
+func (c *jsClient) name() string { return c.label }
 
 type jsCommand struct {
 	Calls       [][]string `json:"calls"`
@@ -219,7 +228,7 @@ func (c *jsClient) callMany(mds [][]string) ([]string, []error) {
 		return failAll(err)
 	}
 	if _, err := c.stdin.Write(append(line, '\n')); err != nil {
-		return failAll(fmt.Errorf("grpc-js client: writing command: %w", err))
+		return failAll(fmt.Errorf("%s client: writing command: %w", c.label, err))
 	}
 	// Every call ends by its deadline, so the answer comes after at most
 	// one deadline per round of concurrent calls.
@@ -230,23 +239,23 @@ func (c *jsClient) callMany(mds [][]string) ([]string, []error) {
 	case l, ok := <-c.lines:
 		if !ok {
 			<-c.exit
-			return failAll(fmt.Errorf("grpc-js client exited (%v)", c.cmd.ProcessState))
+			return failAll(fmt.Errorf("%s client exited (%v)", c.label, c.cmd.ProcessState))
 		}
 		out = l
 	case <-time.After(timeout):
-		c.broken = fmt.Errorf("grpc-js client did not answer within %v", timeout)
+		c.broken = fmt.Errorf("%s client did not answer within %v", c.label, timeout)
 		c.cmd.Process.Kill()
 		return failAll(c.broken)
 	}
 	var ans jsAnswer
 	if err := json.Unmarshal(out, &ans); err != nil {
-		return failAll(fmt.Errorf("grpc-js client: bad answer %q: %w", out, err))
+		return failAll(fmt.Errorf("%s client: bad answer %q: %w", c.label, out, err))
 	}
 	if ans.Fatal != "" {
-		return failAll(fmt.Errorf("grpc-js client: %s", ans.Fatal))
+		return failAll(fmt.Errorf("%s client: %s", c.label, ans.Fatal))
 	}
 	if len(ans.IDs) != len(mds) || len(ans.Errors) != len(mds) {
-		return failAll(fmt.Errorf("grpc-js client: %d ids and %d errors for %d calls", len(ans.IDs), len(ans.Errors), len(mds)))
+		return failAll(fmt.Errorf("%s client: %d ids and %d errors for %d calls", c.label, len(ans.IDs), len(ans.Errors), len(mds)))
 	}
 	for i := range mds {
 		ids[i] = ans.IDs[i]

@@ -265,12 +265,13 @@ func totalWeight(ms []member) int {
 }
 
 // TestClientsAgree: grpc-go and grpc-js, on the default policy, send
-// every session to the same replica: the one the ring model predicts.
+// every session to the same replica: the one the ring model predicts,
+// with the replicas in zones of unequal size.
 func TestClientsAgree(t *testing.T) {
 	bs := startBackends(t, 5)
-	members := []member{{bs[0], 1}, {bs[1], 2}, {bs[2], 1}, {bs[3], 3}, {bs[4], 1}}
+	members := []member{{bs[0], 1}, {bs[1], 2}, {bs[2], 1}, {bs[3], 3}, {bs[4], 4}}
 	path, xdsAddr, adminAddr := policyFile(t)
-	writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
+	writeAtomic(t, path, zonedPolicy(t, xdsAddr, adminAddr, members, []string{"a", "a", "a", "b", "c"}))
 	k := startInProcess(t, path, xdsAddr, adminAddr)
 	defer k.stop()
 	ss := sessions(numSessions)

@@ -20,6 +20,10 @@
 // only the last endpoint's target, the ring size, is whole: BuildExact and
 // its Extended for the last endpoint are then the two rings any client
 // may build.
+//
+// The weights a client divides are not always the endpoints' own: each
+// implementation combines them with their localities' weights its own way
+// (Weigh, Arithmetic, Clients).
 package ringhash
 
 import (

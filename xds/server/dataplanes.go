@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/translate"
@@ -33,6 +34,12 @@ func (t *streamTracker) dataPlanes() []status.DataPlane {
 			dp = &status.DataPlane{
 				NodeID: st.node.GetId(), Cluster: st.node.GetCluster(), Kind: Classify(st.node).String(),
 				Address: st.peer, Connected: st.opened,
+			}
+			if ua := strings.TrimSpace(st.node.GetUserAgentName() + " " + st.node.GetUserAgentVersion()); ua != "" {
+				dp.UserAgent = ua
+			}
+			if c, bad := CannotHash(st.node); bad {
+				dp.NoHash = c.Message() + " (" + c.Issue + ")"
 			}
 			byKey[k] = dp
 		}

@@ -10,6 +10,7 @@ type metrics struct {
 	updateErrors prometheus.Counter
 	pools        prometheus.Gauge
 	endpoints    prometheus.Gauge
+	noHash       *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,9 +43,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kvxds_fleet_endpoints",
 			Help: "Endpoints in the snapshot being served.",
 		}),
+		noHash: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvxds_xds_streams_without_hash",
+			Help: "Open xDS streams of clients whose version is known to crash on a ring hash, served round robin or least request instead (no session affinity), by client version.",
+		}, []string{"client"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.nacks, m.pushes, m.streams, m.dropped, m.updateErrors, m.pools, m.endpoints)
+		reg.MustRegister(m.nacks, m.pushes, m.streams, m.dropped, m.updateErrors, m.pools, m.endpoints, m.noHash)
 	}
 	return m
 }

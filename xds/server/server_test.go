@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"maps"
 	"net"
 	"testing"
 	"time"
@@ -116,6 +117,13 @@ func TestClassify(t *testing.T) {
 		{"override to grpc", &core.Node{UserAgentName: "envoy", Metadata: meta("grpc")}, translate.GRPC},
 		{"override to envoy", &core.Node{UserAgentName: "gRPC Go", Metadata: meta("Envoy")}, translate.Envoy},
 		{"bad override ignored", &core.Node{UserAgentName: "gRPC Go", Metadata: meta("nginx")}, translate.GRPC},
+		// Debian's python3-grpcio, as it introduces itself.
+		{"C-core 1.51.1 Python", &core.Node{UserAgentName: "gRPC C-core linux Python", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "C-core 29.0.0 Python 1.51.1"}}, translate.GRPCNoHash},
+		{"C-core 1.51 with kvxds bootstrap", &core.Node{UserAgentName: "gRPC C-core linux Python", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "C-core 29.0.0 Python 1.51.0"}, Metadata: meta("grpc")}, translate.GRPCNoHash},
+		{"C-core 1.51 C++", &core.Node{UserAgentName: "gRPC C-core linux", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "C-core 29.0.0"}}, translate.GRPCNoHash},
+		{"C-core 1.51.3 Ruby", &core.Node{UserAgentName: "gRPC C-core linux Ruby", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "C-core 29.0.0 Ruby 1.51.3"}}, translate.GRPC},
+		{"C-core 1.52 Python", &core.Node{UserAgentName: "gRPC C-core linux Python", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "C-core 30.0.0 Python 1.52.0"}}, translate.GRPC},
+		{"C-core 1.51 as Envoy", &core.Node{UserAgentName: "gRPC C-core linux Python", UserAgentVersionType: &core.Node_UserAgentVersion{UserAgentVersion: "C-core 29.0.0 Python 1.51.1"}, Metadata: meta("envoy")}, translate.Envoy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Classify(tc.node); got != tc.want {
@@ -168,8 +176,14 @@ func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 			}
 			for _, kind := range translate.Kinds {
 				want := tc.grpc
-				if kind == translate.Envoy {
+				switch kind {
+				case translate.Envoy:
 					want = tc.envoy
+				case translate.GRPCNoHash:
+					// No ring to size: its clusters never follow the
+					// endpoints.
+					want = maps.Clone(tc.grpc)
+					delete(want, resourcev3.ClusterType)
 				}
 				for typ, v := range s.Versions(kind) {
 					if changed := v != before[kind][typ]; changed != want[typ] {

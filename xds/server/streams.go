@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -40,10 +41,13 @@ type streamTracker struct {
 
 	mu      sync.Mutex
 	streams map[int64]*streamState
+	// warned are the nodes already logged as unable to hash.
+	warned map[string]bool
 }
 
 type streamState struct {
 	node     *core.Node
+	noHash   string            // the known crash of its client, counted in the metric
 	lastSent map[string]string // type URL → version last sent
 	// clusterAfterEndpoints: a Cluster response went out after the last
 	// assignment response, so a warming Envoy cluster may wait for one.
@@ -62,7 +66,7 @@ type streamState struct {
 type deltaSent struct{ nonce, version string }
 
 func newStreamTracker(log hclog.Logger, m *metrics, now func() time.Time) *streamTracker {
-	return &streamTracker{log: log, m: m, now: now, streams: map[int64]*streamState{}}
+	return &streamTracker{log: log, m: m, now: now, streams: map[int64]*streamState{}, warned: map[string]bool{}}
 }
 
 func (t *streamTracker) open(ctx context.Context, id int64, delta bool) {
@@ -81,6 +85,9 @@ func (t *streamTracker) open(ctx context.Context, id int64, delta bool) {
 
 func (t *streamTracker) closed(id int64, node *core.Node) {
 	t.mu.Lock()
+	if st := t.streams[id]; st != nil && st.noHash != "" {
+		t.m.noHash.WithLabelValues(st.noHash).Dec()
+	}
 	delete(t.streams, id)
 	t.mu.Unlock()
 	t.m.streams.Dec()
@@ -100,6 +107,28 @@ func (t *streamTracker) nack(id int64, node *core.Node, typeURL, version, nonce,
 		"version", version, "nonce", nonce, "error", detail)
 }
 
+// setNode records the node a stream names; a client version that cannot
+// hash is counted while its stream is open and logged once per node.
+// Called with t.mu held.
+func (t *streamTracker) setNode(st *streamState, n *core.Node) {
+	if n == nil {
+		return
+	}
+	st.node = n
+	c, bad := CannotHash(n)
+	if !bad || st.noHash != "" {
+		return
+	}
+	st.noHash = c.Client
+	t.m.noHash.WithLabelValues(c.Client).Inc()
+	if !t.warned[n.GetId()] {
+		t.warned[n.GetId()] = true
+		t.log.Warn(fmt.Sprintf("node %s: %s", n.GetId(), c.Message()),
+			"user_agent", n.GetUserAgentName()+" "+n.GetUserAgentVersion(), "issue", c.Issue,
+			"served", "round robin or least request instead of ring hash: no session affinity")
+	}
+}
+
 func (t *streamTracker) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
 	t.open(ctx, id, false)
 	t.log.Debug("stream opened", "stream", id, "type", typeURL)
@@ -115,9 +144,7 @@ func (t *streamTracker) OnStreamRequest(id int64, req *discovery.DiscoveryReques
 		t.mu.Unlock()
 		return nil
 	}
-	if req.GetNode() != nil {
-		st.node = req.GetNode()
-	}
+	t.setNode(st, req.GetNode())
 	node := st.node
 	rejected := ""
 	if req.GetErrorDetail() == nil && req.GetVersionInfo() != "" {
@@ -174,8 +201,8 @@ func (t *streamTracker) OnDeltaStreamClosed(id int64, node *core.Node) { t.close
 func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	t.mu.Lock()
 	st := t.streams[id]
-	if st != nil && req.GetNode() != nil {
-		st.node = req.GetNode()
+	if st != nil {
+		t.setNode(st, req.GetNode())
 	}
 	var node *core.Node
 	rejected := ""

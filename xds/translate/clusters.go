@@ -43,9 +43,12 @@ func buildClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Clust
 	}
 	p = poolView(p, pl, kind)
 	var c *clusterv3.Cluster
-	if kind.proxyless() && p.Balancer == fleet.ConsistentHash {
+	switch {
+	case kind == GRPCNoHash && p.Balancer == fleet.ConsistentHash:
+		c, err = noHashCluster(p)
+	case kind.proxyless() && p.Balancer == fleet.ConsistentHash:
 		c, err = grpcHashCluster(p, pl.PerWeight)
-	} else {
+	default:
 		c, err = buildCluster(p, p.Name, "")
 	}
 	if err != nil {
@@ -205,6 +208,19 @@ func grpcHashCluster(p *fleet.Pool, perWeight uint64) (*clusterv3.Cluster, error
 	return c, nil
 }
 
+// noHashCluster is p's hash cluster for a client that crashes on a ring
+// hash: the same name and endpoints, balanced like p's keyless cluster
+// (round robin where keyless requests hash at random). Routes keep their
+// hash policies, which these balancers ignore.
+func noHashCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
+	kp := *p
+	kp.Balancer = p.Hash.Keyless
+	if kp.Balancer == fleet.Random || kp.Balancer == "" {
+		kp.Balancer = fleet.RoundRobin
+	}
+	return buildCluster(&kp, p.Name, "")
+}
+
 // Tenant hash groups.
 //
 // A group (fleet.Group) of pool P gets, for every kind:
@@ -287,9 +303,12 @@ func groupClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Clust
 		gp := groupPool(p, g, pl.Groups[i].Members)
 		var c *clusterv3.Cluster
 		var err error
-		if kind.proxyless() {
+		switch {
+		case kind == GRPCNoHash:
+			c, err = noHashCluster(gp)
+		case kind.proxyless():
 			c, err = grpcHashCluster(gp, pl.Groups[i].PerWeight)
-		} else {
+		default:
 			c, err = buildCluster(gp, gp.Name, "")
 		}
 		if err != nil {

@@ -57,23 +57,33 @@ var healthStatus = [...]corev3.HealthStatus{
 //
 // A locality's weight is the sum of its endpoints' weights. Envoy's
 // consistent hashing ignores locality weights (locality_weighted_lb_config
-// is not set), so each endpoint's share is weight/total. gRPC-Go (gRFC
-// A113) gives each endpoint (weight/locality sum) × (locality weight /
-// locality total), which with this choice is weight/total as well: both
-// data planes size every endpoint alike however uneven the localities.
+// is not set), so each endpoint's share is weight/total, and Envoy keeps
+// the pool's real localities.
 //
-// grpc-js instead weighs an endpoint by locality weight × endpoint weight,
-// so for grpc-js every locality of a hash pool weighs 1: its ring then
-// matches grpc-go's. (Its other balancers weigh localities as grpc-go's
-// do, and keep the sums.)
+// Proxyless gRPC clients get the whole pool as one locality: the zones'
+// locality if they share one, else an empty one. gRPC implementations
+// combine locality and endpoint weights two ways (xds/ringhash.Arithmetic):
+// C-core, grpc-java, grpc-js and grpc-go before gRFC A113 multiply them,
+// grpc-go since A113 multiplies the locality's share by the endpoint's
+// share of its locality. No locality weights mean the same to both over
+// zones of unequal size; with one locality both give each endpoint
+// weight/total, so every client builds the same ring. The keyless
+// clusters over the same assignment are round robin or least request,
+// which pick a locality by weight and then an endpoint regardless of its
+// weight: with one locality every replica gets an equal share of keyless
+// requests, whatever the zones.
 func buildEndpoints(p *fleet.Pool, kind Kind) (*endpointv3.ClusterLoadAssignment, error) {
 	// Bucket endpoints by locality. Pools have few localities: scan a
 	// slice, and switch to a map if there are many.
 	var locs []fleet.Locality
 	var byLoc map[fleet.Locality]int
 	idx := make([]int, len(p.Endpoints)) // endpoint -> bucket
+	one, merged := oneLocality(p, kind)
 	for i := range p.Endpoints {
 		l := p.Endpoints[i].Locality
+		if merged {
+			l = one
+		}
 		var b int
 		if byLoc != nil {
 			var ok bool
@@ -159,18 +169,29 @@ func buildEndpoints(p *fleet.Pool, kind Kind) (*endpointv3.ClusterLoadAssignment
 		lles[k].LbEndpoints = append(lles[k].LbEndpoints, &lbEps[i])
 		sums[k] += e.Weight
 	}
-	unitLocalities := kind == GRPCJS && p.Balancer == fleet.ConsistentHash
 	for i := range lles {
 		lweights[i].Value = sums[i]
-		if unitLocalities {
-			lweights[i].Value = 1
-		}
 		lles[i].LoadBalancingWeight = &lweights[i]
 	}
 	if err := cla.ValidateAll(); err != nil {
 		return nil, err
 	}
 	return cla, nil
+}
+
+// oneLocality says whether kind gets p's endpoints as one locality, and
+// which: their own if they share one, else the empty locality.
+func oneLocality(p *fleet.Pool, kind Kind) (fleet.Locality, bool) {
+	if !kind.proxyless() || len(p.Endpoints) == 0 {
+		return fleet.Locality{}, false
+	}
+	l := p.Endpoints[0].Locality
+	for i := range p.Endpoints {
+		if p.Endpoints[i].Locality != l {
+			return fleet.Locality{}, true
+		}
+	}
+	return l, true
 }
 
 func cmpLocality(a, b fleet.Locality) int {

@@ -4,38 +4,65 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
-// TestWeightShares checks that Envoy and gRPC give every endpoint the same
-// share of the hash space. Envoy's Maglev and ring hash (no
-// locality_weighted_lb_config) use weight / total over the hosts.
-// grpc-go v1.85 (gRFC A113, cdsbalancer/configbuilder.go) uses
-// (weight / locality's endpoint total) × (locality weight / locality total).
+// TestWeightShares: every gRPC implementation, with its own arithmetic
+// for locality and endpoint weights (xds/ringhash.Clients), reads each
+// assignment kvxds serves it as the endpoints' own weights, the shares
+// Envoy gives them (weight / total over the healthy hosts, no
+// locality_weighted_lb_config), and builds the ring of those weights.
 func TestWeightShares(t *testing.T) {
 	for name, f := range allFixtures(t) {
-		r := mustTranslate(t, f, GRPC)
-		for _, cla := range r.Endpoints {
-			var total, locTotal float64
-			for _, lle := range cla.GetEndpoints() {
-				locTotal += float64(lle.GetLoadBalancingWeight().GetValue())
-				for _, ep := range lle.GetLbEndpoints() {
-					total += float64(ep.GetLoadBalancingWeight().GetValue())
+		for _, kind := range []Kind{GRPC, GRPCJS} {
+			for _, cla := range mustTranslate(t, f, kind).Endpoints {
+				var locs []ringhash.Locality
+				var plain []ringhash.Endpoint
+				for _, lle := range cla.GetEndpoints() {
+					l := ringhash.Locality{Weight: uint64(lle.GetLoadBalancingWeight().GetValue())}
+					for _, ep := range lle.GetLbEndpoints() {
+						e := ringhash.Endpoint{
+							HashKey: ep.GetMetadata().GetFilterMetadata()["envoy.lb"].GetFields()["hash_key"].GetStringValue(),
+							Weight:  uint64(ep.GetLoadBalancingWeight().GetValue()),
+						}
+						h := ep.GetHealthStatus() == corev3.HealthStatus_HEALTHY || ep.GetHealthStatus() == corev3.HealthStatus_UNKNOWN
+						l.Endpoints = append(l.Endpoints, e)
+						l.Healthy = append(l.Healthy, h)
+						if h {
+							plain = append(plain, e)
+						}
+					}
+					locs = append(locs, l)
 				}
-			}
-			for _, lle := range cla.GetEndpoints() {
-				var sum float64
-				for _, ep := range lle.GetLbEndpoints() {
-					sum += float64(ep.GetLoadBalancingWeight().GetValue())
+				if len(plain) == 0 {
+					continue
 				}
-				for _, ep := range lle.GetLbEndpoints() {
-					w := float64(ep.GetLoadBalancingWeight().GetValue())
-					envoy := w / total
-					grpc := (w / sum) * (float64(lle.GetLoadBalancingWeight().GetValue()) / locTotal)
-					if math.Abs(envoy-grpc) > 1e-12 {
-						t.Errorf("%s: %q: endpoint share Envoy %v, gRPC %v", name, cla.ClusterName, envoy, grpc)
+				var total uint64
+				for _, e := range plain {
+					total += e.Weight
+				}
+				size := 64*total - 1
+				want := ringhash.BuildExact(plain, size, size)
+				ext := want.Extended(plain, ringhash.Last(plain))
+				for _, c := range ringhash.Clients {
+					eps := ringhash.Weigh(c.Arithmetic, locs)
+					var sum float64
+					for _, e := range eps {
+						sum += float64(e.Weight)
+					}
+					for i, e := range eps {
+						if got, want := float64(e.Weight)/sum, float64(plain[i].Weight)/float64(total); math.Abs(got-want) > 1e-6 {
+							t.Errorf("%s: %v %q: %s gives %s a share of %v, Envoy %v", name, kind, cla.ClusterName, c.Name, e.HashKey, got, want)
+						}
+					}
+					r := ringhash.Build(eps, size, size)
+					if !slices.Equal(r.Entries, want.Entries) && !slices.Equal(r.Entries, ext.Entries) {
+						t.Errorf("%s: %v %q: %s builds another ring (counts %v, want %v)", name, kind, cla.ClusterName, c.Name, r.Counts, want.Counts)
 					}
 				}
 			}
@@ -48,7 +75,7 @@ func TestManyLocalities(t *testing.T) {
 	for j := range f.Pools[0].Endpoints {
 		f.Pools[0].Endpoints[j].Locality.SubZone = fmt.Sprintf("rack-%02d", j%40)
 	}
-	cla := mustTranslate(t, f, GRPC).Endpoints[0]
+	cla := mustTranslate(t, f, Envoy).Endpoints[0]
 	if len(cla.GetEndpoints()) != 3*40/gcd(3, 40) {
 		t.Fatalf("got %d localities", len(cla.GetEndpoints()))
 	}

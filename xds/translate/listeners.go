@@ -81,7 +81,7 @@ func buildListener(p *fleet.Pool, kind Kind) (*listenerv3.Listener, error) {
 		if bodyKeys(p, kind) {
 			l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(bodyBufferLimit(p))
 		}
-	case GRPC, GRPCJS:
+	case GRPC, GRPCJS, GRPCNoHash:
 		// A client-side API listener: no address, named after the
 		// target the client dials (xds:///P).
 		l = &listenerv3.Listener{

@@ -27,9 +27,10 @@
 //     with entries_per_weight); proxyless gRPC clients get an API listener
 //     named P (clients dial xds:///P) and a ring hash whose size follows
 //     the pool's healthy weight (fleet.GRPCRingSize), so that membership changes
-//     move only the keys of the replicas that join or leave; grpc-js gets
-//     no keyless cluster and unit locality weights (see keylessCluster and
-//     buildEndpoints).
+//     move only the keys of the replicas that join or leave, and each
+//     pool as one locality, so that every gRPC implementation weighs its
+//     endpoints alike (see buildEndpoints); grpc-js gets no keyless
+//     cluster (see keylessCluster).
 //   - Snapshot gives each resource type its own content version, so a
 //     change of endpoint weights, health or membership only bumps the EDS
 //     version, and the CDS version when a ring size changes: for gRPC
@@ -80,10 +81,20 @@ const (
 	GRPC
 	// GRPCJS is grpc-js (@grpc/grpc-js-xds), a proxyless gRPC client.
 	GRPCJS
+	// GRPCNoHash is a gRPC client whose version is known to crash on a
+	// ring hash: GRPC's resources, with every hash cluster balancing
+	// like the pool's keyless cluster instead. It loses affinity, nothing
+	// else.
+	GRPCNoHash
 )
 
 // Kinds lists every kind, in the order snapshots are built.
-var Kinds = []Kind{Envoy, GRPC, GRPCJS}
+var Kinds = []Kind{Envoy, GRPC, GRPCJS, GRPCNoHash}
+
+// sharesEndpoints maps a kind to an earlier one of Kinds whose
+// ClusterLoadAssignments it receives unchanged. (Envoy keeps a pool's
+// localities and gRPC clients get one, see buildEndpoints.)
+var sharesEndpoints = map[Kind]Kind{GRPCNoHash: GRPC}
 
 func (f Kind) String() string {
 	switch f {
@@ -93,12 +104,14 @@ func (f Kind) String() string {
 		return "grpc"
 	case GRPCJS:
 		return "grpc-js"
+	case GRPCNoHash:
+		return "grpc-nohash"
 	}
 	return fmt.Sprintf("flavor(%d)", int(f))
 }
 
 // proxyless reports whether f is a gRPC client.
-func (f Kind) proxyless() bool { return f == GRPC || f == GRPCJS }
+func (f Kind) proxyless() bool { return f == GRPC || f == GRPCJS || f == GRPCNoHash }
 
 func (f Kind) valid() bool { return f == Envoy || f.proxyless() }
 
@@ -187,8 +200,8 @@ func Retranslate(prev *Resources, m fleet.Model, kind Kind) (*Resources, error) 
 }
 
 // RetranslateAll is Retranslate for every kind of prev (keyed by
-// kind, each from the same previous model): Envoy and gRPC, which
-// receive the same ClusterLoadAssignments, share them and their
+// kind, each from the same previous model): kinds that receive the same
+// ClusterLoadAssignments (sharesEndpoints) share them and their
 // marshalling. This is the path of every weight, health and membership
 // change.
 func RetranslateAll(prev map[Kind]*Resources, m fleet.Model) (map[Kind]*Resources, error) {
@@ -198,8 +211,8 @@ func RetranslateAll(prev map[Kind]*Resources, m fleet.Model) (map[Kind]*Resource
 	out := make(map[Kind]*Resources, len(Kinds))
 	for _, kind := range Kinds {
 		var same *Resources
-		if kind == GRPC {
-			same = out[Envoy]
+		if from, ok := sharesEndpoints[kind]; ok {
+			same = out[from]
 		}
 		var err error
 		if out[kind], err = retranslate(prev[kind], m, kind, same); err != nil {

@@ -234,14 +234,14 @@ func TestEmptyFleet(t *testing.T) {
 	}
 }
 
-// TestKinds: Envoy and gRPC clients share routes and endpoints but not
-// listeners or hash clusters; grpc-js has no keyless cluster and unit
-// locality weights.
+// TestKinds: Envoy and gRPC clients share routes but not listeners, hash
+// clusters or localities; grpc-js has no keyless cluster; every gRPC
+// client gets each pool as one locality.
 func TestKinds(t *testing.T) {
 	f := genFleet(3, 10)
 	e, g, js := mustTranslate(t, f, Envoy), mustTranslate(t, f, GRPC), mustTranslate(t, f, GRPCJS)
-	if Version(e.Routes) != Version(g.Routes) || Version(e.Endpoints) != Version(g.Endpoints) {
-		t.Error("routes or endpoints differ between Envoy and gRPC")
+	if Version(e.Routes) != Version(g.Routes) {
+		t.Error("routes differ between Envoy and gRPC")
 	}
 	for i := range e.Listeners {
 		el, gl, jl := e.Listeners[i], g.Listeners[i], js.Listeners[i]
@@ -286,12 +286,19 @@ func TestKinds(t *testing.T) {
 			}
 		}
 	}
-	for _, cla := range js.Endpoints {
-		for _, l := range cla.GetEndpoints() {
-			if l.GetLoadBalancingWeight().GetValue() != 1 {
-				t.Errorf("grpc-js %q: locality weight %d, want 1", cla.ClusterName, l.GetLoadBalancingWeight().GetValue())
+	for _, r := range []*Resources{g, js} {
+		for _, cla := range r.Endpoints {
+			if n := len(cla.GetEndpoints()); n != 1 {
+				t.Errorf("gRPC %q: %d localities, want 1", cla.ClusterName, n)
 			}
 		}
+	}
+	zones := 0
+	for _, cla := range e.Endpoints {
+		zones = max(zones, len(cla.GetEndpoints()))
+	}
+	if zones < 2 {
+		t.Error("Envoy's assignments have one locality each; the fleet should span zones")
 	}
 	if _, err := translateFleet(f, Kind(7)); err == nil {
 		t.Error("unknown kind: want error")
@@ -355,7 +362,7 @@ func TestEndpointsFastPath(t *testing.T) {
 	}
 
 	// RetranslateAll gives every kind what Translate gives it, and
-	// Envoy and gRPC share one set of ClusterLoadAssignments.
+	// kinds that receive the same ClusterLoadAssignments share them.
 	prev := map[Kind]*Resources{}
 	for _, kind := range Kinds {
 		prev[kind] = mustTranslate(t, base, kind)
@@ -373,8 +380,10 @@ func TestEndpointsFastPath(t *testing.T) {
 			t.Errorf("%v: RetranslateAll versions %v, Translate %v", kind, a, b)
 		}
 	}
-	if &all[Envoy].Endpoints[0] != &all[GRPC].Endpoints[0] {
-		t.Error("Envoy and gRPC do not share their ClusterLoadAssignments")
+	for kind, from := range sharesEndpoints {
+		if &all[kind].Endpoints[0] != &all[from].Endpoints[0] {
+			t.Errorf("%v does not share the ClusterLoadAssignments of %v", kind, from)
+		}
 	}
 	if _, err := retranslateAllFleet(prev, fleet.Fleet{Pools: []fleet.Pool{{Name: "x"}}}); err == nil {
 		t.Error("RetranslateAll of an invalid fleet: want error")
