@@ -9,7 +9,7 @@ import (
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
-// Body keys (json_field, prompt_prefix) are read from the JSON request
+// Body keys (json_field, prompt_prefix, conversation) are read from the JSON request
 // body by a Lua filter that Envoy runs before the router: it removes every
 // generated header (x-kvxds-key-N) the client sent, reads the body when
 // the request declares a content-length within the pool's limit, and sets
@@ -70,7 +70,7 @@ func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 	var keys []bodykey.Key
 	for i, k := range p.Hash.Keys {
 		if k.Body() {
-			keys = append(keys, bodykey.Key{Header: bodykey.Header(i), JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
+			keys = append(keys, bodykey.Key{Header: bodykey.Header(i), JSONField: k.JSONField, PromptPrefix: k.PromptPrefix, Conversation: k.Conversation})
 		}
 	}
 	src, err := bodykey.Lua(keys, p.Hash.MaxBodyBytes)
