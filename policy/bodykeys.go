@@ -11,7 +11,8 @@ import (
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
-// Body keys: json_field and prompt_prefix read the JSON request body. Envoy
+// Body keys: json_field, prompt_prefix and conversation read the JSON
+// request body. Envoy
 // computes them with a generated Lua filter that buffers the body (up to
 // max_body_bytes) and sets one generated header per key, which the route
 // hashes on; proxyless gRPC clients have no access to the body and keep
@@ -84,6 +85,21 @@ func (d *decoder) promptPrefix(a *hcl.Attribute) (HashKey, bool) {
 	return HashKey{PromptPrefix: int(n.Int64())}, true
 }
 
+// conversation decodes a conversation attribute: true is the only value
+// that makes a key.
+func (d *decoder) conversation(a *hcl.Attribute) (HashKey, bool) {
+	v, ok := d.value(a.Name, a.Expr, cty.Bool, "true or false")
+	if !ok {
+		return HashKey{}, false
+	}
+	if v.False() {
+		d.errorf(a.Expr.Range(), "Invalid hash key",
+			"conversation = false makes no key; remove this key block, or set conversation = true to key on the leading messages of the body (the system prompt and the first user message), which every turn of a conversation repeats.")
+		return HashKey{}, false
+	}
+	return HashKey{Conversation: true}, true
+}
+
 // uniqueKey records k, or reports it as a duplicate of an earlier key.
 func (d *decoder) uniqueKey(seen map[HashKey]hcl.Range, k HashKey, a *hcl.Attribute, shown string) bool {
 	if prev, dup := seen[k]; dup {
@@ -96,20 +112,24 @@ func (d *decoder) uniqueKey(seen map[HashKey]hcl.Range, k HashKey, a *hcl.Attrib
 }
 
 // bodyKeys decodes max_body_bytes, defaults balance_factor for
-// prompt_prefix keys, and says what gRPC clients make of body keys.
+// prompt_prefix and conversation keys, and says what gRPC clients make of body keys.
 func (d *decoder) bodyKeys(spec *hashSpec, h *Hash) {
-	var first, prefix *hcl.Attribute // the first body key, the first prompt_prefix
+	// The first body key; the first prompt_prefix or conversation key (a
+	// popular prefix or opening pins its requests to one replica).
+	var first, prefix *hcl.Attribute
+	conv := false
 	for _, kb := range spec.Keys {
-		for _, a := range []*hcl.Attribute{kb.JSONField, kb.PromptPrefix} {
+		for _, a := range []*hcl.Attribute{kb.JSONField, kb.PromptPrefix, kb.Conversation} {
 			if a == nil {
 				continue
 			}
 			if first == nil || a.Range.Start.Byte < first.Range.Start.Byte {
 				first = a
 			}
-			if a == kb.PromptPrefix && prefix == nil {
+			if a != kb.JSONField && prefix == nil {
 				prefix = a
 			}
+			conv = conv || a == kb.Conversation
 		}
 	}
 	if a := spec.MaxBodyBytes; a != nil {
@@ -142,11 +162,17 @@ func (d *decoder) bodyKeys(spec *hashSpec, h *Hash) {
 		case a == nil:
 			h.BalanceFactor = DefaultPromptPrefixBalanceFactor
 		case h.BalanceFactor == 0:
-			if v, diags := a.Expr.Value(nil); !diags.HasErrors() && v.Type() == cty.Number && v.IsKnown() && !v.IsNull() && v.AsBigFloat().Sign() == 0 {
-				d.errorf(a.Expr.Range(), "Bounded load required",
-					"prompt_prefix (line %d) keys on the start of the prompt, which a shared system prompt or template makes the same for many requests: all of them would go to one replica. Keep balance_factor at 100 or more (unset, it is %d) so that Envoy spills them to the next replicas.",
-					prefix.Range.Start.Line, DefaultPromptPrefixBalanceFactor)
+			v, diags := a.Expr.Value(nil)
+			if diags.HasErrors() || v.Type() != cty.Number || !v.IsKnown() || v.IsNull() || v.AsBigFloat().Sign() != 0 {
+				break
 			}
+			why := "keys on the start of the prompt, which a shared system prompt or template makes the same for many requests"
+			if prefix.Name == "conversation" {
+				why = "keys on the leading messages, which an app's fixed opening or a document many users send makes the same for many conversations"
+			}
+			d.errorf(a.Expr.Range(), "Bounded load required",
+				"%s (line %d) %s: all of them would go to one replica. Keep balance_factor at 100 or more (unset, it is %d) so that Envoy spills them to the next replicas.",
+				prefix.Name, prefix.Range.Start.Line, why, DefaultPromptPrefixBalanceFactor)
 		}
 	}
 
@@ -160,6 +186,10 @@ func (d *decoder) bodyKeys(spec *hashSpec, h *Hash) {
 	if len(headers) > 0 {
 		fallback = "they hash on the header keys only (" + strings.Join(headers, ", ") + ")"
 	}
+	kinds := "json_field and prompt_prefix"
+	if conv {
+		kinds = "json_field, prompt_prefix and conversation"
+	}
 	d.warnf(first.Range, "Body keys are Envoy only",
-		"Proxyless gRPC clients of this pool cannot read request bodies, so they skip json_field and prompt_prefix keys: %s. Envoy computes them.", fallback)
+		"Proxyless gRPC clients of this pool cannot read request bodies, so they skip %s keys: %s. Envoy computes them.", kinds, fallback)
 }

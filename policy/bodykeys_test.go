@@ -40,6 +40,21 @@ func TestBodyKeysDecoded(t *testing.T) {
 			warnings: 1,
 		},
 		{
+			name: "conversation, then a prefix for other bodies",
+			hash: `key { header = "x-session-id" }
+			       key { conversation = true }
+			       key { prompt_prefix = 4096 }`,
+			want: Hash{Keys: []HashKey{{Header: "x-session-id"}, {Conversation: true}, {PromptPrefix: 4096}},
+				MaxBodyBytes: DefaultMaxBodyBytes, BalanceFactor: DefaultPromptPrefixBalanceFactor},
+			warnings: 1,
+		},
+		{
+			name:     "conversation alone defaults balance_factor",
+			hash:     `key { conversation = true }`,
+			want:     Hash{Keys: []HashKey{{Conversation: true}}, MaxBodyBytes: DefaultMaxBodyBytes, BalanceFactor: DefaultPromptPrefixBalanceFactor},
+			warnings: 1,
+		},
+		{
 			name: "header keys need no body",
 			hash: `key { header = "x-session-id" }`,
 			want: Hash{Keys: []HashKey{{Header: "x-session-id"}}},
@@ -77,7 +92,7 @@ func TestBodyKeyHeader(t *testing.T) {
 	if got := BodyKeyHeader(0); got != "x-kvxds-key-1" || !strings.HasPrefix(got, GeneratedHeaderPrefix) {
 		t.Errorf("BodyKeyHeader(0) = %q", got)
 	}
-	if !(HashKey{PromptPrefix: 64}).Body() || !(HashKey{JSONField: "u"}).Body() || (HashKey{Header: "h"}).Body() {
+	if !(HashKey{PromptPrefix: 64}).Body() || !(HashKey{JSONField: "u"}).Body() || !(HashKey{Conversation: true}).Body() || (HashKey{Header: "h"}).Body() {
 		t.Error("Body() misclassifies keys")
 	}
 }

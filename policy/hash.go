@@ -227,9 +227,10 @@ func nextPrime(n uint64) uint64 {
 
 // HashKey is a key block. Exactly one field is set; Header is lower-cased.
 // JSONField (a dot path of object keys to a string field of the body, as
-// in "metadata.conversation_id") and PromptPrefix (a number of bytes of
-// the raw JSON text of the body's top-level "messages", else "prompt",
-// value) read the JSON request body (Envoy only; see bodykeys.go).
+// in "metadata.conversation_id"), PromptPrefix (a number of bytes of the
+// raw JSON text of the body's top-level "messages", else "prompt", value)
+// and Conversation (the body's leading messages) read the JSON request
+// body (Envoy only; see bodykeys.go).
 type HashKey = fleet.HashKey
 
 // keySpec is a key block; exactly one source must be set, which is
@@ -241,6 +242,7 @@ type keySpec struct {
 	QueryParameter *hcl.Attribute `hcl:"query_parameter,optional"`
 	JSONField      *hcl.Attribute `hcl:"json_field,optional"`
 	PromptPrefix   *hcl.Attribute `hcl:"prompt_prefix,optional"`
+	Conversation   *hcl.Attribute `hcl:"conversation,optional"`
 }
 
 // keys decodes the key chain of a hash block.
@@ -253,7 +255,7 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 	var keys []HashKey
 	seen := map[HashKey]hcl.Range{}
 	for _, kb := range hash.Keys {
-		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter, kb.JSONField, kb.PromptPrefix)
+		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter, kb.JSONField, kb.PromptPrefix, kb.Conversation)
 		if len(set) == 0 {
 			d.errorf(kb.DefRange, "Empty hash key",
 				`A key block needs exactly one of header, cookie, query_parameter, json_field or prompt_prefix, as in key { header = "x-session-id" }.`)
@@ -267,6 +269,12 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 		a := set[0]
 		if a == kb.PromptPrefix {
 			if k, good := d.promptPrefix(a); good && d.uniqueKey(seen, k, a, fmt.Sprint(k.PromptPrefix)) && len(set) == 1 {
+				keys = append(keys, k)
+			}
+			continue
+		}
+		if a == kb.Conversation {
+			if k, good := d.conversation(a); good && d.uniqueKey(seen, k, a, "= true") && len(set) == 1 {
 				keys = append(keys, k)
 			}
 			continue

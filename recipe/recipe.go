@@ -277,6 +277,8 @@ func describeKey(k policy.HashKey) string {
 		return "query_parameter " + k.QueryParameter
 	case k.JSONField != "":
 		return "json_field " + k.JSONField
+	case k.Conversation:
+		return "conversation"
 	default:
 		return "prompt_prefix " + strconv.Itoa(k.PromptPrefix)
 	}

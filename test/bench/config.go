@@ -352,6 +352,12 @@ func Profiles() map[string]Profile {
 			"and running requests, not all 8"},
 		"zipf-tenants": {KVBlocks: 1500, Why: "50 tenants × 1,000-token prompts = 3,125 blocks; a replica holds its " +
 			"tenants' prompts (the hot replica ≈ 10) and its running requests, not all 50"},
+		"chat-stateless": {KVBlocks: 4000, Why: "chat's conversations without a session id: chat's working set", WallFactor: 2},
+		"branching": {KVBlocks: 4000, Why: "chat-apps-like trees of ≈7 requests, the branches sharing their history " +
+			"up to the branch point; a replica holds its share of live trees, not all of them"},
+		"agent-stateless": {KVBlocks: 4000, Why: "agent's traces without a session id: agent's working set"},
+		"retrieval": {KVBlocks: 4000, Why: "32 documents of 2–6k tokens (≈8k blocks) under Zipf popularity; a " +
+			"replica holds about half of the library, the popular documents and its conversations' turns"},
 		"unique-short": {KVBlocks: 3000, Why: "no prefix is ever reused; 48k tokens hold ≈200 running requests " +
 			"of ≈220 tokens, so the KV pool does not limit batching"},
 	}

@@ -21,7 +21,9 @@
 // shared-prefix traffic: round robin hits the system prompts too, so its
 // baseline is higher and affinity's margin smaller. unique-short, the
 // negative control, sends no session key at all (see below), so every
-// mode spreads it without affinity.
+// mode spreads it without affinity. chat-stateless, branching,
+// agent-stateless and retrieval model clients that send no session id
+// either: the modes here, which hash on x-session-id, spread them keyless.
 //
 // # The load generator
 //

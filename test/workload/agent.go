@@ -51,6 +51,9 @@ type AgentWorkload struct {
 	// StepGap is the mean of the exponential time between a step's arrival
 	// and the next step's earliest send time (tool execution). Default 1s.
 	StepGap time.Duration
+	// Stateless drops Session: the agent framework sends no session id
+	// (AgentStateless). Conversation, System and Lead are set either way.
+	Stateless bool
 	// Warmup starts traces at −Warmup instead of 0, keeping only requests
 	// with At >= 0 (steady state from the first request). A request whose
 	// previous step arrived before 0 has DependsOn −1 but still carries the
@@ -71,8 +74,22 @@ func Agent() *AgentWorkload {
 	}
 }
 
-// Name is "agent".
-func (a *AgentWorkload) Name() string { return "agent" }
+// AgentStateless returns agent loops with no session id, named
+// "agent-stateless": Agent's traces, step for step and byte for byte,
+// without Session.
+func AgentStateless() *AgentWorkload {
+	a := Agent()
+	a.Stateless = true
+	return a
+}
+
+// Name is "agent", or "agent-stateless" for [AgentStateless].
+func (a *AgentWorkload) Name() string {
+	if a.Stateless {
+		return "agent-stateless"
+	}
+	return "agent"
+}
 
 type agentStep struct {
 	at          time.Duration
@@ -124,6 +141,7 @@ func (a *AgentWorkload) Generate(seed uint64, rate float64, duration time.Durati
 		b.WriteString(schemas[typ])
 		b.WriteByte(' ')
 		writeWords(&b, text, task)
+		lead := b.Len()
 		ends := make([]int, len(steps))
 		for k := range steps {
 			if k > 0 {
@@ -137,13 +155,18 @@ func (a *AgentWorkload) Generate(seed uint64, rate float64, duration time.Durati
 		}
 		full := b.String()
 		first := len(reqs)
+		key := session
+		if a.Stateless {
+			key = ""
+		}
 		for k, s := range steps {
 			dep := -1
 			if k > 0 {
 				dep = first + k - 1
 			}
-			reqs = append(reqs, Request{At: s.at, Session: session, Tenant: typeIDs[typ],
-				Prompt: full[:ends[k]], MaxTokens: s.output, DependsOn: dep})
+			reqs = append(reqs, Request{At: s.at, Session: key, Tenant: typeIDs[typ],
+				Prompt: full[:ends[k]], MaxTokens: s.output, DependsOn: dep,
+				Conversation: session, System: len(schemas[typ]), Lead: lead})
 		}
 	})
 	return finalize(reqs, duration)

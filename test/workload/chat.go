@@ -71,6 +71,10 @@ type ChatWorkload struct {
 	// and the next turn's earliest send time (user reading and typing,
 	// compressed for a benchmark). Default 5s.
 	ThinkTime time.Duration
+	// Stateless drops Session: the client sends no session id, as most
+	// OpenAI-compatible clients do (ChatStateless). Conversation, System
+	// and Lead are set either way.
+	Stateless bool
 	// Warmup starts conversations at −Warmup instead of 0, keeping only
 	// requests with At >= 0, so the stream begins in steady state. A
 	// request whose previous turn arrived before 0 has DependsOn −1 but still
@@ -107,7 +111,17 @@ func ChatApps() *ChatWorkload {
 	return c
 }
 
-// Name is "chat", or "chat-apps" for [ChatApps].
+// ChatStateless returns chat with no session id, named "chat-stateless":
+// Chat's conversations, turn for turn and byte for byte, without Session.
+func ChatStateless() *ChatWorkload {
+	c := Chat()
+	c.Stateless = true
+	c.name = "chat-stateless"
+	return c
+}
+
+// Name is "chat", or "chat-apps" for [ChatApps], "chat-stateless" for
+// [ChatStateless].
 func (c *ChatWorkload) Name() string { return cmp.Or(c.name, "chat") }
 
 // Generate implements [Generator].
@@ -181,13 +195,18 @@ func (c *ChatWorkload) Generate(seed uint64, rate float64, duration time.Duratio
 			}
 		}
 		full := b.String()
+		key := session
+		if c.Stateless {
+			key = ""
+		}
 		for k, t := range turns {
 			dep := -1
 			if k > 0 {
 				dep = first + k - 1
 			}
-			reqs = append(reqs, Request{At: t.at, Session: session, Tenant: tenant,
-				Prompt: full[:ends[k]], MaxTokens: t.reply, DependsOn: dep})
+			reqs = append(reqs, Request{At: t.at, Session: key, Tenant: tenant,
+				Prompt: full[:ends[k]], MaxTokens: t.reply, DependsOn: dep,
+				Conversation: session, System: len(system), Lead: ends[0]})
 		}
 	})
 	return finalize(reqs, duration)

@@ -21,8 +21,25 @@
 //   - unique-short ([UniqueShort]): the negative control, short prompts that
 //     share nothing and carry no session key (Session "").
 //
+// Clients that send no session id (most OpenAI-compatible SDKs, agent
+// frameworks and IDEs), each with Session "" and Conversation set:
+//
+//   - chat-stateless ([ChatStateless]): chat, byte for byte, without the
+//     session id.
+//   - branching ([Branching]): conversations that branch: regenerated
+//     replies, edited messages, and continuations sampled at once (tree
+//     search) from one shared history.
+//   - agent-stateless ([AgentStateless]): agent, byte for byte, without
+//     the session id: tool-call loops.
+//   - retrieval ([Retrieval]): a shared system prompt, then one of a
+//     library of long documents that many users send (Zipf popularity)
+//     and each user's own question, with follow-ups.
+//
 // Request.Session is the hash key a client sends (x-session-id); an empty
-// Session means the request carries none.
+// Session means the request carries none. System and Lead mark the chat
+// structure of a prompt (system prompt, leading messages), and ChatBody
+// builds the OpenAI body that a body key such as the conversation key
+// reads.
 //
 // # Contract
 //

@@ -17,8 +17,9 @@ type Request struct {
 	// Session is the hash key a client would send (x-session-id):
 	// conversation id, agent trace id, tenant id... An empty Session means
 	// the request carries no hash key: the client sends no x-session-id
-	// header (unique-short's single-shot calls). Requests with DependsOn
-	// >= 0 always have one.
+	// header (unique-short's single-shot calls, and the workloads of clients
+	// that send none). Requests with DependsOn >= 0 always have a Session
+	// or a Conversation.
 	Session string
 	Tenant  string // tenant (for per-tenant analysis); may equal Session
 	// Prompt is the full prompt text (what a stateless client re-sends each
@@ -30,6 +31,17 @@ type Request struct {
 	// step), or -1. The load generator delays a dependent request until
 	// max(At, done(dep)).
 	DependsOn int
+	// Conversation is the conversation (agent trace, tree of branches) the
+	// request belongs to, whether or not the client sends it as Session:
+	// for analysis only. "" for single-shot requests.
+	Conversation string
+	// System and Lead are byte lengths of Prompt's chat structure, set by
+	// the workloads that model one (0 for the others): Prompt[:System] is
+	// the system prompt (0: none) and Prompt[:Lead] the leading messages,
+	// the system prompt and the first user message, which every later
+	// turn and branch of the conversation re-sends unchanged (see
+	// ChatBody).
+	System, Lead int
 }
 
 // Generator produces a request stream.
@@ -54,12 +66,17 @@ var builtins = []struct {
 	{"few-shot", func() Generator { return FewShot() }},
 	{"zipf-tenants", func() Generator { return ZipfTenants() }},
 	{"unique-short", func() Generator { return UniqueShort() }},
+	{"chat-stateless", func() Generator { return ChatStateless() }},
+	{"branching", func() Generator { return Branching() }},
+	{"agent-stateless", func() Generator { return AgentStateless() }},
+	{"retrieval", func() Generator { return Retrieval() }},
 }
 
 // ByName returns a new built-in generator with its default parameters:
 // "chat" (no system prompt), "chat-apps" (chat with per-app system
-// prompts), "agent", "shared-prefix", "few-shot", "zipf-tenants" or
-// "unique-short".
+// prompts), "agent", "shared-prefix", "few-shot", "zipf-tenants",
+// "unique-short", or one of the workloads whose clients send no session
+// id: "chat-stateless", "branching", "agent-stateless", "retrieval".
 func ByName(name string) (Generator, bool) {
 	for _, b := range builtins {
 		if b.name == name {

@@ -61,13 +61,29 @@ func checkStream(t *testing.T, name string, reqs []Request, duration time.Durati
 		if r.Tenant == "" || r.MaxTokens < 1 {
 			t.Fatalf("%s: reqs[%d] = session %q tenant %q max %d", name, i, r.Session, r.Tenant, r.MaxTokens)
 		}
+		if r.Session != "" && r.Conversation != "" && r.Conversation != r.Session {
+			t.Fatalf("%s: reqs[%d] of session %q in conversation %q", name, i, r.Session, r.Conversation)
+		}
 		if r.DependsOn != -1 {
-			// A keyless request (Session "") is always single-shot.
-			if r.Session == "" || r.DependsOn < 0 || r.DependsOn >= i {
+			// A request without a conversation is single-shot.
+			if r.Session == "" && r.Conversation == "" || r.DependsOn < 0 || r.DependsOn >= i {
 				t.Fatalf("%s: reqs[%d].DependsOn = %d", name, i, r.DependsOn)
 			}
-			if d := reqs[r.DependsOn]; d.Session != r.Session || d.At > r.At {
+			if d := reqs[r.DependsOn]; d.Session != r.Session || d.Conversation != r.Conversation || d.At > r.At {
 				t.Fatalf("%s: reqs[%d] depends on %d of session %q at %v", name, i, r.DependsOn, d.Session, d.At)
+			}
+		}
+		if r.Lead > 0 {
+			// The leading messages are whole words, and every request of a
+			// conversation re-sends the same ones.
+			if r.Lead > len(r.Prompt) || r.System >= r.Lead || r.Lead < len(r.Prompt) && r.Prompt[r.Lead] != ' ' ||
+				r.System > 0 && r.Prompt[r.System] != ' ' {
+				t.Fatalf("%s: reqs[%d]: system %d, lead %d in a prompt of %d bytes", name, i, r.System, r.Lead, len(r.Prompt))
+			}
+			if r.DependsOn >= 0 {
+				if d := reqs[r.DependsOn]; d.Prompt[:d.Lead] != r.Prompt[:r.Lead] {
+					t.Fatalf("%s: reqs[%d] changed its leading messages", name, i)
+				}
 			}
 		}
 	}
@@ -80,7 +96,8 @@ func checkStream(t *testing.T, name string, reqs []Request, duration time.Durati
 }
 
 func TestNamesAndByName(t *testing.T) {
-	want := []string{"chat", "chat-apps", "agent", "shared-prefix", "few-shot", "zipf-tenants", "unique-short"}
+	want := []string{"chat", "chat-apps", "agent", "shared-prefix", "few-shot", "zipf-tenants", "unique-short",
+		"chat-stateless", "branching", "agent-stateless", "retrieval"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -390,7 +407,10 @@ func TestChatAppsExtendsChat(t *testing.T) {
 			if !ok || rest != "" || tokens(sys) < apps.SystemPromptLen.Min || tokens(sys) > apps.SystemPromptLen.Max {
 				t.Fatalf("warmup %v: request %d: chat-apps prompt is not a system prompt + the chat prompt", warmup, i)
 			}
-			y.Prompt, y.Tenant = x.Prompt, x.Tenant
+			if y.System != len(sys) || y.Lead != len(sys)+1+x.Lead || x.System != 0 {
+				t.Fatalf("warmup %v: request %d: system %d and lead %d, chat's %d and %d, system prompt %d bytes", warmup, i, y.System, y.Lead, x.System, x.Lead, len(sys))
+			}
+			y.Prompt, y.Tenant, y.System, y.Lead = x.Prompt, x.Tenant, x.System, x.Lead
 			if x != y {
 				t.Fatalf("warmup %v: request %d differs beyond prompt and tenant:\n%+.80v\n%+.80v", warmup, i, x, y)
 			}

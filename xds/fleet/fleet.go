@@ -268,10 +268,13 @@ type HashKey struct {
 	// request body: Envoy only, through a generated Lua filter.
 	JSONField    string `json:"json_field,omitempty"`
 	PromptPrefix int    `json:"prompt_prefix,omitempty"`
+	// Conversation keys on the body's leading messages (bodykey's
+	// Conversation), the same for every turn and branch.
+	Conversation bool `json:"conversation,omitempty"`
 }
 
 // Body reports whether k is read from the request body.
-func (k HashKey) Body() bool { return k.JSONField != "" || k.PromptPrefix != 0 }
+func (k HashKey) Body() bool { return k.JSONField != "" || k.PromptPrefix != 0 || k.Conversation }
 
 // Locality places an endpoint; proxyless gRPC requires every endpoint to
 // belong to one.
@@ -537,6 +540,9 @@ func (h Hash) validate(pool string) []error {
 			}
 		}
 		if k.PromptPrefix != 0 {
+			n++
+		}
+		if k.Conversation {
 			n++
 		}
 		if n != 1 {

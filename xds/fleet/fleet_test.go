@@ -50,6 +50,8 @@ func TestValidate(t *testing.T) {
 		{"bad port", Fleet{Pools: []Pool{pool("a", 0)}}, "out of range"},
 		{"no key", Fleet{Pools: []Pool{{Name: "a", Port: 1}}}, "no hash key"},
 		{"two sources", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keys: []HashKey{{Header: "h", Cookie: "c"}}}}}}, "exactly one source"},
+		{"conversation and prefix", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{MaxBodyBytes: 1024, Keys: []HashKey{{Conversation: true, PromptPrefix: 64}}}}}}, "exactly one source"},
+		{"conversation without a body limit", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keys: []HashKey{{Conversation: true}}}}}}, "positive body limit"},
 		{"low balance", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}, "below 100"},
 		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "10.0.0.1", Port: 1, HashKey: "x"}, Endpoint{Host: "10.0.0.1", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
 		{"keyless least request", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keyless: LeastRequest, Keys: []HashKey{{Header: "h"}}}}}}, ""},

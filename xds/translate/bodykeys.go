@@ -9,12 +9,12 @@ import (
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
-// Body keys (json_field, prompt_prefix) are read from the JSON request
-// body by a Lua filter that Envoy runs before the router: it removes every
-// generated header (x-kvxds-key-N) the client sent, reads the body when
-// the request declares a content-length within the pool's limit, and sets
-// x-kvxds-key-N to the value of the N-th key of the chain when the body
-// has it. The route then treats x-kvxds-key-N like any header key: a
+// Body keys (json_field, prompt_prefix, conversation) are read from the
+// JSON request body by a Lua filter that Envoy runs before the router: it
+// removes every generated header (x-kvxds-key-N) the client sent, reads
+// the body when the request declares a content-length within the pool's
+// limit, and sets x-kvxds-key-N to the value of the N-th key of the chain
+// when the body has it. The route then treats x-kvxds-key-N like any header key: a
 // route matching its presence, and a terminal header hash policy in chain
 // order. The Lua filter's header changes clear the route cache (its
 // clear_route_cache defaults to true), so the route is chosen on the
@@ -70,7 +70,7 @@ func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 	var keys []bodykey.Key
 	for i, k := range p.Hash.Keys {
 		if k.Body() {
-			keys = append(keys, bodykey.Key{Header: bodykey.Header(i), JSONField: k.JSONField, PromptPrefix: k.PromptPrefix})
+			keys = append(keys, bodykey.Key{Header: bodykey.Header(i), JSONField: k.JSONField, PromptPrefix: k.PromptPrefix, Conversation: k.Conversation})
 		}
 	}
 	src, err := bodykey.Lua(keys, p.Hash.MaxBodyBytes)

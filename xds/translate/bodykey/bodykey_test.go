@@ -24,12 +24,16 @@ var keys = []Key{
 const testMaxBody = 64 << 10
 
 // goKeys is what the Go functions give for body: header -> value.
-func goKeys(body []byte) map[string]string {
+func goKeys(body []byte) map[string]string { return goChainKeys(keys, body) }
+
+func goChainKeys(chain []Key, body []byte) map[string]string {
 	out := map[string]string{}
-	for _, k := range keys {
+	for _, k := range chain {
 		var v string
 		var ok bool
-		if k.PromptPrefix > 0 {
+		if k.Conversation {
+			v, ok = Conversation(body)
+		} else if k.PromptPrefix > 0 {
 			v, ok = PromptPrefix(body, k.PromptPrefix)
 		} else {
 			v, ok = JSONField(body, k.JSONField)
@@ -104,8 +108,13 @@ type luaCase struct {
 // after the run.
 func runLua(t *testing.T, bin string, nobit bool, limit int, cases []luaCase) ([]int, []map[string]string) {
 	t.Helper()
+	return runChain(t, bin, keys, nobit, limit, cases)
+}
+
+func runChain(t *testing.T, bin string, chain []Key, nobit bool, limit int, cases []luaCase) ([]int, []map[string]string) {
+	t.Helper()
 	dir := t.TempDir()
-	src, err := Lua(keys, testMaxBody)
+	src, err := Lua(chain, testMaxBody)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,21 @@ import (
 //go:embed script.lua
 var script string
 
+//go:embed conversation.lua
+var conversationScript string
+
+// A filter with a conversation key gets conversationScript before the
+// request handler, and a dispatch that knows the key; filters without
+// one are the plain script.
+const (
+	handlerStart = "local function set_keys("
+	dispatch     = "    if k.prefix ~= nil then b = prompt_prefix(s, k.prefix) else b = json_field(s, k.path) end\n"
+	convDispatch = "    if k.conversation then b = conversation(s)\n" +
+		"    elseif k.prefix ~= nil then b = prompt_prefix(s, k.prefix) else b = json_field(s, k.path) end\n"
+)
+
 // Key is one body key of a pool's chain, as the Lua script computes it:
-// exactly one of JSONField and PromptPrefix is set.
+// exactly one of JSONField, PromptPrefix and Conversation is set.
 type Key struct {
 	// Header is the request header the script sets to the key's value
 	// (Hash of the keyed bytes), after removing any the client sent.
@@ -19,6 +32,8 @@ type Key struct {
 	// JSONField is a dot path of object keys; PromptPrefix a byte count.
 	JSONField    string
 	PromptPrefix int
+	// Conversation keys on the leading messages (Conversation).
+	Conversation bool
 }
 
 // Lua returns the source of the Envoy Lua filter that sets each key's
@@ -41,13 +56,33 @@ func Lua(keys []Key, maxBody int) (string, error) {
 		}
 		b.WriteString(luaString(f))
 	}
-	b.WriteString("}\nlocal KEYS = {\n")
+	b.WriteString("}\n")
+	conv := false
 	for _, k := range keys {
+		conv = conv || k.Conversation
+	}
+	if conv {
+		fmt.Fprintf(&b, "local CONV_WINDOW = %d\nlocal TURN_MARKERS = {\n", ConversationWindow)
+		for _, m := range TurnMarkers {
+			fmt.Fprintf(&b, "  {%s, %s},\n", luaString(m[0]), luaString(m[1]))
+		}
+		b.WriteString("}\n")
+	}
+	b.WriteString("local KEYS = {\n")
+	for _, k := range keys {
+		sources := 0
+		for _, set := range []bool{k.JSONField != "", k.PromptPrefix != 0, k.Conversation} {
+			if set {
+				sources++
+			}
+		}
 		switch {
 		case k.Header == "":
 			return "", fmt.Errorf("body key without a header")
-		case (k.JSONField == "") == (k.PromptPrefix == 0):
-			return "", fmt.Errorf("body key %s: set exactly one of json_field and prompt_prefix", k.Header)
+		case sources != 1:
+			return "", fmt.Errorf("body key %s: set exactly one of json_field, prompt_prefix and conversation", k.Header)
+		case k.Conversation:
+			fmt.Fprintf(&b, "  {header = %s, conversation = true},\n", luaString(k.Header))
 		case k.PromptPrefix < 0:
 			return "", fmt.Errorf("body key %s: negative prompt_prefix %d", k.Header, k.PromptPrefix)
 		case k.PromptPrefix > 0:
@@ -64,7 +99,18 @@ func Lua(keys []Key, maxBody int) (string, error) {
 		}
 	}
 	b.WriteString("}\n\n")
-	b.WriteString(script)
+	if !conv {
+		b.WriteString(script)
+		return b.String(), nil
+	}
+	h := strings.Index(script, handlerStart)
+	if h < 0 || strings.Count(script, dispatch) != 1 {
+		return "", fmt.Errorf("script.lua: no request handler to extend")
+	}
+	b.WriteString(script[:h])
+	b.WriteString(strings.TrimPrefix(conversationScript, "\n"))
+	b.WriteString("\n")
+	b.WriteString(strings.Replace(script[h:], dispatch, convDispatch, 1))
 	return b.String(), nil
 }
 
