@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/weights"
@@ -14,7 +15,15 @@ import (
 // BenchmarkPush is one push of a 1,000-replica pool after one replica
 // changed (a pod replaced, as in a rolling deploy): join, prepare once,
 // translate for every kind of client and swap the snapshots in.
-func BenchmarkPush(b *testing.B) {
+//
+// BenchmarkPushCost is the same push followed by counting its cost
+// (recordCosts: every client's tables built and compared with the last
+// push's), as the reconciler does after handing the model to the server.
+func BenchmarkPush(b *testing.B) { benchPush(b, false) }
+
+func BenchmarkPushCost(b *testing.B) { benchPush(b, true) }
+
+func benchPush(b *testing.B, cost bool) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			p := mustParse(b, `
@@ -44,6 +53,7 @@ pool "chat" {
 			}
 			s := server.New(server.Options{})
 			ctx := context.Background()
+			r := New(Options{})
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -54,6 +64,9 @@ pool "chat" {
 				}
 				if err := s.Update(ctx, m); err != nil {
 					b.Fatal(err)
+				}
+				if cost {
+					r.recordCosts(m, time.Time{})
 				}
 			}
 		})
