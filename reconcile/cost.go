@@ -373,6 +373,8 @@ const costHour = time.Hour
 // model pushed while the previous one is being counted replaces any still
 // waiting, and a burst of pushes is counted as one move from the last
 // model counted (a session moved and moved back within it did not move).
+// Counting rests between counts (countCosts), so a burst of pushes does
+// not compete with a counting loop for the CPU.
 func (r *Reconciler) countCost(m fleet.Model, at time.Time) {
 	r.costMu.Lock()
 	r.costNext, r.costAt = &m, at
@@ -399,10 +401,19 @@ func (r *Reconciler) countCosts() {
 		if m == nil {
 			continue
 		}
+		start := time.Now()
 		costs := r.recordCosts(*m, at)
 		r.mu.Lock()
 		r.costs, r.lastCost = keepCosts(r.costs, r.lastCost, m.Fleet(), costs, at)
 		r.mu.Unlock()
+		// Rest four times as long as counting took, so that counting
+		// takes at most a fifth of a core from pushes in a burst (whose
+		// models wait and are counted together).
+		select {
+		case <-r.costStop:
+			return
+		case <-time.After(4 * time.Since(start)):
+		}
 	}
 }
 
@@ -416,7 +427,7 @@ func (r *Reconciler) recordCosts(m fleet.Model, now time.Time) map[string]pushCo
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		prev := r.tables[p.Name]
-		if prev != nil && reflect.DeepEqual(prev.pool, *p) {
+		if prev != nil && sameTables(&prev.pool, p) {
 			next[p.Name] = prev
 			continue
 		}
@@ -440,6 +451,25 @@ func (r *Reconciler) recordCosts(m fleet.Model, now time.Time) map[string]pushCo
 	}
 	r.tables = next
 	return out
+}
+
+// sameTables reports whether two versions of a pool give every client
+// the same tables: they differ at most in addresses, which no table reads
+// (replicas are placed by identity).
+func sameTables(a, b *fleet.Pool) bool {
+	if len(a.Endpoints) != len(b.Endpoints) {
+		return false
+	}
+	for i := range a.Endpoints {
+		x, y := a.Endpoints[i], b.Endpoints[i]
+		x.Host, x.Port, y.Host, y.Port = "", 0, "", 0
+		if x != y {
+			return false
+		}
+	}
+	sa, sb := *a, *b
+	sa.Endpoints, sb.Endpoints = nil, nil
+	return reflect.DeepEqual(sa, sb)
 }
 
 // keepCosts adds this push's costs to the last hour's, forgetting older

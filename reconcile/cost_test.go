@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/envoylb"
 	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/ringhash"
@@ -255,5 +256,62 @@ func TestPushCostCounted(t *testing.T) {
 	mv = r.Status().Pools[0].Moved
 	if mv.Last.Cause != costMembership || mv.Pushes1h != 1 || mv.Total1h[0].ByCause[costMembership] == 0 || mv.Total1h[0].ByCause[costWeight] != 0 {
 		t.Fatalf("an hour on: %+v", mv)
+	}
+}
+
+// TestPushCostInBackground: pushes hand their models to the counting
+// goroutine; an address change alone moves nothing and is not a push
+// that changed the pool.
+func TestPushCostInBackground(t *testing.T) {
+	now := time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC)
+	r := New(Options{Now: func() time.Time { return now }})
+	defer r.Close()
+	f := costFleet(8, fleet.Hash{})
+	push := func() {
+		m := mustPrepare(t, f)
+		r.mu.Lock()
+		r.fleet = m.Fleet()
+		r.mu.Unlock()
+		r.countCost(m, now)
+		// Until the counter takes it: a model pushed before would be
+		// counted with this one, as one move.
+		for {
+			r.costMu.Lock()
+			waiting := r.costNext != nil
+			r.costMu.Unlock()
+			if !waiting {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	moved := func() *status.Moved {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if mv := r.Status().Pools[0].Moved; mv != nil {
+				return mv
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	push()
+	f.Pools[0].Endpoints = slices.Clone(f.Pools[0].Endpoints)
+	f.Pools[0].Endpoints[2].Host = "10.9.9.9" // a replaced pod: same identity
+	push()
+	f.Pools[0].Endpoints = f.Pools[0].Endpoints[1:]
+	push()
+	mv := moved()
+	if mv == nil || mv.Last.Cause != costMembership || mv.Last.Replicas != 1 || mv.Pushes1h != 1 {
+		t.Fatalf("moved: %+v", mv)
+	}
+	a, b := costFleet(8, fleet.Hash{}).Pools[0], costFleet(8, fleet.Hash{}).Pools[0]
+	b.Endpoints[2].Host, b.Endpoints[3].Port = "10.9.9.9", 9000
+	if !sameTables(&a, &b) {
+		t.Error("an address change changes the tables")
+	}
+	b.Endpoints[2].Weight++
+	if sameTables(&a, &b) {
+		t.Error("a weight change leaves the tables")
 	}
 }
