@@ -45,7 +45,12 @@ const Path = "/api/v1/status"
 //	      "use": "weights and escape hatch", "found": 4, "missing": 0}, …], "pages_read": 4,
 //	    "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false,
 //	    "recent_decisions": [{"time": "2025-07-01T11:59:40Z", "replica": "10.0.0.7:8000", "kind": "escape",
-//	      "from_multiplier": 2, "to_multiplier": 2, "reason": "queue depth 9 ≥ 8"}]
+//	      "from_multiplier": 2, "to_multiplier": 2, "reason": "queue depth 9 ≥ 8"}],
+//	    "moved": {"last": {"time": "2025-07-01T11:59:40Z", "cause": "health", "replicas": 1, "shares": [
+//	      {"table": "chat", "clients": ["envoy"], "own": 0.126, "collateral": 0.003},
+//	      {"table": "chat", "clients": ["grpc", "grpc-js"], "own": 0.127, "collateral": 0}]},
+//	      "pushes_1h": 4, "total_1h": [{"table": "chat", "clients": ["envoy"], "own": 0.19, "collateral": 0.006,
+//	      "by_cause": {"health": 0.129, "weight": 0.067}}, …]}
 //	  }],
 //	  "served": {"envoy": {"cds": "…", "eds": "…", "lds": "…", "rds": "…"}, "grpc": {…}, "grpc-js": {…}},
 //	  "data_planes": [{
