@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/weights"
@@ -11,13 +12,31 @@ import (
 	"github.com/kvxds/kvxds/xds/server"
 )
 
-// BenchmarkPush is one push of a 1,000-replica pool after one replica
-// changed (a pod replaced, as in a rolling deploy): join, prepare once,
-// translate for every kind of client and swap the snapshots in.
-func BenchmarkPush(b *testing.B) {
-	for _, n := range []int{100, 1000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			p := mustParse(b, `
+// BenchmarkPush is one push of a 100- or 1,000-replica pool after one
+// replica changed: a pod replaced (a new address, the same identity, as
+// in a rolling deploy) or one weight step: join, prepare once, translate
+// for every kind of client and swap the snapshots in, then hand the model
+// to the goroutine that counts its cost, which runs meanwhile.
+// BenchmarkPushCounted counts each push's cost before the next (every
+// client's tables built and compared with the last push's): what counting
+// takes. BenchmarkPushUncounted counts nothing.
+func BenchmarkPush(b *testing.B) { benchPush(b, countBackground) }
+
+func BenchmarkPushCounted(b *testing.B) { benchPush(b, countInline) }
+
+func BenchmarkPushUncounted(b *testing.B) { benchPush(b, countNone) }
+
+const (
+	countBackground = iota
+	countInline
+	countNone
+)
+
+func benchPush(b *testing.B, count int) {
+	for _, change := range []string{"replaced", "weight"} {
+		for _, n := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("%s/%d", change, n), func(b *testing.B) {
+				p := mustParse(b, `
 pool "chat" {
   port = 10000
   hash {
@@ -25,37 +44,51 @@ pool "chat" {
   }
 }
 `)
-			discovered := [2][]discovery.PoolTargets{}
-			for v := range discovered {
-				var ts []fleet.Endpoint
-				for i := range n {
-					second := 1
-					if v == 1 && i == 0 {
-						second = 2 // the replaced pod's new address
+				discovered := [2][]discovery.PoolTargets{}
+				decisions := [2]map[string]map[string]weights.Decision{}
+				for v := range discovered {
+					var ts []fleet.Endpoint
+					for i := range n {
+						second := 1
+						if v == 1 && i == 0 && change == "replaced" {
+							second = 2 // the replaced pod's new address
+						}
+						host := fmt.Sprintf("10.%d.%d.%d", second, i/250, i%250)
+						ts = append(ts, fleet.Endpoint{Host: host, Port: 8000, HashKey: fmt.Sprintf("vllm-%d", i), Locality: fleet.Locality{Zone: "a"}})
 					}
-					host := fmt.Sprintf("10.%d.%d.%d", second, i/250, i%250)
-					ts = append(ts, fleet.Endpoint{Host: host, Port: 8000, HashKey: fmt.Sprintf("vllm-%d", i), Locality: fleet.Locality{Zone: "a"}})
+					discovered[v] = []discovery.PoolTargets{{Pool: "chat", Targets: ts}}
+					decisions[v] = map[string]map[string]weights.Decision{"chat": {}}
+					for i := range n {
+						w := uint32(1 + i%4)
+						if v == 1 && i == 0 && change == "weight" {
+							w++
+						}
+						decisions[v]["chat"][fmt.Sprintf("vllm-%d", i)] = weights.Decision{Weight: w}
+					}
 				}
-				discovered[v] = []discovery.PoolTargets{{Pool: "chat", Targets: ts}}
-			}
-			decisions := map[string]map[string]weights.Decision{"chat": {}}
-			for i := range n {
-				decisions["chat"][fmt.Sprintf("vllm-%d", i)] = weights.Decision{Weight: uint32(1 + i%4)}
-			}
-			s := server.New(server.Options{})
-			ctx := context.Background()
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
-				m, err := fleet.Prepare(Join(p, discovered[i%2], decisions))
-				if err != nil {
-					b.Fatal(err)
+				s := server.New(server.Options{})
+				ctx := context.Background()
+				r := New(Options{})
+				defer r.Close()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					m, err := fleet.Prepare(Join(p, discovered[i%2], decisions[i%2]))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Update(ctx, m); err != nil {
+						b.Fatal(err)
+					}
+					switch count {
+					case countBackground:
+						r.countCost(m, time.Time{})
+					case countInline:
+						r.recordCosts(m, time.Time{})
+					}
 				}
-				if err := s.Update(ctx, m); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 	}
 }

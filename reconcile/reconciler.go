@@ -74,6 +74,7 @@ type Reconciler struct {
 	scrape      *weights.Runner
 	updates     *prometheus.CounterVec
 	failures    *prometheus.CounterVec
+	moved       *prometheus.CounterVec
 	metricsCh   chan struct{}
 	haCh        chan struct{}
 	id          string
@@ -95,6 +96,19 @@ type Reconciler struct {
 	// share of gRPC clients' ring, as of the last push.
 	since  map[string]map[string]healthSince
 	shares map[string]map[string]float64
+	// What pushes cost each pool: the last hour's and the latest.
+	costs    map[string][]pushCost
+	lastCost map[string]pushCost
+	// Counting costs, off the push's path: costNext is the model pushed
+	// last and not yet counted (guarded by costMu); tables are each hash
+	// pool's client tables as last counted, which only countCosts reads.
+	costMu   sync.Mutex
+	costNext *fleet.Model
+	costAt   time.Time
+	costWake chan struct{}
+	costStop chan struct{}
+	stopOnce sync.Once
+	tables   map[string]*poolTables
 }
 
 // New returns a Reconciler that has pushed nothing yet.
@@ -114,6 +128,8 @@ func New(opts Options) *Reconciler {
 		disc:        discovery.NewManager(log.Named("discovery"), reg),
 		metricsCh:   make(chan struct{}, 1),
 		haCh:        make(chan struct{}, 1),
+		costWake:    make(chan struct{}, 1),
+		costStop:    make(chan struct{}),
 		id:          opts.ID,
 		peers:       opts.Peers,
 		board:       opts.Board,
@@ -127,6 +143,10 @@ func New(opts Options) *Reconciler {
 			Name: "kvxds_fleet_update_errors_total",
 			Help: "Fleet models not pushed because they did not validate or translate, by what changed; the last good one keeps serving.",
 		}, []string{"cause"}),
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_hash_space_moved_total",
+			Help: "Share of a hash table's space, so of its sessions, that changed replica, summed over pushes: by pool, table (the pool's own or a tenant group's cluster), client kind (envoy, grpc, grpc-js), cause (membership, health, weight, policy, mixed) and part (own: to or from a replica that changed; collateral: between replicas that did not).",
+		}, []string{"pool", "table", "client", "cause", "part"}),
 	}
 	if r.syncTimeout <= 0 {
 		r.syncTimeout = DefaultSyncTimeout
@@ -145,7 +165,8 @@ func New(opts Options) *Reconciler {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
-	reg.MustRegister(r.updates, r.failures, newStatusCollector(r))
+	reg.MustRegister(r.updates, r.failures, r.moved, newStatusCollector(r))
+	go r.countCosts()
 	return r
 }
 
@@ -218,10 +239,11 @@ func (r *Reconciler) Run(ctx context.Context) {
 	}
 }
 
-// Close stops discovery and scraping.
+// Close stops discovery, scraping and the counting of costs.
 func (r *Reconciler) Close() {
 	r.scrape.Stop()
 	r.disc.Stop()
+	r.stopOnce.Do(func() { close(r.costStop) })
 }
 
 // Policy returns the policy in force (nil before the first Apply).
@@ -275,6 +297,7 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	r.since = trackSince(r.since, f, decisions, now)
 	r.shares = shares
 	r.mu.Unlock()
+	r.countCost(m, now)
 	r.updates.WithLabelValues(cause).Inc()
 	return nil
 }

@@ -28,6 +28,7 @@ func (r *Reconciler) Status() status.Status {
 	in := statusInput{
 		now: now, policy: r.policy, fleet: r.fleet, decisions: r.served,
 		since: r.since, shares: r.shares, rule: status.DefaultHotspotRule,
+		costs: r.costs, lastCost: r.lastCost,
 		sources: sourceKinds(r.discovered),
 	}
 	r.mu.Unlock()
@@ -62,6 +63,8 @@ type statusInput struct {
 	sources   map[string]map[string]string // pool → address → source kind
 	since     map[string]map[string]healthSince
 	shares    map[string]map[string]float64 // pool → identity → gRPC ring share
+	costs     map[string][]pushCost         // pool → the last hour's pushes' costs
+	lastCost  map[string]pushCost           // pool → its last push's cost
 	rule      status.HotspotRule
 }
 
@@ -202,6 +205,9 @@ func buildPools(in *statusInput) []status.Pool {
 			sp.BalanceNote = "no queue depth scraped yet"
 		}
 		sp.Hotspot = in.rule.Hotspot(sp.Balance, sp.HitRate1m, sp.BusiestQueue1m)
+		if c, ok := in.lastCost[fp.Name]; ok {
+			sp.Moved = movedStatus(&c, in.costs[fp.Name], in.now)
+		}
 		out = append(out, sp)
 	}
 	return out

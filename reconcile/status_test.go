@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -133,6 +134,24 @@ pool "batch" {
 		"10.0.0.3:8000": {Weight: 3}, "10.0.0.4:8000": start["10.0.0.4:8000"], "vllm-5": start["vllm-5"]}}
 	since := trackSince(nil, f, decisions0, statusT0.Add(-10*time.Minute))
 	since = trackSince(since, f, decisions, statusT0.Add(-time.Minute))
+	// What the pushes cost: replica 1's weight moved 3 → 4 five minutes
+	// ago, replica 2 saturated a minute ago.
+	decisions1 := ha.Decisions{"chat": maps.Clone(decisions0["chat"])}
+	decisions1["chat"]["10.0.0.1:8000"] = weights.Decision{Weight: 3}
+	var costs map[string][]pushCost
+	var last map[string]pushCost
+	var prev map[string]*poolTables
+	for i, d := range []ha.Decisions{decisions1, decisions0, decisions} {
+		at := statusT0.Add([]time.Duration{-10 * time.Minute, -5 * time.Minute, -time.Minute}[i])
+		mi, err := fleet.Prepare(Join(p, discovered, d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &Reconciler{moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "m"}, []string{"pool", "table", "client", "cause", "part"}), tables: prev}
+		c := r.recordCosts(mi, at)
+		prev = r.tables
+		costs, last = keepCosts(costs, last, mi.Fleet(), c, at)
+	}
 	return &statusInput{
 		now: statusT0, policy: p, fleet: f, decisions: decisions, views: views,
 		sources: map[string]map[string]string{
@@ -140,6 +159,7 @@ pool "batch" {
 			"batch": {"10.0.1.1:8000": "static"},
 		},
 		since: since, shares: tableShares(m), rule: status.DefaultHotspotRule,
+		costs: costs, lastCost: last,
 	}
 }
 

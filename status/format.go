@@ -249,3 +249,87 @@ func (r *Replica) PageLacks() string {
 	}
 	return "page lacks " + strings.Join(r.SignalsMissing, ", ")
 }
+
+// causeWords names a MovedPush's cause in a sentence.
+var causeWords = map[string]string{
+	CauseMembership: "membership change",
+	CauseHealth:     "health change",
+	CauseWeight:     "weight move",
+	CausePolicy:     "policy change",
+	CauseMixed:      "mixed change",
+}
+
+// MovedLines says what a pool's pushes cost its sessions: a line for the
+// last push ("last push (weight move, 1 replica, 2m ago) cost envoy 0.61%
+// of sessions (own 0.42%, collateral 0.19%); grpc, grpc-js 0.42% (own
+// 0.42%, collateral 0%)") and one for the last hour's total, a tenant
+// group's table after the pool's own. Nil for m nil.
+func (f Format) MovedLines(now time.Time, pool string, m *Moved) []string {
+	if m == nil || m.Last == nil {
+		return nil
+	}
+	l := m.Last
+	what := cmp.Or(causeWords[l.Cause], l.Cause)
+	if l.Replicas > 0 {
+		what += ", " + strconv.Itoa(l.Replicas) + " replica"
+		if l.Replicas != 1 {
+			what += "s"
+		}
+	}
+	if ago := f.Ago(now, l.Time); ago != "" {
+		what += ", " + ago
+	}
+	out := []string{"last push (" + what + ") cost " + f.movedShares(pool, l.Shares, false)}
+	hour := "last hour: no push"
+	if m.Pushes1h > 0 {
+		hour = "last hour (" + strconv.Itoa(m.Pushes1h) + " push"
+		if m.Pushes1h != 1 {
+			hour += "es"
+		}
+		hour += ") cost " + f.movedShares(pool, m.Total1h, true)
+	}
+	return append(out, hour)
+}
+
+// movedShares writes shares table by table, the pool's own first.
+func (f Format) movedShares(pool string, ss []MovedShare, causes bool) string {
+	if len(ss) == 0 {
+		return "nothing it could compare"
+	}
+	var b strings.Builder
+	table := pool
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if s.Table != table || i == 0 && s.Table != pool {
+			b.WriteString("in group " + strings.TrimPrefix(s.Table, pool+"/group/") + ": ")
+		}
+		table = s.Table
+		b.WriteString(strings.Join(s.Clients, ", ") + " " + movedPercent(s.Share()))
+		if i == 0 {
+			b.WriteString(" of sessions")
+		}
+		b.WriteString(" (own " + movedPercent(s.Own) + ", collateral " + movedPercent(s.Collateral))
+		if causes && len(s.ByCause) > 1 {
+			sep := "; by cause: "
+			for _, c := range []string{CauseMembership, CauseHealth, CauseWeight, CausePolicy, CauseMixed} {
+				if v, ok := s.ByCause[c]; ok {
+					b.WriteString(sep + c + " " + movedPercent(v))
+					sep = ", "
+				}
+			}
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// movedPercent writes a share of sessions with two decimals: a change
+// costs fractions of a percent.
+func movedPercent(v float64) string {
+	if v == 0 {
+		return "0%"
+	}
+	return strconv.FormatFloat(v*100, 'f', 2, 64) + "%"
+}

@@ -113,3 +113,31 @@ func TestDataPlaneSync(t *testing.T) {
 		}
 	}
 }
+
+func TestMovedLines(t *testing.T) {
+	now := time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC)
+	if got := TextFormat.MovedLines(now, "chat", nil); got != nil {
+		t.Errorf("nil: %q", got)
+	}
+	m := &Moved{
+		Last: &MovedPush{Time: now.Add(-2 * time.Minute), Cause: CauseWeight, Replicas: 1, Shares: []MovedShare{
+			{Table: "chat", Clients: []string{"envoy"}, Own: 0.0042, Collateral: 0.0019},
+			{Table: "chat", Clients: []string{"grpc", "grpc-js"}, Own: 0.0042},
+			{Table: "chat/group/acme", Clients: []string{"envoy", "grpc"}, Own: 0.5},
+		}},
+		Pushes1h: 3,
+		Total1h: []MovedShare{{Table: "chat", Clients: []string{"envoy", "grpc", "grpc-js"}, Own: 0.1, Collateral: 0.002,
+			ByCause: map[string]float64{CauseWeight: 0.03, CauseMembership: 0.072}}},
+	}
+	want := []string{
+		"last push (weight move, 1 replica, 2m ago) cost envoy 0.61% of sessions (own 0.42%, collateral 0.19%); grpc, grpc-js 0.42% (own 0.42%, collateral 0%); in group acme: envoy, grpc 50.00% (own 50.00%, collateral 0%)",
+		"last hour (3 pushes) cost envoy, grpc, grpc-js 10.20% of sessions (own 10.00%, collateral 0.20%; by cause: membership 7.20%, weight 3.00%)",
+	}
+	if got := TextFormat.MovedLines(now, "chat", m); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	m.Pushes1h, m.Total1h = 0, nil
+	if got := TextFormat.MovedLines(now, "chat", m); got[1] != "last hour: no push" {
+		t.Errorf("no push in the hour: %q", got[1])
+	}
+}

@@ -105,7 +105,8 @@ type pagePool struct {
 	Health []healthCount // replicas per health, worst first
 	// HiddenHealth counts the replicas not listed, per health.
 	HiddenHealth []healthCount
-	Hot          string // why it is a hotspot
+	Hot          string   // why it is a hotspot
+	Moved        []string // what the pushes cost its sessions
 	// Signals are the profile's signals replicas' pages lacked;
 	// SignalsOK says none did.
 	Signals   []SignalNote
@@ -175,6 +176,7 @@ func newPagePool(st *Status, p *Pool, all bool) pagePool {
 		pp.Hot = fmt.Sprintf("the busiest replica queues %.1f× the mean while the hit rate is %s (rule: balance above %g, hit rate at least %g, busiest queue at least %g)",
 			*p.Balance, PageFormat.Percent(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast, st.HotspotRule.BusiestQueueAtLeast)
 	}
+	pp.Moved = PageFormat.MovedLines(st.Time, p.Name, p.Moved)
 	pp.Signals = p.SignalNotes()
 	if len(pp.Signals) == 0 && p.PagesRead > 0 {
 		pp.SignalsOK = fmt.Sprintf("Every signal the %s profile reads was found on %s.", p.Engine, pagesRead(p.PagesRead))

@@ -39,7 +39,10 @@ func fleetStatus(n int) *Status {
 		HotspotRule: DefaultHotspotRule,
 		Served:      map[string]map[string]string{"envoy": {"cds": "c2", "eds": "e2", "lds": "l1", "rds": "r1"}}}
 	p := Pool{Name: "chat", Balancer: "hash", Algorithm: "maglev", Engine: "vllm", HitRate1m: num(0.87), Balance: num(1.3), Escapes1h: 1,
-		RecentDecisions: []Decision{{Time: pageT0.Add(-40 * time.Second), Replica: "replica-3", Kind: Escape, FromMultiplier: 2, ToMultiplier: 2, Reason: "queue depth 12 ≥ 8"}}}
+		RecentDecisions: []Decision{{Time: pageT0.Add(-40 * time.Second), Replica: "replica-3", Kind: Escape, FromMultiplier: 2, ToMultiplier: 2, Reason: "queue depth 12 ≥ 8"}},
+		Moved: &Moved{Last: &MovedPush{Time: pageT0.Add(-40 * time.Second), Cause: CauseHealth, Replicas: 1,
+			Shares: []MovedShare{{Table: "chat", Clients: []string{"envoy"}, Own: 0.06, Collateral: 0.003}}},
+			Pushes1h: 1, Total1h: []MovedShare{{Table: "chat", Clients: []string{"envoy"}, Own: 0.06, Collateral: 0.003}}}}
 	for i := range n {
 		r := Replica{ID: fmt.Sprintf("replica-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i), Source: "static", Health: Serving,
 			StaticWeight: 1, Multiplier: 2, Weight: 2, TableShare: num(1 / float64(n)),
@@ -96,7 +99,9 @@ func TestRenderPage(t *testing.T) {
 		wantText: []string{"queue depth 12 ≥ 8", "since 11:59:20 (40s ago)", "connection refused", "hit rate 1m <b class=\"pool-hit-rate\">87.0%</b>",
 			"no hotspot", "reload every 5 s", "out of the hash table", "rejecting cds",
 			`cluster &#34;chat&#34;: &lt;unknown&gt; field`, "<polyline", "<script>",
-			"no session affinity: C-core 1.51 cannot hash; upgrade to 1.52 or later", "C-core 29.0.0 Python 1.51.1"},
+			"no session affinity: C-core 1.51 cannot hash; upgrade to 1.52 or later", "C-core 29.0.0 Python 1.51.1",
+			`<p class="moved dim">last push (health change, 1 replica, 40s ago) cost envoy 6.30% of sessions (own 6.00%, collateral 0.30%)</p>`,
+			`<p class="moved dim">last hour (1 push) cost envoy 6.30% of sessions (own 6.00%, collateral 0.30%)</p>`},
 		notText: []string{"more replicas not listed", "<unknown>"},
 	}, {
 		name: "1,000 replicas: the first 50 and a count", replicas: 1000, opts: PageOptions{Refresh: 5}, wantRows: PageReplicas,

@@ -45,7 +45,12 @@ const Path = "/api/v1/status"
 //	      "use": "weights and escape hatch", "found": 4, "missing": 0}, …], "pages_read": 4,
 //	    "hit_rate_1m": 0.86, "escapes_1h": 3, "weight_moves_1h": 11, "hotspot": false,
 //	    "recent_decisions": [{"time": "2025-07-01T11:59:40Z", "replica": "10.0.0.7:8000", "kind": "escape",
-//	      "from_multiplier": 2, "to_multiplier": 2, "reason": "queue depth 9 ≥ 8"}]
+//	      "from_multiplier": 2, "to_multiplier": 2, "reason": "queue depth 9 ≥ 8"}],
+//	    "moved": {"last": {"time": "2025-07-01T11:59:40Z", "cause": "health", "replicas": 1, "shares": [
+//	      {"table": "chat", "clients": ["envoy"], "own": 0.126, "collateral": 0.003},
+//	      {"table": "chat", "clients": ["grpc", "grpc-js"], "own": 0.127, "collateral": 0}]},
+//	      "pushes_1h": 4, "total_1h": [{"table": "chat", "clients": ["envoy"], "own": 0.19, "collateral": 0.006,
+//	      "by_cause": {"health": 0.129, "weight": 0.067}}, …]}
 //	  }],
 //	  "served": {"envoy": {"cds": "…", "eds": "…", "lds": "…", "rds": "…"}, "grpc": {…}, "grpc-js": {…}},
 //	  "data_planes": [{
@@ -165,7 +170,61 @@ type Pool struct {
 	// the pool's replicas while leading (at most 32, within the last
 	// hour), newest first.
 	RecentDecisions []Decision `json:"recent_decisions,omitempty"`
+	// Moved is what this instance's pushes cost the pool's sessions;
+	// absent for a pool that does not hash or before its tables changed.
+	Moved *Moved `json:"moved,omitempty"`
 }
+
+// Moved is what the pushes that changed a pool's hash tables cost: the
+// share of each table's hash space, so of its sessions, that changed
+// replica, computed exactly from the tables every client kind builds
+// before and after (Envoy's Maglev or ring, gRPC's rings).
+type Moved struct {
+	// Last is the latest push that changed the pool.
+	Last *MovedPush `json:"last,omitempty"`
+	// Pushes1h counts the pushes that changed the pool in the last hour;
+	// Total1h sums their shares per table and client kind.
+	Pushes1h int          `json:"pushes_1h"`
+	Total1h  []MovedShare `json:"total_1h,omitempty"`
+}
+
+// Causes of a MovedPush.
+const (
+	CauseMembership = "membership" // replicas joined or left
+	CauseHealth     = "health"     // the escape hatch, or discovery's draining, degraded, unhealthy
+	CauseWeight     = "weight"     // weights moved
+	CausePolicy     = "policy"     // the pool's hash settings or groups
+	CauseMixed      = "mixed"      // more than one of these in one push
+)
+
+// MovedPush is what one push cost a pool.
+type MovedPush struct {
+	Time time.Time `json:"time"`
+	// Cause is what changed in the pool (CauseMembership, ...).
+	Cause string `json:"cause"`
+	// Replicas counts the replicas that joined, left, or changed health
+	// or weight.
+	Replicas int          `json:"replicas"`
+	Shares   []MovedShare `json:"shares"`
+}
+
+// MovedShare is the share of one table's hash space that changed
+// replica, for the client kinds that build it alike: Own to or from a
+// replica that changed, Collateral between replicas that did not.
+type MovedShare struct {
+	// Table is the table's cluster: the pool's own, or a tenant group's.
+	Table string `json:"table"`
+	// Clients are the kinds of client (envoy, grpc, grpc-js) whose
+	// tables moved exactly this much.
+	Clients    []string `json:"clients"`
+	Own        float64  `json:"own"`
+	Collateral float64  `json:"collateral"`
+	// ByCause splits a total by the cause of each push (Total1h only).
+	ByCause map[string]float64 `json:"by_cause,omitempty"`
+}
+
+// Share is the whole share moved, own and collateral.
+func (m MovedShare) Share() float64 { return m.Own + m.Collateral }
 
 // BalanceMinQueue is the busiest replica's mean queue depth below which a
 // pool's balance is not computed: too little load to compare.

@@ -254,6 +254,9 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 	if p.Fallback {
 		fmt.Fprintln(w, paint("  FALLBACK: too many replicas saturated to take any out; pure affinity", red))
 	}
+	for _, l := range status.TextFormat.MovedLines(st.Time, p.Name, p.Moved) {
+		fmt.Fprintln(w, "  "+l)
+	}
 	for _, n := range p.SignalNotes() {
 		if n.Level == status.OK {
 			fmt.Fprintln(w, "  signal "+n.Text)
