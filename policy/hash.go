@@ -258,7 +258,7 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter, kb.JSONField, kb.PromptPrefix, kb.Conversation)
 		if len(set) == 0 {
 			d.errorf(kb.DefRange, "Empty hash key",
-				`A key block needs exactly one of header, cookie, query_parameter, json_field or prompt_prefix, as in key { header = "x-session-id" }.`)
+				`A key block needs exactly one of header, cookie, query_parameter, json_field, prompt_prefix or conversation, as in key { header = "x-session-id" }.`)
 			continue
 		}
 		for _, a := range set[1:] {

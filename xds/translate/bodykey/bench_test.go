@@ -46,8 +46,8 @@ func benchChat(size int) []byte {
 // (p50 and p99 of the thread's CPU time in µs, ns/op its mean; wall-*
 // also count waiting for a CPU), on chat bodies of 1 KiB to
 // 1 MiB: a conversation key, a conversation key with a prompt prefix to
-// fall through to, and a prompt prefix alone (the filter without a
-// conversation key). go test ./xds/translate/bodykey -run - -bench LuaFilter
+// fall through to, a prompt prefix alone, and a json_field the body lacks
+// (every top-level value skipped). go test ./xds/translate/bodykey -run - -bench LuaFilter
 func BenchmarkLuaFilter(b *testing.B) {
 	bin, err := exec.LookPath("luajit")
 	if err != nil {
@@ -60,6 +60,7 @@ func BenchmarkLuaFilter(b *testing.B) {
 		{"conversation", []Key{{Header: Header(0), Conversation: true}}},
 		{"conversation+prompt_prefix", []Key{{Header: Header(0), Conversation: true}, {Header: Header(1), PromptPrefix: 4096}}},
 		{"prompt_prefix", []Key{{Header: Header(0), PromptPrefix: 4096}}},
+		{"json_field", []Key{{Header: Header(0), JSONField: "user"}}},
 	}
 	dir := b.TempDir()
 	for _, size := range []int{1 << 10, 32 << 10, 256 << 10, 1 << 20} {
@@ -84,7 +85,10 @@ func BenchmarkLuaFilter(b *testing.B) {
 				if err != nil {
 					b.Fatalf("luajit: %v", err)
 				}
-				lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+				lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+				if len(lines) != 2 {
+					b.Fatalf("luajit printed %q", out)
+				}
 				if c.chain[0].Conversation && !strings.Contains(lines[0], want) {
 					b.Fatalf("filter set %q, Go computes %s", lines[0], want)
 				}

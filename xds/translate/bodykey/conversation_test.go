@@ -13,8 +13,8 @@ var convChain = []Key{
 	{Header: "x-kvxds-key-2", PromptPrefix: 64},
 }
 
-// fullChain runs every kind of key in one filter, so the scanner a
-// conversation key swaps in is checked on the other keys too.
+// fullChain runs every kind of key in one filter, so the conversation
+// code is checked not to disturb the other keys.
 var fullChain = append(append([]Key{}, keys...), Key{Header: "x-kvxds-key-6", Conversation: true})
 
 const (
