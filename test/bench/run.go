@@ -75,6 +75,15 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	addrs := make([]string, len(reps))
 	for i, r := range reps {
 		addrs[i] = r.Addr()
+		if dp == GRPCGo {
+			// gRPC's own server transport: the main port's HTTP/2
+			// handler costs a write and a goroutine hand-off per
+			// streamed token, which crowded the simulator's CPU and
+			// stretched client TTFT.
+			if addrs[i], err = r.ListenGRPC("127.0.0.1:0"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
 		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared,
