@@ -145,3 +145,52 @@ func TestWeightedRR(t *testing.T) {
 		t.Errorf("picks %v, want %v", got, want)
 	}
 }
+
+// TestEndToEndEnvoy replays a few seconds of Zipf tenants on the Envoy
+// data plane: affinity beats round robin on the engines' counters, no
+// request fails, and bounded load runs and spreads the hot tenant.
+func TestEndToEndEnvoy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end benchmark run; skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{
+		Workloads:  []string{"zipf-tenants"},
+		DataPlanes: []DataPlane{Envoy},
+		Replicas:   4,
+		Load:       0.5,
+		Duration:   30 * time.Second,
+		TimeScale:  5,
+		Modes:      []Mode{RoundRobin, KVXDS, KVXDSBounded},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr := rep.Workloads[0]
+	if wr.DataPlane != Envoy || wr.label() != "zipf-tenants-envoy" {
+		t.Errorf("report of %q on %q", wr.Name, wr.DataPlane)
+	}
+	rr, _ := wr.Mode(RoundRobin)
+	kv, _ := wr.Mode(KVXDS)
+	kb, ok := wr.Mode(KVXDSBounded)
+	if !ok {
+		t.Fatal("kvxds+bounded did not run")
+	}
+	t.Logf("hit rate %.3f / %.3f / %.3f, balance %.2f / %.2f / %.2f, sessions moved %d / %d / %d",
+		rr.HitRate, kv.HitRate, kb.HitRate, rr.Balance, kv.Balance, kb.Balance, rr.SessionsMoved, kv.SessionsMoved, kb.SessionsMoved)
+	for _, m := range []ModeResult{rr, kv, kb} {
+		if m.Failed != 0 {
+			t.Errorf("%s: %d requests failed", m.Mode, m.Failed)
+		}
+	}
+	if !(kv.HitRate > rr.HitRate) {
+		t.Errorf("kvxds hit rate %.3f does not exceed round robin's %.3f", kv.HitRate, rr.HitRate)
+	}
+	if kv.SessionsMoved != 0 {
+		t.Errorf("pure affinity moved %d sessions", kv.SessionsMoved)
+	}
+	if kb.SessionsMoved == 0 {
+		t.Error("bounded load spilled no session under a hot tenant")
+	}
+}
