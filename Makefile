@@ -85,10 +85,17 @@ demo:
 # The micro-benchmarks, the cluster and ADS push benchmarks, then every
 # workload under every routing mode (8 replicas, 70% load; results in
 # bench-out/), and the rolling restart under round robin and kvxds where it
-# can run (root, iproute2, kube-deps).
+# can run (root, iproute2, kube-deps). Then chat, Zipf tenants and the
+# committed Mooncake trace on both data planes, grpc-go and Envoy (its
+# routing from what kvxds serves over ADS; needs luajit), with Envoy's
+# bounded load at 150 and 125 (bench-out/dataplanes/).
+MOONCAKE := test/bench/testdata/mooncake_conversation_trace.jsonl.gz
 bench: microbench clusterbench adsbench
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
+	./bin/kvxds-bench --workload chat,zipf-tenants --modes round_robin,kvxds,kvxds+bounded,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes
+	./bin/kvxds-bench --workload zipf-tenants --modes kvxds+bounded --balance-factor 125 --data-plane envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/bounded-125
+	./bin/kvxds-bench --trace $(MOONCAKE) --modes round_robin,kvxds,upper-bound --prefix-blocks 1,4,8 --time-scale 5 --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/trace
 
 # Rewrite every golden file from the current code.
 golden:

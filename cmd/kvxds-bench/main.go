@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		duration   = fs.Duration("duration", 0, "simulated length of each request stream (0: wall-per-mode × time scale)")
 		wall       = fs.Duration("wall-per-mode", 16*time.Second, "target wall time of one mode when --duration is 0")
 		seed       = fs.Uint64("seed", 1, "workload seed")
-		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and kvxds+groups (the busiest session key in a tenant group), run only when named")
+		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and, run only when named, kvxds+groups (the busiest session key in a tenant group) and kvxds+bounded (kvxds with --balance-factor; envoy data plane only)")
 		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
 		groupLvls  = fs.Int("group-weight-levels", 3, "kvxds+groups: weight levels N (weights MIN to MIN+N-1, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
 		groupMin   = fs.Int("group-weight-min", 2, "kvxds+groups: the lowest weight (MIN)")
@@ -74,6 +76,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		admin      = fs.String("admin", "127.0.0.1:0", "admin address (status page, /metrics) of the kvxds each live mode runs, reused mode after mode")
 		trace      = fs.String("trace", "", "replay this JSONL trace (Mooncake's FAST'25 format) instead of --workload, with the prompt_prefix key")
 		prefix     = fs.String("prefix-blocks", "1,4", "with --trace: the prompt_prefix lengths kvxds runs with, in 512-token trace blocks")
+		dataPlane  = fs.String("data-plane", "grpc-go", "comma-separated data planes, each running every workload and mode: grpc-go (its xDS client), envoy (Envoy's routing from what kvxds serves over ADS: its tables, bounded load, the Lua body-key filter in LuaJIT; needs luajit)")
+		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the whole run (load generator, data plane, simulator, kvxds) to this file")
+		balance    = fs.Int("balance-factor", 150, "kvxds+bounded: the hash block's balance_factor (Envoy's hash_balance_factor, percent)")
 		workloads  []string
 		prefixes   []int
 	)
@@ -110,6 +115,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ms, err := bench.ParseModes(*modes)
 	if err != nil {
 		return err
+	}
+	dps, err := bench.ParseDataPlanes(*dataPlane)
+	if err != nil {
+		return fmt.Errorf("--data-plane: %w", err)
+	}
+	if slices.Contains(dps, bench.Envoy) {
+		if _, err := bench.LuaJIT(); err != nil && *trace != "" {
+			return err
+		}
 	}
 	switch {
 	case *replicas < 1:
@@ -158,6 +172,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Rolling:           rolling,
 		AdminAddress:      *admin,
 		Trace:             *trace,
+		DataPlanes:        dps,
+		BalanceFactor:     *balance,
 		PrefixBlocks:      prefixes,
 		Out:               *out,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.LevelFromString(*logLevel),
@@ -169,6 +185,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *warmup == 0 {
 		cfg.WarmupFraction = -1 // none; Config treats 0 as unset
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
 	rep, err := bench.Run(ctx, cfg)

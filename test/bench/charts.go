@@ -44,15 +44,15 @@ func WriteCharts(dir string, wr *WorkloadReport) ([]string, error) {
 		}
 	}
 	if len(names) > 0 {
-		path := filepath.Join(dir, wr.Name+"-hit-rate.png")
-		if err := barChart(path, wr.Name+": prefix-cache hit rate (engine counters)", "hit rate", names, hits, "%.2f"); err != nil {
+		path := filepath.Join(dir, wr.label()+"-hit-rate.png")
+		if err := barChart(path, wr.label()+": prefix-cache hit rate (engine counters)", "hit rate", names, hits, "%.2f"); err != nil {
 			return nil, err
 		}
 		paths = append(paths, path)
 	}
 	if len(tnames) > 0 {
-		path := filepath.Join(dir, wr.Name+"-ttft-p95.png")
-		if err := barChart(path, wr.Name+": TTFT p95 (client, simulated s)", "seconds", tnames, p95, "%.3f"); err != nil {
+		path := filepath.Join(dir, wr.label()+"-ttft-p95.png")
+		if err := barChart(path, wr.label()+": TTFT p95 (client, simulated s)", "seconds", tnames, p95, "%.3f"); err != nil {
 			return nil, err
 		}
 		paths = append(paths, path)
@@ -62,8 +62,8 @@ func WriteCharts(dir string, wr *WorkloadReport) ([]string, error) {
 		if !ok || len(m.Series) == 0 {
 			continue
 		}
-		path := filepath.Join(dir, fmt.Sprintf("%s-queue-%s.png", wr.Name, fileSafe(string(mode))))
-		if err := queueChart(path, fmt.Sprintf("%s, %s: queue depth per replica", wr.Name, mode), m.Series, wr.TimeScale); err != nil {
+		path := filepath.Join(dir, fmt.Sprintf("%s-queue-%s.png", wr.label(), fileSafe(string(mode))))
+		if err := queueChart(path, fmt.Sprintf("%s, %s: queue depth per replica", wr.label(), mode), m.Series, wr.TimeScale); err != nil {
 			return nil, err
 		}
 		paths = append(paths, path)

@@ -38,6 +38,11 @@ const (
 	// Config.GroupWeightLevels levels. It runs only when asked for
 	// (OptionalModes).
 	KVXDSGroups Mode = "kvxds+groups"
+	// KVXDSBounded is KVXDS with bounded load: the hash block's
+	// balance_factor = Config.BalanceFactor, which Envoy applies
+	// (hash_balance_factor) and proxyless gRPC ignores, so it runs only
+	// on the Envoy data plane, and only when asked for (OptionalModes).
+	KVXDSBounded Mode = "kvxds+bounded"
 	// UpperBound is computed offline: the same prompts in arrival order
 	// through one prefix cache as large as the whole fleet's.
 	UpperBound Mode = "upper-bound"
@@ -49,7 +54,7 @@ func AllModes() []Mode {
 }
 
 // OptionalModes are the modes that run only when named.
-func OptionalModes() []Mode { return []Mode{KVXDSGroups} }
+func OptionalModes() []Mode { return []Mode{KVXDSGroups, KVXDSBounded} }
 
 // Live reports whether the mode runs traffic (every mode but UpperBound).
 func (m Mode) Live() bool { return m != UpperBound }
@@ -172,6 +177,14 @@ type Config struct {
 	// GroupShared makes KVXDSGroups' group not exclusive: its replicas
 	// stay in the pool's table too.
 	GroupShared bool
+	// DataPlanes carry the requests, each workload under every mode once
+	// per data plane, in this order. Default grpc-go alone. DataPlane is
+	// the one a RunWorkload uses (default grpc-go).
+	DataPlanes []DataPlane
+	DataPlane  DataPlane
+	// BalanceFactor is KVXDSBounded's balance_factor (percent). Default
+	// 150, the default kvxds gives a pool with a prompt_prefix key.
+	BalanceFactor int
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
@@ -209,6 +222,15 @@ func (c Config) Defaults() Config {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 8
+	}
+	if len(c.DataPlanes) == 0 {
+		c.DataPlanes = []DataPlane{GRPCGo}
+	}
+	if c.DataPlane == "" {
+		c.DataPlane = c.DataPlanes[0]
+	}
+	if c.BalanceFactor == 0 {
+		c.BalanceFactor = 150
 	}
 	if c.GroupReplicas == 0 {
 		c.GroupReplicas = 2
@@ -291,6 +313,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Replicas < 1:
 		return fmt.Errorf("replicas must be at least 1, not %d", c.Replicas)
+	case c.BalanceFactor <= 100:
+		return fmt.Errorf("balance factor must be above 100 (percent of the mean load), not %d", c.BalanceFactor)
 	case c.GroupWeightLevels < 1:
 		return fmt.Errorf("group weight levels must be at least 1, not %d", c.GroupWeightLevels)
 	case c.GroupWeightMin < 1 || c.GroupWeightMin+c.GroupWeightLevels-1 > weights.MaxWeightMultiplier:

@@ -45,6 +45,16 @@
 // (which no engine counter sees), with and without a key, open a
 // connection to every replica.
 //
+// With Config.DataPlanes including Envoy, every workload runs again with
+// Envoy's routing in place of grpc-go's (envoy.go): each client is an ADS
+// stream as an Envoy node, whose received resources build xds/envoylb's
+// tables; a request is routed through the pool listener's route, hash
+// policies and bounded load on that Envoy's requests in flight, body keys
+// come from the listener's Lua filter run in LuaJIT, and the request goes
+// over HTTP/1.1 to the replica's /v1/completions (streamed, same prompt).
+// The grpc-go data plane dials each replica's ListenGRPC port, served by
+// gRPC's own transport.
+//
 // Chat turns and agent steps re-send the reply the engine generated for
 // the previous request (Config.EchoReplies, on in kvxds-bench): see
 // PrepareRequests.

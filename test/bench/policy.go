@@ -131,6 +131,12 @@ type PolicyOptions struct {
 	// GroupShared leaves the group's replicas in the pool's table too
 	// (exclusive = false).
 	GroupShared bool
+	// BalanceFactor is KVXDSBounded's balance_factor.
+	BalanceFactor int
+	// PromptPrefix, if positive, keys the hash modes on the request
+	// body's prompt_prefix of this many bytes instead of x-session-id
+	// (Envoy only; balance_factor then defaults to 150).
+	PromptPrefix int
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -157,9 +163,17 @@ func Policy(o PolicyOptions) (string, error) {
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	case LeastRequest:
 		b.WriteString("  load_balancing = \"least_request\"\n")
-	case KVXDS, KVXDSWeights, KVXDSGroups:
-		fmt.Fprintf(&b, "  load_balancing = \"hash\"\n  hash {\n    algorithm     = \"ring_hash\"\n    min_ring_size = %d\n    key { header = %q }\n  }\n",
-			RingSize, SessionHeader)
+	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded:
+		key := fmt.Sprintf("header = %q", SessionHeader)
+		if o.PromptPrefix > 0 {
+			key = fmt.Sprintf("prompt_prefix = %d", o.PromptPrefix)
+		}
+		fmt.Fprintf(&b, "  load_balancing = \"hash\"\n  hash {\n    algorithm     = \"ring_hash\"\n    min_ring_size = %d\n    key { %s }\n",
+			RingSize, key)
+		if o.Mode == KVXDSBounded {
+			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+		}
+		b.WriteString("  }\n")
 	default:
 		return "", fmt.Errorf("mode %q has no policy", o.Mode)
 	}

@@ -79,7 +79,9 @@ func queueSummary(m ModeResult) (busiest, mean float64, peak int) {
 // the chart paths.
 func (r *Report) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "# kvxds benchmark\n\n")
-	fmt.Fprintf(w, "Simulated vLLM replicas (test/sim), grpc-go xDS clients, kvxds in-process; seed %d; "+
+	fmt.Fprintf(w, "Simulated vLLM replicas (test/sim), kvxds in-process; data plane grpc-go's xDS client unless a "+
+		"heading says envoy (Envoy's routing modelled from what kvxds serves over ADS: xds/envoylb tables, bounded "+
+		"load, the Lua body-key filter in LuaJIT, HTTP/1.1 to the replicas); seed %d; "+
 		"the first %.0f%% of each stream is warm-up and not counted. Times and rates are simulated "+
 		"(wall × time scale). Hit rate: the replicas' own vllm:prefix_cache_hits_total / queries_total "+
 		"(upper-bound: one cache of the whole fleet's size, offline). Queue depth: requests waiting or "+
@@ -115,7 +117,11 @@ func (wr *WorkloadReport) markdownTable(w io.Writer) {
 		wr.Rolling.markdown(w, wr)
 		return
 	}
-	fmt.Fprintf(w, "## %s\n\n", wr.Name)
+	if wr.DataPlane == "" || wr.DataPlane == GRPCGo {
+		fmt.Fprintf(w, "## %s\n\n", wr.Name)
+	} else {
+		fmt.Fprintf(w, "## %s, %s data plane\n\n", wr.Name, wr.DataPlane)
+	}
 	fmt.Fprintf(w, "%d replicas, load %.2f: %.2f req/s (capacity without reuse %.2f req/s per replica); "+
 		"%d requests, %d sessions, mean prompt %.0f tokens, mean output %.0f tokens; %v simulated at time scale %g; "+
 		"%d KV blocks per replica (%s); first %d requests are warm-up.\n\n",
@@ -184,7 +190,7 @@ func csvHeader() []string {
 		"ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "engine_ttft_p50_s", "engine_ttft_p95_s", "engine_ttft_p99_s",
 		"ttft_overhead_s", "throughput_rps", "throughput_tps", "queue_mean", "queue_busiest_mean", "queue_max",
 		"balance", "kv_usage_mean", "sessions_moved", "multi_request_sessions", "preemptions", "escapes",
-		"weight_moves", "cpu_cores", "machine_cores", "wall_s", "queue_mean_per_replica"}
+		"weight_moves", "cpu_cores", "machine_cores", "wall_s", "queue_mean_per_replica", "data_plane"}
 }
 
 // CSV writes one row per workload and mode.
@@ -215,7 +221,7 @@ func (r *Report) CSV(w io.Writer) error {
 				f(m.TTFTOverhead), f(m.ReqPerSec), f(m.TokPerSec), f(mean), f(busiest), strconv.Itoa(peak),
 				f(m.Balance), f(m.KVMean), strconv.Itoa(m.SessionsMoved), strconv.Itoa(m.MultiSessions),
 				f(m.Preemptions), strconv.Itoa(m.Escapes), strconv.Itoa(m.WeightMoves),
-				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " ")}
+				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " "), cmpOr(string(wr.DataPlane), string(GRPCGo))}
 			if err := cw.Write(row); err != nil {
 				return err
 			}

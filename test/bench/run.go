@@ -60,8 +60,9 @@ type liveRun struct {
 	Policy      string
 }
 
-// runLive runs one live mode on a fresh fleet and a fresh kvxds.
-func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRun, error) {
+// runLive runs one live mode on a fresh fleet and a fresh kvxds, through
+// data plane dp.
+func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataPlane) (*liveRun, error) {
 	reps, err := sim.StartFleet(c.Replicas, simConfig(w.KVBlocks, w.TimeScale))
 	if err != nil {
 		return nil, fmt.Errorf("starting the simulated fleet: %w", err)
@@ -74,9 +75,19 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRu
 	addrs := make([]string, len(reps))
 	for i, r := range reps {
 		addrs[i] = r.Addr()
+		if dp == GRPCGo {
+			// gRPC's own server transport: the main port's HTTP/2
+			// handler costs a write and a goroutine hand-off per
+			// streamed token, which crowded the simulator's CPU and
+			// stretched client TTFT.
+			if addrs[i], err = r.ListenGRPC("127.0.0.1:0"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
-		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared})
+		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared,
+		BalanceFactor: c.BalanceFactor, PromptPrefix: w.PromptPrefix})
 	if err != nil {
 		return nil, err
 	}
@@ -88,12 +99,18 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode) (*liveRu
 	if mode == KVXDSGroups {
 		k.groupKey = w.HotSession
 	}
-	clients, err := k.connect(ctx, c, w.Name, mode, c.Replicas)
-	if err != nil {
+	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
+	g := &dispatcher{cfg: c, plan: w, mode: mode, reps: reps, http: k.http, ctrl: k.ctrl, run: run}
+	if dp == Envoy {
+		if g.envoys, err = k.connectEnvoys(ctx, c, w.Name, mode, addrs); err != nil {
+			return nil, err
+		}
+		// A body-keyed pool reads its key from the body; the client
+		// sends no session header.
+		g.sessionHeader = w.PromptPrefix == 0
+	} else if g.clients, err = k.connect(ctx, c, w.Name, mode, c.Replicas); err != nil {
 		return nil, err
 	}
-	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
-	g := &dispatcher{cfg: c, plan: w, mode: mode, clients: clients, reps: reps, http: k.http, ctrl: k.ctrl, run: run}
 	if err := g.dispatch(ctx); err != nil {
 		return nil, err
 	}
@@ -108,6 +125,7 @@ type kvxdsRun struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	conns  []*grpc.ClientConn
+	envoys []*envoyClient
 	// groupKey is the session key of the policy's tenant group, if any:
 	// connect warms the group's replicas with it.
 	groupKey string
@@ -166,10 +184,29 @@ func (k *kvxdsRun) connect(ctx context.Context, c Config, name string, mode Mode
 	return clients, nil
 }
 
+// connectEnvoys starts c.Clients Envoy nodes on kvxds's ADS server and
+// opens a connection from each to every replica.
+func (k *kvxdsRun) connectEnvoys(ctx context.Context, c Config, name string, mode Mode, addrs []string) ([]*envoyClient, error) {
+	for i := range c.Clients {
+		e, err := startEnvoy(ctx, k.ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-envoy-%s-%s-%d", name, mode, i))
+		if err != nil {
+			return nil, err
+		}
+		k.envoys = append(k.envoys, e)
+		if err := e.warm(ctx, addrs); err != nil {
+			return nil, fmt.Errorf("envoy %d: %w", i, err)
+		}
+	}
+	return k.envoys, nil
+}
+
 // stop closes the clients and stops kvxds.
 func (k *kvxdsRun) stop() {
 	for _, cc := range k.conns {
 		cc.Close()
+	}
+	for _, e := range k.envoys {
+		e.close()
 	}
 	k.cancel()
 	<-k.done
@@ -260,10 +297,14 @@ type dispatcher struct {
 	plan    *workloadPlan
 	mode    Mode
 	clients []testgrpc.TestServiceClient
-	reps    []*sim.Replica
-	http    *http.Client
-	ctrl    *controller.Controller
-	run     *liveRun
+	// envoys, if set, carry the requests instead of clients;
+	// sessionHeader says whether they send x-session-id.
+	envoys        []*envoyClient
+	sessionHeader bool
+	reps          []*sim.Replica
+	http          *http.Client
+	ctrl          *controller.Controller
+	run           *liveRun
 	// onStart, if set, is called with the dispatch's time zero before the
 	// first request (the rolling workload starts its rollout from it).
 	onStart func(start time.Time)
@@ -274,12 +315,16 @@ type dispatcher struct {
 // clientFor picks the client of a request: by its session, so that a
 // session always uses the same one, or by Seq for a request without one.
 func (g *dispatcher) clientFor(r *Request) testgrpc.TestServiceClient {
+	return g.clients[clientIndex(r, len(g.clients))]
+}
+
+func clientIndex(r *Request, n int) int {
 	if r.Session == "" {
-		return g.clients[r.Seq%len(g.clients)]
+		return r.Seq % n
 	}
 	h := fnv.New32a()
 	h.Write([]byte(r.Session))
-	return g.clients[int(h.Sum32()%uint32(len(g.clients)))]
+	return int(h.Sum32() % uint32(n))
 }
 
 func (g *dispatcher) scrapeAll(ctx context.Context) (sum EngineCounters, each []EngineCounters, err error) {
@@ -369,7 +414,11 @@ dispatch:
 					return
 				}
 			}
-			res[i] = g.send(ctx, g.clientFor(r), r, start)
+			if g.envoys != nil {
+				res[i] = g.envoys[clientIndex(r, len(g.envoys))].send(ctx, r, start, g.sessionHeader)
+			} else {
+				res[i] = g.send(ctx, g.clientFor(r), r, start)
+			}
 			if res[i].Err != nil {
 				g.failed.Add(1)
 			}

@@ -39,6 +39,13 @@ func PrefixBytes(blocks int) int {
 	return len(messagesHead) + blocks*workload.TraceBlockTokens*5 - 1
 }
 
+// CompletionsPrefixBytes is the prompt_prefix that covers the first
+// blocks trace blocks of a completions body's prompt string: its opening
+// quote, then the blocks' words.
+func CompletionsPrefixBytes(blocks int) int {
+	return 1 + blocks*workload.TraceBlockTokens*5 - 1
+}
+
 // PromptPrefixKey is the key Envoy's prompt_prefix filter computes for a
 // chat request carrying prompt: the client builds the body and hashes it
 // with the same function.
@@ -144,7 +151,7 @@ func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 		fmt.Fprintf(c.Progress, "%s: %d requests from %s at %.2f req/s (load %.2f of %d × %.3f req/s), %d KV blocks per replica, time scale %g\n",
 			TraceName, len(p.Requests), c.Trace, p.Rate, p.Load, c.Replicas, p.Capacity, p.KVBlocks, p.TimeScale)
 	}
-	wr := &WorkloadReport{Name: TraceName, Replicas: c.Replicas, Load: p.Load, Rate: p.Rate, Capacity: p.Capacity,
+	wr := &WorkloadReport{Name: TraceName, DataPlane: c.DataPlane, Replicas: c.Replicas, Load: p.Load, Rate: p.Rate, Capacity: p.Capacity,
 		KVBlocks: p.KVBlocks, KVWhy: p.KVWhy, TimeScale: p.TimeScale, Duration: p.Duration,
 		Requests: len(p.Requests), Warmup: p.Warmup, MeanPrompt: p.MeanPrompt, MeanOutput: p.MeanOutput}
 	for _, m := range c.Modes {
@@ -160,21 +167,28 @@ func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 				if err != nil {
 					return nil, err
 				}
-				run, err := runLive(ctx, c, q, KVXDS)
+				prefix := PrefixBytes(blocks)
+				if c.DataPlane == Envoy {
+					// Envoy's Lua filter keys the completions body it
+					// is sent, whose prompt string starts with a quote.
+					prefix = CompletionsPrefixBytes(blocks)
+					q.PromptPrefix = prefix
+				}
+				run, err := runLive(ctx, c, q, KVXDS, c.DataPlane)
 				if err != nil {
-					return nil, fmt.Errorf("%s, %s: %w", TraceName, m, err)
+					return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)
 				}
 				res := summarize(KVXDS, q, run, c.Replicas)
-				res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d (%d block%s)", PrefixBytes(blocks), blocks, plural(blocks)))
+				res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d (%d block%s)", prefix, blocks, plural(blocks)))
 				wr.Modes = append(wr.Modes, res)
 				if c.Progress != nil {
 					fmt.Fprintf(c.Progress, "%s: %d distinct prompt_prefix keys at %d block%s\n", TraceName, q.Sessions, blocks, plural(blocks))
 				}
 			}
 		case RoundRobin, LeastRequest:
-			run, err := runLive(ctx, c, p, m)
+			run, err := runLive(ctx, c, p, m, c.DataPlane)
 			if err != nil {
-				return nil, fmt.Errorf("%s, %s: %w", TraceName, m, err)
+				return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)
 			}
 			wr.Modes = append(wr.Modes, summarize(m, p, run, c.Replicas))
 		default:

@@ -66,6 +66,9 @@
 //   - gRPC grpc.testing.TestService (StreamingOutputCall streams one message
 //     per token; UnaryCall reports the replica id) and grpc.health.v1.
 //
+// ListenGRPC adds a second port where gRPC is served by gRPC's own
+// transport (cheaper per streamed token) and HTTP/1.1 as on the first.
+//
 // Text becomes tokens with Tokenize (about one token per word), chat
 // messages through RenderChat; load generators use the same functions, and
 // Cache on its own gives offline upper bounds for a trace.

@@ -288,41 +288,33 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		_, err := w.Write([]byte("\n"))
 		return err
 	}
-	chunk := func(text string, role bool, finish any) map[string]any {
-		choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": finish}
-		if chat {
-			delta := map[string]any{"content": text}
-			if role {
-				delta["role"] = "assistant"
-			}
-			choice["delta"] = delta
-		} else {
-			choice["text"] = text
-		}
-		return map[string]any{"id": id, "object": object, "created": created, "model": r.cfg.Model, "choices": []any{choice}}
+	// Token chunks are appended by hand, byte for byte what encoding/json
+	// writes for them (map keys sorted): they are most of what a replica
+	// sends, and reflection over maps cost more than the rest of a
+	// request's handling.
+	tail := jsonTail(created, id, r.cfg.Model, object)
+	var buf []byte
+	appendChunk := func(b []byte, text string, role, finish bool) []byte {
+		return appendChunk(b, chat, text, role, finish, tail)
 	}
 	n := 0
 	res, err := r.follow(req.Context(), q, func(words []uint8, res result) error {
+		buf = buf[:0]
 		if n == 0 {
 			setResultHeaders(res)
 			h.Set("Content-Type", "text/event-stream")
 			h.Set("Cache-Control", "no-cache")
 			w.WriteHeader(http.StatusOK)
 			if chat {
-				if err := sendChunk(chunk("", true, nil)); err != nil {
-					return err
-				}
+				buf = appendChunk(buf, "", true, false)
 			}
 		}
 		for _, wd := range words {
 			n++
-			var finish any
-			if n == q.maxTokens {
-				finish = finishLength
-			}
-			if err := sendChunk(chunk(" "+outputWords[wd], false, finish)); err != nil {
-				return err
-			}
+			buf = appendChunk(buf, " "+outputWords[wd], false, n == q.maxTokens)
+		}
+		if _, err := w.Write(buf); err != nil {
+			return err
 		}
 		if flusher != nil {
 			flusher.Flush()
@@ -348,4 +340,60 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 	if flusher != nil {
 		flusher.Flush()
 	}
+}
+
+// appendChunk appends one streamed token chunk as a server-sent event,
+// byte for byte what encoding/json writes for it (map keys sorted): token
+// chunks are most of what a replica sends, and reflection over maps cost
+// more than the rest of a request's handling. tail is jsonTail's.
+func appendChunk(b []byte, chat bool, text string, role, finish bool, tail []byte) []byte {
+	b = append(b, `data: {"choices":[{`...)
+	if chat {
+		b = append(b, `"delta":{"content":`...)
+		b = appendJSONString(b, text)
+		if role {
+			b = append(b, `,"role":"assistant"`...)
+		}
+		b = append(b, '}', ',')
+	}
+	if finish {
+		b = append(b, `"finish_reason":"`+finishLength+`",`...)
+	} else {
+		b = append(b, `"finish_reason":null,`...)
+	}
+	b = append(b, `"index":0,"logprobs":null`...)
+	if !chat {
+		b = append(b, `,"text":`...)
+		b = appendJSONString(b, text)
+	}
+	b = append(b, `}],`...)
+	b = append(b, tail...)
+	return append(b, "\n\n"...)
+}
+
+// jsonTail is the end of a streamed chunk after its choices: the
+// remaining keys in encoding/json's (sorted) order.
+func jsonTail(created int64, id, model, object string) []byte {
+	b := []byte(`"created":`)
+	b = strconv.AppendInt(b, created, 10)
+	b = append(b, `,"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, model)
+	b = append(b, `,"object":`...)
+	b = appendJSONString(b, object)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as encoding/json encodes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

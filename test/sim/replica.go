@@ -83,6 +83,8 @@ type Replica struct {
 	loopDone  chan struct{}
 	closeOnce sync.Once
 	serveErr  chan error
+	// extra are ListenGRPC's listeners, closed with the replica.
+	extra []interface{ Close() error }
 }
 
 // errClosed ends requests still in flight when the replica closes.
@@ -194,7 +196,11 @@ func (r *Replica) Close() error {
 		<-r.loopDone
 		r.mu.Lock()
 		r.e.fail(errClosed)
+		extra := r.extra
 		r.mu.Unlock()
+		for _, l := range extra {
+			l.Close()
+		}
 		r.grpc.Stop()
 		err = r.srv.Close()
 		if serr := <-r.serveErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {

@@ -597,3 +597,41 @@ func TestServeAndShutdown(t *testing.T) {
 		t.Error("the replica still accepts connections after Shutdown")
 	}
 }
+
+// Streamed chunks are appended by hand; they must be what encoding/json
+// writes for the same maps.
+func TestChunkBytes(t *testing.T) {
+	for _, chat := range []bool{false, true} {
+		for _, tc := range []struct {
+			text         string
+			role, finish bool
+		}{{" cache", false, false}, {"", true, false}, {" kv", false, true}, {`a "<q>" & \`, false, false}} {
+			object := "text_completion"
+			if chat {
+				object = "chat.completion.chunk"
+			}
+			choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": nil}
+			if tc.finish {
+				choice["finish_reason"] = finishLength
+			}
+			if chat {
+				delta := map[string]any{"content": tc.text}
+				if tc.role {
+					delta["role"] = "assistant"
+				}
+				choice["delta"] = delta
+			} else {
+				choice["text"] = tc.text
+			}
+			var want bytes.Buffer
+			want.WriteString("data: ")
+			json.NewEncoder(&want).Encode(map[string]any{"id": "cmpl-r-1", "object": object, "created": int64(1700000000),
+				"model": "m<1>", "choices": []any{choice}})
+			want.WriteString("\n")
+			got := appendChunk(nil, chat, tc.text, tc.role, tc.finish, jsonTail(1700000000, "cmpl-r-1", "m<1>", object))
+			if string(got) != want.String() {
+				t.Errorf("chat %v, %+v:\n got %s\nwant %s", chat, tc, got, want.String())
+			}
+		}
+	}
+}

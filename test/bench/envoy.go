@@ -1,0 +1,751 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvxds/kvxds/test/sim"
+	"github.com/kvxds/kvxds/xds/envoylb"
+)
+
+// DataPlane is what carries the load generator's requests to the
+// replicas.
+type DataPlane string
+
+const (
+	// GRPCGo is grpc-go's own xDS client (proxyless gRPC).
+	GRPCGo DataPlane = "grpc-go"
+	// Envoy routes as an Envoy does with what kvxds serves it over ADS:
+	// an ADS client speaking as an Envoy node, Envoy's tables and hash
+	// policies from xds/envoylb, bounded load on the requests in flight,
+	// the pool's generated Lua filter run by LuaJIT for body keys, and
+	// the request sent over HTTP/1.1 to the chosen replica's OpenAI API.
+	Envoy DataPlane = "envoy"
+)
+
+// ParseDataPlanes parses a comma-separated list of data planes.
+func ParseDataPlanes(s string) ([]DataPlane, error) {
+	var out []DataPlane
+	for _, f := range strings.Split(s, ",") {
+		d := DataPlane(strings.TrimSpace(f))
+		if d != GRPCGo && d != Envoy {
+			return nil, fmt.Errorf("unknown data plane %q; known: %s, %s", d, GRPCGo, Envoy)
+		}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// LuaJIT is where the Envoy data plane finds LuaJIT, which runs the
+// pool's generated body-key filter as Envoy's Lua filter would (Envoy
+// embeds LuaJIT too).
+func LuaJIT() (string, error) {
+	p, err := exec.LookPath("luajit")
+	if err != nil {
+		return "", fmt.Errorf("the envoy data plane runs body keys in LuaJIT, which is not installed (Debian: apt-get install luajit): %w", err)
+	}
+	return p, nil
+}
+
+// envoyClient is one simulated Envoy: an ADS stream as an Envoy node, the
+// tables built from what it received, its requests in flight per
+// cluster and host (what bounded load and least request read), and its
+// HTTP connections to the replicas.
+type envoyClient struct {
+	cc     *grpc.ClientConn
+	cancel context.CancelFunc
+	done   chan struct{}
+	hc     *http.Client
+
+	mu    sync.Mutex
+	res   envoyResources
+	state *envoyState // built from res; nil until complete
+	err   error
+	lua   *luaFilter
+	// active counts requests in flight by cluster and host address;
+	// Envoy keeps them per host object, which is per cluster.
+	active map[string]map[string]uint32
+	total  map[string]uint32
+	rr     map[string]uint64 // round-robin position per cluster
+	rng    *rand.Rand
+}
+
+type envoyResources struct {
+	listeners []*listenerv3.Listener
+	routes    []*routev3.RouteConfiguration
+	clusters  []*clusterv3.Cluster
+	clas      []*endpointv3.ClusterLoadAssignment
+}
+
+// envoyState is what one set of resources gives: the router, the route
+// configuration of the pool's listener, its Lua source, and every
+// cluster's hosts and balancer kind.
+type envoyState struct {
+	router    *envoylb.Router
+	routeName string
+	luaSource string
+	clusters  map[string]*envoyCluster
+}
+
+type envoyCluster struct {
+	kind  string // "hash", "round_robin", "least_request", "random"
+	hosts []envoylb.Host
+	// healthy indexes the hosts the balancer picks from.
+	healthy []int
+}
+
+// startEnvoy connects an Envoy node to kvxds's ADS server and waits
+// until its resources route a request.
+func startEnvoy(ctx context.Context, xdsAddr, node string) (*envoyClient, error) {
+	cc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(sctx)
+	if err != nil {
+		cancel()
+		cc.Close()
+		return nil, err
+	}
+	e := &envoyClient{cc: cc, cancel: cancel, done: make(chan struct{}),
+		hc:     &http.Client{Transport: envoyTransport()},
+		active: map[string]map[string]uint32{}, total: map[string]uint32{}, rr: map[string]uint64{},
+		rng: rand.New(rand.NewPCG(uint64(len(node)), 1))}
+	n := &corev3.Node{Id: node, Cluster: "kvxds-bench", UserAgentName: "envoy"}
+	send := func(r *discovery.DiscoveryRequest) error {
+		r.Node = n
+		return stream.Send(r)
+	}
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
+		if err := send(&discovery.DiscoveryRequest{TypeUrl: typ}); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
+	go e.recv(sctx, stream, send)
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	for {
+		e.mu.Lock()
+		ready, err := e.state != nil, e.err
+		e.mu.Unlock()
+		if ready {
+			return e, nil
+		}
+		select {
+		case <-wctx.Done():
+			e.close()
+			return nil, fmt.Errorf("envoy %s: no complete configuration from kvxds (last error: %v)", node, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// envoyTransport is an upstream connection pool: HTTP/1.1, one request
+// per connection at a time and connections kept for reuse, as Envoy's
+// HTTP/1.1 pool does.
+func envoyTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     time.Hour,
+		DisableCompression:  true,
+	}
+}
+
+// recv keeps the latest resources of each type, subscribes to the routes
+// and assignments the listeners and clusters name, ACKs everything, and
+// rebuilds the state after each response (keeping the last complete one
+// while a cluster waits for its assignment).
+func (e *envoyClient) recv(ctx context.Context, stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, send func(*discovery.DiscoveryRequest) error) {
+	defer close(e.done)
+	names := map[string][]string{}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() == nil {
+				e.mu.Lock()
+				e.err = err
+				e.mu.Unlock()
+			}
+			return
+		}
+		var sub []string
+		var derr error
+		e.mu.Lock()
+		switch resp.GetTypeUrl() {
+		case resourcev3.ClusterType:
+			e.res.clusters = decodeResources[*clusterv3.Cluster](resp, &derr)
+			for _, c := range e.res.clusters {
+				sub = append(sub, cmpOr(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
+			}
+		case resourcev3.ListenerType:
+			e.res.listeners = decodeResources[*listenerv3.Listener](resp, &derr)
+			for _, l := range e.res.listeners {
+				if hcm := listenerHCM(l); hcm != nil && hcm.GetRds() != nil {
+					sub = append(sub, hcm.GetRds().GetRouteConfigName())
+				}
+			}
+		case resourcev3.RouteType:
+			e.res.routes = decodeResources[*routev3.RouteConfiguration](resp, &derr)
+		case resourcev3.EndpointType:
+			e.res.clas = decodeResources[*endpointv3.ClusterLoadAssignment](resp, &derr)
+		}
+		if derr == nil {
+			if st, err := buildEnvoyState(e.res); err == nil {
+				e.state = st
+				e.err = nil
+			} else {
+				e.err = err
+			}
+		} else {
+			e.err = derr
+		}
+		e.mu.Unlock()
+		ack := &discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(),
+			ResponseNonce: resp.GetNonce(), ResourceNames: names[resp.GetTypeUrl()]}
+		if err := send(ack); err != nil {
+			return
+		}
+		next := map[string]string{resourcev3.ClusterType: resourcev3.EndpointType, resourcev3.ListenerType: resourcev3.RouteType}[resp.GetTypeUrl()]
+		if next == "" {
+			continue
+		}
+		slices.Sort(sub)
+		sub = slices.Compact(sub)
+		if slices.Equal(sub, names[next]) {
+			continue
+		}
+		names[next] = sub
+		if err := send(&discovery.DiscoveryRequest{TypeUrl: next, ResourceNames: sub}); err != nil {
+			return
+		}
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func decodeResources[T proto.Message](resp *discovery.DiscoveryResponse, errp *error) []T {
+	var out []T
+	for _, r := range resp.GetResources() {
+		m, err := r.UnmarshalNew()
+		if err != nil {
+			*errp = err
+			return nil
+		}
+		out = append(out, m.(T))
+	}
+	return out
+}
+
+func listenerHCM(l *listenerv3.Listener) *hcmv3.HttpConnectionManager {
+	for _, fc := range l.GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			m, err := f.GetTypedConfig().UnmarshalNew()
+			if err != nil {
+				continue
+			}
+			if hcm, ok := m.(*hcmv3.HttpConnectionManager); ok {
+				return hcm
+			}
+		}
+	}
+	return nil
+}
+
+// buildEnvoyState builds the tables of a complete resource set: the pool's
+// listener (PoolName), its route configuration, and every cluster with its
+// assignment.
+func buildEnvoyState(r envoyResources) (*envoyState, error) {
+	st := &envoyState{clusters: map[string]*envoyCluster{}}
+	for _, l := range r.listeners {
+		if l.GetName() != PoolName {
+			continue
+		}
+		hcm := listenerHCM(l)
+		if hcm == nil {
+			return nil, errors.New("the pool's listener has no HTTP connection manager")
+		}
+		st.routeName = hcm.GetRds().GetRouteConfigName()
+		for _, f := range hcm.GetHttpFilters() {
+			m, err := f.GetTypedConfig().UnmarshalNew()
+			if err != nil {
+				return nil, err
+			}
+			if lf, ok := m.(*luav3.Lua); ok {
+				st.luaSource = lf.GetDefaultSourceCode().GetInlineString()
+			}
+		}
+	}
+	if st.routeName == "" {
+		return nil, errors.New("no listener for the pool yet")
+	}
+	if !slices.ContainsFunc(r.routes, func(rc *routev3.RouteConfiguration) bool { return rc.GetName() == st.routeName }) {
+		return nil, fmt.Errorf("no route configuration %s yet", st.routeName)
+	}
+	byName := map[string]*endpointv3.ClusterLoadAssignment{}
+	for _, cla := range r.clas {
+		byName[cla.GetClusterName()] = cla
+	}
+	for _, c := range r.clusters {
+		cla := byName[cmpOr(c.GetEdsClusterConfig().GetServiceName(), c.GetName())]
+		if cla == nil {
+			return nil, fmt.Errorf("cluster %s has no assignment yet", c.GetName())
+		}
+		hosts, _, err := envoylb.Hosts(cla)
+		if err != nil {
+			return nil, err
+		}
+		ec := &envoyCluster{kind: clusterKind(c), hosts: hosts}
+		for i, h := range hosts {
+			if h.Health == envoylb.Healthy {
+				ec.healthy = append(ec.healthy, i)
+			}
+		}
+		if len(ec.healthy) == 0 { // Envoy's panic mode: every host
+			for i, h := range hosts {
+				if h.Health != envoylb.Excluded {
+					ec.healthy = append(ec.healthy, i)
+				}
+			}
+		}
+		st.clusters[c.GetName()] = ec
+	}
+	rt, err := envoylb.NewRouter(r.routes, r.clusters, r.clas)
+	if err != nil {
+		return nil, err
+	}
+	st.router = rt
+	return st, nil
+}
+
+// clusterKind is the load balancer of a cluster as Envoy takes it: the
+// first policy of load_balancing_policy it knows, else lb_policy.
+func clusterKind(c *clusterv3.Cluster) string {
+	for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
+		switch u := p.GetTypedExtensionConfig().GetTypedConfig().GetTypeUrl(); {
+		case strings.HasSuffix(u, ".RoundRobin"):
+			return "round_robin"
+		case strings.HasSuffix(u, ".LeastRequest"):
+			return "least_request"
+		case strings.HasSuffix(u, ".Random"):
+			return "random"
+		case strings.HasSuffix(u, ".Maglev"), strings.HasSuffix(u, ".RingHash"):
+			return "hash"
+		}
+	}
+	switch c.GetLbPolicy() {
+	case clusterv3.Cluster_LEAST_REQUEST:
+		return "least_request"
+	case clusterv3.Cluster_RANDOM:
+		return "random"
+	case clusterv3.Cluster_MAGLEV, clusterv3.Cluster_RING_HASH:
+		return "hash"
+	}
+	return "round_robin"
+}
+
+// close ends the ADS stream, the Lua VM and the connections.
+func (e *envoyClient) close() {
+	e.cancel()
+	e.cc.Close()
+	<-e.done
+	e.mu.Lock()
+	if e.lua != nil {
+		e.lua.close()
+		e.lua = nil
+	}
+	e.mu.Unlock()
+	e.hc.CloseIdleConnections()
+}
+
+// route runs the pool's filters and router on a request: the Lua filter's
+// headers (body keys), the route, and the host, counted in flight until
+// release is called.
+func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release func(), err error) {
+	e.mu.Lock()
+	st := e.state
+	var lua *luaFilter
+	if st != nil && st.luaSource != "" {
+		if e.lua == nil || e.lua.source != st.luaSource {
+			if e.lua != nil {
+				e.lua.close()
+			}
+			if e.lua, err = startLua(st.luaSource); err != nil {
+				e.mu.Unlock()
+				return "", nil, err
+			}
+		}
+		lua = e.lua
+	}
+	e.mu.Unlock()
+	if st == nil {
+		return "", nil, errors.New("envoy has no configuration")
+	}
+	if lua != nil {
+		set, err := lua.run(body)
+		if err != nil {
+			return "", nil, err
+		}
+		hdrs = append(hdrs, set...)
+	}
+	req := &envoylb.Request{Path: "/v1/completions", Headers: hdrs}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	active := func(cluster string) map[string]uint32 {
+		m := e.active[cluster]
+		if m == nil {
+			m = map[string]uint32{}
+			e.active[cluster] = m
+		}
+		return m
+	}
+	// Bounded load reads the cluster's requests in flight; the decision
+	// needs the cluster first, so route once without load to learn it.
+	d, err := st.router.Pick(st.routeName, req, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	ec := st.clusters[d.Cluster]
+	if ec == nil {
+		return "", nil, fmt.Errorf("no cluster %s", d.Cluster)
+	}
+	act := active(d.Cluster)
+	host := -1
+	switch {
+	case ec.kind == "hash":
+		b := st.router.Balancer(d.Cluster)
+		load := &envoylb.Load{Active: make([]uint32, len(b.Hosts)), Total: e.total[d.Cluster]}
+		for i := range b.Hosts {
+			load.Active[i] = act[b.Hosts[i].Address]
+		}
+		h := d.Hash
+		if !d.Hashed { // Envoy hashes a random value
+			h = e.rng.Uint64()
+		}
+		if i := b.Choose(h, load); i >= 0 {
+			addr = b.Hosts[i].Address
+		}
+	case len(ec.healthy) == 0:
+	case ec.kind == "least_request":
+		// Envoy's default: the fewer in flight of two random hosts (all
+		// weights equal here).
+		a := ec.healthy[e.rng.IntN(len(ec.healthy))]
+		b := ec.healthy[e.rng.IntN(len(ec.healthy))]
+		host = a
+		if act[ec.hosts[b].Address] < act[ec.hosts[a].Address] {
+			host = b
+		}
+	case ec.kind == "random":
+		host = ec.healthy[e.rng.IntN(len(ec.healthy))]
+	default:
+		host = ec.weightedRR(e.rr[d.Cluster])
+		e.rr[d.Cluster]++
+	}
+	if host >= 0 {
+		addr = ec.hosts[host].Address
+	}
+	if addr == "" {
+		return "", nil, fmt.Errorf("cluster %s has no host", d.Cluster)
+	}
+	act[addr]++
+	e.total[d.Cluster]++
+	cluster := d.Cluster
+	return addr, func() {
+		e.mu.Lock()
+		e.active[cluster][addr]--
+		e.total[cluster]--
+		e.mu.Unlock()
+	}, nil
+}
+
+// weightedRR is the n-th pick of a weighted rotation over the healthy
+// hosts: each host appears weight times per round, interleaved (Envoy's
+// EDF scheduler gives the same shares).
+func (ec *envoyCluster) weightedRR(n uint64) int {
+	var sum uint64
+	for _, i := range ec.healthy {
+		sum += max(uint64(ec.hosts[i].Weight), 1)
+	}
+	pos := n % sum
+	maxW := uint64(0)
+	for _, i := range ec.healthy {
+		maxW = max(maxW, max(uint64(ec.hosts[i].Weight), 1))
+	}
+	// Rounds of the rotation: in round k, hosts of weight > k take a turn.
+	for k := uint64(0); k < maxW; k++ {
+		for _, i := range ec.healthy {
+			if max(uint64(ec.hosts[i].Weight), 1) > k {
+				if pos == 0 {
+					return i
+				}
+				pos--
+			}
+		}
+	}
+	return ec.healthy[0]
+}
+
+// completionsBody is the OpenAI completions request the Envoy data plane
+// sends: the same prompt as the gRPC payload, so the engines see the same
+// tokens under both data planes; the prompt comes first.
+func completionsBody(r *Request) []byte {
+	b := make([]byte, 0, len(r.Prompt)+64)
+	b = append(b, `{"prompt":`...)
+	b = strconv.AppendQuote(b, r.Prompt) // workload text is printable ASCII
+	b = append(b, `,"max_tokens":`...)
+	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
+	b = append(b, `,"stream":true}`...)
+	return b
+}
+
+// sendEnvoy sends one request through Envoy e and streams its reply.
+func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, sessionHeader bool) reqResult {
+	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
+	body := completionsBody(r)
+	var hdrs [][2]string
+	if sessionHeader && r.Session != "" {
+		hdrs = append(hdrs, [2]string{SessionHeader, r.Session})
+	}
+	addr, release, err := e.route(hdrs, body)
+	if err != nil {
+		res.Err, res.Done = err, time.Since(start)
+		return res
+	}
+	defer release()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		res.Err, res.Done = err, time.Since(start)
+		return res
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	for _, h := range hdrs {
+		hreq.Header.Set(h[0], h[1])
+	}
+	resp, err := e.hc.Do(hreq)
+	if err != nil {
+		res.Err, res.Done = err, time.Since(start)
+		return res
+	}
+	defer resp.Body.Close()
+	res.Replica = resp.Header.Get(sim.HeaderReplicaID)
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		res.Err, res.Done = fmt.Errorf("%s from %s: %s", resp.Status, addr, bytes.TrimSpace(msg)), time.Since(start)
+		return res
+	}
+	res.PromptTokens, _ = strconv.Atoi(resp.Header.Get(sim.HeaderPromptTokens))
+	res.CachedTokens, _ = strconv.Atoi(resp.Header.Get(sim.HeaderCachedTokens))
+	if f, err := strconv.ParseFloat(resp.Header.Get(sim.HeaderTTFT), 64); err == nil {
+		res.EngineTTFT = f
+	}
+	// Server-sent events, one chunk per token: count them without
+	// decoding; an error chunk ends the stream.
+	br := bufio.NewReaderSize(resp.Body, 4096)
+	for {
+		line, err := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, []byte("data: {")) {
+			if bytes.HasPrefix(line, []byte(`data: {"error"`)) {
+				res.Err = fmt.Errorf("stream error from %s: %s", addr, bytes.TrimSpace(line))
+				break
+			}
+			if res.Tokens == 0 {
+				res.First = time.Since(start)
+			}
+			res.Tokens++
+		}
+		if err != nil {
+			if err != io.EOF {
+				res.Err = err
+			}
+			break
+		}
+	}
+	res.Done = time.Since(start)
+	if res.Err == nil && res.Tokens != r.MaxTokens {
+		res.Err = fmt.Errorf("request %d: %d tokens streamed, want %d", r.Seq, res.Tokens, r.MaxTokens)
+	}
+	return res
+}
+
+// warm opens a connection to every replica (a GET /health each, which no
+// engine counter sees), so the first requests pay no connection setup.
+func (e *envoyClient) warm(ctx context.Context, addrs []string) error {
+	for _, a := range addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a+"/health", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := e.hc.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return nil
+}
+
+// luaFilter is a LuaJIT process running a pool's generated Lua filter
+// with a stand-in for Envoy's request handle: it is fed request bodies
+// and answers the headers the filter set. One request at a time.
+type luaFilter struct {
+	source string
+	dir    string
+	cmd    *exec.Cmd
+	in     *bufio.Writer
+	stdin  io.Closer
+	out    *bufio.Reader
+	mu     sync.Mutex
+	broken atomic.Bool
+}
+
+// luaDriver loads the filter, then per request reads a line with the
+// body's length and the body, runs envoy_on_request as Envoy's Lua
+// filter would (content-length declared, body buffered), and prints the
+// x-kvxds-* headers it set as name=value, tab-separated, on one line.
+const luaDriver = `
+dofile(arg[1])
+local out = io.stdout
+out:setvbuf("full")
+while true do
+  local line = io.read("*l")
+  if line == nil then break end
+  local n = tonumber(line)
+  local s = ""
+  if n > 0 then s = io.read(n) end
+  local t = {[":method"] = "POST", ["content-length"] = tostring(n)}
+  local headers = {}
+  function headers:get(name) return t[name] end
+  function headers:replace(name, value) t[name] = tostring(value) end
+  function headers:remove(name) t[name] = nil end
+  local body = {}
+  function body:length() return #s end
+  function body:getBytes(i, k)
+    if i < 0 or k < 0 or i + k > #s then error("index/length out of range") end
+    return string.sub(s, i + 1, i + k)
+  end
+  local handle = {}
+  function handle:headers() return headers end
+  function handle:body() if #s == 0 then return nil end return body end
+  function handle:logWarn(msg) end
+  envoy_on_request(handle)
+  local set = {}
+  for k, v in pairs(t) do
+    if string.sub(k, 1, 8) == "x-kvxds-" then set[#set + 1] = k .. "=" .. v end
+  end
+  table.sort(set)
+  out:write(table.concat(set, "\t"), "\n")
+  out:flush()
+end
+`
+
+func startLua(source string) (*luaFilter, error) {
+	bin, err := LuaJIT()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "kvxds-bench-lua-")
+	if err != nil {
+		return nil, err
+	}
+	script, driver := filepath.Join(dir, "filter.lua"), filepath.Join(dir, "driver.lua")
+	if err := os.WriteFile(script, []byte(source), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := os.WriteFile(driver, []byte(luaDriver), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(bin, driver, script)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &luaFilter{source: source, dir: dir, cmd: cmd, in: bufio.NewWriterSize(stdin, 64<<10), stdin: stdin,
+		out: bufio.NewReader(stdout)}, nil
+}
+
+// run is the headers the filter sets for a request with this body.
+func (l *luaFilter) run(body []byte) ([][2]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.broken.Load() {
+		return nil, errors.New("the Lua filter's process failed")
+	}
+	fmt.Fprintf(l.in, "%d\n", len(body))
+	l.in.Write(body)
+	if err := l.in.Flush(); err != nil {
+		l.broken.Store(true)
+		return nil, fmt.Errorf("lua: %w", err)
+	}
+	line, err := l.out.ReadString('\n')
+	if err != nil {
+		l.broken.Store(true)
+		return nil, fmt.Errorf("lua: %w", err)
+	}
+	var out [][2]string
+	for _, kv := range strings.Split(strings.TrimSuffix(line, "\n"), "\t") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out = append(out, [2]string{k, v})
+		}
+	}
+	return out, nil
+}
+
+func (l *luaFilter) close() {
+	l.stdin.Close()
+	l.cmd.Wait()
+	os.RemoveAll(l.dir)
+}

@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvxds/kvxds/test/sim"
+	"github.com/kvxds/kvxds/test/workload"
+	"github.com/kvxds/kvxds/xds/envoylb"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+func requireLuaJIT(t *testing.T) {
+	t.Helper()
+	if _, err := LuaJIT(); err != nil {
+		if os.Getenv("KVXDS_REQUIRE_LUAJIT") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+}
+
+// TestEnvoyDataPlane: an Envoy node fed by a real kvxds over ADS keys a
+// request on its body through the generated Lua filter (the header equals
+// the Go function's), sends one prefix to one replica while nothing is in
+// flight, spills it under bounded load when its replica holds more than
+// its share, and streams a reply over HTTP.
+func TestEnvoyDataPlane(t *testing.T) {
+	requireLuaJIT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reps, err := sim.StartFleet(4, simConfig(400, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, r := range reps {
+			r.Close()
+		}
+	}()
+	addrs := make([]string, len(reps))
+	for i, r := range reps {
+		addrs[i] = r.Addr()
+	}
+	const prefix = 64
+	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, PromptPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, "envoy-test", KVXDS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.stop()
+	envoys, err := k.connectEnvoys(ctx, Config{Clients: 1}, "envoy-test", KVXDS, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := envoys[0]
+
+	head := strings.Repeat("word ", 20) // 100 bytes: past the prefix
+	reqs := []*Request{
+		{Request: workload.Request{Seq: 0, Prompt: head + "one tail", MaxTokens: 3}},
+		{Request: workload.Request{Seq: 1, Prompt: head + "another tail entirely", MaxTokens: 4}},
+	}
+	var owner string
+	for _, r := range reqs {
+		body := completionsBody(r)
+		set, err := luaOf(t, e).run(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok := bodykey.PromptPrefix(body, prefix)
+		if !ok || len(set) != 1 || set[0] != [2]string{bodykey.Header(0), want} {
+			t.Fatalf("Lua set %v, want %s = %s", set, bodykey.Header(0), want)
+		}
+		addr, release, err := e.route(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		if owner == "" {
+			owner = addr
+		} else if addr != owner {
+			t.Errorf("one prompt prefix went to %s and %s", owner, addr)
+		}
+	}
+
+	// Bounded load (150, the default with prompt_prefix): with requests
+	// of one key held in flight, the key's replica takes its slots and
+	// the rest spill.
+	used := map[string]int{}
+	var releases []func()
+	for range 12 {
+		addr, release, err := e.route(nil, completionsBody(reqs[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		used[addr]++
+		releases = append(releases, release)
+	}
+	for _, r := range releases {
+		r()
+	}
+	if len(used) < 2 || used[owner] > 6 {
+		t.Errorf("12 requests of one key in flight landed %v; want the owner %s at no more than 6 and the rest spilled", used, owner)
+	}
+
+	res := e.send(ctx, reqs[1], time.Now(), false)
+	if res.Err != nil || res.Tokens != 4 || res.Replica == "" || res.PromptTokens != 23 || res.First < 0 {
+		t.Errorf("streamed %+v", res)
+	}
+}
+
+// luaOf is e's Lua filter, started from the received listener by a
+// first request.
+func luaOf(t *testing.T, e *envoyClient) *luaFilter {
+	t.Helper()
+	if _, release, err := e.route(nil, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	} else {
+		release()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lua == nil {
+		t.Fatal("the pool's listener has no Lua filter")
+	}
+	return e.lua
+}
+
+func TestWeightedRR(t *testing.T) {
+	ec := &envoyCluster{healthy: []int{0, 1, 3}}
+	ec.hosts = make([]envoylb.Host, 4)
+	ec.hosts[0].Weight, ec.hosts[1].Weight, ec.hosts[2].Weight, ec.hosts[3].Weight = 1, 2, 5, 1
+	var got []int
+	for n := range uint64(8) {
+		got = append(got, ec.weightedRR(n))
+	}
+	if want := []int{0, 1, 3, 1, 0, 1, 3, 1}; !slices.Equal(got, want) {
+		t.Errorf("picks %v, want %v", got, want)
+	}
+}
+
+// TestEndToEndEnvoy replays a few seconds of Zipf tenants on the Envoy
+// data plane: affinity beats round robin on the engines' counters, no
+// request fails, and bounded load runs and spreads the hot tenant.
+func TestEndToEndEnvoy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end benchmark run; skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{
+		Workloads:  []string{"zipf-tenants"},
+		DataPlanes: []DataPlane{Envoy},
+		Replicas:   4,
+		Load:       0.5,
+		Duration:   30 * time.Second,
+		TimeScale:  5,
+		Modes:      []Mode{RoundRobin, KVXDS, KVXDSBounded},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr := rep.Workloads[0]
+	if wr.DataPlane != Envoy || wr.label() != "zipf-tenants-envoy" {
+		t.Errorf("report of %q on %q", wr.Name, wr.DataPlane)
+	}
+	rr, _ := wr.Mode(RoundRobin)
+	kv, _ := wr.Mode(KVXDS)
+	kb, ok := wr.Mode(KVXDSBounded)
+	if !ok {
+		t.Fatal("kvxds+bounded did not run")
+	}
+	t.Logf("hit rate %.3f / %.3f / %.3f, balance %.2f / %.2f / %.2f, sessions moved %d / %d / %d",
+		rr.HitRate, kv.HitRate, kb.HitRate, rr.Balance, kv.Balance, kb.Balance, rr.SessionsMoved, kv.SessionsMoved, kb.SessionsMoved)
+	for _, m := range []ModeResult{rr, kv, kb} {
+		if m.Failed != 0 {
+			t.Errorf("%s: %d requests failed", m.Mode, m.Failed)
+		}
+	}
+	if !(kv.HitRate > rr.HitRate) {
+		t.Errorf("kvxds hit rate %.3f does not exceed round robin's %.3f", kv.HitRate, rr.HitRate)
+	}
+	if kv.SessionsMoved != 0 {
+		t.Errorf("pure affinity moved %d sessions", kv.SessionsMoved)
+	}
+	if kb.SessionsMoved == 0 {
+		t.Error("bounded load spilled no session under a hot tenant")
+	}
+}
