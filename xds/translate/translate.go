@@ -96,8 +96,8 @@ var Kinds = []Kind{Envoy, GRPC, GRPCJS, GRPCNoHash}
 // localities and gRPC clients get one, see buildEndpoints.)
 var sharesEndpoints = map[Kind]Kind{GRPCNoHash: GRPC}
 
-func (f Kind) String() string {
-	switch f {
+func (k Kind) String() string {
+	switch k {
 	case Envoy:
 		return "envoy"
 	case GRPC:
@@ -107,13 +107,13 @@ func (f Kind) String() string {
 	case GRPCNoHash:
 		return "grpc-nohash"
 	}
-	return fmt.Sprintf("flavor(%d)", int(f))
+	return fmt.Sprintf("kind(%d)", int(k))
 }
 
 // proxyless reports whether f is a gRPC client.
-func (f Kind) proxyless() bool { return f == GRPC || f == GRPCJS || f == GRPCNoHash }
+func (k Kind) proxyless() bool { return k == GRPC || k == GRPCJS || k == GRPCNoHash }
 
-func (f Kind) valid() bool { return f == Envoy || f.proxyless() }
+func (k Kind) valid() bool { return k == Envoy || k.proxyless() }
 
 // Resources is everything one kind of client needs. Each slice is
 // sorted by resource name. Resources must not be modified once built.
