@@ -43,6 +43,11 @@ const (
 	// (hash_balance_factor) and proxyless gRPC ignores, so it runs only
 	// on the Envoy data plane, and only when asked for (OptionalModes).
 	KVXDSBounded Mode = "kvxds+bounded"
+	// Index is the approximate-index router (IndexRouter, after SGLang's
+	// cache_aware policy) in front of the replicas: a per-request router
+	// process with its own state, dialling each replica directly on
+	// either data plane. It runs only when asked for (OptionalModes).
+	Index Mode = "index"
 	// UpperBound is computed offline: the same prompts in arrival order
 	// through one prefix cache as large as the whole fleet's.
 	UpperBound Mode = "upper-bound"
@@ -54,7 +59,7 @@ func AllModes() []Mode {
 }
 
 // OptionalModes are the modes that run only when named.
-func OptionalModes() []Mode { return []Mode{KVXDSGroups, KVXDSBounded} }
+func OptionalModes() []Mode { return []Mode{KVXDSGroups, KVXDSBounded, Index} }
 
 // Live reports whether the mode runs traffic (every mode but UpperBound).
 func (m Mode) Live() bool { return m != UpperBound }

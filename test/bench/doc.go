@@ -9,7 +9,12 @@
 // (baselines through kvxds, load_balancing in the policy), kvxds (ring hash
 // on x-session-id) and kvxds+weights (the same plus the metrics, escape and
 // weights blocks, scraping the simulators), and upper-bound, computed
-// offline.
+// offline. index, run only when named, is the stateful router users pick
+// instead of a hash: IndexRouter, SGLang's cache_aware policy (an
+// approximate radix tree of the prompt text each replica served, longest
+// match above cache_threshold, else the smallest tree, and least-loaded
+// under imbalance), picking each request's replica in the load generator
+// and dialling it directly.
 //
 // # Workloads
 //

@@ -159,7 +159,8 @@ func Policy(o PolicyOptions) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %q {\n  port = 10000\n", PoolName)
 	switch o.Mode {
-	case RoundRobin:
+	case RoundRobin, Index:
+		// Index routes around kvxds: the pool only feeds the samplers.
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	case LeastRequest:
 		b.WriteString("  load_balancing = \"least_request\"\n")

@@ -75,7 +75,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	addrs := make([]string, len(reps))
 	for i, r := range reps {
 		addrs[i] = r.Addr()
-		if dp == GRPCGo {
+		if dp == GRPCGo || mode == Index {
 			// gRPC's own server transport: the main port's HTTP/2
 			// handler costs a write and a goroutine hand-off per
 			// streamed token, which crowded the simulator's CPU and
@@ -101,7 +101,12 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
 	g := &dispatcher{cfg: c, plan: w, mode: mode, reps: reps, http: k.http, ctrl: k.ctrl, run: run}
-	if dp == Envoy {
+	if mode == Index {
+		if g.clients, err = k.dialDirect(ctx, addrs); err != nil {
+			return nil, err
+		}
+		g.index = NewIndexRouter(len(reps), DefaultIndexConfig())
+	} else if dp == Envoy {
 		if g.envoys, err = k.connectEnvoys(ctx, c, w.Name, mode, addrs); err != nil {
 			return nil, err
 		}
@@ -179,6 +184,24 @@ func (k *kvxdsRun) connect(ctx context.Context, c Config, name string, mode Mode
 	for i, cl := range clients {
 		if err := warmConnections(ctx, cl, n, k.groupKey); err != nil {
 			return nil, fmt.Errorf("client %d: %w", i, err)
+		}
+	}
+	return clients, nil
+}
+
+// dialDirect dials every replica's gRPC port without xDS: the index
+// router picks the replica itself, so it gets one client per replica.
+func (k *kvxdsRun) dialDirect(ctx context.Context, addrs []string) ([]testgrpc.TestServiceClient, error) {
+	clients := make([]testgrpc.TestServiceClient, len(addrs))
+	for i, addr := range addrs {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		k.conns = append(k.conns, cc)
+		clients[i] = testgrpc.NewTestServiceClient(cc)
+		if err := warmConnections(ctx, clients[i], 1, ""); err != nil {
+			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
 	}
 	return clients, nil
@@ -301,10 +324,13 @@ type dispatcher struct {
 	// sessionHeader says whether they send x-session-id.
 	envoys        []*envoyClient
 	sessionHeader bool
-	reps          []*sim.Replica
-	http          *http.Client
-	ctrl          *controller.Controller
-	run           *liveRun
+	// index, if set, picks each request's replica; clients are then one
+	// per replica.
+	index *IndexRouter
+	reps  []*sim.Replica
+	http  *http.Client
+	ctrl  *controller.Controller
+	run   *liveRun
 	// onStart, if set, is called with the dispatch's time zero before the
 	// first request (the rolling workload starts its rollout from it).
 	onStart func(start time.Time)
@@ -414,7 +440,11 @@ dispatch:
 					return
 				}
 			}
-			if g.envoys != nil {
+			if g.index != nil {
+				at := g.index.Pick(r.Prompt)
+				res[i] = g.send(ctx, g.clients[at], r, start)
+				g.index.Done(at)
+			} else if g.envoys != nil {
 				res[i] = g.envoys[clientIndex(r, len(g.envoys))].send(ctx, r, start, g.sessionHeader)
 			} else {
 				res[i] = g.send(ctx, g.clientFor(r), r, start)
