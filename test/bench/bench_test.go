@@ -191,6 +191,34 @@ func TestEchoReplies(t *testing.T) {
 	}
 }
 
+// Every workload replays with echoed replies; a branch re-sends the
+// engine's replies of the history it shares (a regenerated reply, its
+// dependency's prompt as sent).
+func TestEchoRepliesEveryWorkload(t *testing.T) {
+	for _, name := range workload.Names() {
+		g, _ := workload.ByName(name)
+		raw := g.Generate(3, 5, 60*time.Second)
+		reqs, err := PrepareRequests(raw, true)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i, r := range reqs {
+			if r.DependsOn < 0 {
+				continue
+			}
+			found := false
+			for d := r.DependsOn; d >= 0 && !found; d = reqs[d].DependsOn {
+				dep := reqs[d]
+				found = r.Prompt == dep.Prompt ||
+					strings.HasPrefix(r.Prompt, dep.Prompt+sim.OutputText(sim.Tokenize(dep.Prompt), dep.MaxTokens))
+			}
+			if !found {
+				t.Fatalf("%s: request %d re-sends no earlier reply of its dependency chain", name, i)
+			}
+		}
+	}
+}
+
 func TestPolicies(t *testing.T) {
 	for _, m := range append(AllModes(), OptionalModes()...) {
 		if !m.Live() {

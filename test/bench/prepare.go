@@ -22,8 +22,9 @@ type Request struct {
 
 // PrepareRequests turns a workload stream into requests ready to send.
 //
-// With echo set, a dependent request whose prompt is its dependency's
-// prompt, a space, the dependency's MaxTokens reply words and the rest
+// With echo set, a dependent request whose prompt is its dependency's (or,
+// for a branch that edits a message, an earlier request's of the
+// dependency chain) prompt, a space, its MaxTokens reply words and the rest
 // (chat turns and agent steps are built that way) gets those reply words
 // replaced by the text the simulated engine generates for the dependency's
 // (already rewritten) prompt, sim.OutputText: the next turn then re-sends
@@ -38,12 +39,20 @@ func PrepareRequests(reqs []workload.Request, echo bool) ([]Request, error) {
 	for i, r := range reqs {
 		orig[i] = r.Prompt
 		if echo && r.DependsOn >= 0 {
-			d := r.DependsOn
-			p, ok := echoReply(r.Prompt, orig[d], out[d].Prompt, reqs[d].MaxTokens)
-			if !ok {
-				return nil, fmt.Errorf("request %d does not extend request %d's prompt and reply; cannot echo replies", r.Seq, d)
+			// A regenerated reply re-sends its dependency's prompt as it
+			// was sent; a branch that edits a message extends an earlier
+			// request of its dependency chain: echo the nearest one it does.
+			echoed := false
+			for d := r.DependsOn; d >= 0 && !echoed; d = reqs[d].DependsOn {
+				if r.Prompt == orig[d] {
+					r.Prompt, echoed = out[d].Prompt, true
+				} else if p, ok := echoReply(r.Prompt, orig[d], out[d].Prompt, reqs[d].MaxTokens); ok {
+					r.Prompt, echoed = p, true
+				}
 			}
-			r.Prompt = p
+			if !echoed {
+				return nil, fmt.Errorf("request %d extends no request of its dependency chain with its reply; cannot echo replies", r.Seq)
+			}
 		}
 		body, err := json.Marshal(sim.GenerateRequest{Prompt: r.Prompt, MaxTokens: r.MaxTokens})
 		if err != nil {
