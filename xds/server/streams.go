@@ -51,7 +51,11 @@ type streamState struct {
 	lastSent map[string]string // type URL → version last sent
 	// clusterAfterEndpoints: a Cluster response went out after the last
 	// assignment response, so a warming Envoy cluster may wait for one.
-	clusterAfterEndpoints bool
+	// clusterAcked: that Cluster response was acknowledged. Envoy asks
+	// for the new cluster's assignment after it ACKs the Cluster; an
+	// assignment request before that is the ACK of the assignment itself,
+	// which crossed the Cluster response on the wire.
+	clusterAfterEndpoints, clusterAcked bool
 
 	// For the status.
 	peer     string
@@ -151,7 +155,11 @@ func (t *streamTracker) OnStreamRequest(id int64, req *discovery.DiscoveryReques
 		// An ACK, or a reconnecting client naming what it runs.
 		st.acked[req.GetTypeUrl()] = req.GetVersionInfo()
 	}
-	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.EndpointType && st.clusterAfterEndpoints &&
+	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.ClusterType &&
+		req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[resourcev3.ClusterType] {
+		st.clusterAcked = true
+	}
+	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.EndpointType && st.clusterAfterEndpoints && st.clusterAcked &&
 		req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[req.GetTypeUrl()] && Classify(node) == translate.Envoy {
 		// Envoy's request for the assignments of a cluster it replaced
 		// after receiving them: claim none, so the cache sends them again.
@@ -181,6 +189,7 @@ func (t *streamTracker) OnStreamResponse(_ context.Context, id int64, _ *discove
 		switch resp.GetTypeUrl() {
 		case resourcev3.ClusterType:
 			st.clusterAfterEndpoints = st.lastSent[resourcev3.EndpointType] != ""
+			st.clusterAcked = false
 		case resourcev3.EndpointType:
 			st.clusterAfterEndpoints = false
 		}
