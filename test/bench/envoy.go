@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -210,7 +211,7 @@ func (e *envoyClient) recv(ctx context.Context, stream discovery.AggregatedDisco
 		case resourcev3.ClusterType:
 			e.res.clusters = decodeResources[*clusterv3.Cluster](resp, &derr)
 			for _, c := range e.res.clusters {
-				sub = append(sub, cmpOr(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
+				sub = append(sub, cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
 			}
 		case resourcev3.ListenerType:
 			e.res.listeners = decodeResources[*listenerv3.Listener](resp, &derr)
@@ -254,13 +255,6 @@ func (e *envoyClient) recv(ctx context.Context, stream discovery.AggregatedDisco
 			return
 		}
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func decodeResources[T proto.Message](resp *discovery.DiscoveryResponse, errp *error) []T {
@@ -326,7 +320,7 @@ func buildEnvoyState(r envoyResources) (*envoyState, error) {
 		byName[cla.GetClusterName()] = cla
 	}
 	for _, c := range r.clusters {
-		cla := byName[cmpOr(c.GetEdsClusterConfig().GetServiceName(), c.GetName())]
+		cla := byName[cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName())]
 		if cla == nil {
 			return nil, fmt.Errorf("cluster %s has no assignment yet", c.GetName())
 		}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/csv"
 	"fmt"
 	"io"
@@ -221,7 +222,7 @@ func (r *Report) CSV(w io.Writer) error {
 				f(m.TTFTOverhead), f(m.ReqPerSec), f(m.TokPerSec), f(mean), f(busiest), strconv.Itoa(peak),
 				f(m.Balance), f(m.KVMean), strconv.Itoa(m.SessionsMoved), strconv.Itoa(m.MultiSessions),
 				f(m.Preemptions), strconv.Itoa(m.Escapes), strconv.Itoa(m.WeightMoves),
-				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " "), cmpOr(string(wr.DataPlane), string(GRPCGo))}
+				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " "), cmp.Or(string(wr.DataPlane), string(GRPCGo))}
 			if err := cw.Write(row); err != nil {
 				return err
 			}

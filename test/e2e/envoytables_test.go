@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -79,7 +80,7 @@ func newADSEnvoy(t *testing.T, xdsAddr string) *adsEnvoy {
 			case resourcev3.ClusterType:
 				a.clusters = decodeAll[*clusterv3.Cluster](resp, &a.err)
 				for _, c := range a.clusters {
-					sub = append(sub, cmpOr(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
+					sub = append(sub, cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
 				}
 			case resourcev3.ListenerType:
 				a.listeners = decodeAll[*listenerv3.Listener](resp, &a.err)
@@ -112,13 +113,6 @@ func newADSEnvoy(t *testing.T, xdsAddr string) *adsEnvoy {
 		}
 	}()
 	return a
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func decodeAll[T proto.Message](resp *discovery.DiscoveryResponse, errp *error) []T {
