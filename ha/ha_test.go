@@ -98,8 +98,10 @@ func TestFollowerLongPolls(t *testing.T) {
 	}
 
 	// Unreachable: reported, and the follower carries on once it is back.
-	srv.CloseClientConnections()
+	// The listener first: the client retries a GET whose reused
+	// connection closed under it, and that retry must not find the server.
 	srv.Listener.Close()
+	srv.CloseClientConnections()
 	waitFor(t, "a failed attempt", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
