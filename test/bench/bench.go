@@ -35,9 +35,9 @@ type workloadPlan struct {
 	// HotSession is the session key with the most requests (ties: the
 	// smallest), KVXDSGroups' group.
 	HotSession string
-	// PromptPrefix, if positive, makes the Envoy data plane key on the
-	// body's prompt_prefix of this many bytes (the trace replay).
-	PromptPrefix int
+	// BodyKey, if set (HCL not empty), keys the kvxds modes on the
+	// request body (withBodyKey) instead of x-session-id.
+	BodyKey BodyKey
 	// MeanPrompt and MeanOutput are the means of this stream; Sessions
 	// counts its distinct non-empty Session keys.
 	MeanPrompt, MeanOutput float64
@@ -244,6 +244,20 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 		if m == KVXDSBounded && c.DataPlane != Envoy {
 			continue // gRPC clients have no bounded load: it is kvxds
 		}
+		q := p
+		switch m {
+		case KVXDSPrefix:
+			q = withBodyKey(p, PrefixKey(c.PromptPrefix))
+		case KVXDSConversation:
+			q = withBodyKey(p, ConversationKey())
+		case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded:
+			if p.Sessions == 0 {
+				if c.Progress != nil {
+					fmt.Fprintf(c.Progress, "%s: no request carries a session id; %s skipped\n", name, m)
+				}
+				continue
+			}
+		}
 		if !m.Live() {
 			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize))
 			continue
@@ -269,11 +283,18 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 				"back below %d after %v; KV occupancy ≥ %g; any preemption",
 				p.Escape.MaxQueueDepth, p.Escape.QueueFactor, ref, how, p.Escape.ResumeQueueDepth, p.Escape.Hold, p.Escape.MaxKVOccupancy)
 		}
-		run, err := runLive(ctx, c, p, m, c.DataPlane)
+		run, err := runLive(ctx, c, q, m, c.DataPlane)
 		if err != nil {
 			return nil, fmt.Errorf("%s, %s, %s: %w", name, c.DataPlane, m, err)
 		}
-		wr.Modes = append(wr.Modes, summarize(m, p, run, c.Replicas))
+		res := summarize(m, q, run, c.Replicas)
+		if m == KVXDSPrefix {
+			res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d", c.PromptPrefix))
+		}
+		wr.Modes = append(wr.Modes, res)
+		if q.BodyKey.HCL != "" && c.Progress != nil {
+			fmt.Fprintf(c.Progress, "%s: %d distinct %s keys\n", name, q.Sessions, q.BodyKey.Label)
+		}
 	}
 	wr.Targets = Targets(wr)
 	return wr, nil
@@ -342,6 +363,23 @@ func Targets(w *WorkloadReport) []Target {
 	kg, okKG := w.Mode(KVXDSGroups)
 	kb, okKB := w.Mode(KVXDSBounded)
 	ub, okUB := w.Mode(UpperBound)
+	kc, okKC := w.Mode(KVXDSConversation)
+	ix, okIX := w.Mode(Index)
+	// The conversation key against what a client with a session id gets
+	// (chat), and against the approximate-index router (the workloads of
+	// clients that send none): hit rate within 5%, TTFT no worse.
+	versus := func(name string, o ModeResult) {
+		r := kc.HitRate / o.HitRate
+		add("kvxds+conversation hit rate ≥ 0.95 × "+name, fmt.Sprintf("%.3f / %.3f = %.2f×", kc.HitRate, o.HitRate, r), r >= 0.95)
+		t := kc.ClientTTFT.P95 / o.ClientTTFT.P95
+		add("kvxds+conversation client TTFT p95 ≤ "+name+"'s", fmt.Sprintf("%s / %s = %.2f×", secs(kc.ClientTTFT.P95), secs(o.ClientTTFT.P95), t), t <= 1)
+	}
+	if okKC && okKV && w.Name == "chat" {
+		versus("kvxds (x-session-id)", kv)
+	}
+	if okKC && okIX && (w.Name == "chat-stateless" || w.Name == "branching") {
+		versus("index", ix)
+	}
 	switch w.Name {
 	case RollingName:
 		if w.Rolling != nil {

@@ -43,6 +43,17 @@ const (
 	// (hash_balance_factor) and proxyless gRPC ignores, so it runs only
 	// on the Envoy data plane, and only when asked for (OptionalModes).
 	KVXDSBounded Mode = "kvxds+bounded"
+	// KVXDSPrefix is KVXDS keyed on the request body's prompt_prefix of
+	// Config.PromptPrefix bytes (of a trace replay: of each of
+	// Config.PrefixBlocks) instead of x-session-id: a fixed-length key,
+	// for clients that send no session id. It runs only when asked for
+	// (OptionalModes).
+	KVXDSPrefix Mode = "kvxds+prefix"
+	// KVXDSConversation is KVXDS keyed on the request body's conversation
+	// key (key { conversation = true }): its leading messages, which every
+	// turn and branch of a conversation re-sends. It runs only when asked
+	// for (OptionalModes).
+	KVXDSConversation Mode = "kvxds+conversation"
 	// Index is the approximate-index router (IndexRouter, after SGLang's
 	// cache_aware policy) in front of the replicas: a per-request router
 	// process with its own state, dialling each replica directly on
@@ -59,7 +70,9 @@ func AllModes() []Mode {
 }
 
 // OptionalModes are the modes that run only when named.
-func OptionalModes() []Mode { return []Mode{KVXDSGroups, KVXDSBounded, Index} }
+func OptionalModes() []Mode {
+	return []Mode{KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, Index}
+}
 
 // Live reports whether the mode runs traffic (every mode but UpperBound).
 func (m Mode) Live() bool { return m != UpperBound }
@@ -196,6 +209,10 @@ type Config struct {
 	// Default 1 and 4.
 	Trace        string
 	PrefixBlocks []int
+	// PromptPrefix is KVXDSPrefix's key length in bytes of the chat
+	// body's messages. Default 512: the leading bytes of a short first
+	// message, a long one's first ≈90 words.
+	PromptPrefix int
 	// Rolling configures the rolling workload; zero fields take defaults.
 	// Duration and WarmupFraction do not apply to it.
 	Rolling Rolling
@@ -233,6 +250,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.DataPlane == "" {
 		c.DataPlane = c.DataPlanes[0]
+	}
+	if c.PromptPrefix == 0 {
+		c.PromptPrefix = 512
 	}
 	if c.BalanceFactor == 0 {
 		c.BalanceFactor = 150

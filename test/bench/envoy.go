@@ -532,15 +532,22 @@ func completionsBody(r *Request) []byte {
 	return b
 }
 
-// sendEnvoy sends one request through Envoy e and streams its reply.
-func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, sessionHeader bool) reqResult {
+// send sends one request through Envoy e and streams its reply. With
+// bodyKeyed, Envoy's filter keys on the chat body a client without a
+// session id sends (KeyBody) and no x-session-id goes out; the engine is
+// sent the completions body either way, so that it sees the same tokens
+// in every mode.
+func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bodyKeyed bool) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
 	body := completionsBody(r)
 	var hdrs [][2]string
-	if sessionHeader && r.Session != "" {
+	routed := body
+	if bodyKeyed {
+		routed = KeyBody(r)
+	} else if r.Session != "" {
 		hdrs = append(hdrs, [2]string{SessionHeader, r.Session})
 	}
-	addr, release, err := e.route(hdrs, body)
+	addr, release, err := e.route(hdrs, routed)
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
 		return res

@@ -47,7 +47,7 @@ func TestEnvoyDataPlane(t *testing.T) {
 		addrs[i] = r.Addr()
 	}
 	const prefix = 64
-	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, PromptPrefix: prefix})
+	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(prefix).HCL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,10 +133,11 @@ type PolicyOptions struct {
 	GroupShared bool
 	// BalanceFactor is KVXDSBounded's balance_factor.
 	BalanceFactor int
-	// PromptPrefix, if positive, keys the hash modes on the request
-	// body's prompt_prefix of this many bytes instead of x-session-id
-	// (Envoy only; balance_factor then defaults to 150).
-	PromptPrefix int
+	// BodyKey, if set, is the key block's body that keys the hash modes
+	// on the request body instead of x-session-id ("prompt_prefix = 512",
+	// "conversation = true"; Envoy only, and balance_factor then defaults
+	// to 150).
+	BodyKey string
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -164,10 +165,10 @@ func Policy(o PolicyOptions) (string, error) {
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	case LeastRequest:
 		b.WriteString("  load_balancing = \"least_request\"\n")
-	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded:
+	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation:
 		key := fmt.Sprintf("header = %q", SessionHeader)
-		if o.PromptPrefix > 0 {
-			key = fmt.Sprintf("prompt_prefix = %d", o.PromptPrefix)
+		if o.BodyKey != "" {
+			key = o.BodyKey
 		}
 		fmt.Fprintf(&b, "  load_balancing = \"hash\"\n  hash {\n    algorithm     = \"ring_hash\"\n    min_ring_size = %d\n    key { %s }\n",
 			RingSize, key)

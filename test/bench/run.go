@@ -87,7 +87,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
 		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared,
-		BalanceFactor: c.BalanceFactor, PromptPrefix: w.PromptPrefix})
+		BalanceFactor: c.BalanceFactor, BodyKey: bodyKeyHCL(w, dp)})
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 		}
 		// A body-keyed pool reads its key from the body; the client
 		// sends no session header.
-		g.sessionHeader = w.PromptPrefix == 0
+		g.bodyKeyed = w.BodyKey.HCL != ""
 	} else if g.clients, err = k.connect(ctx, c, w.Name, mode, c.Replicas); err != nil {
 		return nil, err
 	}
@@ -120,6 +120,17 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 		return nil, err
 	}
 	return run, nil
+}
+
+// bodyKeyHCL is the key block a live run's policy carries for plan w on
+// data plane dp: w's body key for Envoy, which runs the served filter on
+// the body; "" (x-session-id) for grpc-go, whose clients send the key
+// computed ahead.
+func bodyKeyHCL(w *workloadPlan, dp DataPlane) string {
+	if dp == Envoy {
+		return w.BodyKey.HCL
+	}
+	return ""
 }
 
 // kvxdsRun is an in-process kvxds serving one generated policy, and the
@@ -320,10 +331,11 @@ type dispatcher struct {
 	plan    *workloadPlan
 	mode    Mode
 	clients []testgrpc.TestServiceClient
-	// envoys, if set, carry the requests instead of clients;
-	// sessionHeader says whether they send x-session-id.
-	envoys        []*envoyClient
-	sessionHeader bool
+	// envoys, if set, carry the requests instead of clients; bodyKeyed
+	// says whether their filter keys on the body (else they send
+	// x-session-id).
+	envoys    []*envoyClient
+	bodyKeyed bool
 	// index, if set, picks each request's replica; clients are then one
 	// per replica.
 	index *IndexRouter
@@ -445,7 +457,7 @@ dispatch:
 				res[i] = g.send(ctx, g.clients[at], r, start)
 				g.index.Done(at)
 			} else if g.envoys != nil {
-				res[i] = g.envoys[clientIndex(r, len(g.envoys))].send(ctx, r, start, g.sessionHeader)
+				res[i] = g.envoys[clientIndex(r, len(g.envoys))].send(ctx, r, start, g.bodyKeyed)
 			} else {
 				res[i] = g.send(ctx, g.clientFor(r), r, start)
 			}

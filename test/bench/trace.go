@@ -2,30 +2,15 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 
 	"github.com/kvxds/kvxds/test/workload"
-	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
 // TraceName is the workload name of a trace replay (Config.Trace).
 const TraceName = "trace"
-
-// chatBody is the OpenAI-style chat completion body a trace request would
-// carry; its prompt_prefix key is what Envoy's generated filter computes.
-type chatBody struct {
-	Model     string        `json:"model"`
-	Messages  []chatMessage `json:"messages"`
-	MaxTokens int           `json:"max_tokens"`
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
 
 // messagesHead is what a chat body's messages value starts with, before
 // the prompt text.
@@ -37,28 +22,6 @@ const messagesHead = `[{"role":"user","content":"`
 // the space after the last.
 func PrefixBytes(blocks int) int {
 	return len(messagesHead) + blocks*workload.TraceBlockTokens*5 - 1
-}
-
-// CompletionsPrefixBytes is the prompt_prefix that covers the first
-// blocks trace blocks of a completions body's prompt string: its opening
-// quote, then the blocks' words.
-func CompletionsPrefixBytes(blocks int) int {
-	return 1 + blocks*workload.TraceBlockTokens*5 - 1
-}
-
-// PromptPrefixKey is the key Envoy's prompt_prefix filter computes for a
-// chat request carrying prompt: the client builds the body and hashes it
-// with the same function.
-func PromptPrefixKey(prompt string, maxTokens, prefix int) (string, error) {
-	body, err := json.Marshal(chatBody{Model: "bench", Messages: []chatMessage{{Role: "user", Content: prompt}}, MaxTokens: maxTokens})
-	if err != nil {
-		return "", err
-	}
-	key, ok := bodykey.PromptPrefix(body, prefix)
-	if !ok {
-		return "", fmt.Errorf("no prompt_prefix key in %.80s", body)
-	}
-	return key, nil
 }
 
 // planTrace reads c.Trace (JSONL, plain or gzip-compressed) and scales its
@@ -121,27 +84,10 @@ func planTrace(c Config) (*workloadPlan, error) {
 	return p, nil
 }
 
-// withPrefixKeys returns a copy of p whose requests carry the
-// prompt_prefix key of prefix bytes as their session.
-func withPrefixKeys(p *workloadPlan, prefix int) (*workloadPlan, error) {
-	q := *p
-	q.Requests = make([]Request, len(p.Requests))
-	sessions := map[string]bool{}
-	for i, r := range p.Requests {
-		key, err := PromptPrefixKey(r.Prompt, r.MaxTokens, prefix)
-		if err != nil {
-			return nil, fmt.Errorf("request %d: %w", r.Seq, err)
-		}
-		r.Session = key
-		q.Requests[i] = r
-		sessions[key] = true
-	}
-	q.Sessions = len(sessions)
-	return &q, nil
-}
-
-// runTraceWorkload replays c.Trace: round robin without keys, kvxds with
-// the prompt_prefix key of each of c.PrefixBlocks, and the upper bound.
+// runTraceWorkload replays c.Trace: round robin (or least request)
+// without keys, kvxds with the prompt_prefix key of each of
+// c.PrefixBlocks and with the conversation key, the index router, and the
+// upper bound.
 func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 	p, err := planTrace(c)
 	if err != nil {
@@ -161,31 +107,31 @@ func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 		switch m {
 		case UpperBound:
 			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize))
-		case KVXDS:
+		case KVXDS, KVXDSPrefix:
 			for _, blocks := range c.PrefixBlocks {
-				q, err := withPrefixKeys(p, PrefixBytes(blocks))
-				if err != nil {
-					return nil, err
-				}
-				prefix := PrefixBytes(blocks)
-				if c.DataPlane == Envoy {
-					// Envoy's Lua filter keys the completions body it
-					// is sent, whose prompt string starts with a quote.
-					prefix = CompletionsPrefixBytes(blocks)
-					q.PromptPrefix = prefix
-				}
-				run, err := runLive(ctx, c, q, KVXDS, c.DataPlane)
+				q := withBodyKey(p, PrefixKey(PrefixBytes(blocks)))
+				run, err := runLive(ctx, c, q, KVXDSPrefix, c.DataPlane)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)
 				}
-				res := summarize(KVXDS, q, run, c.Replicas)
-				res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d (%d block%s)", prefix, blocks, plural(blocks)))
+				res := summarize(KVXDSPrefix, q, run, c.Replicas)
+				res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d (%d block%s)", PrefixBytes(blocks), blocks, plural(blocks)))
 				wr.Modes = append(wr.Modes, res)
 				if c.Progress != nil {
 					fmt.Fprintf(c.Progress, "%s: %d distinct prompt_prefix keys at %d block%s\n", TraceName, q.Sessions, blocks, plural(blocks))
 				}
 			}
-		case RoundRobin, LeastRequest:
+		case KVXDSConversation:
+			q := withBodyKey(p, ConversationKey())
+			run, err := runLive(ctx, c, q, m, c.DataPlane)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)
+			}
+			wr.Modes = append(wr.Modes, summarize(m, q, run, c.Replicas))
+			if c.Progress != nil {
+				fmt.Fprintf(c.Progress, "%s: %d distinct conversation keys\n", TraceName, q.Sessions)
+			}
+		case RoundRobin, LeastRequest, Index:
 			run, err := runLive(ctx, c, p, m, c.DataPlane)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)

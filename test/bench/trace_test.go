@@ -55,9 +55,9 @@ func TestPrefixKeysOnTrace(t *testing.T) {
 	} {
 		keys := map[string]bool{}
 		for _, r := range reqs {
-			k, err := PromptPrefixKey(r.Prompt, r.MaxTokens, PrefixBytes(tc.blocks))
-			if err != nil {
-				t.Fatal(err)
+			k, ok := PrefixKey(PrefixBytes(tc.blocks)).Of(&Request{Request: r})
+			if !ok {
+				t.Fatalf("no key for %.80s", r.Prompt)
 			}
 			keys[k] = true
 		}
@@ -89,10 +89,7 @@ func TestPlanTraceGzip(t *testing.T) {
 		{1, 1, 1},
 		{4, 2000, 3500},
 	} {
-		q, err := withPrefixKeys(p, PrefixBytes(tc.blocks))
-		if err != nil {
-			t.Fatal(err)
-		}
+		q := withBodyKey(p, PrefixKey(PrefixBytes(tc.blocks)))
 		if q.Sessions < tc.min || q.Sessions > tc.max {
 			t.Errorf("%d blocks: %d distinct keys over %d requests, want %d to %d", tc.blocks, q.Sessions, len(q.Requests), tc.min, tc.max)
 		}

@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/kvxds/kvxds/test/workload"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+// chatModel is the model name of every chat body the bench builds.
+const chatModel = "bench"
+
+// KeyBody is the OpenAI chat-completions body a client without a session
+// id sends for r (workload.ChatBody): its system prompt and first user
+// message as messages of their own, the rest of its prompt as one more.
+// A request without chat structure (a trace replay, a single-shot call)
+// is one user message.
+func KeyBody(r *Request) []byte {
+	w := r.Request
+	if w.Lead == 0 {
+		w.System, w.Lead = 0, len(w.Prompt)
+	}
+	return workload.ChatBody(chatModel, w)
+}
+
+// BodyKey is the key of a body-keyed kvxds mode: the policy's key block
+// and the Go function that computes what Envoy's generated filter does.
+type BodyKey struct {
+	// HCL is the key block's body: "prompt_prefix = 512",
+	// "conversation = true".
+	HCL string
+	// Label names the key in reports.
+	Label string
+	key   func(body []byte) (string, bool)
+}
+
+// PrefixKey is the prompt_prefix key of n bytes.
+func PrefixKey(n int) BodyKey {
+	return BodyKey{HCL: "prompt_prefix = " + strconv.Itoa(n), Label: fmt.Sprintf("prompt_prefix=%d", n),
+		key: func(b []byte) (string, bool) { return bodykey.PromptPrefix(b, n) }}
+}
+
+// ConversationKey is the conversation key: the leading messages.
+func ConversationKey() BodyKey {
+	return BodyKey{HCL: "conversation = true", Label: "conversation", key: bodykey.Conversation}
+}
+
+// Of returns the key of r's KeyBody, or false if the body has none.
+func (k BodyKey) Of(r *Request) (string, bool) { return k.key(KeyBody(r)) }
+
+// withBodyKey returns a copy of p keyed on k: each request carries the
+// key of its KeyBody as its session, which the grpc-go clients send as
+// x-session-id (gRPC has no body keys, so the client computes ahead what
+// Envoy's filter would), while the Envoy data plane runs the served
+// filter on the body itself. A request whose body has no key carries
+// none, as with Envoy, and hashes at random.
+func withBodyKey(p *workloadPlan, k BodyKey) *workloadPlan {
+	q := *p
+	q.BodyKey = k
+	q.Requests = make([]Request, len(p.Requests))
+	sessions := map[string]bool{}
+	for i, r := range p.Requests {
+		r.Session, _ = k.Of(&r)
+		q.Requests[i] = r
+		if r.Session != "" {
+			sessions[r.Session] = true
+		}
+	}
+	q.Sessions = len(sessions)
+	q.HotSession = hotSession(q.Requests)
+	return &q
+}
