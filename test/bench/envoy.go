@@ -24,16 +24,10 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/kvxds/kvxds/test/adsenvoy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/xds/envoylb"
 )
@@ -84,14 +78,11 @@ func LuaJIT() (string, error) {
 // cluster and host (what bounded load and least request read), and its
 // HTTP connections to the replicas.
 type envoyClient struct {
-	cc     *grpc.ClientConn
-	cancel context.CancelFunc
-	done   chan struct{}
-	hc     *http.Client
+	ads *adsenvoy.Subscriber
+	hc  *http.Client
 
 	mu    sync.Mutex
-	res   envoyResources
-	state *envoyState // built from res; nil until complete
+	state *envoyState // built from the newest resources; nil until complete
 	err   error
 	lua   *luaFilter
 	// active counts requests in flight by cluster and host address;
@@ -100,13 +91,6 @@ type envoyClient struct {
 	total  map[string]uint32
 	rr     map[string]uint64 // round-robin position per cluster
 	rng    *rand.Rand
-}
-
-type envoyResources struct {
-	listeners []*listenerv3.Listener
-	routes    []*routev3.RouteConfiguration
-	clusters  []*clusterv3.Cluster
-	clas      []*endpointv3.ClusterLoadAssignment
 }
 
 // envoyState is what one set of resources gives: the router, the route
@@ -129,33 +113,14 @@ type envoyCluster struct {
 // startEnvoy connects an Envoy node to kvxds's ADS server and waits
 // until its resources route a request.
 func startEnvoy(ctx context.Context, xdsAddr, node string) (*envoyClient, error) {
-	cc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(sctx)
-	if err != nil {
-		cancel()
-		cc.Close()
-		return nil, err
-	}
-	e := &envoyClient{cc: cc, cancel: cancel, done: make(chan struct{}),
-		hc:     &http.Client{Transport: envoyTransport()},
+	e := &envoyClient{hc: &http.Client{Transport: envoyTransport()},
 		active: map[string]map[string]uint32{}, total: map[string]uint32{}, rr: map[string]uint64{},
 		rng: rand.New(rand.NewPCG(uint64(len(node)), 1))}
-	n := &corev3.Node{Id: node, Cluster: "kvxds-bench", UserAgentName: "envoy"}
-	send := func(r *discovery.DiscoveryRequest) error {
-		r.Node = n
-		return stream.Send(r)
+	ads, err := adsenvoy.Subscribe(xdsAddr, &corev3.Node{Id: node, Cluster: "kvxds-bench", UserAgentName: "envoy"}, e.update)
+	if err != nil {
+		return nil, err
 	}
-	for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
-		if err := send(&discovery.DiscoveryRequest{TypeUrl: typ}); err != nil {
-			e.close()
-			return nil, err
-		}
-	}
-	go e.recv(sctx, stream, send)
+	e.ads = ads
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer wcancel()
 	for {
@@ -187,114 +152,34 @@ func envoyTransport() *http.Transport {
 	}
 }
 
-// recv keeps the latest resources of each type, subscribes to the routes
-// and assignments the listeners and clusters name, ACKs everything, and
-// rebuilds the state after each response (keeping the last complete one
-// while a cluster waits for its assignment).
-func (e *envoyClient) recv(ctx context.Context, stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, send func(*discovery.DiscoveryRequest) error) {
-	defer close(e.done)
-	names := map[string][]string{}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			if ctx.Err() == nil {
-				e.mu.Lock()
-				e.err = err
-				e.mu.Unlock()
-			}
-			return
-		}
-		var sub []string
-		var derr error
-		e.mu.Lock()
-		switch resp.GetTypeUrl() {
-		case resourcev3.ClusterType:
-			e.res.clusters = decodeResources[*clusterv3.Cluster](resp, &derr)
-			for _, c := range e.res.clusters {
-				sub = append(sub, cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
-			}
-		case resourcev3.ListenerType:
-			e.res.listeners = decodeResources[*listenerv3.Listener](resp, &derr)
-			for _, l := range e.res.listeners {
-				if hcm := listenerHCM(l); hcm != nil && hcm.GetRds() != nil {
-					sub = append(sub, hcm.GetRds().GetRouteConfigName())
-				}
-			}
-		case resourcev3.RouteType:
-			e.res.routes = decodeResources[*routev3.RouteConfiguration](resp, &derr)
-		case resourcev3.EndpointType:
-			e.res.clas = decodeResources[*endpointv3.ClusterLoadAssignment](resp, &derr)
-		}
-		if derr == nil {
-			if st, err := buildEnvoyState(e.res); err == nil {
-				e.state = st
-				e.err = nil
-			} else {
-				e.err = err
-			}
-		} else {
-			e.err = derr
-		}
-		e.mu.Unlock()
-		ack := &discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(),
-			ResponseNonce: resp.GetNonce(), ResourceNames: names[resp.GetTypeUrl()]}
-		if err := send(ack); err != nil {
-			return
-		}
-		next := map[string]string{resourcev3.ClusterType: resourcev3.EndpointType, resourcev3.ListenerType: resourcev3.RouteType}[resp.GetTypeUrl()]
-		if next == "" {
-			continue
-		}
-		slices.Sort(sub)
-		sub = slices.Compact(sub)
-		if slices.Equal(sub, names[next]) {
-			continue
-		}
-		names[next] = sub
-		if err := send(&discovery.DiscoveryRequest{TypeUrl: next, ResourceNames: sub}); err != nil {
-			return
-		}
+// update rebuilds the state after each response; the last complete one
+// stays while a cluster waits for its assignment, or a response or the
+// stream fails.
+func (e *envoyClient) update(r adsenvoy.Resources, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.err = err
+		return
 	}
-}
-
-func decodeResources[T proto.Message](resp *discovery.DiscoveryResponse, errp *error) []T {
-	var out []T
-	for _, r := range resp.GetResources() {
-		m, err := r.UnmarshalNew()
-		if err != nil {
-			*errp = err
-			return nil
-		}
-		out = append(out, m.(T))
+	st, err := buildEnvoyState(r)
+	if err != nil {
+		e.err = err
+		return
 	}
-	return out
-}
-
-func listenerHCM(l *listenerv3.Listener) *hcmv3.HttpConnectionManager {
-	for _, fc := range l.GetFilterChains() {
-		for _, f := range fc.GetFilters() {
-			m, err := f.GetTypedConfig().UnmarshalNew()
-			if err != nil {
-				continue
-			}
-			if hcm, ok := m.(*hcmv3.HttpConnectionManager); ok {
-				return hcm
-			}
-		}
-	}
-	return nil
+	e.state, e.err = st, nil
 }
 
 // buildEnvoyState builds the tables of a complete resource set: the pool's
 // listener (PoolName), its route configuration, and every cluster with its
 // assignment.
-func buildEnvoyState(r envoyResources) (*envoyState, error) {
+func buildEnvoyState(r adsenvoy.Resources) (*envoyState, error) {
 	st := &envoyState{clusters: map[string]*envoyCluster{}}
-	for _, l := range r.listeners {
+	for _, l := range r.Listeners {
 		if l.GetName() != PoolName {
 			continue
 		}
-		hcm := listenerHCM(l)
+		hcm := adsenvoy.HTTPConnectionManager(l)
 		if hcm == nil {
 			return nil, errors.New("the pool's listener has no HTTP connection manager")
 		}
@@ -312,14 +197,14 @@ func buildEnvoyState(r envoyResources) (*envoyState, error) {
 	if st.routeName == "" {
 		return nil, errors.New("no listener for the pool yet")
 	}
-	if !slices.ContainsFunc(r.routes, func(rc *routev3.RouteConfiguration) bool { return rc.GetName() == st.routeName }) {
+	if !slices.ContainsFunc(r.Routes, func(rc *routev3.RouteConfiguration) bool { return rc.GetName() == st.routeName }) {
 		return nil, fmt.Errorf("no route configuration %s yet", st.routeName)
 	}
 	byName := map[string]*endpointv3.ClusterLoadAssignment{}
-	for _, cla := range r.clas {
+	for _, cla := range r.Assignments {
 		byName[cla.GetClusterName()] = cla
 	}
-	for _, c := range r.clusters {
+	for _, c := range r.Clusters {
 		cla := byName[cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName())]
 		if cla == nil {
 			return nil, fmt.Errorf("cluster %s has no assignment yet", c.GetName())
@@ -343,7 +228,7 @@ func buildEnvoyState(r envoyResources) (*envoyState, error) {
 		}
 		st.clusters[c.GetName()] = ec
 	}
-	rt, err := envoylb.NewRouter(r.routes, r.clusters, r.clas)
+	rt, err := envoylb.NewRouter(r.Routes, r.Clusters, r.Assignments)
 	if err != nil {
 		return nil, err
 	}
@@ -379,9 +264,7 @@ func clusterKind(c *clusterv3.Cluster) string {
 
 // close ends the ADS stream, the Lua VM and the connections.
 func (e *envoyClient) close() {
-	e.cancel()
-	e.cc.Close()
-	<-e.done
+	e.ads.Close()
 	e.mu.Lock()
 	if e.lua != nil {
 		e.lua.close()

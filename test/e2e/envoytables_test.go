@@ -1,143 +1,42 @@
 package e2e
 
 import (
-	"cmp"
-	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/kvxds/kvxds/test/adsenvoy"
 	"github.com/kvxds/kvxds/xds/envoylb"
 )
 
-// adsEnvoy is an Envoy-like ADS client (state of the world): it
-// subscribes to every listener and cluster, then to the routes and
-// assignments they name, ACKs everything, and keeps the latest resources
-// of each type, from which Envoy's tables are built with xds/envoylb.
+// adsEnvoy is an Envoy node on kvxds's ADS server, from whose newest
+// resources Envoy's tables are built with xds/envoylb.
 type adsEnvoy struct {
-	mu        sync.Mutex
-	listeners []*listenerv3.Listener
-	routes    []*routev3.RouteConfiguration
-	clusters  []*clusterv3.Cluster
-	clas      []*endpointv3.ClusterLoadAssignment
-	err       error
+	*adsenvoy.Subscriber
 }
 
 func newADSEnvoy(t *testing.T, xdsAddr string) *adsEnvoy {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s, err := adsenvoy.Subscribe(xdsAddr, &core.Node{Id: "envoy-" + t.Name(), UserAgentName: "envoy"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &adsEnvoy{}
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); cc.Close(); <-done })
-	node := &core.Node{Id: "envoy-" + t.Name(), UserAgentName: "envoy"}
-	send := func(r *discovery.DiscoveryRequest) error {
-		r.Node = node
-		return stream.Send(r)
-	}
-	for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
-		if err := send(&discovery.DiscoveryRequest{TypeUrl: typ}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	go func() {
-		defer close(done)
-		names := map[string][]string{} // subscribed names of RDS and EDS
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				if ctx.Err() == nil {
-					a.mu.Lock()
-					a.err = err
-					a.mu.Unlock()
-				}
-				return
-			}
-			var sub []string // names the response makes us subscribe to
-			a.mu.Lock()
-			a.err = nil
-			switch resp.GetTypeUrl() {
-			case resourcev3.ClusterType:
-				a.clusters = decodeAll[*clusterv3.Cluster](resp, &a.err)
-				for _, c := range a.clusters {
-					sub = append(sub, cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
-				}
-			case resourcev3.ListenerType:
-				a.listeners = decodeAll[*listenerv3.Listener](resp, &a.err)
-				for _, l := range a.listeners {
-					sub = append(sub, l.GetName()) // kvxds names each route configuration after its pool's listener
-				}
-			case resourcev3.RouteType:
-				a.routes = decodeAll[*routev3.RouteConfiguration](resp, &a.err)
-			case resourcev3.EndpointType:
-				a.clas = decodeAll[*endpointv3.ClusterLoadAssignment](resp, &a.err)
-			}
-			a.mu.Unlock()
-			ack := &discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names[resp.GetTypeUrl()]}
-			if err := send(ack); err != nil {
-				return
-			}
-			next := map[string]string{resourcev3.ClusterType: resourcev3.EndpointType, resourcev3.ListenerType: resourcev3.RouteType}[resp.GetTypeUrl()]
-			if next == "" {
-				continue
-			}
-			slices.Sort(sub)
-			sub = slices.Compact(sub)
-			if slices.Equal(sub, names[next]) {
-				continue
-			}
-			names[next] = sub
-			if err := send(&discovery.DiscoveryRequest{TypeUrl: next, ResourceNames: sub}); err != nil {
-				return
-			}
-		}
-	}()
-	return a
-}
-
-func decodeAll[T proto.Message](resp *discovery.DiscoveryResponse, errp *error) []T {
-	var out []T
-	for _, r := range resp.GetResources() {
-		m, err := r.UnmarshalNew()
-		if err != nil {
-			*errp = err
-			return nil
-		}
-		out = append(out, m.(T))
-	}
-	return out
+	t.Cleanup(s.Close)
+	return &adsEnvoy{s}
 }
 
 // router builds Envoy's tables from what was last received, or nil if a
 // type is missing or the resources do not hold together (between a
 // cluster and its assignment, say).
 func (a *adsEnvoy) router() *envoylb.Router {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err != nil || len(a.routes) == 0 || len(a.clusters) == 0 || len(a.clas) == 0 {
+	res, err := a.Resources()
+	if err != nil || len(res.Routes) == 0 || len(res.Clusters) == 0 || len(res.Assignments) == 0 {
 		return nil
 	}
-	r, err := envoylb.NewRouter(a.routes, a.clusters, a.clas)
+	r, err := envoylb.NewRouter(res.Routes, res.Clusters, res.Assignments)
 	if err != nil {
 		return nil
 	}
@@ -146,13 +45,12 @@ func (a *adsEnvoy) router() *envoylb.Router {
 
 // describe says what was received, for failures.
 func (a *adsEnvoy) describe() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	res, _ := a.Resources()
 	var b strings.Builder
-	for _, c := range a.clusters {
+	for _, c := range res.Clusters {
 		fmt.Fprintf(&b, "cluster %s %v; ", c.GetName(), c.GetLoadBalancingPolicy())
 	}
-	for _, c := range a.clas {
+	for _, c := range res.Assignments {
 		n := 0
 		for _, l := range c.GetEndpoints() {
 			n += len(l.GetLbEndpoints())
