@@ -14,7 +14,12 @@
 // approximate radix tree of the prompt text each replica served, longest
 // match above cache_threshold, else the smallest tree, and least-loaded
 // under imbalance), picking each request's replica in the load generator
-// and dialling it directly.
+// and dialling it directly. kvxds+prefix and kvxds+conversation, run only
+// when named, key kvxds on the chat body a client without a session id
+// sends (KeyBody): its prompt_prefix of Config.PromptPrefix bytes, or its
+// conversation key (the leading messages). The grpc-go clients compute the
+// key as Envoy's filter would and send it as x-session-id; the Envoy data
+// plane runs the served filter on the body.
 //
 // # Workloads
 //
@@ -28,7 +33,8 @@
 // negative control, sends no session key at all (see below), so every
 // mode spreads it without affinity. chat-stateless, branching,
 // agent-stateless and retrieval model clients that send no session id
-// either: the modes here, which hash on x-session-id, spread them keyless.
+// either: kvxds and kvxds+weights, which hash on x-session-id, are skipped
+// for them; the body-keyed modes and index route them.
 //
 // # The load generator
 //
