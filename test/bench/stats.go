@@ -63,7 +63,8 @@ type ModeResult struct {
 
 	// SessionsMoved counts sessions whose successful requests landed on
 	// more than one replica, of MultiSessions sessions with at least two.
-	// Requests without a session (Session "") belong to none.
+	// A request without a session belongs to its conversation (a client
+	// that sends no session id), else to none.
 	SessionsMoved, MultiSessions int
 	// Preemptions is the increase of vllm:num_preemptions_total.
 	Preemptions float64
@@ -148,7 +149,7 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 			m.Failed++
 			continue
 		}
-		if s := w.Requests[i].Session; s != "" {
+		if s := sessionOf(&w.Requests[i]); s != "" {
 			if sessions[s] == nil {
 				sessions[s] = map[string]bool{}
 			}
@@ -184,9 +185,9 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 		m.TokPerSec = float64(tokensInWindow) / span
 	}
 	counts := map[string]int{}
-	for _, r := range w.Requests {
-		if r.Session != "" {
-			counts[r.Session]++
+	for i := range w.Requests {
+		if s := sessionOf(&w.Requests[i]); s != "" {
+			counts[s]++
 		}
 	}
 	for s, n := range counts {
@@ -262,4 +263,13 @@ func UpperBoundResult(reqs []Request, warm, blocks, blockSize int) ModeResult {
 		m.ClientHitRate = m.HitRate
 	}
 	return m
+}
+
+// sessionOf is what SessionsMoved follows for r: its session key, else
+// its conversation.
+func sessionOf(r *Request) string {
+	if r.Session != "" {
+		return r.Session
+	}
+	return r.Conversation
 }
