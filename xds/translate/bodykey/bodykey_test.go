@@ -275,11 +275,30 @@ func TestLuaLimits(t *testing.T) {
 }
 
 func TestHash(t *testing.T) {
-	// FNV-1a 64 reference values.
-	for in, want := range map[string]string{"": "cbf29ce484222325", "a": "af63dc4c8601ec8c", "foobar": "85944171f73967e8"} {
+	// Pinned: a changed value moves every body-keyed session once.
+	for in, want := range map[string]string{
+		"": "515029d20266ea94", "a": "901e1170264548b7", "foobar": "ada80c1a7a69f7cb",
+		"\x00": "8b9e13f2c49f83d8", "\x00\x00\x00\x00": "50d2414095362254",
+	} {
 		if got := Hash([]byte(in)); got != want {
 			t.Errorf("Hash(%q) = %s, want %s", in, got, want)
 		}
+	}
+	// Inputs that differ in one byte, or only in trailing zero bytes
+	// (the padding of the last word), never collide.
+	base := []byte(strings.Repeat(`{"role":"user","content":"word "}`, 40))
+	seen := map[string]int{}
+	for i := range base {
+		b := bytes.Clone(base)
+		b[i] ^= 0x20
+		seen[Hash(b)]++
+	}
+	for n := range 9 {
+		seen[Hash(make([]byte, n))]++
+	}
+	seen[Hash(base)]++
+	if len(seen) != len(base)+10 {
+		t.Errorf("%d distinct hashes of %d inputs", len(seen), len(base)+10)
 	}
 }
 

@@ -57,6 +57,8 @@ func Lua(keys []Key, maxBody int) (string, error) {
 		b.WriteString(luaString(f))
 	}
 	b.WriteString("}\n")
+	fmt.Fprintf(&b, "local HASH_SEED1, HASH_SEED2 = 0x%x, 0x%x\nlocal HASH_MUL1, HASH_MUL2 = 0x%x, 0x%x\nlocal HASH_ROT1, HASH_ROT2 = %d, %d\n",
+		hashSeed1, hashSeed2, hashMul1, hashMul2, hashRot1, hashRot2)
 	conv := false
 	for _, k := range keys {
 		conv = conv || k.Conversation

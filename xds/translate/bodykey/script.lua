@@ -127,49 +127,77 @@ local function prompt_prefix(s, n)
   return sub(s, v, e - 1)
 end
 
--- FNV-1a 64 over s, as 16 hex digits: h = hi * 2^32 + lo, and the prime
--- is 2^40 + 0x1b3, so h * prime = lo * 0x1b3 + 2^32 * (hi * 0x1b3 + carry
--- + lo * 2^8) mod 2^64.
+-- Hash (package bodykey) of s, as 16 hex digits: two 32-bit lanes fold
+-- in little-endian words, h = rotl((h xor w) * mul, rot). A product of a
+-- 32-bit value and a multiplier below 2^19 is exact in a double, and
+-- tobit reduces it mod 2^32.
 local TWO32 = 4294967296
-local fnv1a64
+local keyhash
 if bit ~= nil and bit.tobit ~= nil then
-  local bxor, tobit, tohex = bit.bxor, bit.tobit, bit.tohex
-  local INV32 = 1 / TWO32
-  -- lo a signed 32-bit integer: the products stay below 2^42, exact in a
-  -- double, and tobit reduces them.
-  fnv1a64 = function(s)
-    local hi, lo = 0xcbf29ce4 + 1, tobit(0x84222325)
-    for i = 1, #s do
-      lo = bxor(lo, byte(s, i))
-      local l = lo * 0x1b3
-      local nl = tobit(l)
-      hi = tobit(hi * 0x1b3 + (l - nl) * INV32 + lo * 256)
-      lo = nl
+  local bxor, bor, lshift, rol, tobit, tohex = bit.bxor, bit.bor, bit.lshift, bit.rol, bit.tobit, bit.tohex
+  local M1, M2, R1, R2 = HASH_MUL1, HASH_MUL2, HASH_ROT1, HASH_ROT2
+  keyhash = function(s)
+    local h1, h2 = tobit(HASH_SEED1), tobit(HASH_SEED2)
+    local n = #s
+    local i = 1
+    while i + 3 <= n do
+      local a, b, c, d = byte(s, i, i + 3)
+      local w = bor(a, lshift(b, 8), lshift(c, 16), lshift(d, 24))
+      h1 = rol(tobit(bxor(h1, w) * M1), R1)
+      h2 = rol(tobit(bxor(h2, w) * M2), R2)
+      i = i + 4
     end
-    if lo < 0 then hi = hi - 1 end
-    return tohex(hi) .. tohex(lo)
+    if i <= n then
+      local w, sh = 0, 0
+      for k = i, n do
+        w = bor(w, lshift(byte(s, k), sh))
+        sh = sh + 8
+      end
+      h1 = rol(tobit(bxor(h1, w) * M1), R1)
+      h2 = rol(tobit(bxor(h2, w) * M2), R2)
+    end
+    h1, h2 = bxor(h1, n), bxor(h2, n)
+    for _ = 1, 2 do
+      h1 = rol(tobit(bxor(h1, h2) * M1), R1)
+      h2 = rol(tobit(bxor(h2, h1) * M2), R2)
+    end
+    return tohex(h1) .. tohex(h2)
   end
 else
-  -- Without bit (plain Lua 5.1): both halves held in doubles as unsigned
-  -- integers, every intermediate exact below 2^53.
-  local bxor = function(a, b) -- a < 2^32, b < 256: only the low byte changes
-    local lo, r, p = a % 256, 0, 1
-    for _ = 1, 8 do
-      if (lo % 2) ~= (b % 2) then r = r + p end
-      lo, b, p = floor(lo / 2), floor(b / 2), p * 2
+  -- Without bit (plain Lua 5.1): unsigned 32-bit values in doubles, xor
+  -- bit by bit; slow, and only a fallback (Envoy embeds LuaJIT).
+  local function bxor(a, b)
+    local r, p = 0, 1
+    for _ = 1, 32 do
+      local x, y = a % 2, b % 2
+      if x ~= y then r = r + p end
+      a, b, p = (a - x) / 2, (b - y) / 2, p * 2
     end
-    return a - a % 256 + r
+    return r
   end
-  fnv1a64 = function(s)
-    local hi, lo = 0xcbf29ce4, 0x84222325
-    for i = 1, #s do
-      lo = bxor(lo, byte(s, i)) % TWO32
-      local l = lo * 0x1b3
-      local carry = floor(l / TWO32)
-      hi = (hi * 0x1b3 + carry + lo * 256) % TWO32
-      lo = l % TWO32
+  local function step(h, w, m, r)
+    local x = (bxor(h, w) * m) % TWO32
+    local hi = floor(x / 2 ^ (32 - r))
+    return (x - hi * 2 ^ (32 - r)) * 2 ^ r + hi
+  end
+  local M1, M2, R1, R2 = HASH_MUL1, HASH_MUL2, HASH_ROT1, HASH_ROT2
+  keyhash = function(s)
+    local h1, h2 = HASH_SEED1, HASH_SEED2
+    local n = #s
+    for i = 1, n, 4 do
+      local w, p = 0, 1
+      for k = i, math.min(i + 3, n) do
+        w = w + byte(s, k) * p
+        p = p * 256
+      end
+      h1, h2 = step(h1, w, M1, R1), step(h2, w, M2, R2)
     end
-    return format("%08x%08x", hi, lo)
+    h1, h2 = bxor(h1, n), bxor(h2, n)
+    for _ = 1, 2 do
+      h1 = step(h1, h2, M1, R1)
+      h2 = step(h2, h1, M2, R2)
+    end
+    return format("%08x%08x", h1, h2)
   end
 end
 
@@ -186,7 +214,7 @@ local function set_keys(handle, headers)
   for _, k in ipairs(KEYS) do
     local b
     if k.prefix ~= nil then b = prompt_prefix(s, k.prefix) else b = json_field(s, k.path) end
-    if b ~= nil then headers:replace(k.header, fnv1a64(b)) end
+    if b ~= nil then headers:replace(k.header, keyhash(b)) end
   end
 end
 
