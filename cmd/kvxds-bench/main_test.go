@@ -32,6 +32,20 @@ func TestUnknownWorkload(t *testing.T) {
 	}
 }
 
+// A prompt prefix shorter than a policy accepts is refused before any
+// workload runs.
+func TestShortPromptPrefix(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"--workload", "chat-stateless", "--modes", "kvxds+prefix", "--prompt-prefix", "10",
+		"--out", t.TempDir(), "--no-progress"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "prompt prefix must be at least 64 bytes, not 10") {
+		t.Fatalf("got %v, want the prompt prefix refused", err)
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("a workload ran:\n%s", stdout.String())
+	}
+}
+
 // Asked for where it cannot run, the rolling workload fails at once with
 // the reason, before any other workload runs.
 func TestRollingUnavailable(t *testing.T) {

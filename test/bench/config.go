@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 	"github.com/kvxds/kvxds/weights"
@@ -338,6 +339,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Replicas < 1:
 		return fmt.Errorf("replicas must be at least 1, not %d", c.Replicas)
+	case c.PromptPrefix < policy.MinPromptPrefix:
+		// What a policy accepts: a shorter prefix is the same for every
+		// chat body.
+		return fmt.Errorf("prompt prefix must be at least %d bytes, not %d", policy.MinPromptPrefix, c.PromptPrefix)
 	case c.BalanceFactor <= 100:
 		return fmt.Errorf("balance factor must be above 100 (percent of the mean load), not %d", c.BalanceFactor)
 	case c.GroupWeightLevels < 1:
