@@ -37,12 +37,12 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/ha"
 	hakube "github.com/kvxds/kvxds/ha/kubernetes"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/status"
-	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/server"
 )
 

@@ -22,7 +22,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // Update is what a source sends: its complete current targets, or Err

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // fake is a source whose updates the test sends.

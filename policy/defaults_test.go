@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // poolWith is a policy of one hash pool holding blocks.

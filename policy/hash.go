@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // Hash is a pool's hash block: how it maps requests to endpoints.
@@ -35,7 +35,7 @@ const (
 	DefaultKeyless      = KeylessRoundRobin
 )
 
-// Limits of the hash block: the data planes' own (xds/fleet), named here
+// Limits of the hash block: the data planes' own (fleet), named here
 // as the policy reference speaks of them.
 const (
 	MaxRingSize = fleet.MaxRingSize

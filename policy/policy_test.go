@@ -15,8 +15,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/invalid/*.diag from the current output")

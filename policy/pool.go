@@ -10,8 +10,8 @@ import (
 
 	"github.com/kvxds/kvxds/discovery/dns"
 	dk "github.com/kvxds/kvxds/discovery/kubernetes"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // Load-balancing modes of a pool. Round robin and least request exist to

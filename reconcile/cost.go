@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/envoylb"
-	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/ringhash"
 	"github.com/kvxds/kvxds/xds/translate"
 )

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/envoylb"
-	"github.com/kvxds/kvxds/xds/fleet"
 	"github.com/kvxds/kvxds/xds/ringhash"
 	"github.com/kvxds/kvxds/xds/translate"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 func TestJoin(t *testing.T) {

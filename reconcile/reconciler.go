@@ -21,10 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // Sink receives every new model: the xDS server.

@@ -5,9 +5,9 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // ScrapeSpecs returns how each pool of p with a metrics block is scraped:

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 func mustParse(t testing.TB, src string) *policy.Policy {

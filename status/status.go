@@ -16,7 +16,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // Path is where the admin server serves the status.

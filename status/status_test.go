@@ -3,7 +3,7 @@ package status
 import (
 	"testing"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 func TestReplicaHealth(t *testing.T) {

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // validate checks policy files as serve and render load them: errors fail,

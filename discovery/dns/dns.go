@@ -24,7 +24,7 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/kvxds/kvxds/discovery"
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // Record types a source looks up.

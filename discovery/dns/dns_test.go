@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/dnstest"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 func TestLookups(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvxds/kvxds/discovery"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/kube"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // The Service every integration test discovers, in a namespace of its own.

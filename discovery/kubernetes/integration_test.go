@@ -6,8 +6,8 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/kube"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // TestAgainstAPIServer runs the source against a real API server, one

@@ -22,11 +22,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/kube"
 	"github.com/kvxds/kvxds/test/netns"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // RollingName is the rolling workload: chat traffic while the fleet is

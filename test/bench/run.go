@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/xds"
 
 	"github.com/kvxds/kvxds/controller"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // reqResult is what the load generator saw of one request. Times are wall

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // groupBlock is the tenant group of the tests: x-tenant-id = acme on 2 of

@@ -17,10 +17,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/test/kube"
 	"github.com/kvxds/kvxds/xds/bootstrap"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // haStatus is an instance's /debug/ha.

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/kube"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // The benchmarks below measure kvxds watching a real API server, with the

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/kube"
-	"github.com/kvxds/kvxds/xds/fleet"
 )
 
 // servedFleet is kvxds's /debug/fleet.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/xds/ringhash"
 )
 

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // bigFleet is one pool whose endpoint assignment is far larger than what

@@ -3,7 +3,7 @@ package translate
 import (
 	"testing"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // benchFleets returns the benchmark fleet (10 pools × 100 endpoints) and

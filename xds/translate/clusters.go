@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // Names of the typed extensions of the load-balancing policies.

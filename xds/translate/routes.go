@@ -10,7 +10,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/kvxds/kvxds/xds/fleet"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"unicode/utf8"
-
-	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
 // Limits of the data planes kvxds serves, shared by the policy (which
@@ -31,8 +29,11 @@ const (
 	// SRV records), before metric-driven multipliers: it keeps Maglev
 	// tables balanced.
 	MaxEndpointWeight = 128
-	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size cap.
-	DefaultGRPCRingCap = ringhash.DefaultCap
+	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size cap
+	// (GRPC_RING_HASH_CAP, grpc.lb.ring_hash.ring_size_cap). The model
+	// sits above the client models, so it states the clients' number;
+	// a test holds it to xds/ringhash.DefaultCap.
+	DefaultGRPCRingCap = 4096
 )
 
 // IsPrime reports whether n is prime (Envoy's Maglev table sizes must be).

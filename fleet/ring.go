@@ -2,8 +2,6 @@ package fleet
 
 import (
 	"cmp"
-
-	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
 // Sizing of proxyless gRPC clients' ring hash: part of the model, since
@@ -35,7 +33,7 @@ const RingFullWeight = 64
 // EntriesPerWeight is how many ring entries each unit of weight gets
 // under a client ring cap (0: the clients' default).
 func EntriesPerWeight(ringCap uint64) uint64 {
-	return max(1, cmp.Or(ringCap, ringhash.DefaultCap)/RingFullWeight)
+	return max(1, cmp.Or(ringCap, DefaultGRPCRingCap)/RingFullWeight)
 }
 
 // GRPCRingSize is the ring size (minimum and maximum alike) that gives
@@ -60,7 +58,7 @@ func RingSize(weight, perWeight, ringCap uint64) uint64 {
 	if weight == 0 {
 		return 0
 	}
-	ringCap = cmp.Or(ringCap, ringhash.DefaultCap)
+	ringCap = cmp.Or(ringCap, DefaultGRPCRingCap)
 	k := min(max(perWeight, 1), (ringCap+1)/weight)
 	if k == 0 {
 		return ringCap
@@ -84,7 +82,7 @@ func RingSize(weight, perWeight, ringCap uint64) uint64 {
 // group is a 4% lighter and a 4% heavier replica. At 512 entries per unit
 // (two members of weight up to 4) the average is 0.5 ± 0.007.
 func GroupEntriesPerWeight(replicas int, memberWeight uint32, ringCap uint64) uint64 {
-	ringCap = cmp.Or(ringCap, ringhash.DefaultCap)
+	ringCap = cmp.Or(ringCap, DefaultGRPCRingCap)
 	full := uint64(max(replicas, 1)) * uint64(max(memberWeight, 1))
 	return max(EntriesPerWeight(ringCap), (ringCap+1)/full)
 }

@@ -235,3 +235,11 @@ func TestEnvoyRingSize(t *testing.T) {
 		}
 	}
 }
+
+// The model states the gRPC clients' default ring cap itself; it must be
+// the clients' own.
+func TestDefaultGRPCRingCapIsTheClients(t *testing.T) {
+	if DefaultGRPCRingCap != ringhash.DefaultCap {
+		t.Fatalf("DefaultGRPCRingCap = %d, the gRPC clients' default cap is %d", DefaultGRPCRingCap, ringhash.DefaultCap)
+	}
+}
