@@ -46,6 +46,42 @@ func TestPackageMap(t *testing.T) {
 	}
 }
 
+// TestFoldersAreLayers holds the order of the package map to the order
+// of the imports: the rows run from the bottom layer (imported by the
+// others) to the top, a package imports only packages whose rows come
+// before its own (or, for a subtree row such as cmd/..., packages of the
+// same subtree), and the rows of one top-level folder sit together, so a
+// folder is one layer (or a run of adjacent ones) and no import climbs
+// out of it and back.
+func TestFoldersAreLayers(t *testing.T) {
+	rows := readPackageMap(t, "README.md")
+	index := func(pkg string) int {
+		if i := slices.IndexFunc(rows, func(r mapRow) bool { return !r.pattern() && r.matches(pkg) }); i >= 0 {
+			return i
+		}
+		return slices.IndexFunc(rows, func(r mapRow) bool { return r.pattern() && r.matches(pkg) })
+	}
+	for pkg, imps := range packageImports(t, ".") {
+		at := index(pkg)
+		if at < 0 {
+			continue // TestPackageMap reports it
+		}
+		for _, imp := range imps {
+			if i := index(imp); i > at || (i == at && !rows[at].pattern()) {
+				t.Errorf("%s (row %d of the package map) imports %s (row %d): a package may import only the rows above its own", pkg, at+1, imp, i+1)
+			}
+		}
+	}
+	last := map[string]int{}
+	for i, r := range rows {
+		top, _, _ := strings.Cut(r.folder, "/")
+		if j, seen := last[top]; seen && j != i-1 {
+			t.Errorf("the package map's rows of %s/ are not together: %s (row %d) is apart from row %d", top, r.folder, i+1, j+1)
+		}
+		last[top] = i
+	}
+}
+
 // mapRow is one line of the map: a folder ("cmd/..." for a folder and
 // everything under it) and the kvxds packages it may import (the same
 // patterns; "*" for any).
