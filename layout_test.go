@@ -15,12 +15,15 @@ import (
 
 const module = "github.com/kvxds/kvxds/"
 
-// TestPackageMap holds the code to the README's package map: every
+// packageMapDoc holds the package map.
+const packageMapDoc = "docs/development.md"
+
+// TestPackageMap holds the code to the package map: every
 // package has a row, and a package imports only the kvxds packages its row
 // allows, so no import climbs back up a layer. Test files are exempt: a
 // test may drive its package from above.
 func TestPackageMap(t *testing.T) {
-	rows := readPackageMap(t, "README.md")
+	rows := readPackageMap(t, packageMapDoc)
 	imports := packageImports(t, ".")
 	if len(imports) < 20 {
 		t.Fatalf("found only %d packages", len(imports))
@@ -28,19 +31,19 @@ func TestPackageMap(t *testing.T) {
 	for pkg, imps := range imports {
 		row, ok := findRow(rows, pkg)
 		if !ok {
-			t.Errorf("package %s has no row in the README's package map", pkg)
+			t.Errorf("package %s has no row in the package map", pkg)
 			continue
 		}
 		for _, imp := range imps {
 			if !row.allows(imp) {
-				t.Errorf("%s imports %s, which its row in the README's package map (%s) does not allow", pkg, imp, row.folder)
+				t.Errorf("%s imports %s, which its row in the package map (%s) does not allow", pkg, imp, row.folder)
 			}
 		}
 	}
 	for _, r := range rows {
 		if !r.pattern() {
 			if _, ok := imports[r.folder]; !ok {
-				t.Errorf("the README's package map lists %s, which holds no package", r.folder)
+				t.Errorf("the package map lists %s, which holds no package", r.folder)
 			}
 		}
 	}
@@ -54,7 +57,7 @@ func TestPackageMap(t *testing.T) {
 // folder is one layer (or a run of adjacent ones) and no import climbs
 // out of it and back.
 func TestFoldersAreLayers(t *testing.T) {
-	rows := readPackageMap(t, "README.md")
+	rows := readPackageMap(t, packageMapDoc)
 	index := func(pkg string) int {
 		if i := slices.IndexFunc(rows, func(r mapRow) bool { return !r.pattern() && r.matches(pkg) }); i >= 0 {
 			return i

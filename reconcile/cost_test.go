@@ -196,8 +196,9 @@ func TestPushCostOwnOnly(t *testing.T) {
 	for _, tc := range c.tables {
 		switch tc.kind {
 		case "envoy":
-			// Maglev refills its table: some collateral (README: 0.38%
-			// on average for a weight step at 64 replicas).
+			// Maglev refills its table: some collateral
+			// (docs/concepts/consistency.md: 0.38% on average for a
+			// weight step at 64 replicas).
 			if tc.collateral < 0.0005 || tc.collateral > 0.02 || tc.own < 0.001 {
 				t.Errorf("envoy: own %g collateral %g", tc.own, tc.collateral)
 			}

@@ -238,7 +238,7 @@ func summarizeRoll(v RollVariant, mode Mode, p *workloadPlan, run *rollRun, buck
 // loses a smaller share of its steady hit rate during the roll than round
 // robin (which has much less to lose), keeps the sessions of the pods that
 // stay where they are (all but the one ring arc that rounding assigns, see
-// the README), and they keep hitting.
+// docs/concepts/consistency.md), and they keep hitting.
 func rollingTargets(w *WorkloadReport, add func(goal, measured string, met bool)) {
 	r := w.Rolling
 	for _, v := range r.variants() {

@@ -188,7 +188,7 @@ func TestRolling(t *testing.T) {
 		t.Fatalf("only %d turns on pods that stayed during the roll", kv.StableTurns)
 	}
 	// The one arc whose owner depends on rounding may change hands when
-	// the last pod in name order comes and goes (see README).
+	// the last pod in name order comes and goes (see docs/concepts/consistency.md).
 	if kv.StableStrays*50 > kv.StableTurns {
 		t.Errorf("kvxds moved %d of %d turns between pods that both stayed", kv.StableStrays, kv.StableTurns)
 	}

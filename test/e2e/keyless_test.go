@@ -22,7 +22,7 @@ func TestKeylessRequests(t *testing.T) {
 		for _, dp := range dataPlanes {
 			t.Run(cmp.Or(tc.keyless, "default")+"/"+dp.name, func(t *testing.T) {
 				// grpc-js takes a random hash on the ring for keyless
-				// requests whatever the setting (see README, "What Envoy and
+				// requests whatever the setting (see docs/concepts/clients.md, "What Envoy and
 				// gRPC receive").
 				exact := tc.exact && dp.name != "grpc-js"
 				bs := startBackends(t, 4)

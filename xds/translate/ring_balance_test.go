@@ -14,11 +14,11 @@ import (
 	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
-// TestGRPCRingBalance records, for the README, how evenly gRPC clients'
-// rings share keys under kvxds's sizing: the largest share of the hash
-// space any replica owns ÷ its weight share, over 20 fleets of addresses
-// each, for N = 4..64 and weights 1 or 1..4. The file is a golden: the
-// sizing and the clients' ring are deterministic.
+// TestGRPCRingBalance records, for docs/concepts/consistency.md, how
+// evenly gRPC clients' rings share keys under kvxds's sizing: the largest
+// share of the hash space any replica owns ÷ its weight share, over 20
+// fleets of addresses each, for N = 4..64 and weights 1 or 1..4. The file
+// is a golden: the sizing and the clients' ring are deterministic.
 func TestGRPCRingBalance(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# largest share of the hash space ÷ weight share, gRPC clients' ring hash sized by kvxds; 20 fleets each\n")
