@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+var t0 = time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC)
+
+func num(v float64) *float64 { return &v }
+
 func TestSortReplicas(t *testing.T) {
 	rep := func(id string, health Health, queue *float64) Replica {
 		return Replica{ID: id, Health: health, QueueDepth: queue}
@@ -63,7 +67,7 @@ func TestFormats(t *testing.T) {
 }
 
 func TestAgo(t *testing.T) {
-	now := pageT0
+	now := t0
 	for _, tc := range []struct {
 		name       string
 		t          time.Time
