@@ -11,7 +11,9 @@ import (
 
 // What the status page and `kvxds status` share, so that the two read the
 // same: one replica order, one judgement of a data plane and of a
-// health, one set of number formats (differing only in typography).
+// health, one set of number formats (differing only in typography), and
+// one wording of the HA role, the balance, the hotspot, a replica's note
+// and what pushes cost.
 
 // Level is how much a state needs an operator's attention.
 type Level int

@@ -95,6 +95,7 @@ func TestRender(t *testing.T) {
 		wantText  []string
 		notText   []string
 		edit      func(*status.Pool)
+		ha        *status.HA
 	}{{
 		name: "small pool: every replica, troubled ones first", replicas: 10, opts: Options{Refresh: 5}, wantRows: 10,
 		wantFirst: []status.Health{status.Saturated, status.Stale, status.Draining, status.Serving},
@@ -137,12 +138,27 @@ func TestRender(t *testing.T) {
 			p.Signals = []status.SignalCoverage{{Signal: "queue_depth", Metrics: []string{"vllm:num_requests_waiting"}, Use: "weights and escape hatch", Found: 2}}
 		},
 		wantText: []string{`<b class="balance">1.30</b>`, "Every signal the vllm profile reads was found on each of the 2 pages read."},
+	}, {
+		name: "hotspot, on a follower that cannot reach its leader", replicas: 2, wantRows: 2,
+		edit: func(p *status.Pool) { p.Balance, p.Hotspot = num(2.64), true },
+		ha:   &status.HA{Mode: "kubernetes lease infra/kvxds", Leader: "kvxds-1", Error: "connection refused"},
+		wantText: []string{`<b class="balance">2.64</b>`, `<span class="flag bad hotspot" title="the busiest replica queues 2.6× the mean`,
+			`<p class="nack">Hotspot: the busiest replica queues 2.6× the mean while the hit rate is 87.0% (rule: balance above 2, hit rate at least 0.5, busiest queue at least 2)</p>`,
+			"kubernetes lease infra/kvxds, following kvxds-1 (unreachable: connection refused)"},
+		notText: []string{"no hotspot"},
+	}, {
+		name: "hotspot without its figures", replicas: 2, wantRows: 2,
+		edit:     func(p *status.Pool) { p.Balance, p.HitRate1m, p.Hotspot = nil, nil, true },
+		wantText: []string{`<span class="dim balance" title="">–</span>`, "hit rate 1m <b class=\"pool-hit-rate\">–</b>", `<p class="nack">Hotspot: flagged without its figures (rule: `},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
 			st := fleetStatus(tc.replicas)
 			if tc.edit != nil {
 				tc.edit(&st.Pools[0])
+			}
+			if tc.ha != nil {
+				st.HA = *tc.ha
 			}
 			if err := Render(&buf, st, tc.opts); err != nil {
 				t.Fatal(err)
