@@ -43,6 +43,7 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/status"
+	"github.com/kvxds/kvxds/status/page"
 	"github.com/kvxds/kvxds/xds/server"
 )
 
@@ -368,7 +369,7 @@ func (c *Controller) adminHandler() http.Handler {
 		enc.Encode(c.reconcile.HA())
 	})
 	mux.Handle("GET "+status.Path, status.Handler(c.Status))
-	mux.Handle("GET /{$}", status.PageHandler(c.Status))
+	mux.Handle("GET /{$}", page.Handler(c.Status))
 	mux.HandleFunc("GET /debug/fleet", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -11,7 +11,9 @@ import (
 
 // What the status page and `kvxds status` share, so that the two read the
 // same: one replica order, one judgement of a data plane and of a
-// health, one set of number formats (differing only in typography).
+// health, one set of number formats (differing only in typography), and
+// one wording of the HA role, the balance, the hotspot, a replica's note
+// and what pushes cost.
 
 // Level is how much a state needs an operator's attention.
 type Level int
@@ -54,6 +56,35 @@ func HealthLevel(h Health) Level {
 		return OK
 	}
 	return Warn
+}
+
+// HealthCount is how many replicas have a health.
+type HealthCount struct {
+	Health Health
+	N      int
+}
+
+// CountHealth counts replicas per health, the ones that need attention
+// first (SortReplicas's order), healths it does not know last.
+func CountHealth(reps []Replica) []HealthCount {
+	counts := map[Health]int{}
+	for i := range reps {
+		counts[reps[i].Health]++
+	}
+	var out []HealthCount
+	for _, h := range healthOrder {
+		if counts[h] > 0 {
+			out = append(out, HealthCount{h, counts[h]})
+		}
+	}
+	var unknown []HealthCount
+	for h, n := range counts {
+		if healthRank(h) == len(healthOrder) {
+			unknown = append(unknown, HealthCount{h, n})
+		}
+	}
+	slices.SortFunc(unknown, func(a, b HealthCount) int { return cmp.Compare(a.Health, b.Health) })
+	return append(out, unknown...)
 }
 
 // SortReplicas returns the replicas in the order that matters to an
@@ -201,6 +232,89 @@ func (f Format) Ago(now, t time.Time) string {
 		return strconv.Itoa(int(d/time.Hour)) + "h ago"
 	}
 	return strconv.Itoa(int(d/(24*time.Hour))) + "d ago"
+}
+
+// Role says how this instance takes part in high availability
+// ("standalone", "kubernetes lease infra/kvxds, leading (term 3)",
+// "kubernetes lease infra/kvxds, following kvxds-1") and, apart, what
+// keeps a follower from its leader's decisions ("unreachable: " and the
+// error), which the page and `kvxds status` write in parentheses after
+// the role; trouble is empty when nothing does.
+func (h *HA) Role() (role, trouble string) {
+	switch {
+	case h.Mode == "standalone" || h.Mode == "":
+		return "standalone", ""
+	case h.Leading:
+		return h.Mode + ", leading (term " + strconv.FormatInt(h.Term, 10) + ")", ""
+	}
+	role = h.Mode + ", following " + cmp.Or(h.Leader, "nobody yet")
+	if !h.Reachable {
+		trouble = "unreachable"
+		if h.Error != "" {
+			trouble += ": " + h.Error
+		}
+	}
+	return role, trouble
+}
+
+// Balance writes a pool's balance with two decimals; unknown, Unknown
+// and why in parentheses when the pool says why.
+func (f Format) Balance(p *Pool) string {
+	switch {
+	case p.Balance != nil:
+		return strconv.FormatFloat(*p.Balance, 'f', 2, 64)
+	case p.BalanceNote != "":
+		return f.Unknown + " (" + p.BalanceNote + ")"
+	}
+	return f.Unknown
+}
+
+// Hotspot says why a pool is flagged a hotspot: "the busiest replica
+// queues 2.4× the mean while the hit rate is 81.0% (rule: balance above
+// 2, hit rate at least 0.5, busiest queue at least 2)". A figure the
+// pool lacks is left out of the sentence, the rule never. Empty for a
+// pool not flagged.
+func (f Format) Hotspot(rule HotspotRule, p *Pool) string {
+	if !p.Hotspot {
+		return ""
+	}
+	var why []string
+	if p.Balance != nil {
+		why = append(why, "the busiest replica queues "+strconv.FormatFloat(*p.Balance, 'f', 1, 64)+"× the mean")
+	}
+	if p.HitRate1m != nil {
+		why = append(why, "the hit rate is "+f.Percent(p.HitRate1m))
+	}
+	if len(why) == 0 {
+		why = []string{"flagged without its figures"}
+	}
+	g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	return strings.Join(why, " while ") + " (rule: balance above " + g(rule.BalanceAbove) +
+		", hit rate at least " + g(rule.HitRateAtLeast) + ", busiest queue at least " + g(rule.BusiestQueueAtLeast) + ")"
+}
+
+// ReplicaNote says what else an operator should know of a replica: why
+// it is not plainly serving, its last scrape's failure, and the signals
+// its page lacked; empty if nothing.
+func (f Format) ReplicaNote(now time.Time, r *Replica) string {
+	var parts []string
+	if r.Health != Serving && r.Reason != "" {
+		parts = append(parts, r.Reason)
+	}
+	if s := r.LastScrape; s != nil && !s.OK {
+		failed := "last scrape failed"
+		if ago := f.Ago(now, s.Time); ago != "" {
+			failed += " " + ago
+		}
+		if s.Error != "" {
+			failed += ": " + s.Error
+		}
+		parts = append(parts, failed)
+	}
+	if m := r.PageLacks(); m != "" {
+		parts = append(parts, m)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // SignalNote is one signal of a pool's profile that replicas' pages

@@ -1,10 +1,15 @@
 package status
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
+
+var t0 = time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC)
+
+func num(v float64) *float64 { return &v }
 
 func TestSortReplicas(t *testing.T) {
 	rep := func(id string, health Health, queue *float64) Replica {
@@ -63,7 +68,7 @@ func TestFormats(t *testing.T) {
 }
 
 func TestAgo(t *testing.T) {
-	now := pageT0
+	now := t0
 	for _, tc := range []struct {
 		name       string
 		t          time.Time
@@ -139,5 +144,111 @@ func TestMovedLines(t *testing.T) {
 	m.Pushes1h, m.Total1h = 0, nil
 	if got := TextFormat.MovedLines(now, "chat", m); got[1] != "last hour: no push" {
 		t.Errorf("no push in the hour: %q", got[1])
+	}
+}
+
+func TestRole(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		ha            HA
+		role, trouble string
+	}{
+		{"standalone", HA{Mode: "standalone", Leading: true, Reachable: true}, "standalone", ""},
+		{"no mode", HA{}, "standalone", ""},
+		{"leading", HA{Mode: "kubernetes lease infra/kvxds", Leading: true, Leader: "kvxds-0", Term: 3, Reachable: true},
+			"kubernetes lease infra/kvxds, leading (term 3)", ""},
+		{"following", HA{Mode: "kubernetes lease infra/kvxds", Leader: "kvxds-1", Term: 3, Reachable: true},
+			"kubernetes lease infra/kvxds, following kvxds-1", ""},
+		{"following nobody yet", HA{Mode: "kubernetes lease infra/kvxds", Reachable: true},
+			"kubernetes lease infra/kvxds, following nobody yet", ""},
+		{"unreachable", HA{Mode: "following http://kvxds-0:19000", Leader: "kvxds-0", Error: "connection refused"},
+			"following http://kvxds-0:19000, following kvxds-0", "unreachable: connection refused"},
+		{"unreachable, no error", HA{Mode: "kubernetes lease infra/kvxds"},
+			"kubernetes lease infra/kvxds, following nobody yet", "unreachable"},
+		// A leader's own reachability is not the followers' trouble.
+		{"leading, unreachable", HA{Mode: "kubernetes lease infra/kvxds", Leading: true, Term: 2, Error: "timeout"},
+			"kubernetes lease infra/kvxds, leading (term 2)", ""},
+	} {
+		if role, trouble := tc.ha.Role(); role != tc.role || trouble != tc.trouble {
+			t.Errorf("%s: %q, %q; want %q, %q", tc.name, role, trouble, tc.role, tc.trouble)
+		}
+	}
+}
+
+// The pool sentences with every figure the status may lack left out.
+func TestPoolSentences(t *testing.T) {
+	rule := DefaultHotspotRule
+	const ruleText = " (rule: balance above 2, hit rate at least 0.5, busiest queue at least 2)"
+	const note = "too little load to compare: the busiest replica queues 1 on average (balance needs 2)"
+	for _, tc := range []struct {
+		name                    string
+		pool                    Pool
+		balancePage, balanceTxt string
+		hotspot                 string
+	}{
+		{"figures known", Pool{Balance: num(1.824), HitRate1m: num(0.72)}, "1.82", "1.82", ""},
+		{"hotspot", Pool{Balance: num(2.64), HitRate1m: num(0.8312), Hotspot: true}, "2.64", "2.64",
+			"the busiest replica queues 2.6× the mean while the hit rate is 83.1%" + ruleText},
+		{"no balance, a note", Pool{BalanceNote: note, HitRate1m: num(0.72)}, "– (" + note + ")", "- (" + note + ")", ""},
+		{"no balance, no note", Pool{}, "–", "-", ""},
+		{"hotspot without its balance", Pool{HitRate1m: num(0.9), Hotspot: true}, "–", "-",
+			"the hit rate is 90.0%" + ruleText},
+		{"hotspot without its hit rate", Pool{Balance: num(3), Hotspot: true}, "3.00", "3.00",
+			"the busiest replica queues 3.0× the mean" + ruleText},
+		{"hotspot without figures", Pool{Hotspot: true}, "–", "-", "flagged without its figures" + ruleText},
+	} {
+		if got := PageFormat.Balance(&tc.pool); got != tc.balancePage {
+			t.Errorf("%s: page balance %q, want %q", tc.name, got, tc.balancePage)
+		}
+		if got := TextFormat.Balance(&tc.pool); got != tc.balanceTxt {
+			t.Errorf("%s: text balance %q, want %q", tc.name, got, tc.balanceTxt)
+		}
+		for _, f := range []Format{PageFormat, TextFormat} {
+			if got := f.Hotspot(rule, &tc.pool); got != tc.hotspot {
+				t.Errorf("%s: hotspot %q, want %q", tc.name, got, tc.hotspot)
+			}
+		}
+	}
+}
+
+func TestReplicaNote(t *testing.T) {
+	now := t0
+	failed := &Scrape{Time: now.Add(-192 * time.Second), Error: "connection refused"}
+	for _, tc := range []struct {
+		name       string
+		r          Replica
+		page, text string
+	}{
+		{"serving", Replica{Health: Serving, LastScrape: &Scrape{Time: now, OK: true}}, "", ""},
+		{"nothing known", Replica{}, "", ""},
+		{"serving keeps a stray reason to itself", Replica{Health: Serving, Reason: "calm"}, "", ""},
+		{"saturated", Replica{Health: Saturated, Reason: "queue depth 12 ≥ 8"}, "queue depth 12 ≥ 8", "queue depth 12 ≥ 8"},
+		{"stale, scrape failed", Replica{Health: Stale, Reason: "metrics older than 10s", LastScrape: failed},
+			"metrics older than 10s; last scrape failed 3m12s ago: connection refused",
+			"metrics older than 10s; last scrape failed 3m ago: connection refused"},
+		{"scrape failed, no time or error", Replica{Health: Serving, LastScrape: &Scrape{}}, "last scrape failed", "last scrape failed"},
+		{"page lacks", Replica{Health: Draining, SignalsMissing: []string{"kv_occupancy", "ttft"}},
+			"page lacks kv_occupancy, ttft", "page lacks kv_occupancy, ttft"},
+	} {
+		if got := PageFormat.ReplicaNote(now, &tc.r); got != tc.page {
+			t.Errorf("%s: page %q, want %q", tc.name, got, tc.page)
+		}
+		if got := TextFormat.ReplicaNote(now, &tc.r); got != tc.text {
+			t.Errorf("%s: text %q, want %q", tc.name, got, tc.text)
+		}
+	}
+}
+
+func TestCountHealth(t *testing.T) {
+	var reps []Replica
+	for _, h := range []Health{Serving, "warming", Saturated, Serving, "booting", Stale, "booting"} {
+		reps = append(reps, Replica{Health: h})
+	}
+	want := []HealthCount{{Saturated, 1}, {Stale, 1}, {Serving, 2}, {"booting", 2}, {"warming", 1}}
+	if got := CountHealth(reps); !slices.Equal(got, want) {
+		t.Errorf("CountHealth = %v, want %v", got, want)
+	}
+	if got := CountHealth(nil); got != nil {
+		t.Errorf("CountHealth(nil) = %v", got)
 	}
 }

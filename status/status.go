@@ -2,7 +2,9 @@
 // pools and replicas as the reconcile step joined them (with each
 // replica's latest engine signals and what kvxds decided from them), and
 // the data planes connected to its xDS server. GET /api/v1/status serves
-// it as JSON and `kvxds status` prints it.
+// it as JSON, `kvxds status` prints it, and the status page (package
+// status/page) shows it; the words and figures the two write are this
+// package's (Format).
 //
 // The types are plain data with stable snake_case JSON names. A value
 // kvxds does not know (no metrics for the pool, a signal the engine does

@@ -180,16 +180,9 @@ func printStatus(w io.Writer, st *status.Status, color bool) {
 		}
 		return c + s + reset
 	}
-	role := st.HA.Mode
-	switch {
-	case st.HA.Mode == "standalone":
-	case st.HA.Leading:
-		role += ", leading (term " + strconv.FormatInt(st.HA.Term, 10) + ")"
-	default:
-		role += ", following " + cmp.Or(st.HA.Leader, "nobody yet")
-		if !st.HA.Reachable {
-			role += paint(" (leader unreachable: "+st.HA.Error+")", red)
-		}
+	role, trouble := st.HA.Role()
+	if trouble != "" {
+		role += paint(" ("+trouble+")", red)
 	}
 	fmt.Fprintf(w, "%s %s %s  %s  %s\n", paint("kvxds", bold), st.Instance.ID, cmp.Or(st.Instance.Version, "(devel)"), role,
 		st.Time.UTC().Format("2006-01-02 15:04:05 UTC"))
@@ -237,19 +230,15 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 	if p.HitRate1m != nil {
 		head = append(head, "hit rate 1m "+percent(p.HitRate1m))
 	}
-	switch {
-	case p.Balance != nil:
-		head = append(head, fmt.Sprintf("balance %.2f", *p.Balance))
-	case p.BalanceNote != "":
-		head = append(head, "balance - ("+p.BalanceNote+")")
+	if p.Balance != nil || p.BalanceNote != "" {
+		head = append(head, "balance "+status.TextFormat.Balance(p))
 	}
 	if p.Engine != "" {
 		head = append(head, fmt.Sprintf("escapes 1h %d", p.Escapes1h), fmt.Sprintf("weight moves 1h %d", p.WeightMoves1h))
 	}
 	fmt.Fprintln(w, strings.Join(head, "  "))
-	if p.Hotspot {
-		fmt.Fprintln(w, paint(fmt.Sprintf("  HOTSPOT: the busiest replica queues %.1f× the mean while the hit rate is %s (rule: balance above %g, hit rate at least %g)",
-			*p.Balance, percent(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast), red))
+	if hot := status.TextFormat.Hotspot(st.HotspotRule, p); hot != "" {
+		fmt.Fprintln(w, paint("  HOTSPOT: "+hot, red))
 	}
 	if p.Fallback {
 		fmt.Fprintln(w, paint("  FALLBACK: too many replicas saturated to take any out; pure affinity", red))
@@ -276,13 +265,7 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 		if r.Multiplier != 0 {
 			weight = fmt.Sprintf("%d (%d×%d)", r.Weight, r.StaticWeight, r.Multiplier)
 		}
-		note := r.Reason
-		if r.LastScrape != nil && !r.LastScrape.OK {
-			note = strings.TrimPrefix(strings.Join([]string{note, "last scrape failed " + ago(st.Time, r.LastScrape.Time) + ": " + r.LastScrape.Error}, "; "), "; ")
-		}
-		if m := r.PageLacks(); m != "" {
-			note = strings.TrimPrefix(note+"; "+m, "; ")
-		}
+		note := status.TextFormat.ReplicaNote(st.Time, &r)
 		if !r.Since.IsZero() && r.Health != status.Serving {
 			note = strings.TrimSuffix("since "+ago(st.Time, r.Since)+": "+note, ": ")
 		}

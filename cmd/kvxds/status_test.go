@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvxds/kvxds/status"
 )
@@ -148,5 +149,95 @@ func TestStatusSignalsAndBalance(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// Whatever figure the status lacks, the table leaves out or marks
+// unknown, and never fails on: a pool without a balance (a hotspot among
+// them), one without metrics or replicas, a follower that cannot reach
+// its leader's decisions, a data plane that never accepted anything.
+func TestStatusUnknowns(t *testing.T) {
+	const rule = "(rule: balance above 2, hit rate at least 0.5, busiest queue at least 2)"
+	for _, tc := range []struct {
+		name      string
+		edit      func(st *status.Status, chat *status.Pool)
+		want, not []string
+	}{{
+		name: "pool without a balance or a note",
+		edit: func(_ *status.Status, chat *status.Pool) { chat.Balance = nil },
+		want: []string{"POOL chat  hash/maglev  vllm  5 replicas  hit rate 1m 72.0%  escapes 1h 1  weight moves 1h 4\n"},
+		not:  []string{"  balance ", "HOTSPOT"},
+	}, {
+		name: "hotspot",
+		edit: func(_ *status.Status, chat *status.Pool) { chat.Balance, chat.Hotspot = status.Number(2.64), true },
+		want: []string{"balance 2.64", "\n  HOTSPOT: the busiest replica queues 2.6× the mean while the hit rate is 72.0% " + rule + "\n"},
+	}, {
+		name: "hotspot without a balance",
+		edit: func(_ *status.Status, chat *status.Pool) { chat.Balance, chat.Hotspot = nil, true },
+		want: []string{"\n  HOTSPOT: the hit rate is 72.0% " + rule + "\n"},
+		not:  []string{"  balance "},
+	}, {
+		name: "hotspot without any figure",
+		edit: func(_ *status.Status, chat *status.Pool) { chat.Balance, chat.HitRate1m, chat.Hotspot = nil, nil, true },
+		want: []string{"\n  HOTSPOT: flagged without its figures " + rule + "\n"},
+		not:  []string{"hit rate 1m"},
+	}, {
+		name: "pool without metrics",
+		edit: func(_ *status.Status, chat *status.Pool) {
+			chat.Engine, chat.Balance, chat.BusiestQueue1m, chat.MeanQueue1m, chat.HitRate1m = "", nil, nil, nil, nil
+			chat.Signals, chat.PagesRead, chat.Moved = nil, 0, nil
+			for i := range chat.Replicas {
+				r := &chat.Replicas[i]
+				r.Multiplier, r.TableShare, r.QueueDepth, r.KVOccupancy, r.HitRate1m, r.TTFTP95 = 0, nil, nil, nil, nil, nil
+				r.LastScrape, r.SignalsFound, r.SignalsMissing = nil, nil, nil
+			}
+		},
+		want: []string{"POOL chat  hash/maglev  5 replicas\n", "  10.0.0.4:8000  10.0.0.4:8000  draining   4       -      -      -   -       -         since 10m ago: going away (discovery)\n"},
+		not:  []string{"last push", "SIGNAL", "last scrape failed"},
+	}, {
+		name: "pool without replicas",
+		edit: func(_ *status.Status, chat *status.Pool) { chat.Replicas = nil },
+		want: []string{"  balance 1.82  escapes 1h 1  weight moves 1h 4\n  last push"},
+	}, {
+		name: "follower that cannot reach its leader",
+		edit: func(st *status.Status, _ *status.Pool) {
+			st.HA = status.HA{Mode: "kubernetes lease infra/kvxds", Term: 3, Error: "connection refused"}
+		},
+		want: []string{"kvxds kvxds-0 v0.0.0-test  kubernetes lease infra/kvxds, following nobody yet (unreachable: connection refused)  2025-07-01"},
+	}, {
+		name: "follower, no error known",
+		edit: func(st *status.Status, _ *status.Pool) { st.HA = status.HA{Mode: "lease", Leader: "kvxds-1"} },
+		want: []string{"  lease, following kvxds-1 (unreachable)  "},
+	}, {
+		name: "data plane that never accepted anything",
+		edit: func(st *status.Status, _ *status.Pool) {
+			st.DataPlanes[0].ACKed, st.DataPlanes[0].Connected = nil, time.Time{}
+		},
+		want: []string{"  app-1    grpc         10.0.3.4:51234  1                   waiting for its first ACK\n"},
+	}, {
+		name: "no pools, no data planes",
+		edit: func(st *status.Status, _ *status.Pool) { st.Pools, st.DataPlanes, st.HA = nil, nil, status.HA{} },
+		want: []string{"kvxds kvxds-0 v0.0.0-test  standalone  2025-07-01 12:00:00 UTC\npolicy test.hcl\n\nDATA PLANES  none connected\n"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, body := serveStatus(t)
+			var st status.Status
+			if err := json.Unmarshal(body, &st); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(&st, &st.Pools[1])
+			var out bytes.Buffer
+			printStatus(&out, &st, false)
+			for _, want := range tc.want {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+			for _, not := range tc.not {
+				if strings.Contains(out.String(), not) {
+					t.Errorf("output has %q:\n%s", not, out.String())
+				}
+			}
+		})
 	}
 }

@@ -1,8 +1,11 @@
-package status
+// Package page is the status page: the status document (package status)
+// as one HTML page, rendered on the server, that loads nothing from
+// elsewhere. Its words and figures are package status's Format, the same
+// `kvxds status` writes.
+package page
 
 import (
 	"bytes"
-	"cmp"
 	_ "embed"
 	"fmt"
 	"html/template"
@@ -13,14 +16,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvxds/kvxds/status"
 )
 
-// PagePath is where the admin server serves the status page.
-const PagePath = "/"
+// Path is where the admin server serves the status page.
+const Path = "/"
 
-// PageReplicas is how many replicas of a pool the page lists before it
+// Replicas is how many replicas of a pool the page lists before it
 // collapses the rest into a count (all=1 lists them all).
-const PageReplicas = 50
+const Replicas = 50
 
 // DefaultRefresh is how often the page reloads itself, in seconds.
 const DefaultRefresh = 5
@@ -28,28 +33,30 @@ const DefaultRefresh = 5
 //go:embed page.html.tmpl
 var pageSource string
 
+// format is the page's typography.
+var format = status.PageFormat
+
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"percent": PageFormat.Percent,
-	"number":  PageFormat.Number,
-	"seconds": PageFormat.Seconds,
-	"ago":     PageFormat.Ago,
+	"percent": format.Percent,
+	"number":  format.Number,
+	"seconds": format.Seconds,
+	"ago":     format.Ago,
 	"clock":   func(t time.Time) string { return t.UTC().Format("15:04:05") },
 	"short":   shortVersion,
-	"deref":   func(v *float64) float64 { return *v },
 }).Parse(pageSource))
 
-// PageHandler serves the status that build returns as an HTML page (GET /
+// Handler serves the status that build returns as an HTML page (GET /
 // on the admin address): each pool's figures, its replicas with their
 // health, weights, table share and signals, with a sparkline of the last
 // 15 minutes of queue, hit rate and TTFT; its recent decisions; and the
 // connected data planes. Query parameters: all=1 lists every replica
-// (otherwise PageReplicas per pool, the ones that matter first),
+// (otherwise Replicas per pool, the ones that matter first),
 // refresh=N reloads the page every N seconds (0: never; default
 // DefaultRefresh). Nothing on the page loads from elsewhere.
-func PageHandler(build func() Status) http.Handler {
+func Handler(build func() status.Status) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		opts := PageOptions{All: q.Get("all") == "1", Refresh: DefaultRefresh}
+		opts := Options{All: q.Get("all") == "1", Refresh: DefaultRefresh}
 		if v := q.Get("refresh"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -60,7 +67,7 @@ func PageHandler(build func() Status) http.Handler {
 		}
 		st := build()
 		var buf bytes.Buffer
-		if err := RenderPage(&buf, &st, opts); err != nil {
+		if err := Render(&buf, &st, opts); err != nil {
 			http.Error(w, "rendering the status page: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -73,14 +80,14 @@ func PageHandler(build func() Status) http.Handler {
 	})
 }
 
-// PageOptions are the page's query parameters.
-type PageOptions struct {
+// Options are the page's query parameters.
+type Options struct {
 	All     bool // list every replica
 	Refresh int  // seconds between reloads; 0: never
 }
 
-// RenderPage writes the status page of st.
-func RenderPage(w io.Writer, st *Status, opts PageOptions) error {
+// Render writes the status page of st.
+func Render(w io.Writer, st *status.Status, opts Options) error {
 	if err := pageTemplate.Execute(w, newPageData(st, opts)); err != nil {
 		return fmt.Errorf("status page: %w", err)
 	}
@@ -88,38 +95,34 @@ func RenderPage(w io.Writer, st *Status, opts PageOptions) error {
 }
 
 type pageData struct {
-	St         *Status
-	Opts       PageOptions
+	St         *status.Status
+	Opts       Options
 	Pools      []pagePool
 	DataPlanes []pageDataPlane
-	Role       string
+	Role       string // and what troubles it, in parentheses
 	AllURL     string // the same page with every replica
 	LessURL    string // the same page, collapsed
 }
 
 type pagePool struct {
-	*Pool
-	Kind   string
-	Rows   []pageReplica
-	Hidden int
-	Health []healthCount // replicas per health, worst first
+	*status.Pool
+	Kind        string
+	BalanceText string // the balance, or why it is unknown
+	Rows        []pageReplica
+	Hidden      int
+	Health      []status.HealthCount // replicas per health, worst first
 	// HiddenHealth counts the replicas not listed, per health.
-	HiddenHealth []healthCount
+	HiddenHealth []status.HealthCount
 	Hot          string   // why it is a hotspot
 	Moved        []string // what the pushes cost its sessions
 	// Signals are the profile's signals replicas' pages lacked;
 	// SignalsOK says none did.
-	Signals   []SignalNote
+	Signals   []status.SignalNote
 	SignalsOK string
 }
 
-type healthCount struct {
-	Health Health
-	N      int
-}
-
 type pageReplica struct {
-	*Replica
+	*status.Replica
 	Note       string // reason, last scrape error
 	Share      float64
 	ShareWidth string // of the bar, percent
@@ -127,7 +130,7 @@ type pageReplica struct {
 }
 
 type pageDataPlane struct {
-	*DataPlane
+	*status.DataPlane
 	State, Class string
 	Types        []ackedType
 }
@@ -137,8 +140,13 @@ type ackedType struct {
 	Current       bool // equal to what its kind is served
 }
 
-func newPageData(st *Status, opts PageOptions) *pageData {
-	d := &pageData{St: st, Opts: opts, Role: haRole(&st.HA)}
+func newPageData(st *status.Status, opts Options) *pageData {
+	d := &pageData{St: st, Opts: opts}
+	role, trouble := st.HA.Role()
+	d.Role = role
+	if trouble != "" {
+		d.Role += " (" + trouble + ")"
+	}
 	q := url.Values{}
 	if opts.Refresh != DefaultRefresh {
 		q.Set("refresh", strconv.Itoa(opts.Refresh))
@@ -155,7 +163,7 @@ func newPageData(st *Status, opts PageOptions) *pageData {
 		sync := st.DataPlaneSync(dp)
 		pd.State, pd.Class = sync.String(), sync.Level.String()
 		served := st.Served[dp.Kind]
-		for _, typ := range ShortTypes {
+		for _, typ := range status.ShortTypes {
 			v, ok := dp.ACKed[typ]
 			if !ok && served[typ] == "" {
 				continue
@@ -167,90 +175,40 @@ func newPageData(st *Status, opts PageOptions) *pageData {
 	return d
 }
 
-func newPagePool(st *Status, p *Pool, all bool) pagePool {
-	pp := pagePool{Pool: p, Kind: p.Balancer}
+func newPagePool(st *status.Status, p *status.Pool, all bool) pagePool {
+	pp := pagePool{Pool: p, Kind: p.Balancer, BalanceText: format.Balance(p), Hot: format.Hotspot(st.HotspotRule, p)}
 	if p.Algorithm != "" {
 		pp.Kind += " · " + p.Algorithm
 	}
-	if p.Hotspot && p.Balance != nil && p.HitRate1m != nil {
-		pp.Hot = fmt.Sprintf("the busiest replica queues %.1f× the mean while the hit rate is %s (rule: balance above %g, hit rate at least %g, busiest queue at least %g)",
-			*p.Balance, PageFormat.Percent(p.HitRate1m), st.HotspotRule.BalanceAbove, st.HotspotRule.HitRateAtLeast, st.HotspotRule.BusiestQueueAtLeast)
-	}
-	pp.Moved = PageFormat.MovedLines(st.Time, p.Name, p.Moved)
+	pp.Moved = format.MovedLines(st.Time, p.Name, p.Moved)
 	pp.Signals = p.SignalNotes()
 	if len(pp.Signals) == 0 && p.PagesRead > 0 {
 		pp.SignalsOK = fmt.Sprintf("Every signal the %s profile reads was found on %s.", p.Engine, pagesRead(p.PagesRead))
 	}
-	reps := SortReplicas(p.Replicas)
-	pp.Health = countHealth(reps)
+	reps := status.SortReplicas(p.Replicas)
+	pp.Health = status.CountHealth(reps)
 	shown := reps
-	if !all && len(reps) > PageReplicas {
-		shown, pp.Hidden = reps[:PageReplicas], len(reps)-PageReplicas
-		pp.HiddenHealth = countHealth(reps[PageReplicas:])
+	if !all && len(reps) > Replicas {
+		shown, pp.Hidden = reps[:Replicas], len(reps)-Replicas
+		pp.HiddenHealth = status.CountHealth(reps[Replicas:])
 	}
 	end := st.Time
 	for i := range shown {
 		r := &shown[i]
-		row := pageReplica{Replica: r, Note: replicaNote(st.Time, r)}
+		row := pageReplica{Replica: r, Note: format.ReplicaNote(st.Time, r)}
 		if r.TableShare != nil {
 			row.Share = *r.TableShare
 			row.ShareWidth = strconv.FormatFloat(math.Round(min(max(*r.TableShare, 0), 1)*1000)/10, 'f', -1, 64)
 		}
 		if r.Trend != nil {
 			pts, step := r.Trend.Points, time.Duration(r.Trend.StepSeconds*float64(time.Second))
-			row.Spark.Queue = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.QueueDepth }, 0, "queue depth", PageFormat.Number)
-			row.Spark.HitRate = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.HitRate }, 1, "hit rate", PageFormat.Percent)
-			row.Spark.TTFT = Sparkline(pts, step, end, func(p *TrendPoint) *float64 { return p.TTFTP95 }, 0, "TTFT p95", PageFormat.Seconds)
+			row.Spark.Queue = Sparkline(pts, step, end, func(p *status.TrendPoint) *float64 { return p.QueueDepth }, 0, "queue depth", format.Number)
+			row.Spark.HitRate = Sparkline(pts, step, end, func(p *status.TrendPoint) *float64 { return p.HitRate }, 1, "hit rate", format.Percent)
+			row.Spark.TTFT = Sparkline(pts, step, end, func(p *status.TrendPoint) *float64 { return p.TTFTP95 }, 0, "TTFT p95", format.Seconds)
 		}
 		pp.Rows = append(pp.Rows, row)
 	}
 	return pp
-}
-
-// countHealth counts replicas per health, in healthOrder.
-func countHealth(reps []Replica) []healthCount {
-	counts := map[Health]int{}
-	for i := range reps {
-		counts[reps[i].Health]++
-	}
-	var out []healthCount
-	for _, h := range healthOrder {
-		if counts[h] > 0 {
-			out = append(out, healthCount{h, counts[h]})
-		}
-	}
-	for h, n := range counts {
-		if healthRank(h) == len(healthOrder) {
-			out = append(out, healthCount{h, n})
-		}
-	}
-	return out
-}
-
-func replicaNote(now time.Time, r *Replica) string {
-	var parts []string
-	if r.Health != Serving && r.Reason != "" {
-		parts = append(parts, r.Reason)
-	}
-	if s := r.LastScrape; s != nil && !s.OK {
-		parts = append(parts, "last scrape failed "+PageFormat.Ago(now, s.Time)+": "+s.Error)
-	}
-	if m := r.PageLacks(); m != "" {
-		parts = append(parts, m)
-	}
-	return strings.Join(parts, "; ")
-}
-
-func haRole(h *HA) string {
-	switch {
-	case h.Mode == "standalone" || h.Mode == "":
-		return "standalone"
-	case h.Leading:
-		return fmt.Sprintf("%s, leading (term %d)", h.Mode, h.Term)
-	case !h.Reachable:
-		return fmt.Sprintf("%s, following %s (unreachable: %s)", h.Mode, cmp.Or(h.Leader, "nobody yet"), h.Error)
-	}
-	return fmt.Sprintf("%s, following %s", h.Mode, cmp.Or(h.Leader, "nobody yet"))
 }
 
 // Sparkline size, in CSS pixels.
@@ -264,7 +222,7 @@ const (
 // without a value leaves a gap), scaled from 0 to the larger of top and
 // the highest value, the latest value marked. Its title names the range.
 // Empty when no point has a value.
-func Sparkline(pts []TrendPoint, step time.Duration, end time.Time, get func(*TrendPoint) *float64, top float64, what string, format func(*float64) string) template.HTML {
+func Sparkline(pts []status.TrendPoint, step time.Duration, end time.Time, get func(*status.TrendPoint) *float64, top float64, what string, format func(*float64) string) template.HTML {
 	const window = 15 * time.Minute
 	if step <= 0 {
 		step = 15 * time.Second
