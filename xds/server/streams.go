@@ -33,7 +33,8 @@ import (
 // assignment it already holds with nothing. The cache sends a push's
 // Cluster and assignment in no fixed order, so when the assignment went
 // first, the tracker has the cache answer Envoy's next request for it in
-// full again (see OnStreamRequest).
+// full again (see OnStreamRequest). A delta stream asks for nothing: see
+// assignmentsAfter.
 type streamTracker struct {
 	log hclog.Logger
 	m   *metrics
@@ -64,6 +65,11 @@ type streamState struct {
 	acked    map[string]string    // type URL → version last accepted
 	sentLast map[string]deltaSent // delta: type URL → last response
 	lastNACK *status.NACK
+
+	// Delta: the assignments the client holds, and how many kvxds sent
+	// again after a Cluster (see assignmentsAfter).
+	edsHeld map[string]bool
+	resends int
 }
 
 // deltaSent is a delta response, whose ACK names only its nonce.
@@ -80,6 +86,7 @@ func (t *streamTracker) open(ctx context.Context, id int64, delta bool) {
 	}
 	if delta {
 		st.sentLast = map[string]deltaSent{}
+		st.edsHeld = map[string]bool{}
 	}
 	t.mu.Lock()
 	t.streams[id] = st
@@ -197,6 +204,9 @@ func (t *streamTracker) OnStreamResponse(_ context.Context, id int64, _ *discove
 }
 
 func (t *streamTracker) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	if p, ok := ctx.Value(deltaStreamKey{}).(*int64); ok {
+		*p = id
+	}
 	t.open(ctx, id, true)
 	t.log.Debug("delta stream opened", "stream", id, "type", typeURL)
 	return nil
@@ -204,9 +214,10 @@ func (t *streamTracker) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL
 
 func (t *streamTracker) OnDeltaStreamClosed(id int64, node *core.Node) { t.closed(id, node) }
 
-// OnStreamDeltaRequest only reports NACKs: the delta cache compares
+// OnStreamDeltaRequest reports NACKs (the delta cache compares
 // per-resource versions with what it already sent, so it does not re-send
-// a rejected resource by itself.
+// a rejected resource by itself) and forgets the assignments a client
+// unsubscribes from.
 func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	t.mu.Lock()
 	st := t.streams[id]
@@ -217,6 +228,11 @@ func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDisco
 	rejected := ""
 	if st != nil {
 		node = st.node
+		if req.GetTypeUrl() == resourcev3.EndpointType {
+			for _, n := range req.GetResourceNamesUnsubscribe() {
+				delete(st.edsHeld, n)
+			}
+		}
 		// A delta ACK or NACK names the response by its nonce.
 		if sent, ok := st.sentLast[req.GetTypeUrl()]; ok && req.GetResponseNonce() != "" && sent.nonce == req.GetResponseNonce() {
 			if req.GetErrorDetail() == nil {
@@ -238,6 +254,14 @@ func (t *streamTracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscov
 	defer t.mu.Unlock()
 	if st := t.streams[id]; st != nil && st.sentLast != nil {
 		st.sentLast[resp.GetTypeUrl()] = deltaSent{nonce: resp.GetNonce(), version: resp.GetSystemVersionInfo()}
+		if resp.GetTypeUrl() == resourcev3.EndpointType {
+			for _, r := range resp.GetResources() {
+				st.edsHeld[r.GetName()] = true
+			}
+			for _, n := range resp.GetRemovedResources() {
+				delete(st.edsHeld, n)
+			}
+		}
 	}
 }
 

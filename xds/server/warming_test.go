@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/test/adsenvoy"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // A push that changes a pool's Envoy Cluster and its assignment together
@@ -78,5 +81,57 @@ func TestWarmingEnvoyClusterGetsItsAssignment(t *testing.T) {
 			t.Fatal(err)
 		}
 		settle("weight step", func() bool { return cdsVersion != before && !warming })
+	}
+}
+
+// On a delta stream Envoy does not ask for a replaced cluster's assignment
+// at all, and holds the Cluster's ACK while the cluster warms (see
+// assignmentsAfter): the assignment must come unasked after every Cluster
+// that changes, whether the push changed the assignment too (a weight step
+// on a ring sized by entries_per_weight) or not (a policy edit).
+func TestWarmingEnvoyClusterGetsItsAssignmentOnDelta(t *testing.T) {
+	f := testFleet(1, 2, 3)
+	f.Pools[0].Hash = fleet.Hash{Algorithm: fleet.RingHash, EntriesPerWeight: 512, Keys: f.Pools[0].Hash.Keys}
+	h := start(t, f)
+	sub, err := adsenvoy.SubscribeDelta(h.addr, &core.Node{Id: "envoy-delta", UserAgentName: "envoy"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	settle := func(what string) {
+		t.Helper()
+		want := h.srv.Versions(translate.Envoy)
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			res, err := sub.Resources()
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if res.Versions[resourcev3.ClusterType] == want[resourcev3.ClusterType] && len(res.Warming) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: clusters %v still warming (Cluster version %q, serving %q)",
+					what, res.Warming, res.Versions[resourcev3.ClusterType], want[resourcev3.ClusterType])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	settle("start")
+	for i := range 12 {
+		if i%4 == 3 {
+			// A Cluster alone changes.
+			f.Pools[0].Hash.BalanceFactor = 150 + uint32(i)
+		} else {
+			f.Pools[0].Endpoints[i%3].Weight = uint32(1 + (i+1)%4)
+		}
+		if err := update(context.Background(), h.srv, f); err != nil {
+			t.Fatal(err)
+		}
+		settle(fmt.Sprintf("step %d", i))
+	}
+	res, _ := sub.Resources()
+	if len(res.Assignments) != 2 || len(res.Clusters) != 4 {
+		t.Errorf("holds %d clusters and %d assignments, want 4 (pools and keyless) and 2", len(res.Clusters), len(res.Assignments))
 	}
 }
