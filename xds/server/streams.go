@@ -29,11 +29,14 @@ import (
 // holds the watch open until a different version exists.
 //
 // Envoy replaces a cluster whose Cluster changed and keeps the new one
-// warming until an assignment arrives after it, and the cache answers the new cluster's request for an
-// assignment it already holds with nothing. The cache sends a push's
-// Cluster and assignment in no fixed order, so when the assignment went
-// first, the tracker has the cache answer Envoy's next request for it in
-// full again (see OnStreamRequest). A delta stream asks for nothing: see
+// warming until an assignment arrives after it. On a state-of-the-world
+// stream the new cluster asks for the assignments again, with the version
+// and nonce Envoy already holds and before it ACKs the Cluster (it holds
+// that ACK while any cluster warms), and the cache answers such a request
+// with nothing. The cache sends a push's Cluster and assignment in no
+// fixed order, and a policy edit changes the Cluster alone, so after a
+// Cluster response the tracker has the cache answer that request in full
+// again (see OnStreamRequest). A delta stream asks for nothing: see
 // assignmentsAfter.
 type streamTracker struct {
 	log hclog.Logger
@@ -52,11 +55,13 @@ type streamState struct {
 	lastSent map[string]string // type URL → version last sent
 	// clusterAfterEndpoints: a Cluster response went out after the last
 	// assignment response, so a warming Envoy cluster may wait for one.
-	// clusterAcked: that Cluster response was acknowledged. Envoy asks
-	// for the new cluster's assignment after it ACKs the Cluster; an
-	// assignment request before that is the ACK of the assignment itself,
-	// which crossed the Cluster response on the wire.
-	clusterAfterEndpoints, clusterAcked bool
+	// edsNonce is the last assignment response's nonce, and edsNonceUsed
+	// says a request named it already: the first to name it is its ACK
+	// (or NACK), which may cross a Cluster response on the wire; a
+	// replaced cluster's request names it again.
+	clusterAfterEndpoints bool
+	edsNonce              string
+	edsNonceUsed          bool
 
 	// For the status.
 	peer     string
@@ -162,16 +167,16 @@ func (t *streamTracker) OnStreamRequest(id int64, req *discovery.DiscoveryReques
 		// An ACK, or a reconnecting client naming what it runs.
 		st.acked[req.GetTypeUrl()] = req.GetVersionInfo()
 	}
-	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.ClusterType &&
-		req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[resourcev3.ClusterType] {
-		st.clusterAcked = true
-	}
-	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.EndpointType && st.clusterAfterEndpoints && st.clusterAcked &&
-		req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[req.GetTypeUrl()] && Classify(node) == translate.Envoy {
-		// Envoy's request for the assignments of a cluster it replaced
-		// after receiving them: claim none, so the cache sends them again.
-		req.VersionInfo = ""
-		st.clusterAfterEndpoints = false
+	if req.GetTypeUrl() == resourcev3.EndpointType && req.GetResponseNonce() != "" && req.GetResponseNonce() == st.edsNonce {
+		again := st.edsNonceUsed
+		st.edsNonceUsed = true
+		if again && req.GetErrorDetail() == nil && st.clusterAfterEndpoints &&
+			req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[req.GetTypeUrl()] && Classify(node) == translate.Envoy {
+			// Envoy's request for the assignments of a cluster it replaced
+			// after receiving them: claim none, so the cache sends them again.
+			req.VersionInfo = ""
+			st.clusterAfterEndpoints = false
+		}
 	}
 	if req.GetErrorDetail() != nil {
 		rejected = st.lastSent[req.GetTypeUrl()]
@@ -196,9 +201,9 @@ func (t *streamTracker) OnStreamResponse(_ context.Context, id int64, _ *discove
 		switch resp.GetTypeUrl() {
 		case resourcev3.ClusterType:
 			st.clusterAfterEndpoints = st.lastSent[resourcev3.EndpointType] != ""
-			st.clusterAcked = false
 		case resourcev3.EndpointType:
 			st.clusterAfterEndpoints = false
+			st.edsNonce, st.edsNonceUsed = resp.GetNonce(), false
 		}
 	}
 }

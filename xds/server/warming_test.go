@@ -17,10 +17,16 @@ import (
 
 // A push that changes a pool's Envoy Cluster and its assignment together
 // (a ring sized by entries_per_weight, after a weight step) reaches Envoy
-// as two responses in either order. Envoy replaces the cluster and keeps
-// the new one warming until an assignment arrives after the Cluster; it
-// asks for it with the version it already holds. Whatever the order, such
-// an assignment must come, and promptly.
+// as two responses in either order; a policy edit changes the Cluster
+// alone. Envoy replaces the cluster and keeps the new one warming until an
+// assignment arrives after the Cluster. As its state-of-the-world mux does
+// (envoyproxy/envoy: GrpcMuxImpl::addWatch and pause in
+// source/extensions/config_subscription/grpc/grpc_mux_impl.cc,
+// CdsApiHelper::onConfigUpdate, ClusterManagerImpl::updateClusterCounts),
+// the new cluster's watch asks again for the assignments with the version
+// and nonce it already holds, before the Cluster's ACK, which waits until
+// no cluster warms. Whatever the order, an assignment must come, and
+// promptly.
 func TestWarmingEnvoyClusterGetsItsAssignment(t *testing.T) {
 	f := testFleet(1, 2, 3)
 	f.Pools[0].Hash = fleet.Hash{Algorithm: fleet.RingHash, EntriesPerWeight: 512, Keys: f.Pools[0].Hash.Keys}
@@ -41,24 +47,32 @@ func TestWarmingEnvoyClusterGetsItsAssignment(t *testing.T) {
 	send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType})
 	send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNames: names})
 
-	// Envoy's side: ACK everything; after a Cluster response, the
-	// replaced cluster asks for its assignment again and warms until one
-	// arrives.
+	// Envoy's side: after a Cluster response, the replaced cluster asks for
+	// its assignment again and warms until one arrives; the Cluster's ACK
+	// waits for that, and goes before the assignment's own ACK.
 	var edsVersion, edsNonce, cdsVersion string
+	var heldACK *discovery.DiscoveryRequest
 	warming := false
 	handle := func(r *discovery.DiscoveryResponse) {
 		switch r.GetTypeUrl() {
 		case resourcev3.ClusterType:
 			first := cdsVersion == ""
 			cdsVersion = r.GetVersionInfo()
-			send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
-			if !first {
-				warming = true
-				send(&discovery.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, VersionInfo: edsVersion, ResponseNonce: edsNonce, ResourceNames: names})
+			ack := &discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}
+			if first {
+				send(ack)
+				return
 			}
+			warming = true
+			send(&discovery.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, VersionInfo: edsVersion, ResponseNonce: edsNonce, ResourceNames: names})
+			heldACK = ack
 		case resourcev3.EndpointType:
 			edsVersion, edsNonce = r.GetVersionInfo(), r.GetNonce()
 			warming = false
+			if heldACK != nil {
+				send(heldACK)
+				heldACK = nil
+			}
 			send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names})
 		}
 	}
@@ -76,7 +90,12 @@ func TestWarmingEnvoyClusterGetsItsAssignment(t *testing.T) {
 	settle("start", func() bool { return cdsVersion != "" && edsVersion != "" })
 	for i := range 12 {
 		before := cdsVersion
-		f.Pools[0].Endpoints[i%3].Weight = uint32(1 + (i+1)%4)
+		if i%4 == 3 {
+			// A Cluster alone changes.
+			f.Pools[0].Hash.BalanceFactor = 150 + uint32(i)
+		} else {
+			f.Pools[0].Endpoints[i%3].Weight = uint32(1 + (i+1)%4)
+		}
 		if err := update(context.Background(), h.srv, f); err != nil {
 			t.Fatal(err)
 		}
