@@ -221,8 +221,8 @@ func (t *streamTracker) OnDeltaStreamClosed(id int64, node *core.Node) { t.close
 
 // OnStreamDeltaRequest reports NACKs (the delta cache compares
 // per-resource versions with what it already sent, so it does not re-send
-// a rejected resource by itself) and forgets the assignments a client
-// unsubscribes from.
+// a rejected resource by itself) and follows the assignments a client
+// holds.
 func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	t.mu.Lock()
 	st := t.streams[id]
@@ -234,6 +234,11 @@ func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDisco
 	if st != nil {
 		node = st.node
 		if req.GetTypeUrl() == resourcev3.EndpointType {
+			// A reconnecting Envoy names what it holds, which the cache
+			// does not send again.
+			for n := range req.GetInitialResourceVersions() {
+				st.edsHeld[n] = true
+			}
 			for _, n := range req.GetResourceNamesUnsubscribe() {
 				delete(st.edsHeld, n)
 			}

@@ -8,6 +8,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/kvxds/kvxds/fleet"
@@ -152,5 +153,73 @@ func TestWarmingEnvoyClusterGetsItsAssignmentOnDelta(t *testing.T) {
 	res, _ := sub.Resources()
 	if len(res.Assignments) != 2 || len(res.Clusters) != 4 {
 		t.Errorf("holds %d clusters and %d assignments, want 4 (pools and keyless) and 2", len(res.Clusters), len(res.Assignments))
+	}
+}
+
+// An Envoy that reconnects names the assignments it holds, and the cache
+// does not send them again: they count as held all the same, so a Cluster
+// replaced afterwards still gets its assignment.
+func TestWarmingAfterDeltaReconnect(t *testing.T) {
+	f := testFleet(1, 2, 3)
+	h := start(t, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(h.cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, stream.Recv)
+	snap, err := h.srv.cache.GetSnapshot(translate.Envoy.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for name, cla := range snap.GetResources(resourcev3.EndpointType) {
+		b, err := cachev3.MarshalResource(cla)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[name] = cachev3.HashResource(b)
+	}
+	node := &core.Node{Id: "envoy-back", UserAgentName: "envoy"}
+	for _, req := range []*discovery.DeltaDiscoveryRequest{
+		{Node: node, TypeUrl: resourcev3.ClusterType},
+		{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"chat", "code"}, InitialResourceVersions: held},
+	} {
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Pools[0].Hash.BalanceFactor = 175
+	got := map[string]int{}
+	for i := 0; ; i++ {
+		if i == 0 {
+			// The Clusters as they are, then the edited one.
+			r, ok := next(msgs, 3*time.Second)
+			if !ok || r.GetTypeUrl() != resourcev3.ClusterType {
+				t.Fatalf("first response %v, want the Clusters", r.GetTypeUrl())
+			}
+			if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()}); err != nil {
+				t.Fatal(err)
+			}
+			if err := update(ctx, h.srv, f); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		r, ok := next(msgs, 3*time.Second)
+		if !ok {
+			t.Fatalf("responses after the edit: %v; no assignment after the Cluster", got)
+		}
+		got[shortType(r.GetTypeUrl())]++
+		if r.GetTypeUrl() == resourcev3.EndpointType {
+			if got["cds"] == 0 {
+				t.Fatalf("an assignment came before the edited Cluster")
+			}
+			if len(r.GetResources()) != 1 || r.GetResources()[0].GetName() != "chat" {
+				t.Errorf("sent %d assignments after the Cluster, want chat alone", len(r.GetResources()))
+			}
+			return
+		}
 	}
 }
