@@ -51,7 +51,8 @@ import (
 // client does not hold yet (a new service name) is subscribed to by Envoy
 // and answered by the cache. When the push also changed the assignment, the
 // cache's own response may follow with the same content; Envoy applies it
-// without a rebuild.
+// without a rebuild. Separate (not aggregated) delta CDS and EDS streams
+// are left as they are: one cannot order its responses after the other's.
 
 // ads serves the aggregated service: state of the world as it is, delta
 // streams through deltaStream.
