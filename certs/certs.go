@@ -37,11 +37,8 @@ import (
 	"github.com/kvxds/kvxds/filewatch"
 )
 
-// Defaults of Options.
-const (
-	DefaultDebounce     = 100 * time.Millisecond
-	DefaultPollInterval = 10 * time.Second
-)
+// DefaultPollInterval is Options.PollInterval when it is not set.
+const DefaultPollInterval = 10 * time.Second
 
 // Options configure a Reloader.
 type Options struct {
@@ -62,7 +59,7 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Debounce is how long the files must stay quiet after a change
 	// before they are read, so that a cert and key written one after the
-	// other load once. Defaults to DefaultDebounce.
+	// other load once. Defaults to filewatch.DefaultDebounce.
 	Debounce time.Duration
 	// PollInterval is how often the files are read regardless of events.
 	// Defaults to DefaultPollInterval.
@@ -98,9 +95,6 @@ func New(opts Options) (*Reloader, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
-	}
-	if opts.Debounce <= 0 {
-		opts.Debounce = DefaultDebounce
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval

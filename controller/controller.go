@@ -32,6 +32,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -99,12 +100,11 @@ func New(opts Options) (*Controller, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+	promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 		Name:        "kvxds_build_info",
 		Help:        "kvxds build information.",
 		ConstLabels: prometheus.Labels{"version": opts.Version},
-	})
-	buildInfo.Set(1)
+	}).Set(1)
 	xdsServer := server.New(server.Options{Logger: logger.Named("xds"), Registerer: reg})
 	sec, err := newSecurity(p, reg, logger)
 	if err != nil {
@@ -132,7 +132,6 @@ func New(opts Options) (*Controller, error) {
 	if reach != nil {
 		*reach = c.reconcile.Reach
 	}
-	reg.MustRegister(buildInfo)
 	return c, nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/kvxds/kvxds/fleet"
 )
@@ -233,24 +234,21 @@ type managerMetrics struct {
 }
 
 func newManagerMetrics(reg prometheus.Registerer) *managerMetrics {
-	m := &managerMetrics{
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(reg)
+	return &managerMetrics{
+		errors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_discovery_errors_total",
 			Help: "Failed discovery attempts, by pool and source; the last good targets keep serving.",
 		}, []string{"pool", "source"}),
-		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		up: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_discovery_source_up",
 			Help: "1 if the source's last attempt succeeded, 0 if it is serving its last good targets.",
 		}, []string{"pool", "source"}),
-		targets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		targets: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_discovery_targets",
 			Help: "Replicas the source last reported.",
 		}, []string{"pool", "source"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.errors, m.up, m.targets)
-	}
-	return m
 }
 
 func (m *managerMetrics) forget(s Spec) {

@@ -21,13 +21,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// DefaultDebounce is Options.Debounce when it is not set.
+const DefaultDebounce = 100 * time.Millisecond
+
 // Options configure Run.
 type Options struct {
 	// Files are the files to follow; empty names are skipped.
 	Files []string
 	// Debounce is how long the directories must stay quiet after an event
 	// before Changed is called, so that a burst of events (a write, a
-	// rename, a symlink swap) leads to one call.
+	// rename, a symlink swap) leads to one call. Defaults to
+	// DefaultDebounce.
 	Debounce time.Duration
 	// PollInterval is how often Changed is called regardless of events.
 	PollInterval time.Duration
@@ -47,6 +51,9 @@ func Run(ctx context.Context, opts Options) error {
 	log := opts.Log
 	if log == nil {
 		log = hclog.NewNullLogger()
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
 	}
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Changed runs once at the start, once per burst of changes, whether a
-// file is renamed over or its Kubernetes-style "..data" symlink swapped,
-// and Run returns nil when its context ends.
+// Changed runs once at the start, once per burst of changes (the default
+// debounce), whether a file is renamed over or its Kubernetes-style
+// "..data" symlink swapped, and Run returns nil when its context ends.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	for _, d := range []string{"v1", "v2"} {
@@ -38,7 +38,8 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{Files: []string{plain, linked, ""}, Debounce: 100 * time.Millisecond,
+		// Debounce unset: DefaultDebounce.
+		done <- Run(ctx, Options{Files: []string{plain, linked, ""},
 			PollInterval: time.Hour, Changed: func() { calls.Add(1) }})
 	}()
 	wait := func(what string, n int64) {

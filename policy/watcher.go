@@ -18,11 +18,8 @@ import (
 	"github.com/kvxds/kvxds/filewatch"
 )
 
-// Watcher defaults.
-const (
-	DefaultDebounce     = 100 * time.Millisecond
-	DefaultPollInterval = 5 * time.Second
-)
+// DefaultPollInterval is WatcherOptions.PollInterval when it is not set.
+const DefaultPollInterval = 5 * time.Second
 
 // WatcherOptions configures a Watcher. Every field is optional.
 type WatcherOptions struct {
@@ -40,7 +37,7 @@ type WatcherOptions struct {
 	Registerer prometheus.Registerer
 	// Debounce is how long the file must stay quiet after a change
 	// before it is read, so that a burst of writes loads once.
-	// Defaults to DefaultDebounce.
+	// Defaults to filewatch.DefaultDebounce.
 	Debounce time.Duration
 	// PollInterval is how often the file is read regardless of events,
 	// in case a change is not notified (network file systems, a symlink
@@ -97,9 +94,6 @@ func NewWatcher(filename string, opts WatcherOptions) (*Watcher, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
-	}
-	if opts.Debounce <= 0 {
-		opts.Debounce = DefaultDebounce
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/status"
@@ -219,25 +220,26 @@ type haMetrics struct {
 }
 
 func newHAMetrics(reg prometheus.Registerer, r *Reconciler) *haMetrics {
+	f := promauto.With(reg)
 	m := &haMetrics{
-		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		leader: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_leader",
 			Help: "1 for each pool while this instance scrapes and decides its weights (the leader, or a standalone instance).",
 		}, []string{"pool"}),
-		changes: prometheus.NewCounter(prometheus.CounterOpts{
+		changes: f.NewCounter(prometheus.CounterOpts{
 			Name: "kvxds_ha_leadership_changes_total",
 			Help: "Times this instance started or stopped leading.",
 		}),
-		published: prometheus.NewCounter(prometheus.CounterOpts{
+		published: f.NewCounter(prometheus.CounterOpts{
 			Name: "kvxds_ha_decisions_published_total",
 			Help: "Decision documents this instance published for the others.",
 		}),
-		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		publishErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "kvxds_ha_publish_errors_total",
 			Help: "Decision documents this instance failed to publish.",
 		}),
 	}
-	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvxds_ha_decisions_age_seconds",
 		Help: "Age of the decisions served: time since their leader published them (0 before any).",
 	}, func() float64 {
@@ -247,7 +249,7 @@ func newHAMetrics(reg prometheus.Registerer, r *Reconciler) *haMetrics {
 		}
 		return time.Since(t).Seconds()
 	})
-	reachable := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvxds_ha_source_up",
 		Help: "1 while the published decisions can be reached (always 1 for a leader).",
 	}, func() float64 {
@@ -256,7 +258,6 @@ func newHAMetrics(reg prometheus.Registerer, r *Reconciler) *haMetrics {
 		}
 		return 0
 	})
-	reg.MustRegister(m.leader, m.changes, m.published, m.publishErrors, age, reachable)
 	return m
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/fleet"
@@ -121,6 +122,7 @@ func New(opts Options) *Reconciler {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	f := promauto.With(reg)
 	r := &Reconciler{
 		log:         log,
 		sink:        opts.Sink,
@@ -135,15 +137,15 @@ func New(opts Options) *Reconciler {
 		board:       opts.Board,
 		ha:          haState{reachable: true},
 		now:         opts.Now,
-		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+		updates: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
 			Help: "Fleet models pushed, by what changed: policy, discovery or metrics.",
 		}, []string{"cause"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		failures: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_update_errors_total",
 			Help: "Fleet models not pushed because they did not validate or translate, by what changed; the last good one keeps serving.",
 		}, []string{"cause"}),
-		moved: prometheus.NewCounterVec(prometheus.CounterOpts{
+		moved: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_hash_space_moved_total",
 			Help: "Share of a hash table's space, so of its sessions, that changed replica, summed over pushes: by pool, table (the pool's own or a tenant group's cluster), client kind (envoy, grpc, grpc-js), cause (membership, health, weight, policy, mixed) and part (own: to or from a replica that changed; collateral: between replicas that did not).",
 		}, []string{"pool", "table", "client", "cause", "part"}),
@@ -165,7 +167,7 @@ func New(opts Options) *Reconciler {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
-	reg.MustRegister(r.updates, r.failures, r.moved, newStatusCollector(r))
+	reg.MustRegister(newStatusCollector(r))
 	go r.countCosts()
 	return r
 }

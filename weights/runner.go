@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // scrapeJitter spreads each pool's scrapes over this fraction of its
@@ -182,22 +183,21 @@ type runnerMetrics struct {
 }
 
 func newRunnerMetrics(reg prometheus.Registerer) *runnerMetrics {
-	m := &runnerMetrics{
-		weight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	f := promauto.With(reg)
+	return &runnerMetrics{
+		weight: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_replica_weight_multiplier",
 			Help: "Metric-driven weight multiplier of each replica.",
 		}, []string{"pool", "replica"}),
-		saturated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		saturated: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_replica_saturated",
 			Help: "1 while a replica is out of the hash table for saturation.",
 		}, []string{"pool", "replica"}),
-		fallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		fallback: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_pool_affinity_fallback",
 			Help: "1 while too many replicas of a pool are saturated to take any out (pure affinity).",
 		}, []string{"pool"}),
 	}
-	reg.MustRegister(m.weight, m.saturated, m.fallback)
-	return m
 }
 
 // forget drops a pool's series once it is no longer scraped.

@@ -2,16 +2,18 @@
 // Envoy does and keeps the newest of each type, for the end-to-end tests
 // and the benchmark's Envoy data plane.
 //
-// It speaks the state-of-the-world protocol: it subscribes to every
-// listener and cluster, then to the route configurations the listeners'
-// HTTP connection managers name and the assignments the clusters name, and
-// ACKs every response. A response that fails to decode is ACKed too and
-// reported to the caller, who decides what an incomplete view means.
+// Subscribe speaks the state-of-the-world protocol, SubscribeDelta the
+// delta one. Either subscribes to every listener and cluster, then to the
+// route configurations the listeners' HTTP connection managers name and
+// the assignments the clusters name, and ACKs every response. A response
+// that fails to decode is ACKed too and reported to the caller, who
+// decides what an incomplete view means.
 package adsenvoy
 
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"sync"
 
@@ -35,6 +37,12 @@ type Resources struct {
 	Routes      []*routev3.RouteConfiguration
 	Clusters    []*clusterv3.Cluster
 	Assignments []*endpointv3.ClusterLoadAssignment
+	// Versions is each type's version in its last response, by type URL
+	// (system_version_info on a delta stream).
+	Versions map[string]string
+	// Warming names the clusters (on a delta stream) that Envoy would
+	// keep warming: added or replaced, with no assignment received since.
+	Warming []string
 }
 
 // Subscriber is one ADS stream and what it last received.
@@ -137,6 +145,11 @@ func (s *Subscriber) recv(ctx context.Context, stream discovery.AggregatedDiscov
 		case resourcev3.EndpointType:
 			s.res.Assignments = decode[*endpointv3.ClusterLoadAssignment](resp, &derr)
 		}
+		s.res.Versions = maps.Clone(s.res.Versions)
+		if s.res.Versions == nil {
+			s.res.Versions = map[string]string{}
+		}
+		s.res.Versions[resp.GetTypeUrl()] = resp.GetVersionInfo()
 		s.err = derr
 		res := s.res
 		s.mu.Unlock()

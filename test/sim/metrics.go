@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Histogram buckets of vLLM V1's PrometheusStatLogger (vllm/v1/metrics/loggers.py).
@@ -66,18 +67,15 @@ type gauges interface {
 func newMetrics(cfg Config, g gauges) *metrics {
 	labels := prometheus.Labels{"model_name": cfg.Model, "engine": "0"}
 	reg := prometheus.NewRegistry()
+	auto := promauto.With(reg)
 	counter := func(name, help string) prometheus.Counter {
-		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
-		reg.MustRegister(c)
-		return c
+		return auto.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
 	}
 	histogram := func(name, help string, buckets []float64) prometheus.Observer {
-		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
-		reg.MustRegister(h)
-		return h
+		return auto.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
 	}
 	gauge := func(name, help string, f func() float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+		auto.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
 	}
 
 	m := &metrics{reg: reg}
@@ -101,10 +99,9 @@ func newMetrics(cfg Config, g gauges) *metrics {
 	m.promptTokens = counter(MetricPromptTokens, "Number of prefill tokens processed.")
 	m.generationTokens = counter(MetricGenerationTokens, "Number of generation tokens processed.")
 
-	success := prometheus.NewCounterVec(prometheus.CounterOpts{
+	success := auto.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricRequestSuccess, Help: "Count of successfully processed requests.", ConstLabels: labels,
 	}, []string{"finished_reason"})
-	reg.MustRegister(success)
 	m.success = map[string]prometheus.Counter{}
 	for _, reason := range []string{finishStop, finishLength, finishAbort} {
 		m.success[reason] = success.WithLabelValues(reason)
@@ -117,11 +114,10 @@ func newMetrics(cfg Config, g gauges) *metrics {
 
 	// vllm:cache_config_info carries CacheConfig.metrics_info() as labels and
 	// the engine index, but no model_name (loggers.py log_metrics_info).
-	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	info := auto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: MetricCacheConfig, Help: "Information of the LLMEngine CacheConfig",
 	}, []string{"block_size", "cache_dtype", "enable_prefix_caching", "engine",
 		"gpu_memory_utilization", "num_cpu_blocks", "num_gpu_blocks", "prefix_caching_hash_algo"})
-	reg.MustRegister(info)
 	info.WithLabelValues(strconv.Itoa(cfg.BlockSize), "auto", "True", "0", "0.9", "None",
 		strconv.Itoa(cfg.KVBlocks), "sha256").Set(1)
 	return m

@@ -1,6 +1,9 @@
 package server
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
 type metrics struct {
 	nacks        *prometheus.CounterVec
@@ -13,43 +16,42 @@ type metrics struct {
 	noHash       *prometheus.GaugeVec
 }
 
+// newMetrics registers the server's metrics with reg; nil registers
+// nothing.
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(reg)
+	return &metrics{
+		nacks: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_xds_nacks_total",
 			Help: "xDS responses rejected by clients, by client kind and resource type.",
 		}, []string{"clients", "type"}),
-		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		pushes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_xds_versions_total",
 			Help: "New resource versions made available, by client kind and resource type.",
 		}, []string{"clients", "type"}),
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+		streams: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kvxds_xds_streams",
 			Help: "Open xDS streams.",
 		}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		dropped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_xds_streams_dropped_total",
 			Help: "xDS client connections dropped by kvxds, by reason (slow_reader: a response stayed unsent past the send timeout).",
 		}, []string{"reason"}),
-		updateErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		updateErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "kvxds_xds_update_errors_total",
 			Help: "Fleet updates rejected before being pushed; the last good snapshot kept serving.",
 		}),
-		pools: prometheus.NewGauge(prometheus.GaugeOpts{
+		pools: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kvxds_fleet_pools",
 			Help: "Pools in the snapshot being served.",
 		}),
-		endpoints: prometheus.NewGauge(prometheus.GaugeOpts{
+		endpoints: f.NewGauge(prometheus.GaugeOpts{
 			Name: "kvxds_fleet_endpoints",
 			Help: "Endpoints in the snapshot being served.",
 		}),
-		noHash: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		noHash: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_xds_streams_without_hash",
 			Help: "Open xDS streams of clients whose version is known to crash on a ring hash, served round robin or least request instead (no session affinity), by client version.",
 		}, []string{"client"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.nacks, m.pushes, m.streams, m.dropped, m.updateErrors, m.pools, m.endpoints, m.noHash)
-	}
-	return m
 }

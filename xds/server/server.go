@@ -99,7 +99,7 @@ func New(opts Options) *Server {
 
 // Register adds the ADS, CDS, EDS, LDS and RDS services to g.
 func (s *Server) Register(g *grpc.Server) {
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, ads{inner: s.xds, s: s})
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, s.xds)
 	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)

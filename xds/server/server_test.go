@@ -39,9 +39,10 @@ func testFleet(weights ...uint32) fleet.Fleet {
 }
 
 type harness struct {
-	srv *Server
-	reg *prometheus.Registry
-	cc  *grpc.ClientConn
+	srv  *Server
+	reg  *prometheus.Registry
+	cc   *grpc.ClientConn
+	addr string
 }
 
 func start(t *testing.T, f fleet.Fleet) *harness {
@@ -64,7 +65,7 @@ func start(t *testing.T, f fleet.Fleet) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &harness{srv: s, reg: reg, cc: cc}
+	return &harness{srv: s, reg: reg, cc: cc, addr: lis.Addr().String()}
 }
 
 func grpcNode() *core.Node { return &core.Node{Id: "any-id-at-all", UserAgentName: "gRPC Go"} }

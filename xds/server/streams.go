@@ -29,11 +29,15 @@ import (
 // holds the watch open until a different version exists.
 //
 // Envoy replaces a cluster whose Cluster changed and keeps the new one
-// warming until an assignment arrives after it, and the cache answers the new cluster's request for an
-// assignment it already holds with nothing. The cache sends a push's
-// Cluster and assignment in no fixed order, so when the assignment went
-// first, the tracker has the cache answer Envoy's next request for it in
-// full again (see OnStreamRequest).
+// warming until an assignment arrives after it. On a state-of-the-world
+// stream the new cluster asks for the assignments again, with the version
+// and nonce Envoy already holds and before it ACKs the Cluster (it holds
+// that ACK while any cluster warms), and the cache answers such a request
+// with nothing. The cache sends a push's Cluster and assignment in no
+// fixed order, and a policy edit changes the Cluster alone, so after a
+// Cluster response the tracker has the cache answer that request in full
+// again (see OnStreamRequest). A delta stream asks for nothing: see
+// assignmentsAfter.
 type streamTracker struct {
 	log hclog.Logger
 	m   *metrics
@@ -51,11 +55,13 @@ type streamState struct {
 	lastSent map[string]string // type URL → version last sent
 	// clusterAfterEndpoints: a Cluster response went out after the last
 	// assignment response, so a warming Envoy cluster may wait for one.
-	// clusterAcked: that Cluster response was acknowledged. Envoy asks
-	// for the new cluster's assignment after it ACKs the Cluster; an
-	// assignment request before that is the ACK of the assignment itself,
-	// which crossed the Cluster response on the wire.
-	clusterAfterEndpoints, clusterAcked bool
+	// edsNonce is the last assignment response's nonce, and edsNonceUsed
+	// says a request named it already: the first to name it is its ACK
+	// (or NACK), which may cross a Cluster response on the wire; a
+	// replaced cluster's request names it again.
+	clusterAfterEndpoints bool
+	edsNonce              string
+	edsNonceUsed          bool
 
 	// For the status.
 	peer     string
@@ -64,6 +70,11 @@ type streamState struct {
 	acked    map[string]string    // type URL → version last accepted
 	sentLast map[string]deltaSent // delta: type URL → last response
 	lastNACK *status.NACK
+
+	// Delta: the assignments the client holds, and how many kvxds sent
+	// again after a Cluster (see assignmentsAfter).
+	edsHeld map[string]bool
+	resends int
 }
 
 // deltaSent is a delta response, whose ACK names only its nonce.
@@ -80,6 +91,7 @@ func (t *streamTracker) open(ctx context.Context, id int64, delta bool) {
 	}
 	if delta {
 		st.sentLast = map[string]deltaSent{}
+		st.edsHeld = map[string]bool{}
 	}
 	t.mu.Lock()
 	t.streams[id] = st
@@ -155,16 +167,16 @@ func (t *streamTracker) OnStreamRequest(id int64, req *discovery.DiscoveryReques
 		// An ACK, or a reconnecting client naming what it runs.
 		st.acked[req.GetTypeUrl()] = req.GetVersionInfo()
 	}
-	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.ClusterType &&
-		req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[resourcev3.ClusterType] {
-		st.clusterAcked = true
-	}
-	if req.GetErrorDetail() == nil && req.GetTypeUrl() == resourcev3.EndpointType && st.clusterAfterEndpoints && st.clusterAcked &&
-		req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[req.GetTypeUrl()] && Classify(node) == translate.Envoy {
-		// Envoy's request for the assignments of a cluster it replaced
-		// after receiving them: claim none, so the cache sends them again.
-		req.VersionInfo = ""
-		st.clusterAfterEndpoints = false
+	if req.GetTypeUrl() == resourcev3.EndpointType && req.GetResponseNonce() != "" && req.GetResponseNonce() == st.edsNonce {
+		again := st.edsNonceUsed
+		st.edsNonceUsed = true
+		if again && req.GetErrorDetail() == nil && st.clusterAfterEndpoints &&
+			req.GetVersionInfo() != "" && req.GetVersionInfo() == st.lastSent[req.GetTypeUrl()] && Classify(node) == translate.Envoy {
+			// Envoy's request for the assignments of a cluster it replaced
+			// after receiving them: claim none, so the cache sends them again.
+			req.VersionInfo = ""
+			st.clusterAfterEndpoints = false
+		}
 	}
 	if req.GetErrorDetail() != nil {
 		rejected = st.lastSent[req.GetTypeUrl()]
@@ -189,14 +201,17 @@ func (t *streamTracker) OnStreamResponse(_ context.Context, id int64, _ *discove
 		switch resp.GetTypeUrl() {
 		case resourcev3.ClusterType:
 			st.clusterAfterEndpoints = st.lastSent[resourcev3.EndpointType] != ""
-			st.clusterAcked = false
 		case resourcev3.EndpointType:
 			st.clusterAfterEndpoints = false
+			st.edsNonce, st.edsNonceUsed = resp.GetNonce(), false
 		}
 	}
 }
 
 func (t *streamTracker) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	if p, ok := ctx.Value(deltaStreamKey{}).(*int64); ok {
+		*p = id
+	}
 	t.open(ctx, id, true)
 	t.log.Debug("delta stream opened", "stream", id, "type", typeURL)
 	return nil
@@ -204,9 +219,10 @@ func (t *streamTracker) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL
 
 func (t *streamTracker) OnDeltaStreamClosed(id int64, node *core.Node) { t.closed(id, node) }
 
-// OnStreamDeltaRequest only reports NACKs: the delta cache compares
+// OnStreamDeltaRequest reports NACKs (the delta cache compares
 // per-resource versions with what it already sent, so it does not re-send
-// a rejected resource by itself.
+// a rejected resource by itself) and follows the assignments a client
+// holds.
 func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	t.mu.Lock()
 	st := t.streams[id]
@@ -217,6 +233,16 @@ func (t *streamTracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDisco
 	rejected := ""
 	if st != nil {
 		node = st.node
+		if req.GetTypeUrl() == resourcev3.EndpointType {
+			// A reconnecting Envoy names what it holds, which the cache
+			// does not send again.
+			for n := range req.GetInitialResourceVersions() {
+				st.edsHeld[n] = true
+			}
+			for _, n := range req.GetResourceNamesUnsubscribe() {
+				delete(st.edsHeld, n)
+			}
+		}
 		// A delta ACK or NACK names the response by its nonce.
 		if sent, ok := st.sentLast[req.GetTypeUrl()]; ok && req.GetResponseNonce() != "" && sent.nonce == req.GetResponseNonce() {
 			if req.GetErrorDetail() == nil {
@@ -238,6 +264,14 @@ func (t *streamTracker) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscov
 	defer t.mu.Unlock()
 	if st := t.streams[id]; st != nil && st.sentLast != nil {
 		st.sentLast[resp.GetTypeUrl()] = deltaSent{nonce: resp.GetNonce(), version: resp.GetSystemVersionInfo()}
+		if resp.GetTypeUrl() == resourcev3.EndpointType {
+			for _, r := range resp.GetResources() {
+				st.edsHeld[r.GetName()] = true
+			}
+			for _, n := range resp.GetRemovedResources() {
+				delete(st.edsHeld, n)
+			}
+		}
 	}
 }
 
