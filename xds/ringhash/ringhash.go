@@ -71,13 +71,32 @@ func Build(eps []Endpoint, minSize, maxSize uint64) *Ring {
 	return place(eps, order, cum)
 }
 
+// BuildOrdered is Build over the endpoints in the order given rather than
+// in hash-key order: grpc-js counts entries over the assignment's
+// endpoints as listed, and places each by its address, not its hash_key,
+// so the order of its keys is not the order of its counts.
+func BuildOrdered(eps []Endpoint, minSize, maxSize uint64) *Ring {
+	order := make([]int, len(eps))
+	var sum uint64
+	for i, e := range eps {
+		order[i], sum = i, sum+e.Weight
+	}
+	return place(eps, order, countTargets(eps, order, sum, minSize, maxSize))
+}
+
 // floatTargets returns the endpoints in hash-key order and how many
 // entries those up to each hold together, in grpc-js's arithmetic.
 func floatTargets(eps []Endpoint, minSize, maxSize uint64) (order []int, cum []uint64) {
 	order, sum, _ := sorted(eps)
+	return order, countTargets(eps, order, sum, minSize, maxSize)
+}
+
+// countTargets is how many entries the endpoints up to each of order hold
+// together, in grpc-js's arithmetic, for endpoints of total weight sum.
+func countTargets(eps []Endpoint, order []int, sum, minSize, maxSize uint64) (cum []uint64) {
 	cum = make([]uint64, len(order))
 	if sum == 0 {
-		return order, cum
+		return cum
 	}
 	minW := 1.0
 	for _, e := range eps {
@@ -92,7 +111,7 @@ func floatTargets(eps []Endpoint, minSize, maxSize uint64) (order []int, cum []u
 		}
 		cum[k] = uint64(cur)
 	}
-	return order, cum
+	return cum
 }
 
 // BuildExact builds the ring of Build in exact arithmetic: the endpoints
