@@ -172,15 +172,28 @@ func sorted(eps []Endpoint) (order []int, sum, minW uint64) {
 // hold cum[k] entries together.
 func place(eps []Endpoint, order []int, cum []uint64) *Ring {
 	r := &Ring{Counts: make([]int, len(eps))}
+	if len(cum) > 0 {
+		r.Entries = make([]Entry, 0, cum[len(cum)-1])
+	}
+	rank := make([]int, len(eps)) // an endpoint's place in order
 	var cur uint64
+	var key []byte
 	for k, i := range order {
+		rank[i] = k
+		key = append(append(key[:0], eps[i].HashKey...), '_')
+		n := len(key)
 		for j := 0; cur < cum[k]; j++ {
-			r.Entries = append(r.Entries, Entry{xxhash.Sum64String(eps[i].HashKey + "_" + strconv.Itoa(j)), i})
+			key = strconv.AppendInt(key[:n], int64(j), 10)
+			r.Entries = append(r.Entries, Entry{xxhash.Sum64(key), i})
 			r.Counts[i]++
 			cur++
 		}
 	}
-	slices.SortStableFunc(r.Entries, func(a, b Entry) int { return cmp.Compare(a.Hash, b.Hash) })
+	// By hash, equal hashes in the order placed (clients sort stably):
+	// two entries of one endpoint on one hash are alike.
+	slices.SortFunc(r.Entries, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Hash, b.Hash), cmp.Compare(rank[a.Endpoint], rank[b.Endpoint]))
+	})
 	return r
 }
 
