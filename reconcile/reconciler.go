@@ -293,9 +293,9 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	r.scrapeSet(ctx, specs)
 	f := m.Fleet()
 	// The tables are built from what the sink serves, if it says.
-	served := servedBy(r.sink)
+	sv := servedBy(r.sink)
 	var shares map[string]map[string]float64
-	if s := served.of(translate.GRPC); s != nil {
+	if s := sv.of(translate.GRPC); s != nil {
 		shares = servedShares(m, s)
 	} else {
 		shares = tableShares(m)
@@ -306,7 +306,7 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	r.since = trackSince(r.since, f, decisions, now)
 	r.shares = shares
 	r.mu.Unlock()
-	r.countServed(m, served, now)
+	r.countServed(m, sv, now)
 	r.updates.WithLabelValues(cause).Inc()
 	return nil
 }
