@@ -78,6 +78,12 @@ type Plan struct {
 	// PerWeight is the gRPC ring entries per unit of weight of the pool's
 	// own table (EntriesPerWeight).
 	PerWeight uint64
+	// EnvoyRingSize is the ring size (minimum and maximum alike) of
+	// Envoy's ring over the pool's own table when the pool sets
+	// Hash.EntriesPerWeight (EnvoyRingSize of Endpoints); 0 otherwise,
+	// and when no weight is healthy (Envoy's ring then takes the pool's
+	// sizes or its defaults).
+	EnvoyRingSize uint64
 	// Groups are the pool's groups, in Pool.Groups order.
 	Groups []GroupPlan
 	// Domains are, by identity, the replicas that serve only in one
@@ -103,6 +109,8 @@ type GroupPlan struct {
 	// PerWeight is the gRPC ring entries per unit of weight of the
 	// group's table (GroupEntriesPerWeight).
 	PerWeight uint64
+	// EnvoyRingSize is Plan.EnvoyRingSize for the group's table.
+	EnvoyRingSize uint64
 }
 
 // RingTable is one hash table gRPC clients build for a pool: the pool's
@@ -183,7 +191,8 @@ func planPool(p *Pool) Plan {
 	for i, g := range p.Groups {
 		ms := GroupMembers(p, g)
 		plan.Groups[i] = GroupPlan{Cluster: g.ClusterName(p.Name), Members: ms,
-			PerWeight: GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap)}
+			PerWeight:     GroupEntriesPerWeight(g.Replicas, g.MemberWeight, p.Hash.GRPCRingCap),
+			EnvoyRingSize: envoyRingSize(p, ms)}
 		if g.Exclusive {
 			for _, e := range ms {
 				out[e.HashKey] = true
@@ -212,10 +221,20 @@ func planPool(p *Pool) Plan {
 			}
 		}
 	}
+	plan.EnvoyRingSize = envoyRingSize(p, plan.Endpoints)
 	plan.Rings = make([]RingTable, 0, 1+len(p.Groups))
 	plan.Rings = append(plan.Rings, RingTable{Cluster: p.Name, Endpoints: plan.Endpoints, PerWeight: plan.PerWeight})
 	for _, g := range plan.Groups {
 		plan.Rings = append(plan.Rings, RingTable{Cluster: g.Cluster, Endpoints: g.Members, PerWeight: g.PerWeight})
 	}
 	return plan
+}
+
+// envoyRingSize is the size of Envoy's ring over eps, a table of p: 0
+// unless p sizes it by entries per weight.
+func envoyRingSize(p *Pool, eps []Endpoint) uint64 {
+	if p.Balancer != ConsistentHash || p.Hash.EntriesPerWeight == 0 {
+		return 0
+	}
+	return EnvoyRingSize(eps, p.Hash.EntriesPerWeight)
 }

@@ -225,3 +225,36 @@ func TestPrepare(t *testing.T) {
 		}
 	}
 }
+
+// The plan sizes Envoy's ring of entries per weight once per table: the
+// pool's own (without an exclusive group's members) and each group's.
+func TestPlanEnvoyRingSize(t *testing.T) {
+	for _, k := range []uint64{0, 64} {
+		p := Pool{Name: "chat", Port: 10000, Groups: []Group{{Name: "acme", Header: "x-tenant", Values: []string{"acme"}, Replicas: 2, Exclusive: true}},
+			Hash: Hash{Algorithm: RingHash, EntriesPerWeight: k, Keys: []HashKey{{Header: "x-session-id"}}}}
+		for i := range 6 {
+			p.Endpoints = append(p.Endpoints, Endpoint{Host: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Weight: uint32(1 + i%3), HashKey: fmt.Sprintf("r-%d", i)})
+		}
+		p.Endpoints[4].Health = Draining
+		m, err := Prepare(Fleet{Pools: []Pool{p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl := m.Plan("chat")
+		if k == 0 {
+			if pl.EnvoyRingSize != 0 || pl.Groups[0].EnvoyRingSize != 0 {
+				t.Errorf("no entries per weight: sizes %d, %d", pl.EnvoyRingSize, pl.Groups[0].EnvoyRingSize)
+			}
+			continue
+		}
+		if len(pl.Endpoints)+len(pl.Groups[0].Members) != 6 {
+			t.Fatalf("own table of %d, group of %d", len(pl.Endpoints), len(pl.Groups[0].Members))
+		}
+		if want := k*RingWeight(pl.Endpoints) - 1; pl.EnvoyRingSize != want {
+			t.Errorf("own table: size %d, want %d", pl.EnvoyRingSize, want)
+		}
+		if want := k*RingWeight(pl.Groups[0].Members) - 1; pl.Groups[0].EnvoyRingSize != want {
+			t.Errorf("group: size %d, want %d", pl.Groups[0].EnvoyRingSize, want)
+		}
+	}
+}

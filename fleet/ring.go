@@ -103,7 +103,8 @@ func RingWeight(eps []Endpoint) uint64 {
 // Envoy for when a pool sets entriesPerWeight: that many entries per unit
 // of the healthy weight of eps, within Envoy's 8M limit (beyond it the
 // ring is the limit, shared in proportion to weight). Zero for no
-// healthy weight.
+// healthy weight. The plan holds it for each table (Plan.EnvoyRingSize,
+// GroupPlan.EnvoyRingSize), computed once per push.
 //
 // Envoy scales its ring by min(ceil(min_w × min) / min_w, max) over
 // normalised weights and counts entries by a running sum: with min = max

@@ -10,6 +10,7 @@ import (
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/server"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // BenchmarkPush is one push of a 100- or 1,000-replica pool after one
@@ -81,14 +82,36 @@ pool "chat" {
 					if err := s.Update(ctx, m); err != nil {
 						b.Fatal(err)
 					}
+					// As a push does: the tables are built from the
+					// resources the server serves.
 					switch count {
 					case countBackground:
-						r.countCost(m, time.Time{})
+						r.countServed(m, servedBy(s), time.Time{})
 					case countInline:
-						r.recordCosts(m, time.Time{})
+						r.recordServed(m, servedBy(s), time.Time{})
 					}
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkServedShares is a push's table shares at 1,000 replicas, from
+// the resources the push serves (BenchmarkStatus/table_shares translates
+// them first).
+func BenchmarkServedShares(b *testing.B) {
+	in := benchStatusInput(b, 1000)
+	m, err := fleet.Prepare(in.fleet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := server.New(server.Options{})
+	if err := s.Update(context.Background(), m); err != nil {
+		b.Fatal(err)
+	}
+	sv := servedBy(s).of(translate.GRPC)
+	b.ReportAllocs()
+	for b.Loop() {
+		servedShares(m, sv)
 	}
 }

@@ -8,16 +8,17 @@ import (
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/status"
-	"github.com/kvxds/kvxds/xds/envoylb"
-	"github.com/kvxds/kvxds/xds/ringhash"
+	"github.com/kvxds/kvxds/xds/clients"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // What a push cost: for every hash table each kind of client builds, the
 // share of its hash space (so of its sessions) whose replica changed,
-// computed exactly from the tables before and after. A moved point is
+// computed exactly from the tables before and after. The tables are
+// built from the resources each kind is served (xds/clients over
+// xds/translate's output), so they are the clients' own. A moved point is
 // "own" if its replica before or after changed in the push (joined or
-// left the pool or that table, changed health or weight), else
+// left the pool or that table, changed address, health or weight), else
 // collateral: moved between replicas that did not change.
 
 // Causes of a push's cost, as kvxds_hash_space_moved_total labels them. A
@@ -71,11 +72,87 @@ type pushCost struct {
 	tables  []tableCost
 }
 
+// tableClients are the kinds of client whose tables a push's cost
+// counts, each with the model of its tables. (A client served without a
+// ring hash has none.)
+var tableClients = []struct {
+	kind   translate.Kind
+	client clients.Client
+}{
+	{translate.Envoy, clients.Envoy},
+	{translate.GRPC, clients.GRPC},
+	{translate.GRPCJS, clients.GRPCJS},
+}
+
+// served is what each kind of client of tableClients is served for one
+// model.
+type served []*clients.Served
+
+// serve translates md for each kind of tableClients.
+func serve(md fleet.Model) (served, error) {
+	out := make(served, len(tableClients))
+	for i, tc := range tableClients {
+		res, err := translate.Translate(md, tc.kind)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = clients.NewServed(res.Clusters, res.Endpoints)
+	}
+	return out, nil
+}
+
+// of is what kind is served, nil if it is not one of tableClients.
+func (s served) of(kind translate.Kind) *clients.Served {
+	for i, tc := range tableClients {
+		if tc.kind == kind && i < len(s) {
+			return s[i]
+		}
+	}
+	return nil
+}
+
+// resourceSink is a Sink that hands out the resources it serves each kind
+// of client (the xDS server does): a push's tables are built from the
+// very resources it serves, not translated again.
+type resourceSink interface {
+	Resources(translate.Kind) *translate.Resources
+}
+
+// servedBy is what sink serves each kind of tableClients, nil if it does
+// not say.
+func servedBy(sink Sink) served {
+	rs, ok := sink.(resourceSink)
+	if !ok {
+		return nil
+	}
+	out := make(served, len(tableClients))
+	for i, tc := range tableClients {
+		res := rs.Resources(tc.kind)
+		if res == nil {
+			return nil
+		}
+		out[i] = clients.NewServed(res.Clusters, res.Endpoints)
+	}
+	return out
+}
+
 // buildTables builds every hash table the clients build for pool p of
-// md: Envoy's (Maglev or ring, own and groups'), gRPC's rings (own and
-// groups') and grpc-js's (over the whole pool), as xds/translate serves
-// them. Nil for a pool that does not hash.
+// md from the resources md is served as (serve). Nil for a pool that
+// does not hash, or a model that does not translate.
 func buildTables(md fleet.Model, p *fleet.Pool) *poolTables {
+	s, err := serve(md)
+	if err != nil {
+		return nil
+	}
+	return s.tables(md, p)
+}
+
+// tables builds every hash table the clients build for pool p of md from
+// the resources they are served: for each kind of client, the pool's
+// cluster and each group's that it is served and that hash (Envoy's
+// Maglev or ring, gRPC's rings, grpc-js's over the whole pool, without
+// group clusters). Nil for a pool that does not hash.
+func (s served) tables(md fleet.Model, p *fleet.Pool) *poolTables {
 	if p.Balancer != fleet.ConsistentHash {
 		return nil
 	}
@@ -83,112 +160,52 @@ func buildTables(md fleet.Model, p *fleet.Pool) *poolTables {
 	for i, e := range p.Endpoints {
 		pt.ids[e.Identity()] = int32(i)
 	}
-	pl := md.Plan(p.Name)
-	envoy := translate.Envoy.String()
-	pt.tables = append(pt.tables, envoyTable(pt, p, p.Name, pl.Endpoints, envoy))
-	for i, g := range pl.Groups {
-		pt.tables = append(pt.tables, envoyTable(pt, p, g.Cluster, pl.Groups[i].Members, envoy))
+	names := []string{p.Name}
+	for _, g := range md.Plan(p.Name).Groups {
+		names = append(names, g.Cluster)
 	}
-	grpc := translate.GRPC.String()
-	for _, rt := range pl.Rings {
-		pt.tables = append(pt.tables, ringTable(pt, rt.Cluster, grpc, rt.Endpoints, rt.PerWeight, p.Hash.GRPCRingCap))
-	}
-	// grpc-js has no group tables: its pool ring holds every replica.
-	js := translate.GRPCJS.String()
-	if len(pl.Endpoints) == len(p.Endpoints) {
-		t := pt.tables[len(pt.tables)-len(pl.Rings)]
-		t.kind = js
-		pt.tables = append(pt.tables, t)
-	} else {
-		pt.tables = append(pt.tables, ringTable(pt, p.Name, js, p.Endpoints, pl.PerWeight, p.Hash.GRPCRingCap))
+	for i, tc := range tableClients {
+		for _, name := range names {
+			t, err := s[i].Table(tc.client, name, p.Hash.GRPCRingCap)
+			if err != nil {
+				continue // not served to this kind, or not hashing
+			}
+			if ht, ok := pt.table(t, tc.kind.String()); ok {
+				pt.tables = append(pt.tables, ht)
+			}
+		}
 	}
 	return pt
 }
 
-var envoyHealth = [...]envoylb.Health{
-	fleet.Healthy:   envoylb.Healthy,
-	fleet.Draining:  envoylb.Excluded,
-	fleet.Degraded:  envoylb.Degraded,
-	fleet.Unhealthy: envoylb.Unhealthy,
-}
-
-// envoyTable is the table Envoy builds for cluster over eps: hosts in the
-// assignment's order (localities sorted, then hash-key order), no
-// locality weighting, Envoy's default panic threshold.
-func envoyTable(pt *poolTables, p *fleet.Pool, cluster string, eps []fleet.Endpoint, kind string) hashTable {
-	order := make([]int, len(eps))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		la, lb := eps[a].Locality, eps[b].Locality
-		return cmp.Or(cmp.Compare(la.Region, lb.Region), cmp.Compare(la.Zone, lb.Zone), cmp.Compare(la.SubZone, lb.SubZone))
-	})
-	hosts := make([]envoylb.Host, len(eps))
-	owner := make([]int32, len(eps))
-	for i, k := range order {
-		e := &eps[k]
-		hosts[i] = envoylb.Host{Address: e.Address(), HashKey: e.Identity(), Weight: e.Weight, Health: envoyHealth[e.Health]}
-		owner[i] = pt.ids[e.Identity()]
-	}
-	c := envoylb.Config{TableSize: p.Hash.TableSize, MinRingSize: p.Hash.MinRingSize, MaxRingSize: p.Hash.MaxRingSize}
-	if p.Hash.Algorithm == fleet.RingHash {
-		c.Algorithm = envoylb.RingHash
-		if size := fleet.EnvoyRingSize(eps, p.Hash.EntriesPerWeight); p.Hash.EntriesPerWeight != 0 && size != 0 {
-			c.MinRingSize, c.MaxRingSize = size, size
+// table is t with its owners as indices of pt's identities; false if a
+// host of t is not one of pt's replicas.
+func (pt *poolTables) table(t *clients.Table, kind string) (hashTable, bool) {
+	owner := make([]int32, len(t.Hosts))
+	for i, id := range t.Hosts {
+		o, ok := pt.ids[id]
+		if !ok {
+			return hashTable{}, false
 		}
+		owner[i] = o
 	}
-	t := hashTable{table: cluster, kind: kind, members: owner}
-	b, err := envoylb.New(hosts, c)
-	if err != nil {
-		return t // a fleet that validated always builds
-	}
-	switch tb := b.Table.(type) {
-	case *envoylb.MaglevTable:
-		t.maglev = true
-		t.slots = make([]int32, len(tb.Slots))
-		for i, h := range tb.Slots {
-			t.slots[i] = -1
+	ht := hashTable{table: t.Cluster, kind: kind, maglev: t.Maglev, members: owner}
+	if t.Maglev {
+		ht.slots = make([]int32, len(t.Slots))
+		for i, h := range t.Slots {
+			ht.slots[i] = -1
 			if h >= 0 {
-				t.slots[i] = owner[h]
+				ht.slots[i] = owner[h]
 			}
 		}
-	case *envoylb.Ring:
-		t.hashes = tb.Hashes
-		t.owners = make([]int32, len(tb.Hosts))
-		for i, h := range tb.Hosts {
-			t.owners[i] = owner[h]
-		}
+		return ht, true
 	}
-	return t
-}
-
-// ringTable is the ring gRPC clients build over eps' healthy endpoints
-// with perWeight entries per unit of weight.
-func ringTable(pt *poolTables, cluster, kind string, eps []fleet.Endpoint, perWeight, ringCap uint64) hashTable {
-	var rs []ringhash.Endpoint
-	var owner []int32
-	var weight uint64
-	t := hashTable{table: cluster, kind: kind, members: make([]int32, len(eps))}
-	for i, e := range eps {
-		t.members[i] = pt.ids[e.Identity()]
-		if e.Health == fleet.Healthy {
-			rs = append(rs, ringhash.Endpoint{HashKey: e.Identity(), Weight: uint64(e.Weight)})
-			owner = append(owner, pt.ids[e.Identity()])
-			weight += uint64(e.Weight)
-		}
+	ht.hashes = t.Hashes
+	ht.owners = make([]int32, len(t.Owners))
+	for i, h := range t.Owners {
+		ht.owners[i] = owner[h]
 	}
-	size := fleet.RingSize(weight, perWeight, ringCap)
-	if size == 0 {
-		return t
-	}
-	r := ringhash.Build(rs, size, size)
-	t.hashes = make([]uint64, len(r.Entries))
-	t.owners = make([]int32, len(r.Entries))
-	for i, e := range r.Entries {
-		t.hashes[i], t.owners[i] = e.Hash, owner[e.Endpoint]
-	}
-	return t
+	return ht, true
 }
 
 // poolCost compares a pool's tables before and after a push. ok is false
@@ -261,8 +278,8 @@ func poolCost(prev, next *poolTables, now time.Time) (c pushCost, ok bool) {
 }
 
 // changes returns the identities of the replicas that joined, left or
-// changed health or weight between two versions of a pool, and the causes
-// that touched it.
+// changed address, health or weight between two versions of a pool, and
+// the causes that touched it.
 func changes(a, b *fleet.Pool) (changed map[string]bool, causes map[string]bool) {
 	changed, causes = map[string]bool{}, map[string]bool{}
 	before := make(map[string]*fleet.Endpoint, len(a.Endpoints))
@@ -271,19 +288,25 @@ func changes(a, b *fleet.Pool) (changed map[string]bool, causes map[string]bool)
 	}
 	for i := range b.Endpoints {
 		e := &b.Endpoints[i]
-		o, in := before[e.Identity()]
-		switch {
-		case !in:
-			changed[e.Identity()], causes[costMembership] = true, true
-		case o.Health != e.Health:
-			changed[e.Identity()], causes[costHealth] = true, true
-			if o.Weight != e.Weight {
-				causes[costWeight] = true
-			}
-		case o.Weight != e.Weight:
-			changed[e.Identity()], causes[costWeight] = true, true
+		id := e.Identity()
+		o, in := before[id]
+		delete(before, id)
+		if !in {
+			changed[id], causes[costMembership] = true, true
+			continue
 		}
-		delete(before, e.Identity())
+		// A replica re-created at a new address under its identity: to
+		// grpc-js, which places replicas by address, one left and one
+		// joined.
+		if o.Host != e.Host || o.Port != e.Port {
+			changed[id], causes[costMembership] = true, true
+		}
+		if o.Health != e.Health {
+			changed[id], causes[costHealth] = true, true
+		}
+		if o.Weight != e.Weight {
+			changed[id], causes[costWeight] = true, true
+		}
 	}
 	for id := range before {
 		changed[id], causes[costMembership] = true, true
@@ -375,9 +398,13 @@ const costHour = time.Hour
 // model counted (a session moved and moved back within it did not move).
 // Counting rests between counts (countCosts), so a burst of pushes does
 // not compete with a counting loop for the CPU.
-func (r *Reconciler) countCost(m fleet.Model, at time.Time) {
+func (r *Reconciler) countCost(m fleet.Model, at time.Time) { r.countServed(m, nil, at) }
+
+// countServed is countCost of a model served as s (nil: translate it
+// when counting).
+func (r *Reconciler) countServed(m fleet.Model, s served, at time.Time) {
 	r.costMu.Lock()
-	r.costNext, r.costAt = &m, at
+	r.costNext, r.costServed, r.costAt = &m, s, at
 	r.costMu.Unlock()
 	select {
 	case r.costWake <- struct{}{}:
@@ -395,14 +422,14 @@ func (r *Reconciler) countCosts() {
 		case <-r.costWake:
 		}
 		r.costMu.Lock()
-		m, at := r.costNext, r.costAt
-		r.costNext = nil
+		m, s, at := r.costNext, r.costServed, r.costAt
+		r.costNext, r.costServed = nil, nil
 		r.costMu.Unlock()
 		if m == nil {
 			continue
 		}
 		start := time.Now()
-		costs := r.recordCosts(*m, at)
+		costs := r.recordServed(*m, s, at)
 		r.mu.Lock()
 		r.costs, r.lastCost = keepCosts(r.costs, r.lastCost, m.Fleet(), costs, at)
 		r.mu.Unlock()
@@ -417,10 +444,17 @@ func (r *Reconciler) countCosts() {
 	}
 }
 
-// recordCosts builds the tables of every pool of m that changed since
-// the last push counted, compares them with the previous ones and counts
-// what moved. Only countCosts calls it (tables are its own).
+// recordCosts is recordServed of a model translated here.
 func (r *Reconciler) recordCosts(m fleet.Model, now time.Time) map[string]pushCost {
+	return r.recordServed(m, nil, now)
+}
+
+// recordServed builds the tables of every pool of m that changed since
+// the last push counted from the resources m is served as (s; nil:
+// translated once, if a pool changed), compares them with the previous
+// ones and counts what moved. Only countCosts calls it (tables are its
+// own).
+func (r *Reconciler) recordServed(m fleet.Model, s served, now time.Time) map[string]pushCost {
 	f := m.Fleet()
 	next := make(map[string]*poolTables, len(f.Pools))
 	out := map[string]pushCost{}
@@ -431,7 +465,14 @@ func (r *Reconciler) recordCosts(m fleet.Model, now time.Time) map[string]pushCo
 			next[p.Name] = prev
 			continue
 		}
-		pt := buildTables(m, p)
+		if s == nil {
+			var err error
+			if s, err = serve(m); err != nil {
+				r.log.Error("counting a push's cost: the model does not translate", "error", err)
+				return out
+			}
+		}
+		pt := s.tables(m, p)
 		if pt == nil {
 			continue
 		}
@@ -454,18 +495,11 @@ func (r *Reconciler) recordCosts(m fleet.Model, now time.Time) map[string]pushCo
 }
 
 // sameTables reports whether two versions of a pool give every client
-// the same tables: they differ at most in addresses, which no table reads
-// (replicas are placed by identity).
+// the same tables: they are equal. (Envoy and gRPC place replicas by
+// identity, but grpc-js by address, so an address change is a change.)
 func sameTables(a, b *fleet.Pool) bool {
-	if len(a.Endpoints) != len(b.Endpoints) {
+	if !slices.Equal(a.Endpoints, b.Endpoints) {
 		return false
-	}
-	for i := range a.Endpoints {
-		x, y := a.Endpoints[i], b.Endpoints[i]
-		x.Host, x.Port, y.Host, y.Port = "", 0, "", 0
-		if x != y {
-			return false
-		}
 	}
 	sa, sb := *a, *b
 	sa.Endpoints, sb.Endpoints = nil, nil

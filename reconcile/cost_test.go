@@ -46,7 +46,9 @@ func mustPrepare(t testing.TB, f fleet.Fleet) fleet.Model {
 // servedOwner returns, for kind and table, the identity the served
 // resources' table gives a hash: Envoy's balancer built by the model from
 // the Cluster and assignment, gRPC's ring from the Cluster's ring size
-// and the assignment's healthy endpoints. Built independently of cost.go.
+// and the assignment's healthy endpoints, placed by hash_key in hash-key
+// order (grpc-js: by address, in the assignment's order). Built
+// independently of cost.go and xds/clients.
 func servedOwner(t *testing.T, m fleet.Model, kind translate.Kind, table string) (owner func(uint64) string, maglev []string, members map[string]bool) {
 	t.Helper()
 	res, err := translate.Translate(m, kind)
@@ -81,14 +83,23 @@ func servedOwner(t *testing.T, m fleet.Model, kind translate.Kind, table string)
 		return func(h uint64) string { return b.Hosts[b.Owner(h)].HashKey }, maglev, members
 	}
 	var eps []ringhash.Endpoint
+	var ids []string
 	for _, h := range hosts {
 		if h.Health == envoylb.Healthy {
-			eps = append(eps, ringhash.Endpoint{HashKey: h.HashKey, Weight: uint64(h.Weight)})
+			key := h.HashKey
+			if kind == translate.GRPCJS {
+				key = h.Address
+			}
+			eps = append(eps, ringhash.Endpoint{HashKey: key, Weight: uint64(h.Weight)})
+			ids = append(ids, h.HashKey)
 		}
 	}
 	size := c.GetRingHashLbConfig().GetMinimumRingSize().GetValue()
 	r := ringhash.Build(eps, size, size)
-	return func(h uint64) string { return eps[r.Owner(h)].HashKey }, nil, members
+	if kind == translate.GRPCJS {
+		r = ringhash.BuildOrdered(eps, size, size)
+	}
+	return func(h uint64) string { return ids[r.Owner(h)] }, nil, members
 }
 
 // TestPushCostMatchesServedTables checks each push's cost against the
@@ -242,8 +253,10 @@ func TestPushCostCounted(t *testing.T) {
 	if mv == nil || mv.Last == nil || mv.Last.Cause != costWeight || mv.Last.Replicas != 1 || mv.Pushes1h != 1 {
 		t.Fatalf("moved: %+v", mv)
 	}
-	if len(mv.Last.Shares) != 2 || !slices.Equal(mv.Last.Shares[0].Clients, []string{"envoy"}) ||
-		!slices.Equal(mv.Last.Shares[1].Clients, []string{"grpc", "grpc-js"}) {
+	// grpc-js places replicas by address, the others by hash_key (here
+	// not the address): three tables, three figures.
+	if len(mv.Last.Shares) != 3 || !slices.Equal(mv.Last.Shares[0].Clients, []string{"envoy"}) ||
+		!slices.Equal(mv.Last.Shares[1].Clients, []string{"grpc"}) || !slices.Equal(mv.Last.Shares[2].Clients, []string{"grpc-js"}) {
 		t.Fatalf("shares: %+v", mv.Last.Shares)
 	}
 	envoyOwn := testutil.ToFloat64(r.moved.WithLabelValues("chat", "chat", "envoy", "weight", "own"))
@@ -261,8 +274,9 @@ func TestPushCostCounted(t *testing.T) {
 }
 
 // TestPushCostInBackground: pushes hand their models to the counting
-// goroutine; an address change alone moves nothing and is not a push
-// that changed the pool.
+// goroutine. A replica re-created at a new address under its identity
+// moves its own sessions in grpc-js's table alone (grpc-js places
+// replicas by address, Envoy and gRPC by hash_key).
 func TestPushCostInBackground(t *testing.T) {
 	now := time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC)
 	r := New(Options{Now: func() time.Time { return now }})
@@ -286,31 +300,42 @@ func TestPushCostInBackground(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	moved := func() *status.Moved {
+	moved := func(pushes int) *status.Moved {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			if mv := r.Status().Pools[0].Moved; mv != nil {
+			if mv := r.Status().Pools[0].Moved; mv != nil && mv.Pushes1h == pushes {
 				return mv
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+		t.Fatalf("no %d pushes counted: %+v", pushes, r.Status().Pools[0].Moved)
 		return nil
 	}
 	push()
 	f.Pools[0].Endpoints = slices.Clone(f.Pools[0].Endpoints)
 	f.Pools[0].Endpoints[2].Host = "10.9.9.9" // a replaced pod: same identity
 	push()
+	mv := moved(1)
+	if mv.Last.Cause != costMembership || mv.Last.Replicas != 1 || len(mv.Last.Shares) != 2 ||
+		!slices.Equal(mv.Last.Shares[0].Clients, []string{"envoy", "grpc"}) || mv.Last.Shares[0].Own != 0 || mv.Last.Shares[0].Collateral != 0 ||
+		!slices.Equal(mv.Last.Shares[1].Clients, []string{"grpc-js"}) || mv.Last.Shares[1].Own <= 0 || mv.Last.Shares[1].Collateral != 0 {
+		t.Fatalf("an address change: %+v", mv.Last)
+	}
 	f.Pools[0].Endpoints = f.Pools[0].Endpoints[1:]
 	push()
-	mv := moved()
-	if mv == nil || mv.Last.Cause != costMembership || mv.Last.Replicas != 1 || mv.Pushes1h != 1 {
+	mv = moved(2)
+	if mv.Last.Cause != costMembership || mv.Last.Replicas != 1 {
 		t.Fatalf("moved: %+v", mv)
 	}
 	a, b := costFleet(8, fleet.Hash{}).Pools[0], costFleet(8, fleet.Hash{}).Pools[0]
-	b.Endpoints[2].Host, b.Endpoints[3].Port = "10.9.9.9", 9000
 	if !sameTables(&a, &b) {
-		t.Error("an address change changes the tables")
+		t.Error("equal pools give different tables")
 	}
+	b.Endpoints[2].Host = "10.9.9.9"
+	if sameTables(&a, &b) {
+		t.Error("an address change leaves grpc-js's table")
+	}
+	b = costFleet(8, fleet.Hash{}).Pools[0]
 	b.Endpoints[2].Weight++
 	if sameTables(&a, &b) {
 		t.Error("a weight change leaves the tables")

@@ -26,6 +26,7 @@ import (
 	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/weights"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // Sink receives every new model: the xDS server.
@@ -103,13 +104,14 @@ type Reconciler struct {
 	// Counting costs, off the push's path: costNext is the model pushed
 	// last and not yet counted (guarded by costMu); tables are each hash
 	// pool's client tables as last counted, which only countCosts reads.
-	costMu   sync.Mutex
-	costNext *fleet.Model
-	costAt   time.Time
-	costWake chan struct{}
-	costStop chan struct{}
-	stopOnce sync.Once
-	tables   map[string]*poolTables
+	costMu     sync.Mutex
+	costNext   *fleet.Model
+	costServed served
+	costAt     time.Time
+	costWake   chan struct{}
+	costStop   chan struct{}
+	stopOnce   sync.Once
+	tables     map[string]*poolTables
 }
 
 // New returns a Reconciler that has pushed nothing yet.
@@ -292,14 +294,21 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	}
 	r.scrapeSet(ctx, specs)
 	f := m.Fleet()
-	shares := tableShares(m)
+	// The tables are built from what the sink serves, if it says.
+	sv := servedBy(r.sink)
+	var shares map[string]map[string]float64
+	if s := sv.of(translate.GRPC); s != nil {
+		shares = servedShares(m, s)
+	} else {
+		shares = tableShares(m)
+	}
 	now := r.now()
 	r.mu.Lock()
 	r.policy, r.fleet, r.served, r.discovered = p, f, decisions, discovered
 	r.since = trackSince(r.since, f, decisions, now)
 	r.shares = shares
 	r.mu.Unlock()
-	r.countCost(m, now)
+	r.countServed(m, sv, now)
 	r.updates.WithLabelValues(cause).Inc()
 	return nil
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/weights"
-	"github.com/kvxds/kvxds/xds/ringhash"
+	"github.com/kvxds/kvxds/xds/clients"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // Status returns the read model of this instance's pools, replicas and
@@ -287,13 +288,23 @@ func trackSince(prev map[string]map[string]healthSince, f fleet.Fleet, decisions
 }
 
 // tableShares models, for each hash pool of a model, the share of
-// proxyless gRPC clients' ring each endpoint owns: the ring kvxds asks
-// them to build (fleet.Plan's Rings) over the endpoints they
-// put on it (healthy ones only). A replica's share is of the table of its
-// weight domain: an exclusive tenant group's for the members that serve
-// only there, the pool's own for every other. Out of the ring, a share is
-// 0.
+// proxyless gRPC clients' ring each endpoint owns: the ring they build
+// (xds/clients) from the clusters and assignments they are served, over
+// the endpoints they put on it (healthy ones only). A replica's share is
+// of the table of its weight domain: an exclusive tenant group's for the
+// members that serve only there, the pool's own for every other. Out of
+// the ring, a share is 0. Nil if the model does not translate (a model
+// pushed always does).
 func tableShares(md fleet.Model) map[string]map[string]float64 {
+	res, err := translate.Translate(md, translate.GRPC)
+	if err != nil {
+		return nil
+	}
+	return servedShares(md, clients.NewServed(res.Clusters, res.Endpoints))
+}
+
+// servedShares is tableShares from the resources gRPC clients are served.
+func servedShares(md fleet.Model, s *clients.Served) map[string]map[string]float64 {
 	f := md.Fleet()
 	out := map[string]map[string]float64{}
 	for i := range f.Pools {
@@ -308,35 +319,24 @@ func tableShares(md fleet.Model) map[string]map[string]float64 {
 		// The pool's own table comes first: a member of a group that is
 		// not exclusive keeps its share of it; an exclusive member is in
 		// its group's table alone.
+		names := []string{p.Name}
+		for _, g := range md.Plan(p.Name).Groups {
+			names = append(names, g.Cluster)
+		}
 		seen := map[string]bool{}
-		for _, tb := range md.Plan(p.Name).Rings {
-			shares := ringShares(tb, p.Hash.GRPCRingCap)
-			for _, e := range tb.Endpoints {
-				if id := e.Identity(); !seen[id] {
-					seen[id], m[id] = true, shares[id]
+		for _, name := range names {
+			t, err := s.Table(clients.GRPC, name, p.Hash.GRPCRingCap)
+			if err != nil {
+				continue
+			}
+			shares := t.Shares()
+			for j, id := range t.Hosts {
+				if _, in := m[id]; in && !seen[id] {
+					seen[id], m[id] = true, shares[j]
 				}
 			}
 		}
 		out[p.Name] = m
-	}
-	return out
-}
-
-// ringShares is the share of tb's ring each healthy endpoint owns.
-func ringShares(tb fleet.RingTable, ringCap uint64) map[string]float64 {
-	var eps []ringhash.Endpoint
-	var weight uint64
-	for _, e := range tb.Endpoints {
-		if e.Health == fleet.Healthy {
-			eps = append(eps, ringhash.Endpoint{HashKey: e.Identity(), Weight: uint64(e.Weight)})
-			weight += uint64(e.Weight)
-		}
-	}
-	out := make(map[string]float64, len(eps))
-	if size := fleet.RingSize(weight, tb.PerWeight, ringCap); size > 0 {
-		for i, s := range ringhash.Build(eps, size, size).Shares() {
-			out[eps[i].HashKey] = s
-		}
 	}
 	return out
 }

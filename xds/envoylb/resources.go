@@ -129,8 +129,12 @@ func withHashing(cfg Config, chc *lbcommonv3.ConsistentHashingLbConfig) (Config,
 // priorities are an error: kvxds sends none, and failover is not
 // modelled.
 func Hosts(cla *endpointv3.ClusterLoadAssignment) ([]Host, []uint32, error) {
-	var hosts []Host
-	var lweights []uint32
+	n := 0
+	for _, lle := range cla.GetEndpoints() {
+		n += len(lle.GetLbEndpoints())
+	}
+	hosts := make([]Host, 0, n)
+	lweights := make([]uint32, 0, len(cla.GetEndpoints()))
 	for l, lle := range cla.GetEndpoints() {
 		if lle.GetPriority() != 0 {
 			return nil, nil, fmt.Errorf("%s: priority %d is not modelled", cla.GetClusterName(), lle.GetPriority())
@@ -162,11 +166,15 @@ func Hosts(cla *endpointv3.ClusterLoadAssignment) ([]Host, []uint32, error) {
 
 // address is the socket address as Envoy prints it.
 func address(sa *corev3.SocketAddress) string {
-	port := strconv.FormatUint(uint64(sa.GetPortValue()), 10)
+	var buf [64]byte
+	b := buf[:0]
 	if a, err := netip.ParseAddr(sa.GetAddress()); err == nil && a.Is6() && !a.Is4In6() {
-		return "[" + a.String() + "]:" + port
+		b = a.AppendTo(append(b, '['))
+		b = append(b, ']')
+	} else {
+		b = append(b, sa.GetAddress()...)
 	}
-	return sa.GetAddress() + ":" + port
+	return string(strconv.AppendUint(append(b, ':'), uint64(sa.GetPortValue()), 10))
 }
 
 func health(s corev3.HealthStatus) Health {

@@ -71,13 +71,32 @@ func Build(eps []Endpoint, minSize, maxSize uint64) *Ring {
 	return place(eps, order, cum)
 }
 
+// BuildOrdered is Build over the endpoints in the order given rather than
+// in hash-key order: grpc-js counts entries over the assignment's
+// endpoints as listed, and places each by its address, not its hash_key,
+// so the order of its keys is not the order of its counts.
+func BuildOrdered(eps []Endpoint, minSize, maxSize uint64) *Ring {
+	order := make([]int, len(eps))
+	var sum uint64
+	for i, e := range eps {
+		order[i], sum = i, sum+e.Weight
+	}
+	return place(eps, order, countTargets(eps, order, sum, minSize, maxSize))
+}
+
 // floatTargets returns the endpoints in hash-key order and how many
 // entries those up to each hold together, in grpc-js's arithmetic.
 func floatTargets(eps []Endpoint, minSize, maxSize uint64) (order []int, cum []uint64) {
 	order, sum, _ := sorted(eps)
+	return order, countTargets(eps, order, sum, minSize, maxSize)
+}
+
+// countTargets is how many entries the endpoints up to each of order hold
+// together, in grpc-js's arithmetic, for endpoints of total weight sum.
+func countTargets(eps []Endpoint, order []int, sum, minSize, maxSize uint64) (cum []uint64) {
 	cum = make([]uint64, len(order))
 	if sum == 0 {
-		return order, cum
+		return cum
 	}
 	minW := 1.0
 	for _, e := range eps {
@@ -92,7 +111,7 @@ func floatTargets(eps []Endpoint, minSize, maxSize uint64) (order []int, cum []u
 		}
 		cum[k] = uint64(cur)
 	}
-	return order, cum
+	return cum
 }
 
 // BuildExact builds the ring of Build in exact arithmetic: the endpoints
@@ -153,15 +172,28 @@ func sorted(eps []Endpoint) (order []int, sum, minW uint64) {
 // hold cum[k] entries together.
 func place(eps []Endpoint, order []int, cum []uint64) *Ring {
 	r := &Ring{Counts: make([]int, len(eps))}
+	if len(cum) > 0 {
+		r.Entries = make([]Entry, 0, cum[len(cum)-1])
+	}
+	rank := make([]int, len(eps)) // an endpoint's place in order
 	var cur uint64
+	var key []byte
 	for k, i := range order {
+		rank[i] = k
+		key = append(append(key[:0], eps[i].HashKey...), '_')
+		n := len(key)
 		for j := 0; cur < cum[k]; j++ {
-			r.Entries = append(r.Entries, Entry{xxhash.Sum64String(eps[i].HashKey + "_" + strconv.Itoa(j)), i})
+			key = strconv.AppendInt(key[:n], int64(j), 10)
+			r.Entries = append(r.Entries, Entry{xxhash.Sum64(key), i})
 			r.Counts[i]++
 			cur++
 		}
 	}
-	slices.SortStableFunc(r.Entries, func(a, b Entry) int { return cmp.Compare(a.Hash, b.Hash) })
+	// By hash, equal hashes in the order placed (clients sort stably):
+	// two entries of one endpoint on one hash are alike.
+	slices.SortFunc(r.Entries, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Hash, b.Hash), cmp.Compare(rank[a.Endpoint], rank[b.Endpoint]))
+	})
 	return r
 }
 

@@ -127,6 +127,14 @@ func (s *Server) Versions(kind translate.Kind) map[string]string {
 	return out
 }
 
+// Resources returns the resources currently served to kind, nil before
+// the first Update. Callers must not modify them.
+func (s *Server) Resources(kind translate.Kind) *translate.Resources {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current[kind]
+}
+
 // Update translates m and, if it differs from what is being served, swaps
 // the new snapshots in. On error nothing changes.
 func (s *Server) Update(ctx context.Context, m fleet.Model) error {

@@ -49,7 +49,7 @@ func buildClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Clust
 	case kind.proxyless() && p.Balancer == fleet.ConsistentHash:
 		c, err = grpcHashCluster(p, pl.PerWeight)
 	default:
-		c, err = buildCluster(p, p.Name, "")
+		c, err = buildCluster(p, p.Name, "", pl.EnvoyRingSize)
 	}
 	if err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func buildClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Clust
 	}
 	kp := *p
 	kp.Balancer = p.Hash.Keyless
-	k, err := buildCluster(&kp, name, p.Name)
+	k, err := buildCluster(&kp, name, p.Name, 0)
 	if err != nil {
 		return nil, fmt.Errorf("keyless: %w", err)
 	}
@@ -84,14 +84,16 @@ func keylessCluster(p *fleet.Pool, kind Kind) string {
 }
 
 // buildCluster builds the cluster called name that balances as p says over
-// the endpoints of ClusterLoadAssignment serviceName ("": name itself).
+// the endpoints of ClusterLoadAssignment serviceName ("": name itself),
+// with Envoy's ring sized to envoyRingSize when it is not 0
+// (fleet.Plan.EnvoyRingSize).
 //
 // It uses load_balancing_policy, not the legacy lb_policy enum (gRPC NACKs
 // lb_policy MAGLEV). Each client takes the first policy of the list it
 // supports: Envoy takes Maglev, gRPC (which has no Maglev) takes RingHash
 // on the same keys and the same endpoint hash keys.
-func buildCluster(p *fleet.Pool, name, serviceName string) (*clusterv3.Cluster, error) {
-	policies, err := lbPolicies(p)
+func buildCluster(p *fleet.Pool, name, serviceName string, envoyRingSize uint64) (*clusterv3.Cluster, error) {
+	policies, err := lbPolicies(p, envoyRingSize)
 	if err != nil {
 		return nil, err
 	}
@@ -109,8 +111,9 @@ func buildCluster(p *fleet.Pool, name, serviceName string) (*clusterv3.Cluster, 
 }
 
 // lbPolicies is a pool's load_balancing_policy list; each client takes the
-// first policy it supports.
-func lbPolicies(p *fleet.Pool) ([]*clusterv3.LoadBalancingPolicy_Policy, error) {
+// first policy it supports. A ring hash of entries per weight takes
+// envoyRingSize (the plan's) as its minimum and maximum.
+func lbPolicies(p *fleet.Pool, envoyRingSize uint64) ([]*clusterv3.LoadBalancingPolicy_Policy, error) {
 	single := func(name string, m validator) ([]*clusterv3.LoadBalancingPolicy_Policy, error) {
 		a, err := typed(m)
 		if err != nil {
@@ -168,9 +171,9 @@ func lbPolicies(p *fleet.Pool) ([]*clusterv3.LoadBalancingPolicy_Policy, error) 
 	}
 	// A ring of fixed entries per unit of healthy weight: the cluster
 	// follows membership, health and weights, as gRPC clients' does.
-	if size := fleet.EnvoyRingSize(p.Endpoints, p.Hash.EntriesPerWeight); p.Hash.EntriesPerWeight != 0 && size != 0 {
-		rh.MinimumRingSize = wrapperspb.UInt64(size)
-		rh.MaximumRingSize = wrapperspb.UInt64(size)
+	if envoyRingSize != 0 {
+		rh.MinimumRingSize = wrapperspb.UInt64(envoyRingSize)
+		rh.MaximumRingSize = wrapperspb.UInt64(envoyRingSize)
 	}
 	rha, err := typed(rh)
 	if err != nil {
@@ -218,7 +221,7 @@ func noHashCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
 	if kp.Balancer == fleet.Random || kp.Balancer == "" {
 		kp.Balancer = fleet.RoundRobin
 	}
-	return buildCluster(&kp, p.Name, "")
+	return buildCluster(&kp, p.Name, "", 0)
 }
 
 // Tenant hash groups.
@@ -309,7 +312,7 @@ func groupClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Clust
 		case kind.proxyless():
 			c, err = grpcHashCluster(gp, pl.Groups[i].PerWeight)
 		default:
-			c, err = buildCluster(gp, gp.Name, "")
+			c, err = buildCluster(gp, gp.Name, "", pl.Groups[i].EnvoyRingSize)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("group %q: cluster: %w", g.Name, err)
@@ -343,7 +346,7 @@ func MeshCluster(m fleet.Model, pool string, eds *corev3.ConfigSource) (*cluster
 		// plane holds would keep the size it was printed with.
 		return nil, fmt.Errorf("translate: pool %q sizes its ring by entries per weight, which a mesh's cluster cannot follow", pool)
 	}
-	policies, err := lbPolicies(p)
+	policies, err := lbPolicies(p, 0) // a mesh's pool has no entries per weight
 	if err != nil {
 		return nil, resErr(p, "mesh cluster", err)
 	}
