@@ -338,19 +338,19 @@ func (f Fleet) Normalize() Fleet {
 			p.ListenAddress = DefaultListenAddress
 		}
 		if p.Balancer == "" {
-			p.Balancer = ConsistentHash
+			p.Balancer = DefaultBalancer
 		}
 		if p.Balancer != ConsistentHash {
 			p.Hash = Hash{}
 		}
 		if p.Balancer == ConsistentHash && p.Hash.Algorithm == "" {
-			p.Hash.Algorithm = Maglev
+			p.Hash.Algorithm = DefaultAlgorithm
 		}
 		if p.Balancer == ConsistentHash && p.Hash.Algorithm == Maglev && p.Hash.TableSize == 0 {
 			p.Hash.TableSize = DefaultMaglevTableSize
 		}
 		if p.Balancer == ConsistentHash && p.Hash.Keyless == "" {
-			p.Hash.Keyless = RoundRobin
+			p.Hash.Keyless = DefaultKeyless
 		}
 		eps := make([]Endpoint, len(p.Endpoints))
 		for j, e := range p.Endpoints {
@@ -517,8 +517,8 @@ func (h Hash) validate(pool string) []error {
 	if h.EntriesPerWeight != 0 && h.Algorithm != RingHash {
 		bad("entries per weight on a %s table", h.Algorithm)
 	}
-	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
-		bad("balance factor %d below 100", h.BalanceFactor)
+	if h.BalanceFactor != 0 && h.BalanceFactor < MinBalanceFactor {
+		bad("balance factor %d below %d", h.BalanceFactor, MinBalanceFactor)
 	}
 	if h.GRPCRingCap != 0 && (h.GRPCRingCap < MinGRPCRingCap || h.GRPCRingCap > MaxRingSize) {
 		bad("gRPC ring cap %d outside %d..%d", h.GRPCRingCap, MinGRPCRingCap, MaxRingSize)

@@ -9,10 +9,6 @@ import (
 	"github.com/kvxds/kvxds/weights"
 )
 
-// Escape is a pool's escape block: when a replica counts as saturated and
-// leaves the hash table for new keys, and when it comes back.
-type Escape = weights.Escape
-
 type escapeSpec struct {
 	DefRange             hcl.Range      `hcl:",def_range"`
 	MaxQueueDepth        *hcl.Attribute `hcl:"max_queue_depth,optional"`
@@ -29,7 +25,7 @@ func (s escapeSpec) defRange() hcl.Range { return s.DefRange }
 // escape decodes an escape block. A resume value left unset follows its
 // maximum, and a maximum left unset makes room above a resume value that
 // is set, so that only values written in the file can conflict.
-func (d *decoder) escape(spec *escapeSpec) Escape {
+func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 	e := weights.DefaultEscape()
 	maxQ, maxQOK := d.numberOr(spec.MaxQueueDepth, e.MaxQueueDepth, positive, "Invalid saturation threshold",
 		fmt.Sprintf(" (the default is %g); a replica with this many requests waiting is saturated", e.MaxQueueDepth))

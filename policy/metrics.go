@@ -14,7 +14,7 @@ import (
 
 // Metrics is how a pool's replicas are scraped for load signals.
 type Metrics struct {
-	// Engine is one of the Engine constants.
+	// Engine is one of weights.Engines().
 	Engine string
 	// Scrape holds the model filter, and the interval (at least
 	// weights.MinScrapeInterval) and timeout (shorter; unset, the
@@ -29,36 +29,11 @@ type Metrics struct {
 	Port uint32
 	// Scheme is "http" or "https".
 	Scheme string
-	// Signals maps signal names (the Signal constants) to their source.
-	// Set for EngineCustom only, with at least one of queue_depth,
+	// Signals maps signal names (weights.SignalNames) to their source.
+	// Set for weights.EngineCustom only, with at least one of queue_depth,
 	// running and kv_occupancy.
-	Signals map[string]SignalSource
+	Signals map[string]weights.Series
 }
-
-// Engines a metrics block may name: the scraper's registry
-// (weights.Engines), so the policy accepts exactly the engines kvxds can
-// scrape. Each but EngineCustom has a built-in profile of metric names; a
-// custom engine names its metrics in signal blocks.
-const (
-	EngineVLLM   = weights.EngineVLLM
-	EngineSGLang = weights.EngineSGLang
-	EngineTGI    = weights.EngineTGI
-	EngineTRTLLM = weights.EngineTRTLLM
-	EngineCustom = weights.EngineCustom
-)
-
-// Signals, the labels of a custom engine's signal blocks
-// (weights.SignalNames).
-const (
-	SignalQueueDepth    = weights.SignalQueueDepth
-	SignalRunning       = weights.SignalRunning
-	SignalKVOccupancy   = weights.SignalKVOccupancy
-	SignalPreemptions   = weights.SignalPreemptions
-	SignalPrefixQueries = weights.SignalPrefixQueries
-	SignalPrefixHits    = weights.SignalPrefixHits
-	SignalPrefixHitRate = weights.SignalPrefixHitRate
-	SignalTTFT          = weights.SignalTTFT
-)
 
 // metricsSpec is a metrics block; its presence turns scraping on.
 type metricsSpec struct {
@@ -92,12 +67,12 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 			m.Engine = s
 		default:
 			d.errorf(a.Expr.Range(), "Unknown engine",
-				`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(slices.DeleteFunc(weights.Engines(), func(e string) bool { return e == EngineCustom }), "or"))
+				`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(slices.DeleteFunc(weights.Engines(), func(e string) bool { return e == weights.EngineCustom }), "or"))
 			known = false
 		}
 	} else if len(spec.Signals) > 0 {
 		// Signal blocks only apply to a custom engine.
-		m.Engine = EngineCustom
+		m.Engine = weights.EngineCustom
 	}
 
 	d.timing(m, spec)
@@ -114,7 +89,7 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	if m.Path == "" {
 		// The engine's own page: trtllm-serve's /metrics is JSON.
 		m.Path = weights.MetricsPath(m.Engine)
-	} else if m.Engine == EngineTRTLLM && m.Path == weights.DefaultMetricsPath {
+	} else if m.Engine == weights.EngineTRTLLM && m.Path == weights.DefaultMetricsPath {
 		// Valid, and wrong for every trtllm-serve: say so where it is set.
 		d.warnf(spec.Path.Expr.Range(), "Not a Prometheus page",
 			"trtllm-serve answers %s with JSON iteration stats, which kvxds cannot read; its Prometheus page is %q, the default with engine = %q: remove path.",
@@ -143,8 +118,8 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 		}
 	}
 
-	m.Signals = d.signals(spec, known && m.Engine == EngineCustom)
-	if known && m.Engine != EngineCustom {
+	m.Signals = d.signals(spec, known && m.Engine == weights.EngineCustom)
+	if known && m.Engine != weights.EngineCustom {
 		for _, sb := range spec.Signals {
 			d.errorf(sb.DefRange, "Not a custom engine",
 				`signal blocks only apply to engine = "custom"; the %s profile already knows its metrics. Remove this block, or set engine = "custom" and name every signal's metric.`, m.Engine)
@@ -266,12 +241,6 @@ func checkMetricsPath(s string) error {
 	return nil
 }
 
-// SignalSource is where a custom engine exports one signal (a signal
-// block): Name is a Prometheus metric name (for ttft, a histogram's name
-// without the _bucket suffix), Labels the exact label matches a series
-// must have (nil for none), and Scale (> 0) multiplies its value.
-type SignalSource = weights.Series
-
 // signalSpec is a signal block of a custom engine. metric is required,
 // but checked by hand so that the diagnostic names the signal.
 type signalSpec struct {
@@ -285,8 +254,8 @@ type signalSpec struct {
 
 // signals decodes the signal blocks of a metrics block. custom says the
 // engine is known to be custom, which requires a core signal.
-func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSource {
-	out := map[string]SignalSource{}
+func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]weights.Series {
+	out := map[string]weights.Series{}
 	seen := map[string]hcl.Range{} // signal name -> label of its first block
 	unknown := false
 	for i := range spec.Signals {
@@ -326,8 +295,8 @@ func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSourc
 	return out
 }
 
-func (d *decoder) signalSource(sb *signalSpec) (SignalSource, bool) {
-	src := SignalSource{Scale: weights.DefaultSignalScale}
+func (d *decoder) signalSource(sb *signalSpec) (weights.Series, bool) {
+	src := weights.Series{Scale: weights.DefaultSignalScale}
 	good := true
 	if a := sb.Metric; a == nil {
 		d.errorf(sb.DefRange, "Missing metric",

@@ -147,7 +147,7 @@
 // written in the file can be reported as inconsistent, at the one that
 // does not fit. Likewise a hash block with min_ring_size or max_ring_size
 // (and no table_size) defaults to ring_hash, a max_ring_size below the
-// data planes' own minimum (DataPlaneMinRingSize) lowers it, and the xds
+// data planes' own minimum (fleet.DefaultMinRingSize) lowers it, and the xds
 // and admin addresses swap defaults when the other server is given one.
 //
 // The signals of a custom engine are queue_depth, running, kv_occupancy,

@@ -14,14 +14,6 @@ import (
 	"github.com/kvxds/kvxds/weights"
 )
 
-// Load-balancing modes of a pool. Round robin and least request exist to
-// measure what cache affinity gains against the usual balancers.
-const (
-	LoadBalancingHash         = fleet.ConsistentHash
-	LoadBalancingRoundRobin   = fleet.RoundRobin
-	LoadBalancingLeastRequest = fleet.LeastRequest
-)
-
 // Pool is one group of interchangeable replicas behind one Envoy listener.
 type Pool struct {
 	Name string
@@ -36,7 +28,7 @@ type Pool struct {
 	// LoadBalancing is LoadBalancingHash (consistent hashing on Hash), or
 	// a baseline that ignores Hash.
 	LoadBalancing fleet.Balancer
-	Hash          Hash
+	Hash          fleet.Hash
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
 	Static []fleet.Endpoint
@@ -49,14 +41,14 @@ type Pool struct {
 	Metrics *Metrics
 	// Escape and Weights are always filled in, with defaults where the
 	// file says nothing; they only take effect with Metrics.
-	Escape  Escape
-	Weights Weights
+	Escape  weights.Escape
+	Weights weights.Weighting
 	// Mesh, if set, also serves the pool's endpoints under a mesh's own
 	// cluster name (mesh.go); nil for none.
-	Mesh *Mesh
+	Mesh *fleet.Mesh
 	// Groups are the pool's tenant hash groups (group.go), in file order;
 	// only hash pools have them.
-	Groups []Group
+	Groups []fleet.Group
 }
 
 // poolSpec is a pool block. port is required, but checked by hand so that
@@ -121,16 +113,16 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		pool.IdleTimeout = d.duration(a, false)
 	}
 
-	pool.LoadBalancing = LoadBalancingHash
+	pool.LoadBalancing = fleet.ConsistentHash
 	if a := spec.LoadBalancing; a != nil {
 		if s, good := d.str(a.Name, a.Expr); good {
 			switch b := fleet.Balancer(s); b {
-			case LoadBalancingHash, LoadBalancingRoundRobin, LoadBalancingLeastRequest:
+			case fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest:
 				pool.LoadBalancing = b
 			default:
 				d.errorf(a.Expr.Range(), "Unknown load balancing",
 					"%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
-					s, LoadBalancingHash, LoadBalancingRoundRobin, LoadBalancingLeastRequest)
+					s, fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest)
 			}
 		}
 	}
@@ -156,7 +148,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	for i := range spec.Kubernetes {
 		pool.Kubernetes = append(pool.Kubernetes, d.kubernetes(&spec.Kubernetes[i]))
 	}
-	if len(spec.Hash) > 0 && pool.LoadBalancing != LoadBalancingHash {
+	if len(spec.Hash) > 0 && pool.LoadBalancing != fleet.ConsistentHash {
 		d.add(hcl.Diagnostics{{
 			Severity: hcl.DiagWarning,
 			Summary:  "Hash block ignored",
@@ -164,7 +156,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 			Subject:  spec.Hash[0].DefRange.Ptr(),
 		}})
 	}
-	if len(spec.Hash) == 0 && pool.LoadBalancing == LoadBalancingHash {
+	if len(spec.Hash) == 0 && pool.LoadBalancing == fleet.ConsistentHash {
 		d.errorf(spec.DefRange, "Missing hash block",
 			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)
 	}
@@ -234,14 +226,14 @@ func (d *decoder) ringPerWeight(a *hcl.Attribute, pool *Pool) {
 	if pool.Metrics != nil {
 		mult = uint64(max(pool.Weights.MaxWeight, 1))
 	}
-	if w*mult*k > MaxRingSize {
+	if w*mult*k > fleet.MaxRingSize {
 		at := ""
 		if mult > 1 {
 			at = fmt.Sprintf(" at weights.max %d", mult)
 		}
 		d.errorf(a.Expr.Range(), "Ring too small",
 			"entries_per_weight %d needs %d ring entries for the static endpoints' weight %d%s, above Envoy's maximum ring size %d; use at most %d entries per unit.",
-			k, w*mult*k, w, at, uint64(MaxRingSize), uint64(MaxRingSize)/(w*mult))
+			k, w*mult*k, w, at, uint64(fleet.MaxRingSize), uint64(fleet.MaxRingSize)/(w*mult))
 	}
 }
 

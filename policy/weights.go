@@ -9,10 +9,6 @@ import (
 	"github.com/kvxds/kvxds/weights"
 )
 
-// Weights is a pool's weights block: how a replica's weight multiplier
-// follows its free capacity.
-type Weights = weights.Weighting
-
 type weightsSpec struct {
 	DefRange    hcl.Range      `hcl:",def_range"`
 	Min         *hcl.Attribute `hcl:"min,optional"`
@@ -29,7 +25,7 @@ func (s weightsSpec) defRange() hcl.Range { return s.DefRange }
 // weights decodes a weights block. max left unset makes room for min and
 // levels, and levels left unset fits min..max, so that only values
 // written in the file can conflict.
-func (d *decoder) weights(spec *weightsSpec) Weights {
+func (d *decoder) weights(spec *weightsSpec) weights.Weighting {
 	w := weights.DefaultWeighting()
 	minOK, maxOK := true, true
 	if a := spec.Min; a != nil {
