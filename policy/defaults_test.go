@@ -202,9 +202,13 @@ weights { relative = true }`), poolWeights, weighting(func(w *weights.Weighting)
 		{"everything follows", poolWith(`metrics { interval = "500ms" }
 escape { resume_queue_depth = 12 }
 weights { min = 5 }`), pool, Pool{
-			Name: "p", Port: 10000, ListenAddress: fleet.DefaultListenAddress, LoadBalancing: fleet.ConsistentHash,
-			Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: fleet.DefaultKeyless,
-				Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			Name: "p", Settings: fleet.Settings{
+				Port:          10000,
+				ListenAddress: fleet.DefaultListenAddress,
+				Balancer:      fleet.ConsistentHash,
+				Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: fleet.DefaultKeyless,
+					Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			},
 			Metrics: metrics(func(m *Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 500*time.Millisecond, 250*time.Millisecond, 2500*time.Millisecond
 			}),

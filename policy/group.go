@@ -33,10 +33,10 @@ type groupMatchSpec struct {
 
 // poolGroups decodes the group blocks of pool, in file order.
 func (d *decoder) poolGroups(spec *poolSpec, pool *Pool) {
-	if len(spec.Groups) > 0 && pool.LoadBalancing != fleet.ConsistentHash {
+	if len(spec.Groups) > 0 && pool.Balancer != fleet.ConsistentHash {
 		d.errorf(spec.Groups[0].DefRange, "Group without hashing",
 			"Pool %q balances with %s, which does not hash; groups split a hash pool's replicas, so remove the group blocks or set load_balancing = %q.",
-			pool.Name, pool.LoadBalancing, fleet.ConsistentHash)
+			pool.Name, pool.Balancer, fleet.ConsistentHash)
 		return
 	}
 	names := map[string]hcl.Range{}

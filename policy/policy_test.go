@@ -117,8 +117,8 @@ func withDefaults(pools ...Pool) []Pool {
 		if pools[i].Weights == (weights.Weighting{}) {
 			pools[i].Weights = defaultWeightsValues
 		}
-		if pools[i].LoadBalancing == "" {
-			pools[i].LoadBalancing = fleet.ConsistentHash
+		if pools[i].Balancer == "" {
+			pools[i].Balancer = fleet.ConsistentHash
 		}
 		// Every hash block has a keyless setting.
 		if pools[i].Hash.Algorithm != "" && pools[i].Hash.Keyless == "" {
@@ -150,14 +150,16 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   "127.0.0.1:18000",
 			AdminAddress: "127.0.0.1:19000",
 			Pools: withDefaults(Pool{
-				Name:          "chat",
-				Port:          10000,
-				ListenAddress: "0.0.0.0",
-				Hash: fleet.Hash{
-					Algorithm:     fleet.Maglev,
-					TableSize:     65537,
-					BalanceFactor: 150,
-					Keys:          []fleet.HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}},
+				Name: "chat",
+				Settings: fleet.Settings{
+					Port:          10000,
+					ListenAddress: "0.0.0.0",
+					Hash: fleet.Hash{
+						Algorithm:     fleet.Maglev,
+						TableSize:     65537,
+						BalanceFactor: 150,
+						Keys:          []fleet.HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}},
+					},
 				},
 				Static: []fleet.Endpoint{
 					{Host: "127.0.0.1", Port: 8001, Weight: 1},
@@ -169,20 +171,22 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(Pool{
-				Name:          "embed",
-				Port:          10001,
-				ListenAddress: "127.0.0.1",
-				RouteTimeout:  10 * time.Minute,
-				IdleTimeout:   time.Hour,
-				Hash: fleet.Hash{
-					Algorithm:   fleet.RingHash,
-					MinRingSize: 1024,
-					MaxRingSize: fleet.MaxRingSize,
-					Keyless:     fleet.LeastRequest,
-					Keys: []fleet.HashKey{
-						{Cookie: "session"},
-						{QueryParameter: "session_id"},
-						{Header: "x-session-id"},
+				Name: "embed",
+				Settings: fleet.Settings{
+					Port:          10001,
+					ListenAddress: "127.0.0.1",
+					RouteTimeout:  10 * time.Minute,
+					IdleTimeout:   time.Hour,
+					Hash: fleet.Hash{
+						Algorithm:   fleet.RingHash,
+						MinRingSize: 1024,
+						MaxRingSize: fleet.MaxRingSize,
+						Keyless:     fleet.LeastRequest,
+						Keys: []fleet.HashKey{
+							{Cookie: "session"},
+							{QueryParameter: "session_id"},
+							{Header: "x-session-id"},
+						},
 					},
 				},
 				Static: []fleet.Endpoint{
@@ -195,10 +199,12 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(Pool{
-				Name:          "chat",
-				Port:          10000,
-				ListenAddress: "0.0.0.0",
-				Hash:          fleet.Hash{Algorithm: fleet.RingHash, EntriesPerWeight: 1024, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+				Name: "chat",
+				Settings: fleet.Settings{
+					Port:          10000,
+					ListenAddress: "0.0.0.0",
+					Hash:          fleet.Hash{Algorithm: fleet.RingHash, EntriesPerWeight: 1024, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+				},
 				Static: []fleet.Endpoint{
 					{Host: "10.0.0.1", Port: 8000, Weight: 1},
 					{Host: "10.0.0.2", Port: 8000, Weight: 1},
@@ -209,10 +215,12 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(Pool{
-				Name:          "code",
-				Port:          10002,
-				ListenAddress: "0.0.0.0",
-				Hash:          maglevKey("x-session-id"),
+				Name: "code",
+				Settings: fleet.Settings{
+					Port:          10002,
+					ListenAddress: "0.0.0.0",
+					Hash:          maglevKey("x-session-id"),
+				},
 				Static: []fleet.Endpoint{
 					{Host: "10.0.0.1", Port: 8000, Weight: 1},
 					{Host: "10.0.0.2", Port: 8000, Weight: 3, HashKey: "replica-a",
@@ -226,13 +234,10 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   ":18000",
 			AdminAddress: "localhost:19000",
 			Pools: withDefaults(
-				Pool{Name: "a.small_pool-1", Port: 10011, ListenAddress: "0.0.0.0",
-					Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: 251, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
-				Pool{Name: "m-loopback", Port: 10012, ListenAddress: "127.0.0.1", Hash: maglevKey("x-session-id")},
-				Pool{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
-					Hash: fleet.Hash{Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
-				Pool{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
-					Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.MaxMaglevTableSize, Keyless: fleet.Random, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+				Pool{Name: "a.small_pool-1", Settings: fleet.Settings{Port: 10011, ListenAddress: "0.0.0.0", Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: 251, Keys: []fleet.HashKey{{Header: "x-session-id"}}}}},
+				Pool{Name: "m-loopback", Settings: fleet.Settings{Port: 10012, ListenAddress: "127.0.0.1", Hash: maglevKey("x-session-id")}},
+				Pool{Name: "m-loopback2", Settings: fleet.Settings{Port: 10012, ListenAddress: "127.0.0.2", Hash: fleet.Hash{Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Header: "x-session-id"}}}}},
+				Pool{Name: "z-large", Settings: fleet.Settings{Port: 10010, ListenAddress: "0.0.0.0", Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.MaxMaglevTableSize, Keyless: fleet.Random, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
 					Static: []fleet.Endpoint{
 						{Host: "10.1.0.1", Port: 8000, Weight: 1},
 						{Host: "10.1.0.2", Port: 8000, Weight: 1},
@@ -244,7 +249,7 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(
-				Pool{Name: "chat", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+				Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
 					Metrics: &Metrics{
 						Engine: weights.EngineVLLM,
 						Scrape: weights.Scrape{
@@ -268,9 +273,9 @@ func TestDecodedValues(t *testing.T) {
 					},
 					Weights: weights.Weighting{MinWeight: 2, MaxWeight: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinChangeInterval: 0},
 				},
-				Pool{Name: "defaults", Port: 10001, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+				Pool{Name: "defaults", Settings: fleet.Settings{Port: 10001, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
 					Metrics: metrics(func(*Metrics) {})},
-				Pool{Name: "sglang", Port: 10002, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+				Pool{Name: "sglang", Settings: fleet.Settings{Port: 10002, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
 					Metrics: metrics(func(m *Metrics) {
 						m.Engine, m.Interval, m.StaleAfter = weights.EngineSGLang, 3*time.Second, 15*time.Second
 					}),
@@ -284,7 +289,7 @@ func TestDecodedValues(t *testing.T) {
 					},
 					Weights: weights.Weighting{MinWeight: 3, MaxWeight: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
-				Pool{Name: "tgi", Port: 10003, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+				Pool{Name: "tgi", Settings: fleet.Settings{Port: 10003, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
 					Metrics: metrics(func(m *Metrics) { m.Engine = weights.EngineTGI }),
 					Escape: weights.Escape{
 						MaxQueueDepth:        8,
@@ -296,7 +301,7 @@ func TestDecodedValues(t *testing.T) {
 					},
 					Weights: weights.Weighting{MinWeight: 1, MaxWeight: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
-				Pool{Name: "trtllm", Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+				Pool{Name: "trtllm", Settings: fleet.Settings{Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
 					Metrics: metrics(func(m *Metrics) {
 						m.Engine, m.Interval, m.Timeout, m.StaleAfter = weights.EngineTRTLLM, 100*time.Millisecond, 99*time.Millisecond, 100*time.Millisecond
 						m.Path = "/prometheus/metrics" // trtllm-serve's /metrics is JSON
@@ -306,7 +311,7 @@ func TestDecodedValues(t *testing.T) {
 		{"custom_engine.hcl", &Policy{
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
-			Pools: withDefaults(Pool{Name: "custom", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
+			Pools: withDefaults(Pool{Name: "custom", Settings: fleet.Settings{Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
 				Metrics: metrics(func(m *Metrics) {
 					m.Engine, m.Port, m.Model = weights.EngineCustom, 9400, "llama"
 					m.Signals = map[string]weights.Series{
@@ -546,7 +551,7 @@ func checkPolicy(p *Policy) error {
 		if pool.Port == 0 || pool.Port > 65535 {
 			return fmt.Errorf("invalid pool accepted: %+v", pool)
 		}
-		if h := pool.Hash; pool.LoadBalancing == fleet.ConsistentHash {
+		if h := pool.Hash; pool.Balancer == fleet.ConsistentHash {
 			if len(h.Keys) == 0 {
 				return fmt.Errorf("hash pool without keys accepted: %+v", pool)
 			}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -17,18 +16,14 @@ import (
 // Pool is one group of interchangeable replicas behind one Envoy listener.
 type Pool struct {
 	Name string
-	// Port and ListenAddress are where Envoy listens for the pool;
-	// ListenAddress defaults to fleet.DefaultListenAddress.
-	Port          uint32
-	ListenAddress string
-	// RouteTimeout bounds a whole request; zero means no timeout.
-	RouteTimeout time.Duration
-	// IdleTimeout bounds a silent stream; zero keeps Envoy's default.
-	IdleTimeout time.Duration
-	// LoadBalancing is LoadBalancingHash (consistent hashing on Hash), or
-	// a baseline that ignores Hash.
-	LoadBalancing fleet.Balancer
-	Hash          fleet.Hash
+	// Settings are where Envoy listens for the pool (ListenAddress
+	// defaults to fleet.DefaultListenAddress), its timeouts (a zero
+	// RouteTimeout means none, a zero IdleTimeout keeps Envoy's default),
+	// its Balancer (fleet.ConsistentHash on Hash, or a baseline that
+	// ignores Hash), its Mesh (mesh.go; nil for none) and its tenant
+	// Groups (group.go, in file order; hash pools only): decoded straight
+	// into the model's own type, which the join copies.
+	fleet.Settings
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
 	Static []fleet.Endpoint
@@ -43,12 +38,6 @@ type Pool struct {
 	// file says nothing; they only take effect with Metrics.
 	Escape  weights.Escape
 	Weights weights.Weighting
-	// Mesh, if set, also serves the pool's endpoints under a mesh's own
-	// cluster name (mesh.go); nil for none.
-	Mesh *fleet.Mesh
-	// Groups are the pool's tenant hash groups (group.go), in file order;
-	// only hash pools have them.
-	Groups []fleet.Group
 }
 
 // poolSpec is a pool block. port is required, but checked by hand so that
@@ -83,7 +72,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		d.poolNames[name] = spec.NameRange
 	}
 
-	pool := Pool{Name: name, ListenAddress: fleet.DefaultListenAddress}
+	pool := Pool{Name: name, Settings: fleet.Settings{ListenAddress: fleet.DefaultListenAddress}}
 	listenAddr := netip.IPv4Unspecified()
 	listenOK := true
 
@@ -113,12 +102,12 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		pool.IdleTimeout = d.duration(a, false)
 	}
 
-	pool.LoadBalancing = fleet.ConsistentHash
+	pool.Balancer = fleet.DefaultBalancer
 	if a := spec.LoadBalancing; a != nil {
 		if s, good := d.str(a.Name, a.Expr); good {
 			switch b := fleet.Balancer(s); b {
 			case fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest:
-				pool.LoadBalancing = b
+				pool.Balancer = b
 			default:
 				d.errorf(a.Expr.Range(), "Unknown load balancing",
 					"%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
@@ -148,15 +137,15 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	for i := range spec.Kubernetes {
 		pool.Kubernetes = append(pool.Kubernetes, d.kubernetes(&spec.Kubernetes[i]))
 	}
-	if len(spec.Hash) > 0 && pool.LoadBalancing != fleet.ConsistentHash {
+	if len(spec.Hash) > 0 && pool.Balancer != fleet.ConsistentHash {
 		d.add(hcl.Diagnostics{{
 			Severity: hcl.DiagWarning,
 			Summary:  "Hash block ignored",
-			Detail:   fmt.Sprintf("Pool %q balances with %s, which does not hash; its hash block has no effect.", name, pool.LoadBalancing),
+			Detail:   fmt.Sprintf("Pool %q balances with %s, which does not hash; its hash block has no effect.", name, pool.Balancer),
 			Subject:  spec.Hash[0].DefRange.Ptr(),
 		}})
 	}
-	if len(spec.Hash) == 0 && pool.LoadBalancing == fleet.ConsistentHash {
+	if len(spec.Hash) == 0 && pool.Balancer == fleet.ConsistentHash {
 		d.errorf(spec.DefRange, "Missing hash block",
 			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)
 	}

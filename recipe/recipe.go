@@ -117,8 +117,8 @@ func Render(target Target, o Options) ([]byte, error) {
 		return nil, fmt.Errorf(`recipe: pool %q has no mesh block; add one naming the mesh's cluster, as in mesh { eds_cluster_name = "outbound|8000||vllm.llm.svc.cluster.local" }`, o.Pool)
 	}
 	r.cluster = r.pool.Mesh.ClusterName
-	if r.pool.LoadBalancing != fleet.ConsistentHash {
-		return nil, fmt.Errorf("recipe: pool %q balances with %s; a recipe sets consistent hashing, so give the pool load_balancing = %q", o.Pool, r.pool.LoadBalancing, fleet.ConsistentHash)
+	if r.pool.Balancer != fleet.ConsistentHash {
+		return nil, fmt.Errorf("recipe: pool %q balances with %s; a recipe sets consistent hashing, so give the pool load_balancing = %q", o.Pool, r.pool.Balancer, fleet.ConsistentHash)
 	}
 	m, err := fleet.Prepare(reconcile.Join(o.Policy, nil, nil))
 	if err != nil {
