@@ -28,7 +28,7 @@ func poolWith(blocks string) string {
 // TestDefaultsFollowSetValues checks that a default which would conflict
 // with a value written in the file follows it instead.
 func TestDefaultsFollowSetValues(t *testing.T) {
-	metrics := func(edit func(m *Metrics)) *Metrics {
+	metrics := func(edit func(m *weights.Metrics)) *weights.Metrics {
 		m := defaultMetricsValues
 		edit(&m)
 		return &m
@@ -74,62 +74,72 @@ func TestDefaultsFollowSetValues(t *testing.T) {
 		{"interval 1s", poolWith(`metrics {
   engine   = "vllm"
   interval = "1s"
-}`), poolMetrics, metrics(func(m *Metrics) {
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
 			m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, 5*time.Second
 		})},
 		{"shortest interval", poolWith(`metrics { interval = "100ms" }`), poolMetrics,
-			metrics(func(m *Metrics) {
+			metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 100*time.Millisecond, 50*time.Millisecond, 500*time.Millisecond
 			})},
 		{"interval 1.5s", poolWith(`metrics { interval = "1500ms" }`), poolMetrics,
-			metrics(func(m *Metrics) {
+			metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 1500*time.Millisecond, 750*time.Millisecond, 7500*time.Millisecond
 			})},
 		{"interval 3s keeps timeout 1s", poolWith(`metrics { interval = "3s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.StaleAfter = 3*time.Second, 15*time.Second })},
+			metrics(func(m *weights.Metrics) { m.Interval, m.StaleAfter = 3*time.Second, 15*time.Second })},
 		{"empty timeout is unset", poolWith(`metrics {
   interval = "1s"
   timeout  = ""
-}`), poolMetrics, metrics(func(m *Metrics) {
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
 			m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, 5*time.Second
 		})},
 
 		// path: the engine's Prometheus page; a path written wins.
 		{"trtllm path", poolWith(`metrics { engine = "trtllm" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Engine, m.Path = weights.EngineTRTLLM, "/prometheus/metrics" })},
+			metrics(func(m *weights.Metrics) { m.Engine, m.Path = weights.EngineTRTLLM, "/prometheus/metrics" })},
 		{"trtllm path written", poolWith(`metrics {
   engine = "trtllm"
   path   = "/proxied/metrics"
-}`), poolMetrics, metrics(func(m *Metrics) { m.Engine, m.Path = weights.EngineTRTLLM, "/proxied/metrics" })},
+}`), poolMetrics, metrics(func(m *weights.Metrics) { m.Engine, m.Path = weights.EngineTRTLLM, "/proxied/metrics" })},
 		{"sglang path", poolWith(`metrics { engine = "sglang" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Engine = weights.EngineSGLang })},
+			metrics(func(m *weights.Metrics) { m.Engine = weights.EngineSGLang })},
 
 		// interval: 2s, or twice a timeout that does not fit, at most stale_after.
 		{"timeout 1.5s keeps interval 2s", poolWith(`metrics { timeout = "1500ms" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Timeout = 1500 * time.Millisecond })},
+			metrics(func(m *weights.Metrics) { m.Timeout = 1500 * time.Millisecond })},
 		{"timeout 2s", poolWith(`metrics { timeout = "2s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 4*time.Second, 2*time.Second, 20*time.Second })},
+			metrics(func(m *weights.Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 4*time.Second, 2*time.Second, 20*time.Second
+			})},
 		{"timeout 5s", poolWith(`metrics { timeout = "5s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 10*time.Second, 5*time.Second, 50*time.Second })},
+			metrics(func(m *weights.Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 10*time.Second, 5*time.Second, 50*time.Second
+			})},
 		{"stale_after 1s", poolWith(`metrics { stale_after = "1s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, time.Second })},
+			metrics(func(m *weights.Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, time.Second
+			})},
 		{"stale_after 100ms", poolWith(`metrics { stale_after = "100ms" }`), poolMetrics,
-			metrics(func(m *Metrics) {
+			metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 100*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond
 			})},
 		{"timeout and stale_after", poolWith(`metrics {
   timeout     = "3s"
   stale_after = "5s"
-}`), poolMetrics, metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 5*time.Second, 3*time.Second, 5*time.Second })},
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
+			m.Interval, m.Timeout, m.StaleAfter = 5*time.Second, 3*time.Second, 5*time.Second
+		})},
 		{"timeout with a long stale_after", poolWith(`metrics {
   timeout     = "3s"
   stale_after = "1m"
-}`), poolMetrics, metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 6*time.Second, 3*time.Second, time.Minute })},
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
+			m.Interval, m.Timeout, m.StaleAfter = 6*time.Second, 3*time.Second, time.Minute
+		})},
 
 		// engine: custom when signal blocks name the metrics.
 		{"signal blocks", poolWith(`metrics {
   signal "queue_depth" { metric = "my_engine_queue" }
-}`), poolMetrics, metrics(func(m *Metrics) {
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
 			m.Engine = weights.EngineCustom
 			m.Signals = map[string]weights.Series{weights.SignalQueueDepth: {Name: "my_engine_queue", Scale: 1}}
 		})},
@@ -209,7 +219,7 @@ weights { min = 5 }`), pool, Pool{
 				Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: fleet.DefaultKeyless,
 					Keys: []fleet.HashKey{{Header: "x-session-id"}}},
 			},
-			Metrics: metrics(func(m *Metrics) {
+			Metrics: metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 500*time.Millisecond, 250*time.Millisecond, 2500*time.Millisecond
 			}),
 			Escape:  escape(func(e *weights.Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 24, 12 }),

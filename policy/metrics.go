@@ -12,29 +12,6 @@ import (
 	"github.com/kvxds/kvxds/weights"
 )
 
-// Metrics is how a pool's replicas are scraped for load signals.
-type Metrics struct {
-	// Engine is one of weights.Engines().
-	Engine string
-	// Scrape holds the model filter, and the interval (at least
-	// weights.MinScrapeInterval) and timeout (shorter; unset, the
-	// shorter of weights.DefaultScrapeTimeout and Interval/2).
-	weights.Scrape
-	// StaleAfter is how long a replica's last good values are kept after
-	// its scrapes start failing; at least Interval.
-	StaleAfter time.Duration
-	// Path starts with "/"; unset, the engine's (weights.MetricsPath).
-	Path string
-	// Port is the metrics port; zero means the endpoint's serving port.
-	Port uint32
-	// Scheme is "http" or "https".
-	Scheme string
-	// Signals maps signal names (weights.SignalNames) to their source.
-	// Set for weights.EngineCustom only, with at least one of queue_depth,
-	// running and kv_occupancy.
-	Signals map[string]weights.Series
-}
-
 // metricsSpec is a metrics block; its presence turns scraping on.
 type metricsSpec struct {
 	DefRange   hcl.Range      `hcl:",def_range"`
@@ -51,12 +28,9 @@ type metricsSpec struct {
 
 func (s metricsSpec) defRange() hcl.Range { return s.DefRange }
 
-func (d *decoder) metrics(spec *metricsSpec) *Metrics {
-	m := &Metrics{
-		Engine: weights.DefaultEngine,
-		Scrape: weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
-		Scheme: weights.DefaultMetricsScheme,
-	}
+func (d *decoder) metrics(spec *metricsSpec) *weights.Metrics {
+	m := new(weights.Metrics)
+	*m = weights.DefaultMetrics()
 
 	known := true // whether m.Engine is what the user asked for
 	if a := spec.Engine; a != nil {
@@ -140,7 +114,7 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 //   - interval: weights.DefaultScrapeInterval, or twice the timeout if that is not
 //     shorter than the default, but no longer than stale_after;
 //   - stale_after: weights.DefaultStaleAfterIntervals intervals.
-func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
+func (d *decoder) timing(m *weights.Metrics, spec *metricsSpec) {
 	// Each xSet says the file holds a valid value; a bad one is reported,
 	// then neither steers a default nor is compared, and xOK is false.
 	interval, intervalSet, intervalOK := d.optDuration(spec.Interval,

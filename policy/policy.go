@@ -163,10 +163,11 @@
 // and tls.go; this file holds the file's top level, and decode.go the
 // shared decoder. Where a block configures another package, the policy
 // decodes into that package's own type, which also owns the defaults:
-// weights.Scrape (in Metrics), weights.Weighting, weights.Escape and
-// weights.Series; dns.Config and kubernetes.Config of discovery; the
-// Lease elector's Config of ha/kubernetes; and fleet.Hash, fleet.HashKey,
-// fleet.Mesh and fleet.Group.
+// weights.Metrics, weights.Weighting, weights.Escape and weights.Series;
+// dns.Config and kubernetes.Config of discovery; the Lease elector's
+// Config of ha/kubernetes; and fleet.Settings (a pool's listener,
+// timeouts and balancer), fleet.Hash, fleet.HashKey, fleet.Mesh and
+// fleet.Group.
 //
 // The contract:
 //

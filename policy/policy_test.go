@@ -99,7 +99,7 @@ var (
 		MaxSaturatedFraction: 0.5,
 	}
 	defaultWeightsValues = weights.Weighting{MinWeight: 1, MaxWeight: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
-	defaultMetricsValues = Metrics{
+	defaultMetricsValues = weights.Metrics{
 		Engine:     "vllm",
 		Scrape:     weights.Scrape{Interval: 2 * time.Second, Timeout: time.Second},
 		StaleAfter: 10 * time.Second,
@@ -137,7 +137,7 @@ func TestDecodedValues(t *testing.T) {
 		return h
 	}
 	// metrics returns the default metrics block changed by edit.
-	metrics := func(edit func(m *Metrics)) *Metrics {
+	metrics := func(edit func(m *weights.Metrics)) *weights.Metrics {
 		m := defaultMetricsValues
 		edit(&m)
 		return &m
@@ -250,7 +250,7 @@ func TestDecodedValues(t *testing.T) {
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(
 				Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
-					Metrics: &Metrics{
+					Metrics: &weights.Metrics{
 						Engine: weights.EngineVLLM,
 						Scrape: weights.Scrape{
 							Interval: 500 * time.Millisecond,
@@ -274,9 +274,9 @@ func TestDecodedValues(t *testing.T) {
 					Weights: weights.Weighting{MinWeight: 2, MaxWeight: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinChangeInterval: 0},
 				},
 				Pool{Name: "defaults", Settings: fleet.Settings{Port: 10001, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
-					Metrics: metrics(func(*Metrics) {})},
+					Metrics: metrics(func(*weights.Metrics) {})},
 				Pool{Name: "sglang", Settings: fleet.Settings{Port: 10002, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
-					Metrics: metrics(func(m *Metrics) {
+					Metrics: metrics(func(m *weights.Metrics) {
 						m.Engine, m.Interval, m.StaleAfter = weights.EngineSGLang, 3*time.Second, 15*time.Second
 					}),
 					Escape: weights.Escape{
@@ -290,7 +290,7 @@ func TestDecodedValues(t *testing.T) {
 					Weights: weights.Weighting{MinWeight: 3, MaxWeight: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
 				Pool{Name: "tgi", Settings: fleet.Settings{Port: 10003, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
-					Metrics: metrics(func(m *Metrics) { m.Engine = weights.EngineTGI }),
+					Metrics: metrics(func(m *weights.Metrics) { m.Engine = weights.EngineTGI }),
 					Escape: weights.Escape{
 						MaxQueueDepth:        8,
 						MaxKVOccupancy:       0.05,
@@ -302,7 +302,7 @@ func TestDecodedValues(t *testing.T) {
 					Weights: weights.Weighting{MinWeight: 1, MaxWeight: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
 				Pool{Name: "trtllm", Settings: fleet.Settings{Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
-					Metrics: metrics(func(m *Metrics) {
+					Metrics: metrics(func(m *weights.Metrics) {
 						m.Engine, m.Interval, m.Timeout, m.StaleAfter = weights.EngineTRTLLM, 100*time.Millisecond, 99*time.Millisecond, 100*time.Millisecond
 						m.Path = "/prometheus/metrics" // trtllm-serve's /metrics is JSON
 					})},
@@ -312,7 +312,7 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(Pool{Name: "custom", Settings: fleet.Settings{Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
-				Metrics: metrics(func(m *Metrics) {
+				Metrics: metrics(func(m *weights.Metrics) {
 					m.Engine, m.Port, m.Model = weights.EngineCustom, 9400, "llama"
 					m.Signals = map[string]weights.Series{
 						weights.SignalKVOccupancy: {Name: "my_engine_kv_used_ratio", Labels: map[string]string{"device": "gpu"}, Scale: 1},
@@ -357,7 +357,7 @@ func TestParseEmpty(t *testing.T) {
 // TestDefaultConstants checks that the exported defaults are what the
 // decoder applies.
 func TestDefaultConstants(t *testing.T) {
-	m := Metrics{
+	m := weights.Metrics{
 		Engine:     weights.DefaultEngine,
 		Scrape:     weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
 		StaleAfter: weights.DefaultStaleAfterIntervals * weights.DefaultScrapeInterval,

@@ -33,7 +33,7 @@ type Pool struct {
 	Kubernetes []dk.Config
 	// Metrics is how replicas are scraped; nil means no scraping and
 	// static weights only.
-	Metrics *Metrics
+	Metrics *weights.Metrics
 	// Escape and Weights are always filled in, with defaults where the
 	// file says nothing; they only take effect with Metrics.
 	Escape  weights.Escape

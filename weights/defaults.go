@@ -75,6 +75,17 @@ func DefaultConfig() Config {
 	}
 }
 
+// DefaultMetrics returns the defaults of the metrics block, but for the
+// engine's path (MetricsPath) and StaleAfter, which follow the engine and
+// the interval.
+func DefaultMetrics() Metrics {
+	return Metrics{
+		Engine: DefaultEngine,
+		Scrape: Scrape{Interval: DefaultScrapeInterval, Timeout: DefaultScrapeTimeout},
+		Scheme: DefaultMetricsScheme,
+	}
+}
+
 // DefaultWeighting returns the defaults of the weights block.
 func DefaultWeighting() Weighting {
 	return Weighting{
