@@ -227,6 +227,26 @@ func (d *decoder) durationValue(a *hcl.Attribute, hint string) (dur time.Duratio
 	return 0, false, false
 }
 
+// enum decodes an attribute whose value is one of allowed. norm, if set,
+// normalises the written value before it is looked up. A value that is
+// not allowed is reported at the value with summary and the detail made
+// of what was written; ok is false after any diagnostic.
+func enum[T ~string](d *decoder, a *hcl.Attribute, norm func(string) string, summary string, detail func(written string) string, allowed ...T) (T, bool) {
+	s, ok := d.str(a.Name, a.Expr)
+	if !ok {
+		return "", false
+	}
+	v := s
+	if norm != nil {
+		v = norm(s)
+	}
+	if i := slices.Index(allowed, T(v)); i >= 0 {
+		return allowed[i], true
+	}
+	d.errorf(a.Expr.Range(), summary, "%s", detail(s))
+	return "", false
+}
+
 // required reports a missing attribute at its block and says whether it
 // is there.
 func (d *decoder) required(a *hcl.Attribute, block hcl.Range, typ, name, example string) bool {

@@ -33,15 +33,12 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 
 	known := true // whether h.Algorithm is what the user asked for
 	if a := spec.Algorithm; a != nil {
-		switch s, good := d.str(a.Name, a.Expr); {
-		case !good: // already reported
-			known = false
-		case fleet.Algorithm(s) == fleet.Maglev || fleet.Algorithm(s) == fleet.RingHash:
-			h.Algorithm = fleet.Algorithm(s)
-		default:
-			d.errorf(a.Expr.Range(), "Unknown hash algorithm",
-				"%q is not a hash algorithm; use %q or %q.", s, fleet.Maglev, fleet.RingHash)
-			known = false
+		var alg fleet.Algorithm
+		alg, known = enum(d, a, nil, "Unknown hash algorithm", func(s string) string {
+			return fmt.Sprintf("%q is not a hash algorithm; use %q or %q.", s, fleet.Maglev, fleet.RingHash)
+		}, fleet.Maglev, fleet.RingHash)
+		if known {
+			h.Algorithm = alg
 		}
 	} else if spec.TableSize == nil && (spec.MinRingSize != nil || spec.MaxRingSize != nil || spec.PerWeight != nil) {
 		// Ring sizes only apply to a ring.
@@ -135,15 +132,11 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 
 	h.Keyless = fleet.DefaultKeyless
 	if a := spec.Keyless; a != nil {
-		if s, good := d.str(a.Name, a.Expr); good {
-			switch b := fleet.Balancer(s); b {
-			case fleet.RoundRobin, fleet.LeastRequest, fleet.Random:
-				h.Keyless = b
-			default:
-				d.errorf(a.Expr.Range(), "Unknown keyless balancing",
-					"%q is not a way to spread requests that carry no hash key; use %q (the default), %q, or %q to hash them on a random value like a data plane without a fallback.",
-					s, fleet.RoundRobin, fleet.LeastRequest, fleet.Random)
-			}
+		if b, good := enum(d, a, nil, "Unknown keyless balancing", func(s string) string {
+			return fmt.Sprintf("%q is not a way to spread requests that carry no hash key; use %q (the default), %q, or %q to hash them on a random value like a data plane without a fallback.",
+				s, fleet.RoundRobin, fleet.LeastRequest, fleet.Random)
+		}, fleet.RoundRobin, fleet.LeastRequest, fleet.Random); good {
+			h.Keyless = b
 		}
 	}
 

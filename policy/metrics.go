@@ -34,15 +34,12 @@ func (d *decoder) metrics(spec *metricsSpec) *weights.Metrics {
 
 	known := true // whether m.Engine is what the user asked for
 	if a := spec.Engine; a != nil {
-		switch s, good := d.str(a.Name, a.Expr); {
-		case !good: // already reported
-			known = false
-		case slices.Contains(weights.Engines(), s):
-			m.Engine = s
-		default:
-			d.errorf(a.Expr.Range(), "Unknown engine",
-				`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(slices.DeleteFunc(weights.Engines(), func(e string) bool { return e == weights.EngineCustom }), "or"))
-			known = false
+		var engine string
+		engine, known = enum(d, a, nil, "Unknown engine", func(s string) string {
+			return fmt.Sprintf(`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(slices.DeleteFunc(weights.Engines(), func(e string) bool { return e == weights.EngineCustom }), "or"))
+		}, weights.Engines()...)
+		if known {
+			m.Engine = engine
 		}
 	} else if len(spec.Signals) > 0 {
 		// Signal blocks only apply to a custom engine.
@@ -75,12 +72,10 @@ func (d *decoder) metrics(spec *metricsSpec) *weights.Metrics {
 		}
 	}
 	if a := spec.Scheme; a != nil {
-		switch s, good := d.str(a.Name, a.Expr); {
-		case !good:
-		case s == "http" || s == "https":
+		if s, good := enum(d, a, nil, "Invalid scheme", func(s string) string {
+			return fmt.Sprintf(`scheme %q is not supported; use "http" or "https".`, s)
+		}, "http", "https"); good {
 			m.Scheme = s
-		default:
-			d.errorf(a.Expr.Range(), "Invalid scheme", `scheme %q is not supported; use "http" or "https".`, s)
 		}
 	}
 	if a := spec.Model; a != nil {

@@ -104,15 +104,11 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 
 	pool.Balancer = fleet.DefaultBalancer
 	if a := spec.LoadBalancing; a != nil {
-		if s, good := d.str(a.Name, a.Expr); good {
-			switch b := fleet.Balancer(s); b {
-			case fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest:
-				pool.Balancer = b
-			default:
-				d.errorf(a.Expr.Range(), "Unknown load balancing",
-					"%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
-					s, fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest)
-			}
+		if b, good := enum(d, a, nil, "Unknown load balancing", func(s string) string {
+			return fmt.Sprintf("%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
+				s, fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest)
+		}, fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest); good {
+			pool.Balancer = b
 		}
 	}
 
