@@ -120,8 +120,8 @@ func (r *Runner) Set(ctx context.Context, pools map[string]PoolScrape) {
 	for _, name := range slices.Sorted(maps.Keys(pools)) {
 		spec := pools[name]
 		if err := spec.Config.Validate(); err != nil {
-			// The policy validates these values; this guards the two
-			// packages drifting apart.
+			// A policy's settings passed Validate already; settings
+			// from elsewhere would leave every weight at 1.
 			r.log.Error("metric-driven weights disabled for pool: invalid settings", "pool", name, "error", err)
 			continue
 		}
