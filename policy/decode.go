@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/kvxds/kvxds/weights"
 )
 
 // The shared machinery of decoding; each block's type, spec and decoder
@@ -338,6 +340,49 @@ func (d *decoder) numberOr(a *hcl.Attribute, def float64, s span, summary, hint 
 		return def, false
 	}
 	return f, true
+}
+
+// rawNumber decodes an optional number attribute (a may be nil) into
+// *dst, which keeps its value when a is unset or fails to decode (then
+// failed records its name). It returns the number as written, for
+// diagnostics. The range is for the number's owner to check.
+func (d *decoder) rawNumber(a *hcl.Attribute, dst *float64, failed map[string]bool) string {
+	if a == nil {
+		return ""
+	}
+	v, ok := d.value(a.Name, a.Expr, cty.Number, "a number")
+	if !ok {
+		failed[a.Name] = true
+		return ""
+	}
+	*dst, _ = v.AsBigFloat().Float64() // ±Inf beyond float64's range
+	return v.AsBigFloat().Text('g', 10)
+}
+
+// fieldErrors returns the errors of an owner's Validate that a block's
+// diagnostics are made of: those of settings that decoded, compared only
+// with settings that decoded. attrs maps the owner's paths to the block's
+// attributes; an error of a setting the block does not set (the owner's
+// own default cannot fail) is reported at the block, at def.
+func (d *decoder) fieldErrors(err error, attrs map[string]*hcl.Attribute, failed map[string]bool, def hcl.Range) []*weights.FieldError {
+	var out []*weights.FieldError
+next:
+	for _, e := range weights.FieldErrors(err) {
+		if failed[e.Path] {
+			continue
+		}
+		for _, w := range e.With {
+			if failed[w] {
+				continue next
+			}
+		}
+		if attrs[e.Path] == nil {
+			d.errorf(def, "Invalid settings", "%s.", e.Msg)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // quotedList renders names as `"a", "b" or "c"`.
