@@ -329,19 +329,6 @@ func (d *decoder) numberIn(a *hcl.Attribute, s span, summary, hint string) (floa
 	return f, true
 }
 
-// numberOr is numberIn for an optional attribute (a may be nil): def when
-// unset or invalid, and ok false after a diagnostic.
-func (d *decoder) numberOr(a *hcl.Attribute, def float64, s span, summary, hint string) (float64, bool) {
-	if a == nil {
-		return def, true
-	}
-	f, ok := d.numberIn(a, s, summary, hint)
-	if !ok {
-		return def, false
-	}
-	return f, true
-}
-
 // rawNumber decodes an optional number attribute (a may be nil) into
 // *dst, which keeps its value when a is unset or fails to decode (then
 // failed records its name). It returns the number as written, for

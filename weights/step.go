@@ -578,14 +578,22 @@ func (e Escape) validate(errs *fieldErrors) {
 	if !(e.MaxQueueDepth > 0 && finite(e.MaxQueueDepth)) {
 		errs.add("max_queue_depth", nil, "MaxQueueDepth (%v) must be positive and finite", e.MaxQueueDepth)
 	}
-	if !(e.ResumeQueueDepth > 0 && e.ResumeQueueDepth < e.MaxQueueDepth) {
-		errs.add("resume_queue_depth", []string{"max_queue_depth"}, "ResumeQueueDepth (%v) must be positive and less than MaxQueueDepth (%v)", e.ResumeQueueDepth, e.MaxQueueDepth)
+	// A resume value out of its own range is not compared with its
+	// maximum: that error is the resume value's alone.
+	switch msg := "ResumeQueueDepth (%v) must be positive and less than MaxQueueDepth (%v)"; {
+	case !(e.ResumeQueueDepth > 0 && finite(e.ResumeQueueDepth)):
+		errs.add("resume_queue_depth", nil, msg, e.ResumeQueueDepth, e.MaxQueueDepth)
+	case !(e.ResumeQueueDepth < e.MaxQueueDepth):
+		errs.add("resume_queue_depth", []string{"max_queue_depth"}, msg, e.ResumeQueueDepth, e.MaxQueueDepth)
 	}
 	if !(e.MaxKVOccupancy > 0 && e.MaxKVOccupancy <= 1) {
 		errs.add("max_kv_occupancy", nil, "MaxKVOccupancy (%v) must be in (0, 1]", e.MaxKVOccupancy)
 	}
-	if !(e.ResumeKVOccupancy > 0 && e.ResumeKVOccupancy < e.MaxKVOccupancy) {
-		errs.add("resume_kv_occupancy", []string{"max_kv_occupancy"}, "ResumeKVOccupancy (%v) must be positive and less than MaxKVOccupancy (%v)", e.ResumeKVOccupancy, e.MaxKVOccupancy)
+	switch msg := "ResumeKVOccupancy (%v) must be positive and less than MaxKVOccupancy (%v)"; {
+	case !(e.ResumeKVOccupancy > 0 && e.ResumeKVOccupancy < 1):
+		errs.add("resume_kv_occupancy", nil, msg, e.ResumeKVOccupancy, e.MaxKVOccupancy)
+	case !(e.ResumeKVOccupancy < e.MaxKVOccupancy):
+		errs.add("resume_kv_occupancy", []string{"max_kv_occupancy"}, msg, e.ResumeKVOccupancy, e.MaxKVOccupancy)
 	}
 	if !(e.MaxPreemptionRate >= 0 && finite(e.MaxPreemptionRate)) {
 		errs.add("max_preemption_rate", nil, "MaxPreemptionRate (%v) must be non-negative and finite", e.MaxPreemptionRate)
