@@ -525,23 +525,16 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 // errors.Join, each a *FieldError; nil means c is usable.
 func (c Config) Validate() error {
 	var errs fieldErrors
-	c.Weighting.validate(&errs)
-	c.Escape.validate(&errs)
 	if c.StaleAfter <= 0 {
 		// Zero would make every replica stale between two scrapes.
 		errs.add("stale_after", nil, "StaleAfter (%v) must be positive", c.StaleAfter)
 	}
-	return errors.Join(errs...)
+	return errors.Join(c.Weighting.Validate(), c.Escape.Validate(), errors.Join(errs...))
 }
 
 // Validate reports every inconsistent value of w, as Config.Validate.
 func (w Weighting) Validate() error {
 	var errs fieldErrors
-	w.validate(&errs)
-	return errors.Join(errs...)
-}
-
-func (w Weighting) validate(errs *fieldErrors) {
 	if w.MinWeight < 1 {
 		errs.add("min", nil, "MinWeight must be at least 1 (Envoy rejects a zero endpoint weight)")
 	}
@@ -565,16 +558,12 @@ func (w Weighting) validate(errs *fieldErrors) {
 	if w.MinChangeInterval < 0 {
 		errs.add("min_interval", nil, "MinChangeInterval (%v) must not be negative", w.MinChangeInterval)
 	}
+	return errors.Join(errs...)
 }
 
 // Validate reports every inconsistent value of e, as Config.Validate.
 func (e Escape) Validate() error {
 	var errs fieldErrors
-	e.validate(&errs)
-	return errors.Join(errs...)
-}
-
-func (e Escape) validate(errs *fieldErrors) {
 	if !(e.MaxQueueDepth > 0 && finite(e.MaxQueueDepth)) {
 		errs.add("max_queue_depth", nil, "MaxQueueDepth (%v) must be positive and finite", e.MaxQueueDepth)
 	}
@@ -604,4 +593,5 @@ func (e Escape) validate(errs *fieldErrors) {
 	if !(e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
 		errs.add("max_saturated_fraction", nil, "MaxSaturatedFraction (%v) must be in [0, 1]", e.MaxSaturatedFraction)
 	}
+	return errors.Join(errs...)
 }
