@@ -140,7 +140,7 @@ func (d *decoder) timing(m *weights.Metrics, spec *metricsSpec) {
 		if staleSet && stale < interval {
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s is shorter than interval %s (line %d); keep the last good values for at least one interval (the default is %d intervals, %s).",
-				stale, interval, spec.Interval.Range.Start.Line, weights.DefaultStaleAfterIntervals, staleAfter(interval))
+				stale, interval, spec.Interval.Range.Start.Line, weights.DefaultStaleAfterIntervals, weights.DefaultStaleAfter(interval))
 		}
 	case !intervalOK:
 		// Reported; the default only serves the other defaults.
@@ -169,23 +169,12 @@ func (d *decoder) timing(m *weights.Metrics, spec *metricsSpec) {
 	}
 
 	if !timeoutSet {
-		timeout = scrapeTimeout(interval)
+		timeout = weights.DefaultTimeout(interval)
 	}
 	if !staleSet {
-		stale = staleAfter(interval)
+		stale = weights.DefaultStaleAfter(interval)
 	}
 	m.Interval, m.Timeout, m.StaleAfter = interval, timeout, stale
-}
-
-// scrapeTimeout is timeout's default for an interval: half of it keeps a
-// scrape well clear of the next one when the interval is short.
-func scrapeTimeout(interval time.Duration) time.Duration {
-	return min(weights.DefaultScrapeTimeout, interval/2)
-}
-
-// staleAfter is stale_after's default for an interval.
-func staleAfter(interval time.Duration) time.Duration {
-	return saturatingMul(interval, weights.DefaultStaleAfterIntervals)
 }
 
 // saturatingMul returns d·n (n > 0), or the longest duration if that
