@@ -28,6 +28,13 @@ type hashSpec struct {
 
 func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 
+// hash decodes a hash block into the model's own type. Algorithm is
+// fleet.Maglev or fleet.RingHash (fleet.DefaultAlgorithm, or RingHash when
+// ring sizes are set); TableSize is a Maglev table's (prime), zero for
+// ring_hash; MinRingSize is set whenever MaxRingSize is below
+// fleet.DefaultMinRingSize; GRPCRingCap zero means fleet.DefaultGRPCRingCap;
+// Keyless is fleet.DefaultKeyless unless set; MaxBodyBytes is
+// DefaultMaxBodyBytes when the chain has body keys, zero otherwise.
 func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 	h := fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 
