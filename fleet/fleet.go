@@ -115,26 +115,34 @@ type Fleet struct {
 type Pool struct {
 	// Name names the pool's Envoy listener, route configuration and
 	// cluster; proxyless gRPC clients dial xds:///<Name>.
-	Name string `json:"name"`
+	Name string
+	// Settings are how the pool is served, as its policy block says.
+	Settings
+	Endpoints []Endpoint
+}
+
+// Settings are a pool's own settings: everything about it but its name
+// and its replicas. The policy decodes a pool block's settings into them,
+// and the join copies them into the model as they are.
+type Settings struct {
 	// ListenAddress and Port are where Envoy listens for this pool.
-	ListenAddress string `json:"listen_address"`
-	Port          uint32 `json:"port"`
+	ListenAddress string
+	Port          uint32
 	// RouteTimeout bounds a whole request at Envoy. Zero disables it,
 	// which is the default: streamed generations can run for minutes.
-	RouteTimeout time.Duration `json:"-"`
+	RouteTimeout time.Duration
 	// IdleTimeout bounds the silence on a stream; zero keeps Envoy's
 	// default.
-	IdleTimeout time.Duration `json:"-"`
+	IdleTimeout time.Duration
 	// Balancer defaults to ConsistentHash; Hash only applies to it.
-	Balancer  Balancer   `json:"balancer"`
-	Hash      Hash       `json:"hash"`
-	Endpoints []Endpoint `json:"endpoints"`
+	Balancer Balancer
+	Hash     Hash
 	// Mesh, if set, also serves the endpoints under a cluster name that
 	// another control plane defines (see Mesh); nil for none.
-	Mesh *Mesh `json:"mesh,omitempty"`
+	Mesh *Mesh
 	// Groups are the pool's tenant hash groups, tried in order before
 	// the pool's own routes (consistent-hashing pools only).
-	Groups []Group `json:"groups,omitempty"`
+	Groups []Group
 }
 
 // GroupInfix joins a pool's name and a group's name into the name of the
@@ -180,18 +188,24 @@ type Mesh struct {
 // poolJSON is a Pool's serialised form: durations as Go duration strings
 // ("10m0s"), omitted when zero.
 type poolJSON struct {
-	poolFields
-	RouteTimeout string `json:"route_timeout,omitempty"`
-	IdleTimeout  string `json:"idle_timeout,omitempty"`
+	Name          string     `json:"name"`
+	ListenAddress string     `json:"listen_address"`
+	Port          uint32     `json:"port"`
+	Balancer      Balancer   `json:"balancer"`
+	Hash          Hash       `json:"hash"`
+	Endpoints     []Endpoint `json:"endpoints"`
+	Mesh          *Mesh      `json:"mesh,omitempty"`
+	Groups        []Group    `json:"groups,omitempty"`
+	RouteTimeout  string     `json:"route_timeout,omitempty"`
+	IdleTimeout   string     `json:"idle_timeout,omitempty"`
 }
-
-// poolFields is Pool without its methods, so that poolJSON does not
-// recurse into them.
-type poolFields Pool
 
 // MarshalJSON writes p with its durations as strings.
 func (p Pool) MarshalJSON() ([]byte, error) {
-	j := poolJSON{poolFields: poolFields(p)}
+	j := poolJSON{
+		Name: p.Name, ListenAddress: p.ListenAddress, Port: p.Port, Balancer: p.Balancer,
+		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups,
+	}
 	if p.RouteTimeout != 0 {
 		j.RouteTimeout = p.RouteTimeout.String()
 	}
@@ -207,7 +221,10 @@ func (p *Pool) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*p = Pool(j.poolFields)
+	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, Settings: Settings{
+		ListenAddress: j.ListenAddress, Port: j.Port, Balancer: j.Balancer,
+		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups,
+	}}
 	for _, d := range []struct {
 		s   string
 		dst *time.Duration
@@ -338,19 +355,19 @@ func (f Fleet) Normalize() Fleet {
 			p.ListenAddress = DefaultListenAddress
 		}
 		if p.Balancer == "" {
-			p.Balancer = ConsistentHash
+			p.Balancer = DefaultBalancer
 		}
 		if p.Balancer != ConsistentHash {
 			p.Hash = Hash{}
 		}
 		if p.Balancer == ConsistentHash && p.Hash.Algorithm == "" {
-			p.Hash.Algorithm = Maglev
+			p.Hash.Algorithm = DefaultAlgorithm
 		}
 		if p.Balancer == ConsistentHash && p.Hash.Algorithm == Maglev && p.Hash.TableSize == 0 {
 			p.Hash.TableSize = DefaultMaglevTableSize
 		}
 		if p.Balancer == ConsistentHash && p.Hash.Keyless == "" {
-			p.Hash.Keyless = RoundRobin
+			p.Hash.Keyless = DefaultKeyless
 		}
 		eps := make([]Endpoint, len(p.Endpoints))
 		for j, e := range p.Endpoints {
@@ -517,8 +534,8 @@ func (h Hash) validate(pool string) []error {
 	if h.EntriesPerWeight != 0 && h.Algorithm != RingHash {
 		bad("entries per weight on a %s table", h.Algorithm)
 	}
-	if h.BalanceFactor != 0 && h.BalanceFactor < 100 {
-		bad("balance factor %d below 100", h.BalanceFactor)
+	if h.BalanceFactor != 0 && h.BalanceFactor < MinBalanceFactor {
+		bad("balance factor %d below %d", h.BalanceFactor, MinBalanceFactor)
 	}
 	if h.GRPCRingCap != 0 && (h.GRPCRingCap < MinGRPCRingCap || h.GRPCRingCap > MaxRingSize) {
 		bad("gRPC ring cap %d outside %d..%d", h.GRPCRingCap, MinGRPCRingCap, MaxRingSize)

@@ -9,7 +9,7 @@ import (
 )
 
 func pool(name string, port uint32, eps ...Endpoint) Pool {
-	return Pool{Name: name, Port: port, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}}, Endpoints: eps}
+	return Pool{Name: name, Settings: Settings{Port: port, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}}}, Endpoints: eps}
 }
 
 func TestNormalize(t *testing.T) {
@@ -48,17 +48,17 @@ func TestValidate(t *testing.T) {
 		{"duplicate name", Fleet{Pools: []Pool{pool("a", 1), pool("a", 2)}}, "duplicate name"},
 		{"duplicate port", Fleet{Pools: []Pool{pool("a", 1), pool("b", 1)}}, "already used"},
 		{"bad port", Fleet{Pools: []Pool{pool("a", 0)}}, "out of range"},
-		{"no key", Fleet{Pools: []Pool{{Name: "a", Port: 1}}}, "no hash key"},
-		{"two sources", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keys: []HashKey{{Header: "h", Cookie: "c"}}}}}}, "exactly one source"},
-		{"conversation and prefix", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{MaxBodyBytes: 1024, Keys: []HashKey{{Conversation: true, PromptPrefix: 64}}}}}}, "exactly one source"},
-		{"conversation without a body limit", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keys: []HashKey{{Conversation: true}}}}}}, "positive body limit"},
-		{"low balance", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}, "below 100"},
+		{"no key", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1}}}}, "no hash key"},
+		{"two sources", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keys: []HashKey{{Header: "h", Cookie: "c"}}}}}}}, "exactly one source"},
+		{"conversation and prefix", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{MaxBodyBytes: 1024, Keys: []HashKey{{Conversation: true, PromptPrefix: 64}}}}}}}, "exactly one source"},
+		{"conversation without a body limit", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keys: []HashKey{{Conversation: true}}}}}}}, "positive body limit"},
+		{"low balance", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}}, "below 100"},
 		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "10.0.0.1", Port: 1, HashKey: "x"}, Endpoint{Host: "10.0.0.1", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
-		{"keyless least request", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keyless: LeastRequest, Keys: []HashKey{{Header: "h"}}}}}}, ""},
-		{"keyless random", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keyless: Random, Keys: []HashKey{{Header: "h"}}}}}}, ""},
-		{"bad keyless", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Keyless: ConsistentHash, Keys: []HashKey{{Header: "h"}}}}}}, "unknown keyless balancer"},
+		{"keyless least request", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keyless: LeastRequest, Keys: []HashKey{{Header: "h"}}}}}}}, ""},
+		{"keyless random", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keyless: Random, Keys: []HashKey{{Header: "h"}}}}}}}, ""},
+		{"bad keyless", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keyless: ConsistentHash, Keys: []HashKey{{Header: "h"}}}}}}}, "unknown keyless balancer"},
 		{"slash in name", Fleet{Pools: []Pool{pool("a/keyless", 1)}}, "contains '/'"},
-		{"bad algorithm", Fleet{Pools: []Pool{{Name: "a", Port: 1, Hash: Hash{Algorithm: "random", Keys: []HashKey{{Header: "h"}}}}}}, "unknown hash algorithm"},
+		{"bad algorithm", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Algorithm: "random", Keys: []HashKey{{Header: "h"}}}}}}}, "unknown hash algorithm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.f.Normalize().Validate()
@@ -75,8 +75,13 @@ func TestValidate(t *testing.T) {
 // The serialised form (/debug/fleet) reads well and round-trips.
 func TestJSON(t *testing.T) {
 	f := Fleet{Pools: []Pool{{
-		Name: "chat", ListenAddress: "0.0.0.0", Port: 10000, RouteTimeout: 10 * time.Minute, Balancer: ConsistentHash,
-		Hash:      Hash{Algorithm: Maglev, TableSize: 65537, Keys: []HashKey{{Header: "x-session-id"}}, Keyless: RoundRobin},
+		Name: "chat", Settings: Settings{
+			ListenAddress: "0.0.0.0",
+			Port:          10000,
+			RouteTimeout:  10 * time.Minute,
+			Balancer:      ConsistentHash,
+			Hash:          Hash{Algorithm: Maglev, TableSize: 65537, Keys: []HashKey{{Header: "x-session-id"}}, Keyless: RoundRobin},
+		},
 		Endpoints: []Endpoint{{Host: "10.0.0.1", Port: 8000, Weight: 2, Health: Draining, HashKey: "vllm-0", Locality: Locality{Zone: "z1"}}},
 	}}}
 	b, err := json.Marshal(f)

@@ -8,6 +8,18 @@ import (
 	"unicode/utf8"
 )
 
+// Defaults of a pool's settings, filled in by the policy and by Normalize.
+const (
+	// DefaultBalancer is how a pool spreads requests unless it says
+	// otherwise.
+	DefaultBalancer = ConsistentHash
+	// DefaultAlgorithm is a hash block's algorithm unless ring sizes
+	// choose RingHash.
+	DefaultAlgorithm = Maglev
+	// DefaultKeyless is how a hash pool spreads requests without a key.
+	DefaultKeyless = RoundRobin
+)
+
 // Limits of the data planes kvxds serves, shared by the policy (which
 // reports them with source locations) and Prepare (the last check before
 // anything is pushed).
@@ -34,6 +46,9 @@ const (
 	// sits above the client models, so it states the clients' number;
 	// a test holds it to xds/ringhash.DefaultCap.
 	DefaultGRPCRingCap = 4096
+	// MinBalanceFactor is the smallest bounded-load factor, in percent of
+	// the average load; zero turns bounded load off.
+	MinBalanceFactor = 100
 )
 
 // IsPrime reports whether n is prime (Envoy's Maglev table sizes must be).

@@ -9,7 +9,7 @@ import (
 // groupTestPool is a normalised hash pool of n replicas "r-0".."r-(n-1)".
 func groupTestPool(t *testing.T, n int, g Group) *Pool {
 	t.Helper()
-	p := Pool{Name: "chat", Port: 10000, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}}, Groups: []Group{g}}
+	p := Pool{Name: "chat", Settings: Settings{Port: 10000, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}}, Groups: []Group{g}}}
 	for i := range n {
 		p.Endpoints = append(p.Endpoints, Endpoint{Host: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), Port: 8000, HashKey: fmt.Sprintf("r-%d", i)})
 	}
@@ -190,7 +190,7 @@ func TestPlanOwnTable(t *testing.T) {
 // Model was never prepared, and has no plans.
 func TestPrepare(t *testing.T) {
 	good := func() Pool {
-		return Pool{Name: "p", Port: 1000, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}},
+		return Pool{Name: "p", Settings: Settings{Port: 1000, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}}},
 			Endpoints: []Endpoint{{Host: "10.0.0.1", Port: 80}}}
 	}
 	m, err := Prepare(Fleet{Pools: []Pool{good()}})

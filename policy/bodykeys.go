@@ -9,6 +9,8 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
+
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // Body keys: json_field, prompt_prefix and conversation read the JSON
@@ -33,10 +35,6 @@ const (
 	// prefix (a shared system prompt) would otherwise send every request
 	// to one replica.
 	DefaultPromptPrefixBalanceFactor = 150
-	// GeneratedHeaderPrefix starts the headers Envoy sets for body keys
-	// (x-kvxds-key-N for the N-th key of the chain); hash keys may not
-	// name them.
-	GeneratedHeaderPrefix = bodykey.HeaderPrefix
 )
 
 // BodyKeyHeader is the header Envoy sets for the body key at index i
@@ -45,8 +43,8 @@ func BodyKeyHeader(i int) string { return bodykey.Header(i) }
 
 // checkNotGenerated keeps header keys off the names kvxds generates.
 func checkNotGenerated(s string) error {
-	if strings.HasPrefix(s, GeneratedHeaderPrefix) {
-		return fmt.Errorf("%q is reserved: Envoy sets %sN from the body key N of the chain, and drops any a client sends; name another header", s, GeneratedHeaderPrefix)
+	if strings.HasPrefix(s, bodykey.HeaderPrefix) {
+		return fmt.Errorf("%q is reserved: Envoy sets %sN from the body key N of the chain, and drops any a client sends; name another header", s, bodykey.HeaderPrefix)
 	}
 	return nil
 }
@@ -71,37 +69,37 @@ func checkJSONField(s string) (string, error) {
 }
 
 // promptPrefix decodes a prompt_prefix attribute.
-func (d *decoder) promptPrefix(a *hcl.Attribute) (HashKey, bool) {
+func (d *decoder) promptPrefix(a *hcl.Attribute) (fleet.HashKey, bool) {
 	n, ok := d.integer(a.Name, a.Expr)
 	if !ok {
-		return HashKey{}, false
+		return fleet.HashKey{}, false
 	}
 	if n.Sign() < 0 || !n.IsInt64() || n.Int64() < MinPromptPrefix || n.Int64() > MaxMaxBodyBytes {
 		d.errorf(a.Expr.Range(), "Invalid hash key",
 			"prompt_prefix %s is out of range; use %d to %d bytes. Below %d, every chat request shares the same first bytes ([{\"role\":\"system\",\"content\":\"); 4096 keys on about the first thousand tokens.",
 			n, MinPromptPrefix, MaxMaxBodyBytes, MinPromptPrefix)
-		return HashKey{}, false
+		return fleet.HashKey{}, false
 	}
-	return HashKey{PromptPrefix: int(n.Int64())}, true
+	return fleet.HashKey{PromptPrefix: int(n.Int64())}, true
 }
 
 // conversation decodes a conversation attribute: true is the only value
 // that makes a key.
-func (d *decoder) conversation(a *hcl.Attribute) (HashKey, bool) {
+func (d *decoder) conversation(a *hcl.Attribute) (fleet.HashKey, bool) {
 	v, ok := d.value(a.Name, a.Expr, cty.Bool, "true or false")
 	if !ok {
-		return HashKey{}, false
+		return fleet.HashKey{}, false
 	}
 	if v.False() {
 		d.errorf(a.Expr.Range(), "Invalid hash key",
 			"conversation = false makes no key; remove this key block, or set conversation = true to key on the leading messages of the body (the system prompt and the first user message), which every turn of a conversation repeats.")
-		return HashKey{}, false
+		return fleet.HashKey{}, false
 	}
-	return HashKey{Conversation: true}, true
+	return fleet.HashKey{Conversation: true}, true
 }
 
 // uniqueKey records k, or reports it as a duplicate of an earlier key.
-func (d *decoder) uniqueKey(seen map[HashKey]hcl.Range, k HashKey, a *hcl.Attribute, shown string) bool {
+func (d *decoder) uniqueKey(seen map[fleet.HashKey]hcl.Range, k fleet.HashKey, a *hcl.Attribute, shown string) bool {
 	if prev, dup := seen[k]; dup {
 		d.errorf(a.Expr.Range(), "Duplicate hash key",
 			"%s %s is already a key at line %d; remove one of them.", a.Name, shown, prev.Start.Line)
@@ -113,7 +111,7 @@ func (d *decoder) uniqueKey(seen map[HashKey]hcl.Range, k HashKey, a *hcl.Attrib
 
 // bodyKeys decodes max_body_bytes, defaults balance_factor for
 // prompt_prefix and conversation keys, and says what gRPC clients make of body keys.
-func (d *decoder) bodyKeys(spec *hashSpec, h *Hash) {
+func (d *decoder) bodyKeys(spec *hashSpec, h *fleet.Hash) {
 	// The first body key; the first prompt_prefix or conversation key (a
 	// popular prefix or opening pins its requests to one replica).
 	var first, prefix *hcl.Attribute

@@ -6,12 +6,16 @@ import (
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/kvxds/kvxds/fleet"
+
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
 func TestBodyKeysDecoded(t *testing.T) {
 	for _, tc := range []struct {
 		name, hash string
-		want       Hash
+		want       fleet.Hash
 		warnings   int
 	}{
 		{
@@ -20,7 +24,7 @@ func TestBodyKeysDecoded(t *testing.T) {
 			       key { json_field = "prompt_cache_key" }
 			       key { json_field = "metadata.conversation_id" }
 			       key { prompt_prefix = 4096 }`,
-			want: Hash{Keys: []HashKey{{Header: "x-session-id"}, {JSONField: "prompt_cache_key"},
+			want: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}, {JSONField: "prompt_cache_key"},
 				{JSONField: "metadata.conversation_id"}, {PromptPrefix: 4096}},
 				MaxBodyBytes: DefaultMaxBodyBytes, BalanceFactor: DefaultPromptPrefixBalanceFactor},
 			warnings: 1,
@@ -28,7 +32,7 @@ func TestBodyKeysDecoded(t *testing.T) {
 		{
 			name:     "json_field alone keeps balance_factor off",
 			hash:     `key { json_field = "user" }`,
-			want:     Hash{Keys: []HashKey{{JSONField: "user"}}, MaxBodyBytes: DefaultMaxBodyBytes},
+			want:     fleet.Hash{Keys: []fleet.HashKey{{JSONField: "user"}}, MaxBodyBytes: DefaultMaxBodyBytes},
 			warnings: 1,
 		},
 		{
@@ -36,7 +40,7 @@ func TestBodyKeysDecoded(t *testing.T) {
 			hash: `balance_factor = 200
 			       max_body_bytes = 1048576
 			       key { prompt_prefix = 8192 }`,
-			want:     Hash{Keys: []HashKey{{PromptPrefix: 8192}}, MaxBodyBytes: 1 << 20, BalanceFactor: 200},
+			want:     fleet.Hash{Keys: []fleet.HashKey{{PromptPrefix: 8192}}, MaxBodyBytes: 1 << 20, BalanceFactor: 200},
 			warnings: 1,
 		},
 		{
@@ -44,20 +48,20 @@ func TestBodyKeysDecoded(t *testing.T) {
 			hash: `key { header = "x-session-id" }
 			       key { conversation = true }
 			       key { prompt_prefix = 4096 }`,
-			want: Hash{Keys: []HashKey{{Header: "x-session-id"}, {Conversation: true}, {PromptPrefix: 4096}},
+			want: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}, {Conversation: true}, {PromptPrefix: 4096}},
 				MaxBodyBytes: DefaultMaxBodyBytes, BalanceFactor: DefaultPromptPrefixBalanceFactor},
 			warnings: 1,
 		},
 		{
 			name:     "conversation alone defaults balance_factor",
 			hash:     `key { conversation = true }`,
-			want:     Hash{Keys: []HashKey{{Conversation: true}}, MaxBodyBytes: DefaultMaxBodyBytes, BalanceFactor: DefaultPromptPrefixBalanceFactor},
+			want:     fleet.Hash{Keys: []fleet.HashKey{{Conversation: true}}, MaxBodyBytes: DefaultMaxBodyBytes, BalanceFactor: DefaultPromptPrefixBalanceFactor},
 			warnings: 1,
 		},
 		{
 			name: "header keys need no body",
 			hash: `key { header = "x-session-id" }`,
-			want: Hash{Keys: []HashKey{{Header: "x-session-id"}}},
+			want: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,7 +74,7 @@ func TestBodyKeysDecoded(t *testing.T) {
 				t.Errorf("%d warnings, want %d:\n%s", n, tc.warnings, Format(diags))
 			}
 			h := p.Pools[0].Hash
-			got := Hash{Keys: h.Keys, MaxBodyBytes: h.MaxBodyBytes, BalanceFactor: h.BalanceFactor}
+			got := fleet.Hash{Keys: h.Keys, MaxBodyBytes: h.MaxBodyBytes, BalanceFactor: h.BalanceFactor}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("decoded %+v, want %+v", got, tc.want)
 			}
@@ -89,10 +93,10 @@ func countSeverity(diags hcl.Diagnostics, s hcl.DiagnosticSeverity) int {
 }
 
 func TestBodyKeyHeader(t *testing.T) {
-	if got := BodyKeyHeader(0); got != "x-kvxds-key-1" || !strings.HasPrefix(got, GeneratedHeaderPrefix) {
+	if got := BodyKeyHeader(0); got != "x-kvxds-key-1" || !strings.HasPrefix(got, bodykey.HeaderPrefix) {
 		t.Errorf("BodyKeyHeader(0) = %q", got)
 	}
-	if !(HashKey{PromptPrefix: 64}).Body() || !(HashKey{JSONField: "u"}).Body() || !(HashKey{Conversation: true}).Body() || (HashKey{Header: "h"}).Body() {
+	if !(fleet.HashKey{PromptPrefix: 64}).Body() || !(fleet.HashKey{JSONField: "u"}).Body() || !(fleet.HashKey{Conversation: true}).Body() || (fleet.HashKey{Header: "h"}).Body() {
 		t.Error("Body() misclassifies keys")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/kvxds/kvxds/weights"
 )
 
 // The shared machinery of decoding; each block's type, spec and decoder
@@ -227,6 +229,26 @@ func (d *decoder) durationValue(a *hcl.Attribute, hint string) (dur time.Duratio
 	return 0, false, false
 }
 
+// enum decodes an attribute whose value is one of allowed. norm, if set,
+// normalises the written value before it is looked up. A value that is
+// not allowed is reported at the value with summary and the detail made
+// of what was written; ok is false after any diagnostic.
+func enum[T ~string](d *decoder, a *hcl.Attribute, norm func(string) string, summary string, detail func(written string) string, allowed ...T) (T, bool) {
+	s, ok := d.str(a.Name, a.Expr)
+	if !ok {
+		return "", false
+	}
+	v := s
+	if norm != nil {
+		v = norm(s)
+	}
+	if i := slices.Index(allowed, T(v)); i >= 0 {
+		return allowed[i], true
+	}
+	d.errorf(a.Expr.Range(), summary, "%s", detail(s))
+	return "", false
+}
+
 // required reports a missing attribute at its block and says whether it
 // is there.
 func (d *decoder) required(a *hcl.Attribute, block hcl.Range, typ, name, example string) bool {
@@ -307,17 +329,47 @@ func (d *decoder) numberIn(a *hcl.Attribute, s span, summary, hint string) (floa
 	return f, true
 }
 
-// numberOr is numberIn for an optional attribute (a may be nil): def when
-// unset or invalid, and ok false after a diagnostic.
-func (d *decoder) numberOr(a *hcl.Attribute, def float64, s span, summary, hint string) (float64, bool) {
+// rawNumber decodes an optional number attribute (a may be nil) into
+// *dst, which keeps its value when a is unset or fails to decode (then
+// failed records its name). It returns the number as written, for
+// diagnostics. The range is for the number's owner to check.
+func (d *decoder) rawNumber(a *hcl.Attribute, dst *float64, failed map[string]bool) string {
 	if a == nil {
-		return def, true
+		return ""
 	}
-	f, ok := d.numberIn(a, s, summary, hint)
+	v, ok := d.value(a.Name, a.Expr, cty.Number, "a number")
 	if !ok {
-		return def, false
+		failed[a.Name] = true
+		return ""
 	}
-	return f, true
+	*dst, _ = v.AsBigFloat().Float64() // ±Inf beyond float64's range
+	return v.AsBigFloat().Text('g', 10)
+}
+
+// fieldErrors returns the errors of an owner's Validate that a block's
+// diagnostics are made of: those of settings that decoded, compared only
+// with settings that decoded. attrs maps the owner's paths to the block's
+// attributes; an error of a setting the block does not set (the owner's
+// own default cannot fail) is reported at the block, at def.
+func (d *decoder) fieldErrors(err error, attrs map[string]*hcl.Attribute, failed map[string]bool, def hcl.Range) []*weights.FieldError {
+	var out []*weights.FieldError
+next:
+	for _, e := range weights.FieldErrors(err) {
+		if failed[e.Path] {
+			continue
+		}
+		for _, w := range e.With {
+			if failed[w] {
+				continue next
+			}
+		}
+		if attrs[e.Path] == nil {
+			d.errorf(def, "Invalid settings", "%s.", e.Msg)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // quotedList renders names as `"a", "b" or "c"`.

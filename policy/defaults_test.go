@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/kvxds/kvxds/fleet"
+
+	"github.com/kvxds/kvxds/weights"
 )
 
 // poolWith is a policy of one hash pool holding blocks.
@@ -26,24 +28,24 @@ func poolWith(blocks string) string {
 // TestDefaultsFollowSetValues checks that a default which would conflict
 // with a value written in the file follows it instead.
 func TestDefaultsFollowSetValues(t *testing.T) {
-	metrics := func(edit func(m *Metrics)) *Metrics {
+	metrics := func(edit func(m *weights.Metrics)) *weights.Metrics {
 		m := defaultMetricsValues
 		edit(&m)
 		return &m
 	}
-	escape := func(edit func(e *Escape)) Escape {
+	escape := func(edit func(e *weights.Escape)) weights.Escape {
 		e := defaultEscapeValues
 		edit(&e)
 		return e
 	}
-	weights := func(edit func(w *Weights)) Weights {
+	weighting := func(edit func(w *weights.Weighting)) weights.Weighting {
 		w := defaultWeightsValues
 		edit(&w)
 		return w
 	}
-	ringHash := func(minRing, maxRing uint64) Hash {
-		return Hash{Algorithm: RingHash, MinRingSize: minRing, MaxRingSize: maxRing,
-			Keyless: DefaultKeyless, Keys: []HashKey{{Header: "x-session-id"}}}
+	ringHash := func(minRing, maxRing uint64) fleet.Hash {
+		return fleet.Hash{Algorithm: fleet.RingHash, MinRingSize: minRing, MaxRingSize: maxRing,
+			Keyless: fleet.DefaultKeyless, Keys: []fleet.HashKey{{Header: "x-session-id"}}}
 	}
 	hashBlock := func(attrs string) string {
 		return `pool "p" {
@@ -72,107 +74,117 @@ func TestDefaultsFollowSetValues(t *testing.T) {
 		{"interval 1s", poolWith(`metrics {
   engine   = "vllm"
   interval = "1s"
-}`), poolMetrics, metrics(func(m *Metrics) {
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
 			m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, 5*time.Second
 		})},
 		{"shortest interval", poolWith(`metrics { interval = "100ms" }`), poolMetrics,
-			metrics(func(m *Metrics) {
+			metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 100*time.Millisecond, 50*time.Millisecond, 500*time.Millisecond
 			})},
 		{"interval 1.5s", poolWith(`metrics { interval = "1500ms" }`), poolMetrics,
-			metrics(func(m *Metrics) {
+			metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 1500*time.Millisecond, 750*time.Millisecond, 7500*time.Millisecond
 			})},
 		{"interval 3s keeps timeout 1s", poolWith(`metrics { interval = "3s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.StaleAfter = 3*time.Second, 15*time.Second })},
+			metrics(func(m *weights.Metrics) { m.Interval, m.StaleAfter = 3*time.Second, 15*time.Second })},
 		{"empty timeout is unset", poolWith(`metrics {
   interval = "1s"
   timeout  = ""
-}`), poolMetrics, metrics(func(m *Metrics) {
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
 			m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, 5*time.Second
 		})},
 
 		// path: the engine's Prometheus page; a path written wins.
 		{"trtllm path", poolWith(`metrics { engine = "trtllm" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Engine, m.Path = EngineTRTLLM, "/prometheus/metrics" })},
+			metrics(func(m *weights.Metrics) { m.Engine, m.Path = weights.EngineTRTLLM, "/prometheus/metrics" })},
 		{"trtllm path written", poolWith(`metrics {
   engine = "trtllm"
   path   = "/proxied/metrics"
-}`), poolMetrics, metrics(func(m *Metrics) { m.Engine, m.Path = EngineTRTLLM, "/proxied/metrics" })},
+}`), poolMetrics, metrics(func(m *weights.Metrics) { m.Engine, m.Path = weights.EngineTRTLLM, "/proxied/metrics" })},
 		{"sglang path", poolWith(`metrics { engine = "sglang" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Engine = EngineSGLang })},
+			metrics(func(m *weights.Metrics) { m.Engine = weights.EngineSGLang })},
 
 		// interval: 2s, or twice a timeout that does not fit, at most stale_after.
 		{"timeout 1.5s keeps interval 2s", poolWith(`metrics { timeout = "1500ms" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Timeout = 1500 * time.Millisecond })},
+			metrics(func(m *weights.Metrics) { m.Timeout = 1500 * time.Millisecond })},
 		{"timeout 2s", poolWith(`metrics { timeout = "2s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 4*time.Second, 2*time.Second, 20*time.Second })},
+			metrics(func(m *weights.Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 4*time.Second, 2*time.Second, 20*time.Second
+			})},
 		{"timeout 5s", poolWith(`metrics { timeout = "5s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 10*time.Second, 5*time.Second, 50*time.Second })},
+			metrics(func(m *weights.Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = 10*time.Second, 5*time.Second, 50*time.Second
+			})},
 		{"stale_after 1s", poolWith(`metrics { stale_after = "1s" }`), poolMetrics,
-			metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, time.Second })},
+			metrics(func(m *weights.Metrics) {
+				m.Interval, m.Timeout, m.StaleAfter = time.Second, 500*time.Millisecond, time.Second
+			})},
 		{"stale_after 100ms", poolWith(`metrics { stale_after = "100ms" }`), poolMetrics,
-			metrics(func(m *Metrics) {
+			metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 100*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond
 			})},
 		{"timeout and stale_after", poolWith(`metrics {
   timeout     = "3s"
   stale_after = "5s"
-}`), poolMetrics, metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 5*time.Second, 3*time.Second, 5*time.Second })},
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
+			m.Interval, m.Timeout, m.StaleAfter = 5*time.Second, 3*time.Second, 5*time.Second
+		})},
 		{"timeout with a long stale_after", poolWith(`metrics {
   timeout     = "3s"
   stale_after = "1m"
-}`), poolMetrics, metrics(func(m *Metrics) { m.Interval, m.Timeout, m.StaleAfter = 6*time.Second, 3*time.Second, time.Minute })},
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
+			m.Interval, m.Timeout, m.StaleAfter = 6*time.Second, 3*time.Second, time.Minute
+		})},
 
 		// engine: custom when signal blocks name the metrics.
 		{"signal blocks", poolWith(`metrics {
   signal "queue_depth" { metric = "my_engine_queue" }
-}`), poolMetrics, metrics(func(m *Metrics) {
-			m.Engine = EngineCustom
-			m.Signals = map[string]SignalSource{SignalQueueDepth: {Name: "my_engine_queue", Scale: 1}}
+}`), poolMetrics, metrics(func(m *weights.Metrics) {
+			m.Engine = weights.EngineCustom
+			m.Signals = map[string]weights.Series{weights.SignalQueueDepth: {Name: "my_engine_queue", Scale: 1}}
 		})},
 
 		// escape: a maximum left unset makes room for its resume value.
 		{"resume_queue_depth 10", poolWith(`metrics {}
-escape { resume_queue_depth = 10 }`), poolEscape, escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 20, 10 })},
+escape { resume_queue_depth = 10 }`), poolEscape, escape(func(e *weights.Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 20, 10 })},
 		{"resume_queue_depth 8", poolWith(`metrics {}
-escape { resume_queue_depth = 8 }`), poolEscape, escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 16, 8 })},
+escape { resume_queue_depth = 8 }`), poolEscape, escape(func(e *weights.Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 16, 8 })},
 		{"resume_queue_depth 3 keeps the maximum", poolWith(`metrics {}
-escape { resume_queue_depth = 3 }`), poolEscape, escape(func(e *Escape) { e.ResumeQueueDepth = 3 })},
+escape { resume_queue_depth = 3 }`), poolEscape, escape(func(e *weights.Escape) { e.ResumeQueueDepth = 3 })},
 		{"max_queue_depth 1", poolWith(`metrics {}
-escape { max_queue_depth = 1 }`), poolEscape, escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 1, 0.5 })},
+escape { max_queue_depth = 1 }`), poolEscape, escape(func(e *weights.Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 1, 0.5 })},
 		{"resume_kv_occupancy 0.9", poolWith(`metrics {}
-escape { resume_kv_occupancy = 0.9 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 1, 0.9 })},
+escape { resume_kv_occupancy = 0.9 }`), poolEscape, escape(func(e *weights.Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 1, 0.9 })},
 		{"resume_kv_occupancy 0.95", poolWith(`metrics {}
-escape { resume_kv_occupancy = 0.95 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 1, 0.95 })},
+escape { resume_kv_occupancy = 0.95 }`), poolEscape, escape(func(e *weights.Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 1, 0.95 })},
 		{"resume_kv_occupancy 0.5 keeps the maximum", poolWith(`metrics {}
-escape { resume_kv_occupancy = 0.5 }`), poolEscape, escape(func(e *Escape) { e.ResumeKVOccupancy = 0.5 })},
+escape { resume_kv_occupancy = 0.5 }`), poolEscape, escape(func(e *weights.Escape) { e.ResumeKVOccupancy = 0.5 })},
 		{"max_kv_occupancy 0.1", poolWith(`metrics {}
-escape { max_kv_occupancy = 0.1 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 0.1, 0.05 })},
+escape { max_kv_occupancy = 0.1 }`), poolEscape, escape(func(e *weights.Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 0.1, 0.05 })},
 		{"max_kv_occupancy 0.15", poolWith(`metrics {}
-escape { max_kv_occupancy = 0.15 }`), poolEscape, escape(func(e *Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 0.15, 0.05 })},
+escape { max_kv_occupancy = 0.15 }`), poolEscape, escape(func(e *weights.Escape) { e.MaxKVOccupancy, e.ResumeKVOccupancy = 0.15, 0.05 })},
 
 		// weights: max left unset makes room for min and levels.
 		{"min 8", poolWith(`metrics {}
-weights { min = 8 }`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 8, 8, 1 })},
+weights { min = 8 }`), poolWeights, weighting(func(w *weights.Weighting) { w.MinWeight, w.MaxWeight, w.Levels = 8, 8, 1 })},
 		{"min 3 keeps max 4", poolWith(`metrics {}
-weights { min = 3 }`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.Levels = 3, 2 })},
+weights { min = 3 }`), poolWeights, weighting(func(w *weights.Weighting) { w.MinWeight, w.Levels = 3, 2 })},
 		{"levels 8", poolWith(`metrics {}
-weights { levels = 8 }`), poolWeights, weights(func(w *Weights) { w.MaxWeight, w.Levels = 8, 8 })},
+weights { levels = 8 }`), poolWeights, weighting(func(w *weights.Weighting) { w.MaxWeight, w.Levels = 8, 8 })},
 		{"min 2 levels 6", poolWith(`metrics {}
 weights {
   min    = 2
   levels = 6
-}`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 2, 7, 6 })},
+}`), poolWeights, weighting(func(w *weights.Weighting) { w.MinWeight, w.MaxWeight, w.Levels = 2, 7, 6 })},
 		{"min 100 levels 29", poolWith(`metrics {}
 weights {
   min    = 100
   levels = 29
-}`), poolWeights, weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 100, 128, 29 })},
+}`), poolWeights, weighting(func(w *weights.Weighting) { w.MinWeight, w.MaxWeight, w.Levels = 100, 128, 29 })},
 		{"max 2", poolWith(`metrics {}
-weights { max = 2 }`), poolWeights, weights(func(w *Weights) { w.MaxWeight, w.Levels = 2, 2 })},
+weights { max = 2 }`), poolWeights, weighting(func(w *weights.Weighting) { w.MaxWeight, w.Levels = 2, 2 })},
 		{"relative", poolWith(`metrics {}
-weights { relative = true }`), poolWeights, weights(func(w *Weights) { w.Relative = true })},
+weights { relative = true }`), poolWeights, weighting(func(w *weights.Weighting) { w.Relative = true })},
 
 		// hash: ring sizes make a ring, and a small maximum lowers the
 		// data planes' minimum.
@@ -200,14 +212,18 @@ weights { relative = true }`), poolWeights, weights(func(w *Weights) { w.Relativ
 		{"everything follows", poolWith(`metrics { interval = "500ms" }
 escape { resume_queue_depth = 12 }
 weights { min = 5 }`), pool, Pool{
-			Name: "p", Port: 10000, ListenAddress: fleet.DefaultListenAddress, LoadBalancing: LoadBalancingHash,
-			Hash: Hash{Algorithm: Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: DefaultKeyless,
-				Keys: []HashKey{{Header: "x-session-id"}}},
-			Metrics: metrics(func(m *Metrics) {
+			Name: "p", Settings: fleet.Settings{
+				Port:          10000,
+				ListenAddress: fleet.DefaultListenAddress,
+				Balancer:      fleet.ConsistentHash,
+				Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: fleet.DefaultKeyless,
+					Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			},
+			Metrics: metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 500*time.Millisecond, 250*time.Millisecond, 2500*time.Millisecond
 			}),
-			Escape:  escape(func(e *Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 24, 12 }),
-			Weights: weights(func(w *Weights) { w.MinWeight, w.MaxWeight, w.Levels = 5, 5, 1 }),
+			Escape:  escape(func(e *weights.Escape) { e.MaxQueueDepth, e.ResumeQueueDepth = 24, 12 }),
+			Weights: weighting(func(w *weights.Weighting) { w.MinWeight, w.MaxWeight, w.Levels = 5, 5, 1 }),
 		}},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -32,13 +33,10 @@ func (d *decoder) dns(spec *dnsSpec) dns.Config {
 		}
 	}
 	if a := spec.Type; a != nil {
-		if v, ok := d.str(a.Name, a.Expr); ok {
-			switch t := strings.ToUpper(v); t {
-			case dns.SRV, dns.A, dns.AAAA:
-				s.Type = t
-			default:
-				d.errorf(a.Expr.Range(), "Unknown record type", `%q is not a record type kvxds looks up; use "SRV" (ports and weights from the records), "A" or "AAAA" (with port).`, v)
-			}
+		if t, ok := enum(d, a, strings.ToUpper, "Unknown record type", func(v string) string {
+			return fmt.Sprintf(`%q is not a record type kvxds looks up; use "SRV" (ports and weights from the records), "A" or "AAAA" (with port).`, v)
+		}, dns.SRV, dns.A, dns.AAAA); ok {
+			s.Type = t
 		}
 	}
 	if a := spec.Port; a != nil {

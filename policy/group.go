@@ -14,31 +14,6 @@ import (
 // MaxGroupReplicas bounds a group's replicas setting.
 const MaxGroupReplicas = 1024
 
-// Group is a pool's group block: requests whose header carries one of the
-// group's values get a route and a cluster of their own, hashed on the
-// pool's keys over a stable subset of the pool's replicas.
-//
-//	pool "chat" {
-//	  ...
-//	  group "acme" {
-//	    match     { header = "x-tenant-id"  values = ["acme"] }
-//	    replicas  = 3      # the group's share of the pool
-//	    exclusive = false  # true: other traffic avoids these replicas
-//	  }
-//	}
-//
-// The subset is chosen by rendezvous hashing of the replicas' identities
-// keyed by the group's name (xds/translate), so a membership change moves
-// as few replicas in or out of the group as possible.
-//
-// Name is unique in the pool (letters, digits, . _ -); Header
-// (lower-cased) and Values select the group's requests: the header equals
-// one of Values exactly. Replicas is the number of healthy replicas the
-// group hashes over (all of the pool's, if it has fewer); Exclusive takes
-// them out of the pool's own routes, unless no healthy replica would be
-// left there. MemberWeight is left to the reconcile step.
-type Group = fleet.Group
-
 // groupSpec is a group block; match and replicas are required, but
 // checked by hand so that the diagnostics name the group.
 type groupSpec struct {
@@ -58,10 +33,10 @@ type groupMatchSpec struct {
 
 // poolGroups decodes the group blocks of pool, in file order.
 func (d *decoder) poolGroups(spec *poolSpec, pool *Pool) {
-	if len(spec.Groups) > 0 && pool.LoadBalancing != LoadBalancingHash {
+	if len(spec.Groups) > 0 && pool.Balancer != fleet.ConsistentHash {
 		d.errorf(spec.Groups[0].DefRange, "Group without hashing",
 			"Pool %q balances with %s, which does not hash; groups split a hash pool's replicas, so remove the group blocks or set load_balancing = %q.",
-			pool.Name, pool.LoadBalancing, LoadBalancingHash)
+			pool.Name, pool.Balancer, fleet.ConsistentHash)
 		return
 	}
 	names := map[string]hcl.Range{}
@@ -101,8 +76,8 @@ func (d *decoder) poolGroups(spec *poolSpec, pool *Pool) {
 	}
 }
 
-func (d *decoder) group(spec *groupSpec, pool string) (Group, bool) {
-	g := Group{Name: spec.Name}
+func (d *decoder) group(spec *groupSpec, pool string) (fleet.Group, bool) {
+	g := fleet.Group{Name: spec.Name}
 	ok := true
 	if err := checkGroupName(spec.Name); err != nil {
 		d.errorf(spec.NameRange, "Invalid group name", "%s.", err)
@@ -140,7 +115,7 @@ func (d *decoder) group(spec *groupSpec, pool string) (Group, bool) {
 	return g, ok
 }
 
-func (d *decoder) groupMatch(spec *groupMatchSpec, g *Group) bool {
+func (d *decoder) groupMatch(spec *groupMatchSpec, g *fleet.Group) bool {
 	ok := true
 	if a := spec.Header; a == nil {
 		d.errorf(spec.DefRange, "Missing header",

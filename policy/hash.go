@@ -12,42 +12,6 @@ import (
 	"github.com/kvxds/kvxds/fleet"
 )
 
-// Hash is a pool's hash block: how it maps requests to endpoints.
-// Algorithm is Maglev or RingHash; TableSize is a Maglev table's (prime),
-// zero for ring_hash; MinRingSize is set whenever MaxRingSize is below
-// DataPlaneMinRingSize; GRPCRingCap zero means DefaultGRPCRingCap;
-// Keyless is one of the Keyless constants (DefaultKeyless); MaxBodyBytes
-// is DefaultMaxBodyBytes when the chain has body keys, zero otherwise.
-type Hash = fleet.Hash
-
-// Hash algorithms.
-const (
-	Maglev           = fleet.Maglev
-	RingHash         = fleet.RingHash
-	DefaultAlgorithm = Maglev
-)
-
-// How a hash pool spreads requests without a key.
-const (
-	KeylessRoundRobin   = fleet.RoundRobin
-	KeylessLeastRequest = fleet.LeastRequest
-	KeylessRandom       = fleet.Random
-	DefaultKeyless      = KeylessRoundRobin
-)
-
-// Limits of the hash block: the data planes' own (fleet), named here
-// as the policy reference speaks of them.
-const (
-	MaxRingSize = fleet.MaxRingSize
-	// DataPlaneMinRingSize is Envoy's and gRPC's default min_ring_size.
-	DataPlaneMinRingSize = fleet.DefaultMinRingSize
-	// DefaultGRPCRingCap is grpc-go's and grpc-js's default ring size
-	// cap; MinGRPCRingCap gives 64 units of weight one entry each.
-	DefaultGRPCRingCap = fleet.DefaultGRPCRingCap
-	MinGRPCRingCap     = fleet.MinGRPCRingCap
-	MinBalanceFactor   = 100
-)
-
 type hashSpec struct {
 	DefRange      hcl.Range      `hcl:",def_range"`
 	Algorithm     *hcl.Attribute `hcl:"algorithm,optional"`
@@ -64,34 +28,38 @@ type hashSpec struct {
 
 func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 
-func (d *decoder) hash(spec *hashSpec) Hash {
-	h := Hash{Algorithm: DefaultAlgorithm}
+// hash decodes a hash block into the model's own type. Algorithm is
+// fleet.Maglev or fleet.RingHash (fleet.DefaultAlgorithm, or RingHash when
+// ring sizes are set); TableSize is a Maglev table's (prime), zero for
+// ring_hash; MinRingSize is set whenever MaxRingSize is below
+// fleet.DefaultMinRingSize; GRPCRingCap zero means fleet.DefaultGRPCRingCap;
+// Keyless is fleet.DefaultKeyless unless set; MaxBodyBytes is
+// DefaultMaxBodyBytes when the chain has body keys, zero otherwise.
+func (d *decoder) hash(spec *hashSpec) fleet.Hash {
+	h := fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 
 	known := true // whether h.Algorithm is what the user asked for
 	if a := spec.Algorithm; a != nil {
-		switch s, good := d.str(a.Name, a.Expr); {
-		case !good: // already reported
-			known = false
-		case fleet.Algorithm(s) == Maglev || fleet.Algorithm(s) == RingHash:
-			h.Algorithm = fleet.Algorithm(s)
-		default:
-			d.errorf(a.Expr.Range(), "Unknown hash algorithm",
-				"%q is not a hash algorithm; use %q or %q.", s, Maglev, RingHash)
-			known = false
+		var alg fleet.Algorithm
+		alg, known = enum(d, a, nil, "Unknown hash algorithm", func(s string) string {
+			return fmt.Sprintf("%q is not a hash algorithm; use %q or %q.", s, fleet.Maglev, fleet.RingHash)
+		}, fleet.Maglev, fleet.RingHash)
+		if known {
+			h.Algorithm = alg
 		}
 	} else if spec.TableSize == nil && (spec.MinRingSize != nil || spec.MaxRingSize != nil || spec.PerWeight != nil) {
 		// Ring sizes only apply to a ring.
-		h.Algorithm = RingHash
+		h.Algorithm = fleet.RingHash
 	}
 
 	if a := spec.TableSize; a != nil {
-		if known && h.Algorithm == RingHash {
+		if known && h.Algorithm == fleet.RingHash {
 			d.errorf(a.NameRange, "Not a ring_hash setting",
-				`table_size sizes a Maglev table; remove it, or set algorithm = %q. A ring_hash ring is sized by min_ring_size and max_ring_size.`, Maglev)
+				`table_size sizes a Maglev table; remove it, or set algorithm = %q. A ring_hash ring is sized by min_ring_size and max_ring_size.`, fleet.Maglev)
 		} else if n, good := d.tableSize(a); good {
 			h.TableSize = n
 		}
-	} else if h.Algorithm == Maglev {
+	} else if h.Algorithm == fleet.Maglev {
 		h.TableSize = fleet.DefaultMaglevTableSize
 	}
 
@@ -101,17 +69,17 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 			return 0, nil
 		}
 		switch {
-		case known && h.Algorithm == Maglev && spec.Algorithm == nil: // chosen by table_size
+		case known && h.Algorithm == fleet.Maglev && spec.Algorithm == nil: // chosen by table_size
 			d.errorf(a.NameRange, "Not a maglev setting",
 				`%s sizes a ring_hash ring, but table_size (line %d) sizes a Maglev table: remove %s for Maglev, or table_size for ring_hash.`,
 				a.Name, spec.TableSize.Range.Start.Line, a.Name)
 			return 0, nil
-		case known && h.Algorithm == Maglev:
+		case known && h.Algorithm == fleet.Maglev:
 			d.errorf(a.NameRange, "Not a maglev setting",
-				`%s sizes a ring_hash ring; remove it, or set algorithm = %q. A Maglev table is sized by table_size.`, a.Name, RingHash)
+				`%s sizes a ring_hash ring; remove it, or set algorithm = %q. A Maglev table is sized by table_size.`, a.Name, fleet.RingHash)
 			return 0, nil
 		}
-		n, good := d.uintIn(a.Name, a.Expr, 1, MaxRingSize, "Invalid ring size")
+		n, good := d.uintIn(a.Name, a.Expr, 1, fleet.MaxRingSize, "Invalid ring size")
 		if !good {
 			return 0, nil
 		}
@@ -142,7 +110,7 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 			}
 		}
 	}
-	if spec.MinRingSize == nil && maxA != nil && maxN < DataPlaneMinRingSize {
+	if spec.MinRingSize == nil && maxA != nil && maxN < fleet.DefaultMinRingSize {
 		// The data planes' own minimum would exceed the maximum, and they
 		// reject that.
 		h.MinRingSize = maxN
@@ -152,7 +120,7 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 		n, good := d.integer(a.Name, a.Expr)
 		switch {
 		case !good: // already reported
-		case n.Sign() < 0 || n.Sign() > 0 && n.Cmp(big.NewInt(MinBalanceFactor)) < 0:
+		case n.Sign() < 0 || n.Sign() > 0 && n.Cmp(big.NewInt(fleet.MinBalanceFactor)) < 0:
 			d.errorf(a.Expr.Range(), "Invalid balance factor",
 				"balance_factor must be 0 (off) or at least 100 (percent of average load), not %s; 150 lets a replica take 1.5 times the average load before keys spill over.", n)
 		case !n.IsUint64() || n.Uint64() > math.MaxUint32:
@@ -164,22 +132,18 @@ func (d *decoder) hash(spec *hashSpec) Hash {
 	}
 
 	if a := spec.GRPCRingCap; a != nil {
-		if n, good := d.uintIn(a.Name, a.Expr, MinGRPCRingCap, MaxRingSize, "Invalid gRPC ring cap"); good {
+		if n, good := d.uintIn(a.Name, a.Expr, fleet.MinGRPCRingCap, fleet.MaxRingSize, "Invalid gRPC ring cap"); good {
 			h.GRPCRingCap = n
 		}
 	}
 
-	h.Keyless = DefaultKeyless
+	h.Keyless = fleet.DefaultKeyless
 	if a := spec.Keyless; a != nil {
-		if s, good := d.str(a.Name, a.Expr); good {
-			switch b := fleet.Balancer(s); b {
-			case KeylessRoundRobin, KeylessLeastRequest, KeylessRandom:
-				h.Keyless = b
-			default:
-				d.errorf(a.Expr.Range(), "Unknown keyless balancing",
-					"%q is not a way to spread requests that carry no hash key; use %q (the default), %q, or %q to hash them on a random value like a data plane without a fallback.",
-					s, KeylessRoundRobin, KeylessLeastRequest, KeylessRandom)
-			}
+		if b, good := enum(d, a, nil, "Unknown keyless balancing", func(s string) string {
+			return fmt.Sprintf("%q is not a way to spread requests that carry no hash key; use %q (the default), %q, or %q to hash them on a random value like a data plane without a fallback.",
+				s, fleet.RoundRobin, fleet.LeastRequest, fleet.Random)
+		}, fleet.RoundRobin, fleet.LeastRequest, fleet.Random); good {
+			h.Keyless = b
 		}
 	}
 
@@ -225,14 +189,6 @@ func nextPrime(n uint64) uint64 {
 	return n
 }
 
-// HashKey is a key block. Exactly one field is set; Header is lower-cased.
-// JSONField (a dot path of object keys to a string field of the body, as
-// in "metadata.conversation_id"), PromptPrefix (a number of bytes of the
-// raw JSON text of the body's top-level "messages", else "prompt", value)
-// and Conversation (the body's leading messages) read the JSON request
-// body (Envoy only; see bodykeys.go).
-type HashKey = fleet.HashKey
-
 // keySpec is a key block; exactly one source must be set, which is
 // checked by hand to explain how to split a key with several.
 type keySpec struct {
@@ -246,14 +202,14 @@ type keySpec struct {
 }
 
 // keys decodes the key chain of a hash block.
-func (d *decoder) keys(hash *hashSpec) []HashKey {
+func (d *decoder) keys(hash *hashSpec) []fleet.HashKey {
 	if len(hash.Keys) == 0 {
 		d.errorf(hash.DefRange, "Missing hash key",
 			`The hash block has no key; add one, as in key { header = "x-session-id" }. Keys are tried in order and the first one present in a request wins.`)
 		return nil
 	}
-	var keys []HashKey
-	seen := map[HashKey]hcl.Range{}
+	var keys []fleet.HashKey
+	seen := map[fleet.HashKey]hcl.Range{}
 	for _, kb := range hash.Keys {
 		set := attributesInOrder(kb.Header, kb.Cookie, kb.QueryParameter, kb.JSONField, kb.PromptPrefix, kb.Conversation)
 		if len(set) == 0 {
@@ -283,7 +239,7 @@ func (d *decoder) keys(hash *hashSpec) []HashKey {
 		if !good {
 			continue
 		}
-		var k HashKey
+		var k fleet.HashKey
 		var err error
 		switch a {
 		case kb.Header:

@@ -11,30 +11,6 @@ import (
 	"github.com/kvxds/kvxds/fleet"
 )
 
-// Mesh is a pool's mesh block: kvxds also serves the pool's endpoints as
-// the ClusterLoadAssignment of a cluster that another control plane (an
-// Istio, Envoy Gateway or a hand-written Envoy configuration) defines, so
-// that a mesh keeps its control plane while one service's endpoints and
-// weights come from kvxds (EDS only).
-//
-//	pool "chat" {
-//	  port = 10000
-//	  hash { key { header = "x-session-id" } }
-//	  mesh {
-//	    eds_cluster_name = "outbound|8000||vllm.llm.svc.cluster.local"
-//	    istio_mtls       = true
-//	  }
-//	}
-//
-// eds_cluster_name is ClusterName: Istio's "outbound|PORT||HOST", Envoy
-// Gateway's "httproute/NS/NAME/rule/N", or any name of a plain Envoy
-// cluster. The pool keeps its own listener, route, clusters and
-// assignment, named after the pool, for the data planes that take all of
-// their configuration from kvxds; the mesh's cluster name must differ
-// from every pool's name and from every other mesh block's, so the two
-// never clash.
-type Mesh = fleet.Mesh
-
 // meshSpec is a mesh block; eds_cluster_name is required, but checked by
 // hand so that the diagnostic names the pool.
 type meshSpec struct {
@@ -61,8 +37,8 @@ func (d *decoder) poolMesh(spec *poolSpec, pool *Pool) {
 	atMostOne(d, spec.Mesh, "a", "mesh", fmt.Sprintf("Pool %q", pool.Name), "a pool's endpoints are served under one mesh cluster name.")
 }
 
-func (d *decoder) mesh(spec *meshSpec, pool string) (*Mesh, bool) {
-	m := &Mesh{}
+func (d *decoder) mesh(spec *meshSpec, pool string) (*fleet.Mesh, bool) {
+	m := &fleet.Mesh{}
 	ok := true
 	a := spec.EDSClusterName
 	if a == nil {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvxds/kvxds/fleet"
 )
 
 func TestMeshDecoded(t *testing.T) {
@@ -12,11 +14,11 @@ func TestMeshDecoded(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(Format(diags))
 	}
-	got := map[string]*Mesh{}
+	got := map[string]*fleet.Mesh{}
 	for _, pool := range p.Pools {
 		got[pool.Name] = pool.Mesh
 	}
-	want := map[string]*Mesh{
+	want := map[string]*fleet.Mesh{
 		"chat":    {ClusterName: "outbound|8000||vllm.llm.svc.cluster.local", IstioMTLS: true},
 		"gateway": {ClusterName: "httproute/default/vllm/rule/0"},
 	}

@@ -12,54 +12,6 @@ import (
 	"github.com/kvxds/kvxds/weights"
 )
 
-// Metrics is how a pool's replicas are scraped for load signals.
-type Metrics struct {
-	// Engine is one of the Engine constants.
-	Engine string
-	// Scrape holds the model filter, and the interval (at least
-	// weights.MinScrapeInterval) and timeout (shorter; unset, the
-	// shorter of weights.DefaultScrapeTimeout and Interval/2).
-	weights.Scrape
-	// StaleAfter is how long a replica's last good values are kept after
-	// its scrapes start failing; at least Interval.
-	StaleAfter time.Duration
-	// Path starts with "/"; unset, the engine's (weights.MetricsPath).
-	Path string
-	// Port is the metrics port; zero means the endpoint's serving port.
-	Port uint32
-	// Scheme is "http" or "https".
-	Scheme string
-	// Signals maps signal names (the Signal constants) to their source.
-	// Set for EngineCustom only, with at least one of queue_depth,
-	// running and kv_occupancy.
-	Signals map[string]SignalSource
-}
-
-// Engines a metrics block may name: the scraper's registry
-// (weights.Engines), so the policy accepts exactly the engines kvxds can
-// scrape. Each but EngineCustom has a built-in profile of metric names; a
-// custom engine names its metrics in signal blocks.
-const (
-	EngineVLLM   = weights.EngineVLLM
-	EngineSGLang = weights.EngineSGLang
-	EngineTGI    = weights.EngineTGI
-	EngineTRTLLM = weights.EngineTRTLLM
-	EngineCustom = weights.EngineCustom
-)
-
-// Signals, the labels of a custom engine's signal blocks
-// (weights.SignalNames).
-const (
-	SignalQueueDepth    = weights.SignalQueueDepth
-	SignalRunning       = weights.SignalRunning
-	SignalKVOccupancy   = weights.SignalKVOccupancy
-	SignalPreemptions   = weights.SignalPreemptions
-	SignalPrefixQueries = weights.SignalPrefixQueries
-	SignalPrefixHits    = weights.SignalPrefixHits
-	SignalPrefixHitRate = weights.SignalPrefixHitRate
-	SignalTTFT          = weights.SignalTTFT
-)
-
 // metricsSpec is a metrics block; its presence turns scraping on.
 type metricsSpec struct {
 	DefRange   hcl.Range      `hcl:",def_range"`
@@ -76,28 +28,22 @@ type metricsSpec struct {
 
 func (s metricsSpec) defRange() hcl.Range { return s.DefRange }
 
-func (d *decoder) metrics(spec *metricsSpec) *Metrics {
-	m := &Metrics{
-		Engine: weights.DefaultEngine,
-		Scrape: weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
-		Scheme: weights.DefaultMetricsScheme,
-	}
+func (d *decoder) metrics(spec *metricsSpec) *weights.Metrics {
+	m := new(weights.Metrics)
+	*m = weights.DefaultMetrics()
 
 	known := true // whether m.Engine is what the user asked for
 	if a := spec.Engine; a != nil {
-		switch s, good := d.str(a.Name, a.Expr); {
-		case !good: // already reported
-			known = false
-		case slices.Contains(weights.Engines(), s):
-			m.Engine = s
-		default:
-			d.errorf(a.Expr.Range(), "Unknown engine",
-				`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(slices.DeleteFunc(weights.Engines(), func(e string) bool { return e == EngineCustom }), "or"))
-			known = false
+		var engine string
+		engine, known = enum(d, a, nil, "Unknown engine", func(s string) string {
+			return fmt.Sprintf(`%q is not an engine kvxds knows; use %s, or "custom" with signal blocks naming its metrics.`, s, quotedList(slices.DeleteFunc(weights.Engines(), func(e string) bool { return e == weights.EngineCustom }), "or"))
+		}, weights.Engines()...)
+		if known {
+			m.Engine = engine
 		}
 	} else if len(spec.Signals) > 0 {
 		// Signal blocks only apply to a custom engine.
-		m.Engine = EngineCustom
+		m.Engine = weights.EngineCustom
 	}
 
 	d.timing(m, spec)
@@ -114,7 +60,7 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 	if m.Path == "" {
 		// The engine's own page: trtllm-serve's /metrics is JSON.
 		m.Path = weights.MetricsPath(m.Engine)
-	} else if m.Engine == EngineTRTLLM && m.Path == weights.DefaultMetricsPath {
+	} else if m.Engine == weights.EngineTRTLLM && m.Path == weights.DefaultMetricsPath {
 		// Valid, and wrong for every trtllm-serve: say so where it is set.
 		d.warnf(spec.Path.Expr.Range(), "Not a Prometheus page",
 			"trtllm-serve answers %s with JSON iteration stats, which kvxds cannot read; its Prometheus page is %q, the default with engine = %q: remove path.",
@@ -126,12 +72,10 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 		}
 	}
 	if a := spec.Scheme; a != nil {
-		switch s, good := d.str(a.Name, a.Expr); {
-		case !good:
-		case s == "http" || s == "https":
+		if s, good := enum(d, a, nil, "Invalid scheme", func(s string) string {
+			return fmt.Sprintf(`scheme %q is not supported; use "http" or "https".`, s)
+		}, "http", "https"); good {
 			m.Scheme = s
-		default:
-			d.errorf(a.Expr.Range(), "Invalid scheme", `scheme %q is not supported; use "http" or "https".`, s)
 		}
 	}
 	if a := spec.Model; a != nil {
@@ -143,8 +87,8 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 		}
 	}
 
-	m.Signals = d.signals(spec, known && m.Engine == EngineCustom)
-	if known && m.Engine != EngineCustom {
+	m.Signals = d.signals(spec, known && m.Engine == weights.EngineCustom)
+	if known && m.Engine != weights.EngineCustom {
 		for _, sb := range spec.Signals {
 			d.errorf(sb.DefRange, "Not a custom engine",
 				`signal blocks only apply to engine = "custom"; the %s profile already knows its metrics. Remove this block, or set engine = "custom" and name every signal's metric.`, m.Engine)
@@ -165,7 +109,7 @@ func (d *decoder) metrics(spec *metricsSpec) *Metrics {
 //   - interval: weights.DefaultScrapeInterval, or twice the timeout if that is not
 //     shorter than the default, but no longer than stale_after;
 //   - stale_after: weights.DefaultStaleAfterIntervals intervals.
-func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
+func (d *decoder) timing(m *weights.Metrics, spec *metricsSpec) {
 	// Each xSet says the file holds a valid value; a bad one is reported,
 	// then neither steers a default nor is compared, and xOK is false.
 	interval, intervalSet, intervalOK := d.optDuration(spec.Interval,
@@ -196,7 +140,7 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 		if staleSet && stale < interval {
 			d.errorf(spec.StaleAfter.Expr.Range(), "Invalid stale_after",
 				"stale_after %s is shorter than interval %s (line %d); keep the last good values for at least one interval (the default is %d intervals, %s).",
-				stale, interval, spec.Interval.Range.Start.Line, weights.DefaultStaleAfterIntervals, staleAfter(interval))
+				stale, interval, spec.Interval.Range.Start.Line, weights.DefaultStaleAfterIntervals, weights.DefaultStaleAfter(interval))
 		}
 	case !intervalOK:
 		// Reported; the default only serves the other defaults.
@@ -225,23 +169,12 @@ func (d *decoder) timing(m *Metrics, spec *metricsSpec) {
 	}
 
 	if !timeoutSet {
-		timeout = scrapeTimeout(interval)
+		timeout = weights.DefaultTimeout(interval)
 	}
 	if !staleSet {
-		stale = staleAfter(interval)
+		stale = weights.DefaultStaleAfter(interval)
 	}
 	m.Interval, m.Timeout, m.StaleAfter = interval, timeout, stale
-}
-
-// scrapeTimeout is timeout's default for an interval: half of it keeps a
-// scrape well clear of the next one when the interval is short.
-func scrapeTimeout(interval time.Duration) time.Duration {
-	return min(weights.DefaultScrapeTimeout, interval/2)
-}
-
-// staleAfter is stale_after's default for an interval.
-func staleAfter(interval time.Duration) time.Duration {
-	return saturatingMul(interval, weights.DefaultStaleAfterIntervals)
 }
 
 // saturatingMul returns d·n (n > 0), or the longest duration if that
@@ -266,12 +199,6 @@ func checkMetricsPath(s string) error {
 	return nil
 }
 
-// SignalSource is where a custom engine exports one signal (a signal
-// block): Name is a Prometheus metric name (for ttft, a histogram's name
-// without the _bucket suffix), Labels the exact label matches a series
-// must have (nil for none), and Scale (> 0) multiplies its value.
-type SignalSource = weights.Series
-
 // signalSpec is a signal block of a custom engine. metric is required,
 // but checked by hand so that the diagnostic names the signal.
 type signalSpec struct {
@@ -285,8 +212,8 @@ type signalSpec struct {
 
 // signals decodes the signal blocks of a metrics block. custom says the
 // engine is known to be custom, which requires a core signal.
-func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSource {
-	out := map[string]SignalSource{}
+func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]weights.Series {
+	out := map[string]weights.Series{}
 	seen := map[string]hcl.Range{} // signal name -> label of its first block
 	unknown := false
 	for i := range spec.Signals {
@@ -326,8 +253,8 @@ func (d *decoder) signals(spec *metricsSpec, custom bool) map[string]SignalSourc
 	return out
 }
 
-func (d *decoder) signalSource(sb *signalSpec) (SignalSource, bool) {
-	src := SignalSource{Scale: weights.DefaultSignalScale}
+func (d *decoder) signalSource(sb *signalSpec) (weights.Series, bool) {
+	src := weights.Series{Scale: weights.DefaultSignalScale}
 	good := true
 	if a := sb.Metric; a == nil {
 		d.errorf(sb.DefRange, "Missing metric",

@@ -147,7 +147,7 @@
 // written in the file can be reported as inconsistent, at the one that
 // does not fit. Likewise a hash block with min_ring_size or max_ring_size
 // (and no table_size) defaults to ring_hash, a max_ring_size below the
-// data planes' own minimum (DataPlaneMinRingSize) lowers it, and the xds
+// data planes' own minimum (fleet.DefaultMinRingSize) lowers it, and the xds
 // and admin addresses swap defaults when the other server is given one.
 //
 // The signals of a custom engine are queue_depth, running, kv_occupancy,
@@ -163,10 +163,11 @@
 // and tls.go; this file holds the file's top level, and decode.go the
 // shared decoder. Where a block configures another package, the policy
 // decodes into that package's own type, which also owns the defaults:
-// weights.Scrape (in Metrics), weights.Weighting, weights.Escape and
-// weights.Series; dns.Config and kubernetes.Config of discovery; the
-// Lease elector's Config of ha/kubernetes; and fleet.Hash, fleet.HashKey,
-// fleet.Mesh and fleet.Group.
+// weights.Metrics, weights.Weighting, weights.Escape and weights.Series;
+// dns.Config and kubernetes.Config of discovery; the Lease elector's
+// Config of ha/kubernetes; and fleet.Settings (a pool's listener,
+// timeouts and balancer), fleet.Hash, fleet.HashKey, fleet.Mesh and
+// fleet.Group.
 //
 // The contract:
 //

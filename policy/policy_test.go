@@ -89,7 +89,7 @@ func TestInvalidFiles(t *testing.T) {
 // The documented defaults, spelled out rather than built from the
 // constants, so that a changed constant fails here.
 var (
-	defaultEscapeValues = Escape{
+	defaultEscapeValues = weights.Escape{
 		MaxQueueDepth:        8,
 		MaxKVOccupancy:       0.9,
 		MaxPreemptionRate:    0,
@@ -98,8 +98,8 @@ var (
 		Hold:                 30 * time.Second,
 		MaxSaturatedFraction: 0.5,
 	}
-	defaultWeightsValues = Weights{MinWeight: 1, MaxWeight: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
-	defaultMetricsValues = Metrics{
+	defaultWeightsValues = weights.Weighting{MinWeight: 1, MaxWeight: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
+	defaultMetricsValues = weights.Metrics{
 		Engine:     "vllm",
 		Scrape:     weights.Scrape{Interval: 2 * time.Second, Timeout: time.Second},
 		StaleAfter: 10 * time.Second,
@@ -111,33 +111,33 @@ var (
 // withDefaults fills in the escape and weights blocks every pool has.
 func withDefaults(pools ...Pool) []Pool {
 	for i := range pools {
-		if pools[i].Escape == (Escape{}) {
+		if pools[i].Escape == (weights.Escape{}) {
 			pools[i].Escape = defaultEscapeValues
 		}
-		if pools[i].Weights == (Weights{}) {
+		if pools[i].Weights == (weights.Weighting{}) {
 			pools[i].Weights = defaultWeightsValues
 		}
-		if pools[i].LoadBalancing == "" {
-			pools[i].LoadBalancing = LoadBalancingHash
+		if pools[i].Balancer == "" {
+			pools[i].Balancer = fleet.ConsistentHash
 		}
 		// Every hash block has a keyless setting.
 		if pools[i].Hash.Algorithm != "" && pools[i].Hash.Keyless == "" {
-			pools[i].Hash.Keyless = DefaultKeyless
+			pools[i].Hash.Keyless = fleet.DefaultKeyless
 		}
 	}
 	return pools
 }
 
 func TestDecodedValues(t *testing.T) {
-	maglevKey := func(headers ...string) Hash {
-		h := Hash{Algorithm: Maglev, TableSize: fleet.DefaultMaglevTableSize}
+	maglevKey := func(headers ...string) fleet.Hash {
+		h := fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.DefaultMaglevTableSize}
 		for _, name := range headers {
-			h.Keys = append(h.Keys, HashKey{Header: name})
+			h.Keys = append(h.Keys, fleet.HashKey{Header: name})
 		}
 		return h
 	}
 	// metrics returns the default metrics block changed by edit.
-	metrics := func(edit func(m *Metrics)) *Metrics {
+	metrics := func(edit func(m *weights.Metrics)) *weights.Metrics {
 		m := defaultMetricsValues
 		edit(&m)
 		return &m
@@ -150,14 +150,16 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   "127.0.0.1:18000",
 			AdminAddress: "127.0.0.1:19000",
 			Pools: withDefaults(Pool{
-				Name:          "chat",
-				Port:          10000,
-				ListenAddress: "0.0.0.0",
-				Hash: Hash{
-					Algorithm:     Maglev,
-					TableSize:     65537,
-					BalanceFactor: 150,
-					Keys:          []HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}},
+				Name: "chat",
+				Settings: fleet.Settings{
+					Port:          10000,
+					ListenAddress: "0.0.0.0",
+					Hash: fleet.Hash{
+						Algorithm:     fleet.Maglev,
+						TableSize:     65537,
+						BalanceFactor: 150,
+						Keys:          []fleet.HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}},
+					},
 				},
 				Static: []fleet.Endpoint{
 					{Host: "127.0.0.1", Port: 8001, Weight: 1},
@@ -169,20 +171,22 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(Pool{
-				Name:          "embed",
-				Port:          10001,
-				ListenAddress: "127.0.0.1",
-				RouteTimeout:  10 * time.Minute,
-				IdleTimeout:   time.Hour,
-				Hash: Hash{
-					Algorithm:   RingHash,
-					MinRingSize: 1024,
-					MaxRingSize: MaxRingSize,
-					Keyless:     KeylessLeastRequest,
-					Keys: []HashKey{
-						{Cookie: "session"},
-						{QueryParameter: "session_id"},
-						{Header: "x-session-id"},
+				Name: "embed",
+				Settings: fleet.Settings{
+					Port:          10001,
+					ListenAddress: "127.0.0.1",
+					RouteTimeout:  10 * time.Minute,
+					IdleTimeout:   time.Hour,
+					Hash: fleet.Hash{
+						Algorithm:   fleet.RingHash,
+						MinRingSize: 1024,
+						MaxRingSize: fleet.MaxRingSize,
+						Keyless:     fleet.LeastRequest,
+						Keys: []fleet.HashKey{
+							{Cookie: "session"},
+							{QueryParameter: "session_id"},
+							{Header: "x-session-id"},
+						},
 					},
 				},
 				Static: []fleet.Endpoint{
@@ -195,10 +199,12 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(Pool{
-				Name:          "chat",
-				Port:          10000,
-				ListenAddress: "0.0.0.0",
-				Hash:          Hash{Algorithm: RingHash, EntriesPerWeight: 1024, Keys: []HashKey{{Header: "x-session-id"}}},
+				Name: "chat",
+				Settings: fleet.Settings{
+					Port:          10000,
+					ListenAddress: "0.0.0.0",
+					Hash:          fleet.Hash{Algorithm: fleet.RingHash, EntriesPerWeight: 1024, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+				},
 				Static: []fleet.Endpoint{
 					{Host: "10.0.0.1", Port: 8000, Weight: 1},
 					{Host: "10.0.0.2", Port: 8000, Weight: 1},
@@ -209,10 +215,12 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(Pool{
-				Name:          "code",
-				Port:          10002,
-				ListenAddress: "0.0.0.0",
-				Hash:          maglevKey("x-session-id"),
+				Name: "code",
+				Settings: fleet.Settings{
+					Port:          10002,
+					ListenAddress: "0.0.0.0",
+					Hash:          maglevKey("x-session-id"),
+				},
 				Static: []fleet.Endpoint{
 					{Host: "10.0.0.1", Port: 8000, Weight: 1},
 					{Host: "10.0.0.2", Port: 8000, Weight: 3, HashKey: "replica-a",
@@ -226,13 +234,10 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   ":18000",
 			AdminAddress: "localhost:19000",
 			Pools: withDefaults(
-				Pool{Name: "a.small_pool-1", Port: 10011, ListenAddress: "0.0.0.0",
-					Hash: Hash{Algorithm: Maglev, TableSize: 251, Keys: []HashKey{{Header: "x-session-id"}}}},
-				Pool{Name: "m-loopback", Port: 10012, ListenAddress: "127.0.0.1", Hash: maglevKey("x-session-id")},
-				Pool{Name: "m-loopback2", Port: 10012, ListenAddress: "127.0.0.2",
-					Hash: Hash{Algorithm: RingHash, Keys: []HashKey{{Header: "x-session-id"}}}},
-				Pool{Name: "z-large", Port: 10010, ListenAddress: "0.0.0.0",
-					Hash: Hash{Algorithm: Maglev, TableSize: fleet.MaxMaglevTableSize, Keyless: KeylessRandom, Keys: []HashKey{{Header: "x-session-id"}}},
+				Pool{Name: "a.small_pool-1", Settings: fleet.Settings{Port: 10011, ListenAddress: "0.0.0.0", Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: 251, Keys: []fleet.HashKey{{Header: "x-session-id"}}}}},
+				Pool{Name: "m-loopback", Settings: fleet.Settings{Port: 10012, ListenAddress: "127.0.0.1", Hash: maglevKey("x-session-id")}},
+				Pool{Name: "m-loopback2", Settings: fleet.Settings{Port: 10012, ListenAddress: "127.0.0.2", Hash: fleet.Hash{Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Header: "x-session-id"}}}}},
+				Pool{Name: "z-large", Settings: fleet.Settings{Port: 10010, ListenAddress: "0.0.0.0", Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.MaxMaglevTableSize, Keyless: fleet.Random, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
 					Static: []fleet.Endpoint{
 						{Host: "10.1.0.1", Port: 8000, Weight: 1},
 						{Host: "10.1.0.2", Port: 8000, Weight: 1},
@@ -244,9 +249,9 @@ func TestDecodedValues(t *testing.T) {
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
 			Pools: withDefaults(
-				Pool{Name: "chat", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
-					Metrics: &Metrics{
-						Engine: EngineVLLM,
+				Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
+					Metrics: &weights.Metrics{
+						Engine: weights.EngineVLLM,
 						Scrape: weights.Scrape{
 							Interval: 500 * time.Millisecond,
 							Timeout:  250 * time.Millisecond,
@@ -257,7 +262,7 @@ func TestDecodedValues(t *testing.T) {
 						Port:       8001,
 						Scheme:     "https",
 					},
-					Escape: Escape{
+					Escape: weights.Escape{
 						MaxQueueDepth:        16,
 						MaxKVOccupancy:       0.95,
 						MaxPreemptionRate:    0.5,
@@ -266,15 +271,15 @@ func TestDecodedValues(t *testing.T) {
 						Hold:                 time.Minute,
 						MaxSaturatedFraction: 0.25,
 					},
-					Weights: Weights{MinWeight: 2, MaxWeight: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinChangeInterval: 0},
+					Weights: weights.Weighting{MinWeight: 2, MaxWeight: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinChangeInterval: 0},
 				},
-				Pool{Name: "defaults", Port: 10001, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
-					Metrics: metrics(func(*Metrics) {})},
-				Pool{Name: "sglang", Port: 10002, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
-					Metrics: metrics(func(m *Metrics) {
-						m.Engine, m.Interval, m.StaleAfter = EngineSGLang, 3*time.Second, 15*time.Second
+				Pool{Name: "defaults", Settings: fleet.Settings{Port: 10001, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
+					Metrics: metrics(func(*weights.Metrics) {})},
+				Pool{Name: "sglang", Settings: fleet.Settings{Port: 10002, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
+					Metrics: metrics(func(m *weights.Metrics) {
+						m.Engine, m.Interval, m.StaleAfter = weights.EngineSGLang, 3*time.Second, 15*time.Second
 					}),
-					Escape: Escape{
+					Escape: weights.Escape{
 						MaxQueueDepth:        5,
 						MaxKVOccupancy:       0.05,
 						ResumeQueueDepth:     2.5,
@@ -282,11 +287,11 @@ func TestDecodedValues(t *testing.T) {
 						Hold:                 0,
 						MaxSaturatedFraction: 0.5,
 					},
-					Weights: Weights{MinWeight: 3, MaxWeight: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
+					Weights: weights.Weighting{MinWeight: 3, MaxWeight: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
-				Pool{Name: "tgi", Port: 10003, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
-					Metrics: metrics(func(m *Metrics) { m.Engine = EngineTGI }),
-					Escape: Escape{
+				Pool{Name: "tgi", Settings: fleet.Settings{Port: 10003, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
+					Metrics: metrics(func(m *weights.Metrics) { m.Engine = weights.EngineTGI }),
+					Escape: weights.Escape{
 						MaxQueueDepth:        8,
 						MaxKVOccupancy:       0.05,
 						ResumeQueueDepth:     4,
@@ -294,11 +299,11 @@ func TestDecodedValues(t *testing.T) {
 						Hold:                 30 * time.Second,
 						MaxSaturatedFraction: 0.5,
 					},
-					Weights: Weights{MinWeight: 1, MaxWeight: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
+					Weights: weights.Weighting{MinWeight: 1, MaxWeight: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
 				},
-				Pool{Name: "trtllm", Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
-					Metrics: metrics(func(m *Metrics) {
-						m.Engine, m.Interval, m.Timeout, m.StaleAfter = EngineTRTLLM, 100*time.Millisecond, 99*time.Millisecond, 100*time.Millisecond
+				Pool{Name: "trtllm", Settings: fleet.Settings{Port: 10004, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
+					Metrics: metrics(func(m *weights.Metrics) {
+						m.Engine, m.Interval, m.Timeout, m.StaleAfter = weights.EngineTRTLLM, 100*time.Millisecond, 99*time.Millisecond, 100*time.Millisecond
 						m.Path = "/prometheus/metrics" // trtllm-serve's /metrics is JSON
 					})},
 			),
@@ -306,16 +311,16 @@ func TestDecodedValues(t *testing.T) {
 		{"custom_engine.hcl", &Policy{
 			XDSAddress:   DefaultXDSAddress,
 			AdminAddress: DefaultAdminAddress,
-			Pools: withDefaults(Pool{Name: "custom", Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id"),
-				Metrics: metrics(func(m *Metrics) {
-					m.Engine, m.Port, m.Model = EngineCustom, 9400, "llama"
-					m.Signals = map[string]SignalSource{
-						SignalKVOccupancy: {Name: "my_engine_kv_used_ratio", Labels: map[string]string{"device": "gpu"}, Scale: 1},
-						SignalQueueDepth:  {Name: "my_engine:queue_length", Scale: 1},
-						SignalPreemptions: {Name: "my_engine_preemptions_total", Scale: 1},
-						SignalTTFT: {Name: "my_engine_time_to_first_token_milliseconds",
+			Pools: withDefaults(Pool{Name: "custom", Settings: fleet.Settings{Port: 10000, ListenAddress: "0.0.0.0", Hash: maglevKey("x-session-id")},
+				Metrics: metrics(func(m *weights.Metrics) {
+					m.Engine, m.Port, m.Model = weights.EngineCustom, 9400, "llama"
+					m.Signals = map[string]weights.Series{
+						weights.SignalKVOccupancy: {Name: "my_engine_kv_used_ratio", Labels: map[string]string{"device": "gpu"}, Scale: 1},
+						weights.SignalQueueDepth:  {Name: "my_engine:queue_length", Scale: 1},
+						weights.SignalPreemptions: {Name: "my_engine_preemptions_total", Scale: 1},
+						weights.SignalTTFT: {Name: "my_engine_time_to_first_token_milliseconds",
 							Labels: map[string]string{"stage": "prefill", "_replica": "a"}, Scale: 0.001},
-						SignalPrefixHitRate: {Name: "my_engine_prefix_cache_hit_percent", Scale: 0.01},
+						weights.SignalPrefixHitRate: {Name: "my_engine_prefix_cache_hit_percent", Scale: 0.01},
 					}
 				})}),
 		}},
@@ -352,14 +357,14 @@ func TestParseEmpty(t *testing.T) {
 // TestDefaultConstants checks that the exported defaults are what the
 // decoder applies.
 func TestDefaultConstants(t *testing.T) {
-	m := Metrics{
+	m := weights.Metrics{
 		Engine:     weights.DefaultEngine,
 		Scrape:     weights.Scrape{Interval: weights.DefaultScrapeInterval, Timeout: weights.DefaultScrapeTimeout},
 		StaleAfter: weights.DefaultStaleAfterIntervals * weights.DefaultScrapeInterval,
 		Path:       weights.DefaultMetricsPath,
 		Scheme:     weights.DefaultMetricsScheme,
 	}
-	e := Escape{
+	e := weights.Escape{
 		MaxQueueDepth:        weights.DefaultMaxQueueDepth,
 		MaxKVOccupancy:       weights.DefaultMaxKVOccupancy,
 		MaxPreemptionRate:    weights.DefaultMaxPreemptionRate,
@@ -368,7 +373,7 @@ func TestDefaultConstants(t *testing.T) {
 		Hold:                 weights.DefaultHold,
 		MaxSaturatedFraction: weights.DefaultMaxSaturatedFraction,
 	}
-	w := Weights{
+	w := weights.Weighting{
 		MinWeight:         weights.DefaultMinWeight,
 		MaxWeight:         weights.DefaultMaxWeight,
 		Levels:            weights.DefaultLevels,
@@ -546,27 +551,27 @@ func checkPolicy(p *Policy) error {
 		if pool.Port == 0 || pool.Port > 65535 {
 			return fmt.Errorf("invalid pool accepted: %+v", pool)
 		}
-		if h := pool.Hash; pool.LoadBalancing == LoadBalancingHash {
+		if h := pool.Hash; pool.Balancer == fleet.ConsistentHash {
 			if len(h.Keys) == 0 {
 				return fmt.Errorf("hash pool without keys accepted: %+v", pool)
 			}
-			if (h.Algorithm == Maglev) != fleet.IsPrime(h.TableSize) {
+			if (h.Algorithm == fleet.Maglev) != fleet.IsPrime(h.TableSize) {
 				return fmt.Errorf("bad table size accepted: %+v", h)
 			}
 			// The data planes default the minimum and reject a maximum
 			// below it.
-			if h.MaxRingSize != 0 && cmp.Or(h.MinRingSize, DataPlaneMinRingSize) > h.MaxRingSize {
+			if h.MaxRingSize != 0 && cmp.Or(h.MinRingSize, fleet.DefaultMinRingSize) > h.MaxRingSize {
 				return fmt.Errorf("ring sizes the data planes reject accepted: %+v", h)
 			}
 		}
 		for _, ep := range pool.Static {
-			if ep.Weight < 1 || ep.Weight > MaxEndpointWeight || ep.Port == 0 || ep.Host == "" {
+			if ep.Weight < 1 || ep.Weight > fleet.MaxEndpointWeight || ep.Port == 0 || ep.Host == "" {
 				return fmt.Errorf("invalid endpoint accepted: %+v", ep)
 			}
 		}
 		if m := pool.Metrics; m != nil {
 			if m.Interval < weights.MinScrapeInterval || m.Timeout <= 0 || m.Timeout >= m.Interval || m.StaleAfter < m.Interval ||
-				!strings.HasPrefix(m.Path, "/") || (m.Engine == EngineCustom) != (len(m.Signals) > 0) {
+				!strings.HasPrefix(m.Path, "/") || (m.Engine == weights.EngineCustom) != (len(m.Signals) > 0) {
 				return fmt.Errorf("invalid metrics accepted: %+v", m)
 			}
 			for name, src := range m.Signals {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -14,29 +13,17 @@ import (
 	"github.com/kvxds/kvxds/weights"
 )
 
-// Load-balancing modes of a pool. Round robin and least request exist to
-// measure what cache affinity gains against the usual balancers.
-const (
-	LoadBalancingHash         = fleet.ConsistentHash
-	LoadBalancingRoundRobin   = fleet.RoundRobin
-	LoadBalancingLeastRequest = fleet.LeastRequest
-)
-
 // Pool is one group of interchangeable replicas behind one Envoy listener.
 type Pool struct {
 	Name string
-	// Port and ListenAddress are where Envoy listens for the pool;
-	// ListenAddress defaults to fleet.DefaultListenAddress.
-	Port          uint32
-	ListenAddress string
-	// RouteTimeout bounds a whole request; zero means no timeout.
-	RouteTimeout time.Duration
-	// IdleTimeout bounds a silent stream; zero keeps Envoy's default.
-	IdleTimeout time.Duration
-	// LoadBalancing is LoadBalancingHash (consistent hashing on Hash), or
-	// a baseline that ignores Hash.
-	LoadBalancing fleet.Balancer
-	Hash          Hash
+	// Settings are where Envoy listens for the pool (ListenAddress
+	// defaults to fleet.DefaultListenAddress), its timeouts (a zero
+	// RouteTimeout means none, a zero IdleTimeout keeps Envoy's default),
+	// its Balancer (fleet.ConsistentHash on Hash, or a baseline that
+	// ignores Hash), its Mesh (mesh.go; nil for none) and its tenant
+	// Groups (group.go, in file order; hash pools only): decoded straight
+	// into the model's own type, which the join copies.
+	fleet.Settings
 	// Static endpoints in file order: the endpoints list first, then the
 	// endpoint blocks.
 	Static []fleet.Endpoint
@@ -46,17 +33,11 @@ type Pool struct {
 	Kubernetes []dk.Config
 	// Metrics is how replicas are scraped; nil means no scraping and
 	// static weights only.
-	Metrics *Metrics
+	Metrics *weights.Metrics
 	// Escape and Weights are always filled in, with defaults where the
 	// file says nothing; they only take effect with Metrics.
-	Escape  Escape
-	Weights Weights
-	// Mesh, if set, also serves the pool's endpoints under a mesh's own
-	// cluster name (mesh.go); nil for none.
-	Mesh *Mesh
-	// Groups are the pool's tenant hash groups (group.go), in file order;
-	// only hash pools have them.
-	Groups []Group
+	Escape  weights.Escape
+	Weights weights.Weighting
 }
 
 // poolSpec is a pool block. port is required, but checked by hand so that
@@ -91,7 +72,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		d.poolNames[name] = spec.NameRange
 	}
 
-	pool := Pool{Name: name, ListenAddress: fleet.DefaultListenAddress}
+	pool := Pool{Name: name, Settings: fleet.Settings{ListenAddress: fleet.DefaultListenAddress}}
 	listenAddr := netip.IPv4Unspecified()
 	listenOK := true
 
@@ -121,17 +102,13 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		pool.IdleTimeout = d.duration(a, false)
 	}
 
-	pool.LoadBalancing = LoadBalancingHash
+	pool.Balancer = fleet.DefaultBalancer
 	if a := spec.LoadBalancing; a != nil {
-		if s, good := d.str(a.Name, a.Expr); good {
-			switch b := fleet.Balancer(s); b {
-			case LoadBalancingHash, LoadBalancingRoundRobin, LoadBalancingLeastRequest:
-				pool.LoadBalancing = b
-			default:
-				d.errorf(a.Expr.Range(), "Unknown load balancing",
-					"%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
-					s, LoadBalancingHash, LoadBalancingRoundRobin, LoadBalancingLeastRequest)
-			}
+		if b, good := enum(d, a, nil, "Unknown load balancing", func(s string) string {
+			return fmt.Sprintf("%q is not a load-balancing mode; use %q (consistent hashing for cache locality, the default), or %q or %q, which ignore the hash block and exist to measure what affinity gains.",
+				s, fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest)
+		}, fleet.ConsistentHash, fleet.RoundRobin, fleet.LeastRequest); good {
+			pool.Balancer = b
 		}
 	}
 
@@ -156,15 +133,15 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	for i := range spec.Kubernetes {
 		pool.Kubernetes = append(pool.Kubernetes, d.kubernetes(&spec.Kubernetes[i]))
 	}
-	if len(spec.Hash) > 0 && pool.LoadBalancing != LoadBalancingHash {
+	if len(spec.Hash) > 0 && pool.Balancer != fleet.ConsistentHash {
 		d.add(hcl.Diagnostics{{
 			Severity: hcl.DiagWarning,
 			Summary:  "Hash block ignored",
-			Detail:   fmt.Sprintf("Pool %q balances with %s, which does not hash; its hash block has no effect.", name, pool.LoadBalancing),
+			Detail:   fmt.Sprintf("Pool %q balances with %s, which does not hash; its hash block has no effect.", name, pool.Balancer),
 			Subject:  spec.Hash[0].DefRange.Ptr(),
 		}})
 	}
-	if len(spec.Hash) == 0 && pool.LoadBalancing == LoadBalancingHash {
+	if len(spec.Hash) == 0 && pool.Balancer == fleet.ConsistentHash {
 		d.errorf(spec.DefRange, "Missing hash block",
 			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)
 	}
@@ -234,14 +211,14 @@ func (d *decoder) ringPerWeight(a *hcl.Attribute, pool *Pool) {
 	if pool.Metrics != nil {
 		mult = uint64(max(pool.Weights.MaxWeight, 1))
 	}
-	if w*mult*k > MaxRingSize {
+	if w*mult*k > fleet.MaxRingSize {
 		at := ""
 		if mult > 1 {
 			at = fmt.Sprintf(" at weights.max %d", mult)
 		}
 		d.errorf(a.Expr.Range(), "Ring too small",
 			"entries_per_weight %d needs %d ring entries for the static endpoints' weight %d%s, above Envoy's maximum ring size %d; use at most %d entries per unit.",
-			k, w*mult*k, w, at, uint64(MaxRingSize), uint64(MaxRingSize)/(w*mult))
+			k, w*mult*k, w, at, uint64(fleet.MaxRingSize), uint64(fleet.MaxRingSize)/(w*mult))
 	}
 }
 

@@ -9,9 +9,6 @@ import (
 	"github.com/kvxds/kvxds/fleet"
 )
 
-// MaxEndpointWeight bounds a static endpoint's weight.
-const MaxEndpointWeight = fleet.MaxEndpointWeight
-
 type staticSpec struct {
 	DefRange  hcl.Range      `hcl:",def_range"`
 	Endpoints *hcl.Attribute `hcl:"endpoints,optional"`
@@ -78,7 +75,7 @@ func (d *decoder) static(spec *staticSpec) []fleet.Endpoint {
 		ep := fleet.Endpoint{Host: hp.host, Port: hp.port, Weight: 1}
 		idRange := b.AddressRange
 		if a := b.Weight; a != nil {
-			n, g := d.uintIn(a.Name, a.Expr, 1, MaxEndpointWeight, "Invalid weight")
+			n, g := d.uintIn(a.Name, a.Expr, 1, fleet.MaxEndpointWeight, "Invalid weight")
 			ep.Weight, good = uint32(n), good && g
 		}
 		if a := b.HashKey; a != nil {

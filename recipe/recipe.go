@@ -117,8 +117,8 @@ func Render(target Target, o Options) ([]byte, error) {
 		return nil, fmt.Errorf(`recipe: pool %q has no mesh block; add one naming the mesh's cluster, as in mesh { eds_cluster_name = "outbound|8000||vllm.llm.svc.cluster.local" }`, o.Pool)
 	}
 	r.cluster = r.pool.Mesh.ClusterName
-	if r.pool.LoadBalancing != policy.LoadBalancingHash {
-		return nil, fmt.Errorf("recipe: pool %q balances with %s; a recipe sets consistent hashing, so give the pool load_balancing = %q", o.Pool, r.pool.LoadBalancing, policy.LoadBalancingHash)
+	if r.pool.Balancer != fleet.ConsistentHash {
+		return nil, fmt.Errorf("recipe: pool %q balances with %s; a recipe sets consistent hashing, so give the pool load_balancing = %q", o.Pool, r.pool.Balancer, fleet.ConsistentHash)
 	}
 	m, err := fleet.Prepare(reconcile.Join(o.Policy, nil, nil))
 	if err != nil {
@@ -267,7 +267,7 @@ func (r *recipe) hashHeader() (header string, dropped []string, err error) {
 	return keys[0].Header, dropped, nil
 }
 
-func describeKey(k policy.HashKey) string {
+func describeKey(k fleet.HashKey) string {
 	switch {
 	case k.Header != "":
 		return "header " + k.Header

@@ -280,11 +280,11 @@ func checkIstio(t *testing.T, out []byte, pool policy.Pool) {
 		t.Errorf("DestinationRule hashes %q on %q, want %q on %q", drSpec.GetHost(), ch.GetHttpHeaderName(), host, pool.Hash.Keys[0].Header)
 	}
 	switch pool.Hash.Algorithm {
-	case policy.Maglev:
+	case fleet.Maglev:
 		if ch.GetMaglev().GetTableSize() != pool.Hash.TableSize {
 			t.Errorf("maglev table size %d, want %d", ch.GetMaglev().GetTableSize(), pool.Hash.TableSize)
 		}
-	case policy.RingHash:
+	case fleet.RingHash:
 		if ch.GetRingHash() == nil || ch.GetRingHash().GetMinimumRingSize() != pool.Hash.MinRingSize {
 			t.Errorf("ring hash %v, want minimum ring size %d", ch.GetRingHash(), pool.Hash.MinRingSize)
 		}

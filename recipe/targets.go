@@ -8,7 +8,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
-	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/fleet"
 )
 
 // Resource type URLs of Envoy Gateway's JSON patches.
@@ -90,7 +90,7 @@ func (r *recipe) istio() ([]byte, error) {
 		},
 	}
 	ch := map[string]any{"httpHeaderName": header}
-	if h.Algorithm == policy.Maglev {
+	if h.Algorithm == fleet.Maglev {
 		ch["maglev"] = map[string]any{"tableSize": h.TableSize}
 	} else {
 		rh := map[string]any{}
@@ -111,7 +111,7 @@ func (r *recipe) istio() ([]byte, error) {
 		},
 	}
 	notes := r.notes("Istio", dropped)
-	if h.Algorithm == policy.RingHash && h.MaxRingSize != 0 {
+	if h.Algorithm == fleet.RingHash && h.MaxRingSize != 0 {
 		notes = append(notes, fmt.Sprintf("A DestinationRule has no maximum ring size: the pool's max_ring_size %d is not carried over.", h.MaxRingSize))
 	}
 	mtls := "Istio's tlsMode metadata, so mTLS stays on"
@@ -143,8 +143,8 @@ func (r *recipe) envoyGateway(gateway string) ([]byte, error) {
 		return nil, err
 	}
 	h := r.pool.Hash
-	if h.Algorithm != policy.Maglev {
-		return nil, fmt.Errorf("recipe: pool %q hashes with %s; Envoy Gateway's consistent hashing is Maglev only, so give the pool algorithm = %q", r.pool.Name, h.Algorithm, policy.Maglev)
+	if h.Algorithm != fleet.Maglev {
+		return nil, fmt.Errorf("recipe: pool %q hashes with %s; Envoy Gateway's consistent hashing is Maglev only, so give the pool algorithm = %q", r.pool.Name, h.Algorithm, fleet.Maglev)
 	}
 	xdsV, eds, err := r.source()
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 // costFleet is one pool of n replicas of weights 1..4 over two zones.
 func costFleet(n int, h fleet.Hash, groups ...fleet.Group) fleet.Fleet {
 	h.Keys = []fleet.HashKey{{Header: "x-session-id"}}
-	p := fleet.Pool{Name: "chat", Port: 10000, Hash: h, Groups: groups}
+	p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: h, Groups: groups}}
 	for i := range n {
 		p.Endpoints = append(p.Endpoints, fleet.Endpoint{
 			Host: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), Port: 8000, Weight: uint32(1 + i%4),

@@ -35,18 +35,9 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 	}
 	f := fleet.Fleet{Pools: make([]fleet.Pool, 0, len(p.Pools))}
 	for _, pp := range p.Pools {
-		fp := fleet.Pool{
-			Name:          pp.Name,
-			ListenAddress: pp.ListenAddress,
-			Port:          pp.Port,
-			RouteTimeout:  pp.RouteTimeout,
-			IdleTimeout:   pp.IdleTimeout,
-			Balancer:      pp.LoadBalancing,
-			Hash:          pp.Hash,
-			Mesh:          pp.Mesh,
-			// Cloned: MemberWeight is set below, and the policy is shared.
-			Groups: slices.Clone(pp.Groups),
-		}
+		fp := fleet.Pool{Name: pp.Name, Settings: pp.Settings}
+		// Cloned: MemberWeight is set below, and the policy is shared.
+		fp.Groups = slices.Clone(pp.Groups)
 		// Multipliers apply only where metrics are scraped.
 		memberWeight := uint32(1)
 		if pp.Metrics != nil {

@@ -47,10 +47,15 @@ pool "chat" {
 	}
 	want := fleet.Fleet{Pools: []fleet.Pool{
 		{
-			Name: "chat", ListenAddress: "0.0.0.0", Port: 10000, RouteTimeout: 10 * time.Minute, Balancer: fleet.ConsistentHash,
-			Hash: fleet.Hash{
-				Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150, Keyless: fleet.RoundRobin,
-				Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}},
+			Name: "chat", Settings: fleet.Settings{
+				ListenAddress: "0.0.0.0",
+				Port:          10000,
+				RouteTimeout:  10 * time.Minute,
+				Balancer:      fleet.ConsistentHash,
+				Hash: fleet.Hash{
+					Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150, Keyless: fleet.RoundRobin,
+					Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}},
+				},
 			},
 			Endpoints: []fleet.Endpoint{
 				{Host: "127.0.0.1", Port: 8002, Weight: 1, HashKey: "127.0.0.1:8002"},
@@ -58,8 +63,12 @@ pool "chat" {
 			},
 		},
 		{
-			Name: "zeta", ListenAddress: "0.0.0.0", Port: 10001, Balancer: fleet.ConsistentHash,
-			Hash:      fleet.Hash{Algorithm: fleet.RingHash, Keyless: fleet.RoundRobin, Keys: []fleet.HashKey{{Cookie: "sid"}}},
+			Name: "zeta", Settings: fleet.Settings{
+				ListenAddress: "0.0.0.0",
+				Port:          10001,
+				Balancer:      fleet.ConsistentHash,
+				Hash:          fleet.Hash{Algorithm: fleet.RingHash, Keyless: fleet.RoundRobin, Keys: []fleet.HashKey{{Cookie: "sid"}}},
+			},
 			Endpoints: []fleet.Endpoint{},
 		},
 	}}

@@ -114,8 +114,8 @@ pool "plain" {
 `)
 	hash := fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}}
 	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{
-		{Name: "chat", Port: 10000, Hash: hash, Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000, HashKey: "vllm-0"}, {Host: "fd00::1", Port: 8000}}},
-		{Name: "plain", Port: 10001, Hash: hash, Endpoints: []fleet.Endpoint{{Host: "10.0.0.9", Port: 8000}}},
+		{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: hash}, Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000, HashKey: "vllm-0"}, {Host: "fd00::1", Port: 8000}}},
+		{Name: "plain", Settings: fleet.Settings{Port: 10001, Hash: hash}, Endpoints: []fleet.Endpoint{{Host: "10.0.0.9", Port: 8000}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -237,8 +237,7 @@ pool "chat" {
   }
 }
 `, tc.engine, tc.path))
-		m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{{Name: "chat", Port: 10000,
-			Hash:      fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+		m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
 			Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}}}}})
 		if err != nil {
 			t.Fatal(err)

@@ -71,7 +71,35 @@ func DefaultConfig() Config {
 	return Config{
 		Weighting:  DefaultWeighting(),
 		Escape:     DefaultEscape(),
-		StaleAfter: DefaultStaleAfterIntervals * DefaultScrapeInterval,
+		StaleAfter: DefaultStaleAfter(DefaultScrapeInterval),
+	}
+}
+
+// DefaultTimeout is the scrape timeout's default for an interval: half of
+// it, when that is shorter than DefaultScrapeTimeout, keeps a scrape well
+// clear of the next one.
+func DefaultTimeout(interval time.Duration) time.Duration {
+	return min(DefaultScrapeTimeout, interval/2)
+}
+
+// DefaultStaleAfter is StaleAfter's default for an interval:
+// DefaultStaleAfterIntervals of them, or the longest duration if that
+// overflows (intervals of centuries are valid).
+func DefaultStaleAfter(interval time.Duration) time.Duration {
+	if interval > math.MaxInt64/DefaultStaleAfterIntervals {
+		return math.MaxInt64
+	}
+	return interval * DefaultStaleAfterIntervals
+}
+
+// DefaultMetrics returns the defaults of the metrics block, but for the
+// engine's path (MetricsPath) and StaleAfter, which follow the engine and
+// the interval.
+func DefaultMetrics() Metrics {
+	return Metrics{
+		Engine: DefaultEngine,
+		Scrape: Scrape{Interval: DefaultScrapeInterval, Timeout: DefaultScrapeTimeout},
+		Scheme: DefaultMetricsScheme,
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"net"
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -119,8 +121,8 @@ func (r *Runner) Set(ctx context.Context, pools map[string]PoolScrape) {
 	for _, name := range slices.Sorted(maps.Keys(pools)) {
 		spec := pools[name]
 		if err := spec.Config.Validate(); err != nil {
-			// The policy validates these values; this guards the two
-			// packages drifting apart.
+			// A policy's settings passed Validate already; settings
+			// from elsewhere would leave every weight at 1.
 			r.log.Error("metric-driven weights disabled for pool: invalid settings", "pool", name, "error", err)
 			continue
 		}
@@ -398,4 +400,52 @@ func (p *poolRunner) record(log hclog.Logger, m *runnerMetrics, prev, next map[s
 			m.saturated.DeleteLabelValues(p.pool, id)
 		}
 	}
+}
+
+// Metrics is how a pool's replicas are scraped for load signals: a
+// policy's metrics block, which the policy decodes into it.
+type Metrics struct {
+	// Engine is one of Engines().
+	Engine string
+	// Scrape holds the model filter, and the interval (at least
+	// MinScrapeInterval) and timeout (shorter; unset, the shorter of
+	// DefaultScrapeTimeout and Interval/2).
+	Scrape
+	// StaleAfter is how long a replica's last good values are kept after
+	// its scrapes start failing; at least Interval.
+	StaleAfter time.Duration
+	// Path starts with "/"; unset, the engine's (MetricsPath).
+	Path string
+	// Port is the metrics port; zero means the endpoint's serving port.
+	Port uint32
+	// Scheme is "http" or "https".
+	Scheme string
+	// Signals maps signal names (SignalNames) to their source. Set for
+	// EngineCustom only, with at least one of queue_depth, running and
+	// kv_occupancy.
+	Signals map[string]Series
+}
+
+// PoolScrape returns how a pool with these metrics, weighting and escape
+// settings is scraped, without its targets: an error if the engine and
+// signals make no profile.
+func (m Metrics) PoolScrape(w Weighting, e Escape) (PoolScrape, error) {
+	profile, err := ProfileFor(m.Engine, m.Signals)
+	if err != nil {
+		return PoolScrape{}, err
+	}
+	return PoolScrape{
+		Config:  Config{Weighting: w, Escape: e, StaleAfter: m.StaleAfter},
+		Profile: profile,
+		Scrape:  m.Scrape,
+	}, nil
+}
+
+// URL is the metrics page of a replica serving on host:port: on the
+// metrics port, if one is set.
+func (m Metrics) URL(host string, port uint32) string {
+	if m.Port != 0 {
+		port = m.Port
+	}
+	return m.Scheme + "://" + net.JoinHostPort(host, strconv.FormatUint(uint64(port), 10)) + m.Path
 }

@@ -8,9 +8,12 @@ import "time"
 // so a change of decider moves no key. Its weight then moves only after
 // MinChangeInterval, its smoothed capacity is seeded by its first reading,
 // and a saturated replica recovers by the usual calm run and hold. Stale
-// decisions carry nothing: those replicas start afresh.
+// decisions carry nothing: those replicas start afresh, as every replica
+// does under a Config that fails Validate.
 func Seed(cfg Config, decisions map[string]Decision, now time.Time) State {
-	cfg = cfg.sanitized()
+	if cfg.Validate() != nil {
+		return State{} // Step starts every replica afresh
+	}
 	s := State{replicas: make(map[string]memo, len(decisions))}
 	for id, d := range decisions {
 		if d.Stale {

@@ -205,8 +205,9 @@ type Result struct {
 // changes; immediate saturation with a hold before recovery; the fallback
 // to pure affinity when too much of the pool is saturated; stale metrics.
 //
-// Step expects a Config that passes Validate. It does not panic on one that
-// does not, but its decisions are then unspecified.
+// Step expects a Config that passes Validate. Under one that does not, it
+// forgets prev and leaves every replica at weight 1 and in the hash table,
+// as if the pool had no metric-driven weights.
 func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time) (State, Result) {
 	return StepDomains(cfg, prev, ids, nil, obs, now)
 }
@@ -217,10 +218,16 @@ func Step(cfg Config, prev State, ids []string, obs []Observation, now time.Time
 // relative weights (Config.Relative): each replica is measured against
 // the mean pressure of its own domain.
 func StepDomains(cfg Config, prev State, ids []string, domains map[string]string, obs []Observation, now time.Time) (State, Result) {
-	cfg = cfg.sanitized()
 	members := slices.Clone(ids)
 	slices.Sort(members)
 	members = slices.Compact(members)
+	if cfg.Validate() != nil {
+		res := Result{Decisions: make(map[string]Decision, len(members))}
+		for _, id := range members {
+			res.Decisions[id] = Decision{Weight: 1}
+		}
+		return State{}, res
+	}
 
 	next := State{replicas: make(map[string]memo, len(members))}
 	for _, id := range members {
@@ -472,87 +479,119 @@ func (c *Config) levelWeight(l int) uint32 {
 	return c.MinWeight + uint32((uint64(l)*span+steps/2)/steps)
 }
 
-// sanitized returns c with the values that could make Step panic or compute
-// NaN clamped; Validate reports them properly.
-func (c Config) sanitized() Config {
-	c.Levels = max(c.Levels, 1)
-	c.MaxWeight = max(c.MaxWeight, c.MinWeight)
-	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
-		c.Smoothing = 1
-	}
-	if !(c.Hysteresis >= 0) {
-		c.Hysteresis = 0
-	}
-	if math.IsInf(c.Hysteresis, 0) {
-		c.Hysteresis = 1
-	}
-	if !(c.MaxQueueDepth > 0) {
-		c.MaxQueueDepth = math.Inf(1)
-	}
-	if !(c.MaxKVOccupancy > 0) {
-		c.MaxKVOccupancy = math.Inf(1)
-	}
-	if math.IsNaN(c.MaxSaturatedFraction) {
-		c.MaxSaturatedFraction = 0
-	}
-	return c
+// FieldError is a setting of a Config that is out of its range or does
+// not fit another. Path names the setting as a policy file writes it
+// ("max", "resume_queue_depth", "stale_after"), and With the settings it
+// was compared with, if any; Msg, the error's text, names the Config's
+// fields.
+type FieldError struct {
+	Path string
+	With []string
+	Msg  string
 }
 
+func (e *FieldError) Error() string { return e.Msg }
+
+// FieldErrors returns every *FieldError in err (as Validate returns
+// them), in order.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *FieldError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		}
+	}
+	walk(err)
+	return out
+}
+
+// fieldErrors collects a Validate's errors.
+type fieldErrors []error
+
+func (f *fieldErrors) add(path string, with []string, format string, args ...any) {
+	*f = append(*f, &FieldError{Path: path, With: with, Msg: fmt.Sprintf(format, args...)})
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
 // Validate reports every inconsistent value of c at once, joined with
-// errors.Join; nil means c is usable.
+// errors.Join, each a *FieldError; nil means c is usable.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-	if c.MinWeight < 1 {
-		bad("MinWeight must be at least 1 (Envoy rejects a zero endpoint weight)")
-	}
-	if c.MaxWeight < c.MinWeight {
-		bad("MaxWeight (%d) must not be less than MinWeight (%d)", c.MaxWeight, c.MinWeight)
-	}
-	if c.Levels < 1 {
-		bad("Levels (%d) must be at least 1", c.Levels)
-	} else if c.MaxWeight >= c.MinWeight && uint64(c.Levels) > uint64(c.MaxWeight-c.MinWeight)+1 {
-		// Two levels with one integer weight would be indistinguishable.
-		bad("Levels (%d) must not exceed the %d integer weights from MinWeight (%d) to MaxWeight (%d)",
-			c.Levels, uint64(c.MaxWeight-c.MinWeight)+1, c.MinWeight, c.MaxWeight)
-	}
-	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
-		bad("Smoothing (%v) must be in (0, 1]", c.Smoothing)
-	}
-	if !(c.Hysteresis >= 0 && c.Hysteresis < 1) {
-		// At 1 or more the top level could never be reached.
-		bad("Hysteresis (%v) must be in [0, 1)", c.Hysteresis)
-	}
-	if c.MinChangeInterval < 0 {
-		bad("MinChangeInterval (%v) must not be negative", c.MinChangeInterval)
-	}
-
-	if !(c.MaxQueueDepth > 0 && finite(c.MaxQueueDepth)) {
-		bad("MaxQueueDepth (%v) must be positive and finite", c.MaxQueueDepth)
-	}
-	if !(c.ResumeQueueDepth > 0 && c.ResumeQueueDepth < c.MaxQueueDepth) {
-		bad("ResumeQueueDepth (%v) must be positive and less than MaxQueueDepth (%v)", c.ResumeQueueDepth, c.MaxQueueDepth)
-	}
-	if !(c.MaxKVOccupancy > 0 && c.MaxKVOccupancy <= 1) {
-		bad("MaxKVOccupancy (%v) must be in (0, 1]", c.MaxKVOccupancy)
-	}
-	if !(c.ResumeKVOccupancy > 0 && c.ResumeKVOccupancy < c.MaxKVOccupancy) {
-		bad("ResumeKVOccupancy (%v) must be positive and less than MaxKVOccupancy (%v)", c.ResumeKVOccupancy, c.MaxKVOccupancy)
-	}
-	if !(c.MaxPreemptionRate >= 0 && finite(c.MaxPreemptionRate)) {
-		bad("MaxPreemptionRate (%v) must be non-negative and finite", c.MaxPreemptionRate)
-	}
-	if c.Hold < 0 {
-		bad("Hold (%v) must not be negative", c.Hold)
-	}
-	if !(c.MaxSaturatedFraction >= 0 && c.MaxSaturatedFraction <= 1) {
-		bad("MaxSaturatedFraction (%v) must be in [0, 1]", c.MaxSaturatedFraction)
-	}
+	var errs fieldErrors
 	if c.StaleAfter <= 0 {
 		// Zero would make every replica stale between two scrapes.
-		bad("StaleAfter (%v) must be positive", c.StaleAfter)
+		errs.add("stale_after", nil, "StaleAfter (%v) must be positive", c.StaleAfter)
+	}
+	return errors.Join(c.Weighting.Validate(), c.Escape.Validate(), errors.Join(errs...))
+}
+
+// Validate reports every inconsistent value of w, as Config.Validate.
+func (w Weighting) Validate() error {
+	var errs fieldErrors
+	if w.MinWeight < 1 {
+		errs.add("min", nil, "MinWeight must be at least 1 (Envoy rejects a zero endpoint weight)")
+	}
+	if w.MaxWeight < w.MinWeight {
+		errs.add("max", []string{"min"}, "MaxWeight (%d) must not be less than MinWeight (%d)", w.MaxWeight, w.MinWeight)
+	}
+	if w.Levels < 1 {
+		errs.add("levels", nil, "Levels (%d) must be at least 1", w.Levels)
+	} else if w.MaxWeight >= w.MinWeight && uint64(w.Levels) > uint64(w.MaxWeight-w.MinWeight)+1 {
+		// Two levels with one integer weight would be indistinguishable.
+		errs.add("levels", []string{"min", "max"}, "Levels (%d) must not exceed the %d integer weights from MinWeight (%d) to MaxWeight (%d)",
+			w.Levels, uint64(w.MaxWeight-w.MinWeight)+1, w.MinWeight, w.MaxWeight)
+	}
+	if !(w.Smoothing > 0 && w.Smoothing <= 1) {
+		errs.add("smoothing", nil, "Smoothing (%v) must be in (0, 1]", w.Smoothing)
+	}
+	if !(w.Hysteresis >= 0 && w.Hysteresis < 1) {
+		// At 1 or more the top level could never be reached.
+		errs.add("hysteresis", nil, "Hysteresis (%v) must be in [0, 1)", w.Hysteresis)
+	}
+	if w.MinChangeInterval < 0 {
+		errs.add("min_interval", nil, "MinChangeInterval (%v) must not be negative", w.MinChangeInterval)
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every inconsistent value of e, as Config.Validate.
+func (e Escape) Validate() error {
+	var errs fieldErrors
+	if !(e.MaxQueueDepth > 0 && finite(e.MaxQueueDepth)) {
+		errs.add("max_queue_depth", nil, "MaxQueueDepth (%v) must be positive and finite", e.MaxQueueDepth)
+	}
+	// A resume value out of its own range is not compared with its
+	// maximum: that error is the resume value's alone.
+	switch msg := "ResumeQueueDepth (%v) must be positive and less than MaxQueueDepth (%v)"; {
+	case !(e.ResumeQueueDepth > 0 && finite(e.ResumeQueueDepth)):
+		errs.add("resume_queue_depth", nil, msg, e.ResumeQueueDepth, e.MaxQueueDepth)
+	case !(e.ResumeQueueDepth < e.MaxQueueDepth):
+		errs.add("resume_queue_depth", []string{"max_queue_depth"}, msg, e.ResumeQueueDepth, e.MaxQueueDepth)
+	}
+	if !(e.MaxKVOccupancy > 0 && e.MaxKVOccupancy <= 1) {
+		errs.add("max_kv_occupancy", nil, "MaxKVOccupancy (%v) must be in (0, 1]", e.MaxKVOccupancy)
+	}
+	switch msg := "ResumeKVOccupancy (%v) must be positive and less than MaxKVOccupancy (%v)"; {
+	case !(e.ResumeKVOccupancy > 0 && e.ResumeKVOccupancy < 1):
+		errs.add("resume_kv_occupancy", nil, msg, e.ResumeKVOccupancy, e.MaxKVOccupancy)
+	case !(e.ResumeKVOccupancy < e.MaxKVOccupancy):
+		errs.add("resume_kv_occupancy", []string{"max_kv_occupancy"}, msg, e.ResumeKVOccupancy, e.MaxKVOccupancy)
+	}
+	if !(e.MaxPreemptionRate >= 0 && finite(e.MaxPreemptionRate)) {
+		errs.add("max_preemption_rate", nil, "MaxPreemptionRate (%v) must be non-negative and finite", e.MaxPreemptionRate)
+	}
+	if e.Hold < 0 {
+		errs.add("hold", nil, "Hold (%v) must not be negative", e.Hold)
+	}
+	if !(e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
+		errs.add("max_saturated_fraction", nil, "MaxSaturatedFraction (%v) must be in [0, 1]", e.MaxSaturatedFraction)
 	}
 	return errors.Join(errs...)
 }

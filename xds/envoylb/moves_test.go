@@ -139,7 +139,7 @@ func build(t *testing.T, tb table, eps []fleet.Endpoint) *Balancer {
 			w += uint64(e.Weight)
 		}
 	}
-	p := fleet.Pool{Name: "p", Port: 10000, Hash: tb.hash(w), Endpoints: eps}
+	p := fleet.Pool{Name: "p", Settings: fleet.Settings{Port: 10000, Hash: tb.hash(w)}, Endpoints: eps}
 	p.Hash.Keys = []fleet.HashKey{{Header: "x-session-id"}}
 	b := router(t, fleet.Fleet{Pools: []fleet.Pool{p}}).Balancer("p")
 	if b == nil {

@@ -13,10 +13,12 @@ import (
 // state kvxds serves.
 func chatPool(alg fleet.Algorithm) fleet.Pool {
 	p := fleet.Pool{
-		Name: "chat", Port: 10000,
-		Hash: fleet.Hash{
-			Algorithm: alg,
-			Keys:      []fleet.HashKey{{Header: "x-session-id"}, {Cookie: "sid"}, {QueryParameter: "session"}},
+		Name: "chat", Settings: fleet.Settings{
+			Port: 10000,
+			Hash: fleet.Hash{
+				Algorithm: alg,
+				Keys:      []fleet.HashKey{{Header: "x-session-id"}, {Cookie: "sid"}, {QueryParameter: "session"}},
+			},
 		},
 	}
 	for i := range 8 {

@@ -13,8 +13,10 @@ func benchFleet(shift uint32) fleet.Fleet {
 	var f fleet.Fleet
 	for p := range 10 {
 		pool := fleet.Pool{
-			Name: fmt.Sprintf("pool-%02d", p), Port: 10000 + uint32(p),
-			Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}}},
+			Name: fmt.Sprintf("pool-%02d", p), Settings: fleet.Settings{
+				Port: 10000 + uint32(p),
+				Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}, {Header: "x-tenant-id"}}},
+			},
 		}
 		for e := range 100 {
 			pool.Endpoints = append(pool.Endpoints, fleet.Endpoint{

@@ -20,8 +20,10 @@ func manyPools(n int, w map[int]uint32) fleet.Fleet {
 	var f fleet.Fleet
 	for i := range n {
 		p := fleet.Pool{
-			Name: fmt.Sprintf("pool-%03d", i), Port: 10000 + uint32(i),
-			Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			Name: fmt.Sprintf("pool-%03d", i), Settings: fleet.Settings{
+				Port: 10000 + uint32(i),
+				Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			},
 		}
 		weight := w[i]
 		if weight == 0 {

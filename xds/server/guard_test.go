@@ -25,8 +25,10 @@ import (
 // send of its first response.
 func bigFleet(n int, weight uint32) fleet.Fleet {
 	p := fleet.Pool{
-		Name: "chat", Port: 10000,
-		Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+		Name: "chat", Settings: fleet.Settings{
+			Port: 10000,
+			Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+		},
 	}
 	for i := range n {
 		p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: 8000, Weight: weight})

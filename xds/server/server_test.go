@@ -27,8 +27,10 @@ import (
 func testFleet(weights ...uint32) fleet.Fleet {
 	pool := func(name string, port uint32) fleet.Pool {
 		p := fleet.Pool{
-			Name: name, Port: port,
-			Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			Name: name, Settings: fleet.Settings{
+				Port: port,
+				Hash: fleet.Hash{Algorithm: fleet.Maglev, BalanceFactor: 150, Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			},
 		}
 		for i, w := range weights {
 			p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: "127.0.0.1", Port: 8001 + uint32(i), Weight: w})

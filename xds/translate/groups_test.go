@@ -11,7 +11,7 @@ import (
 // groupTestPool is a normalised hash pool of n replicas "r-0".."r-(n-1)".
 func groupTestPool(t *testing.T, n int, g fleet.Group) *fleet.Pool {
 	t.Helper()
-	p := fleet.Pool{Name: "chat", Port: 10000, Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}}, Groups: []fleet.Group{g}}
+	p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}}, Groups: []fleet.Group{g}}}
 	for i := range n {
 		p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), Port: 8000, HashKey: fmt.Sprintf("r-%d", i)})
 	}

@@ -60,9 +60,11 @@ func TestMeshWeightChange(t *testing.T) {
 func TestMeshInvalid(t *testing.T) {
 	pool := func(name, mesh string) fleet.Pool {
 		return fleet.Pool{
-			Name: name, Port: 10000 + uint32(len(name)),
-			Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
-			Mesh: &fleet.Mesh{ClusterName: mesh},
+			Name: name, Settings: fleet.Settings{
+				Port: 10000 + uint32(len(name)),
+				Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+				Mesh: &fleet.Mesh{ClusterName: mesh},
+			},
 		}
 	}
 	for _, tt := range []struct {

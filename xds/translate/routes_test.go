@@ -13,8 +13,10 @@ import (
 // finds the cookie and nothing else.
 func TestKeylessRoutes(t *testing.T) {
 	f := fleet.Fleet{Pools: []fleet.Pool{{
-		Name: "web", Port: 10000,
-		Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "X-Session-ID"}, {Cookie: "s.id"}, {QueryParameter: "session"}}},
+		Name: "web", Settings: fleet.Settings{
+			Port: 10000,
+			Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "X-Session-ID"}, {Cookie: "s.id"}, {QueryParameter: "session"}}},
+		},
 	}}}
 	r := mustTranslate(t, f, Envoy)
 	routes := r.Routes[0].GetVirtualHosts()[0].GetRoutes()

@@ -31,11 +31,13 @@ func genFleet(pools, eps int) fleet.Fleet {
 	var f fleet.Fleet
 	for i := range pools {
 		p := fleet.Pool{
-			Name:         fmt.Sprintf("pool-%02d", i),
-			Port:         uint32(10000 + i),
-			RouteTimeout: time.Duration(i) * time.Second,
-			Hash: fleet.Hash{
-				Keys: []fleet.HashKey{{Header: "x-session-id"}, {Cookie: "sid"}, {QueryParameter: "session"}},
+			Name: fmt.Sprintf("pool-%02d", i),
+			Settings: fleet.Settings{
+				Port:         uint32(10000 + i),
+				RouteTimeout: time.Duration(i) * time.Second,
+				Hash: fleet.Hash{
+					Keys: []fleet.HashKey{{Header: "x-session-id"}, {Cookie: "sid"}, {QueryParameter: "session"}},
+				},
 			},
 		}
 		if i%2 == 1 {
@@ -393,8 +395,10 @@ func TestEndpointsFastPath(t *testing.T) {
 func TestErrors(t *testing.T) {
 	good := func() fleet.Pool {
 		return fleet.Pool{
-			Name: "p", Port: 1000,
-			Hash:      fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			Name: "p", Settings: fleet.Settings{
+				Port: 1000,
+				Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+			},
 			Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 80}},
 		}
 	}
