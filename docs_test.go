@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/kvxds/kvxds/discovery/dns"
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 )
 
@@ -335,16 +336,16 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.listen_address":             func() any { return a.ListenAddress },
 		"pool.route_timeout":              func() any { return a.RouteTimeout },
 		"pool.idle_timeout":               func() any { return a.IdleTimeout },
-		"pool.load_balancing":             func() any { return a.LoadBalancing },
+		"pool.load_balancing":             func() any { return a.Balancer },
 		"pool.hash.algorithm":             func() any { return a.Hash.Algorithm },
 		"pool.hash.table_size":            func() any { return a.Hash.TableSize },
 		// Zero: the data planes' own minimum.
-		"pool.hash.min_ring_size":  func() any { return cmp.Or(a.Hash.MinRingSize, policy.DataPlaneMinRingSize) },
+		"pool.hash.min_ring_size":  func() any { return cmp.Or(a.Hash.MinRingSize, fleet.DefaultMinRingSize) },
 		"pool.hash.balance_factor": func() any { return a.Hash.BalanceFactor },
 		"pool.hash.balance_factor with a prompt_prefix or conversation key": func() any { return b.Hash.BalanceFactor },
 		"pool.hash.keyless": func() any { return a.Hash.Keyless },
 		// Zero: the clients' own cap.
-		"pool.hash.grpc_ring_cap":       func() any { return cmp.Or(a.Hash.GRPCRingCap, policy.DefaultGRPCRingCap) },
+		"pool.hash.grpc_ring_cap":       func() any { return cmp.Or(a.Hash.GRPCRingCap, fleet.DefaultGRPCRingCap) },
 		"pool.hash.max_body_bytes":      func() any { return b.Hash.MaxBodyBytes },
 		"pool.static.endpoint.weight":   func() any { return a.Static[0].Weight },
 		"pool.dns.type":                 func() any { return a.DNS[0].Type },

@@ -230,8 +230,8 @@ func TestPrepare(t *testing.T) {
 // pool's own (without an exclusive group's members) and each group's.
 func TestPlanEnvoyRingSize(t *testing.T) {
 	for _, k := range []uint64{0, 64} {
-		p := Pool{Name: "chat", Port: 10000, Groups: []Group{{Name: "acme", Header: "x-tenant", Values: []string{"acme"}, Replicas: 2, Exclusive: true}},
-			Hash: Hash{Algorithm: RingHash, EntriesPerWeight: k, Keys: []HashKey{{Header: "x-session-id"}}}}
+		p := Pool{Name: "chat", Settings: Settings{Port: 10000, Groups: []Group{{Name: "acme", Header: "x-tenant", Values: []string{"acme"}, Replicas: 2, Exclusive: true}},
+			Hash: Hash{Algorithm: RingHash, EntriesPerWeight: k, Keys: []HashKey{{Header: "x-session-id"}}}}}
 		for i := range 6 {
 			p.Endpoints = append(p.Endpoints, Endpoint{Host: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Weight: uint32(1 + i%3), HashKey: fmt.Sprintf("r-%d", i)})
 		}

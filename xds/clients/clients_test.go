@@ -18,8 +18,8 @@ import (
 func pool(t *testing.T, n int, h fleet.Hash) fleet.Model {
 	t.Helper()
 	h.Keys = []fleet.HashKey{{Header: "x-session-id"}}
-	p := fleet.Pool{Name: "chat", Port: 10000, Hash: h,
-		Groups: []fleet.Group{{Name: "acme", Header: "x-tenant", Values: []string{"acme"}, Replicas: 3}}}
+	p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: h,
+		Groups: []fleet.Group{{Name: "acme", Header: "x-tenant", Values: []string{"acme"}, Replicas: 3}}}}
 	for i := range n {
 		// Addresses sort in the reverse of the hash keys.
 		p.Endpoints = append(p.Endpoints, fleet.Endpoint{
