@@ -40,6 +40,16 @@ type Pool struct {
 	Weights weights.Weighting
 }
 
+// MaxMultiplier is the largest factor a replica's own weight can be
+// multiplied by: weights.max where metrics are scraped, else 1. Ring
+// sizes and tenant groups' member weights are planned for it.
+func (p *Pool) MaxMultiplier() uint32 {
+	if p.Metrics == nil {
+		return 1
+	}
+	return max(p.Weights.MaxWeight, 1)
+}
+
 // poolSpec is a pool block. port is required, but checked by hand so that
 // the diagnostic names the pool rather than pointing at its closing brace.
 type poolSpec struct {
@@ -207,10 +217,7 @@ func (d *decoder) ringPerWeight(a *hcl.Attribute, pool *Pool) {
 	for _, e := range pool.Static {
 		w += uint64(max(e.Weight, 1))
 	}
-	mult := uint64(1)
-	if pool.Metrics != nil {
-		mult = uint64(max(pool.Weights.MaxWeight, 1))
-	}
+	mult := uint64(pool.MaxMultiplier())
 	if w*mult*k > fleet.MaxRingSize {
 		at := ""
 		if mult > 1 {

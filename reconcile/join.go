@@ -38,13 +38,8 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 		fp := fleet.Pool{Name: pp.Name, Settings: pp.Settings}
 		// Cloned: MemberWeight is set below, and the policy is shared.
 		fp.Groups = slices.Clone(pp.Groups)
-		// Multipliers apply only where metrics are scraped.
-		memberWeight := uint32(1)
-		if pp.Metrics != nil {
-			memberWeight = pp.Weights.MaxWeight
-		}
 		for i := range fp.Groups {
-			fp.Groups[i].MemberWeight = memberWeight
+			fp.Groups[i].MemberWeight = pp.MaxMultiplier()
 		}
 		dec := decisions[pp.Name]
 		// Appending copied the targets, which the caller shares, so the
