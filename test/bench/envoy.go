@@ -365,6 +365,12 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 	case ec.kind == "random":
 		host = ec.healthy[e.rng.IntN(len(ec.healthy))]
 	default:
+		if _, ok := e.rr[d.Cluster]; !ok {
+			// Envoy starts each round-robin balancer at a random host
+			// (EdfLoadBalancerBase: seed_ % hosts), so Envoys do not
+			// rotate in step.
+			e.rr[d.Cluster] = e.rng.Uint64() >> 1
+		}
 		host = ec.weightedRR(e.rr[d.Cluster])
 		e.rr[d.Cluster]++
 	}
