@@ -90,17 +90,20 @@ demo:
 # routing from what kvxds serves over ADS; needs luajit), with Envoy's
 # bounded load at 150 and 125 (bench-out/dataplanes/). Then the clients
 # that send no session id: the body keys (prompt_prefix, conversation)
-# beside the session header and the approximate-index router, on the
+# beside the session header and the approximate-index routers (after
+# SGLang's cache_aware and llm-d's default profile), on the
 # stateless workloads and both Mooncake samples (bench-out/nosession/).
+# Every kvxds mode carries the metrics, escape and weights blocks at their
+# documented defaults; --bare runs them as pure consistent hashing.
 MOONCAKE := test/bench/testdata/mooncake_conversation_trace.jsonl.gz
 MOONCAKE_SAMPLE := test/bench/testdata/mooncake_conversation_trace.sample.jsonl
-NOSESSION_MODES := round_robin,kvxds,kvxds+prefix,kvxds+conversation,index,upper-bound
+NOSESSION_MODES := round_robin,least_request,kvxds,kvxds+prefix,kvxds+conversation,index,index-llmd,upper-bound
 bench: microbench clusterbench adsbench
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
 	./bin/kvxds-bench --workload chat,zipf-tenants --modes round_robin,kvxds,kvxds+bounded,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes
 	./bin/kvxds-bench --workload zipf-tenants --modes kvxds+bounded --balance-factor 125 --data-plane envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/bounded-125
-	./bin/kvxds-bench --trace $(MOONCAKE) --modes round_robin,kvxds,upper-bound --prefix-blocks 1,4,8 --time-scale 5 --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/trace
+	./bin/kvxds-bench --trace $(MOONCAKE) --modes round_robin,least_request,kvxds,upper-bound --prefix-blocks 1,4,8 --time-scale 5 --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/trace
 	./bin/kvxds-bench --workload chat,chat-stateless,branching,agent-stateless,retrieval --modes $(NOSESSION_MODES) --replicas 8 --load 0.7 --out bench-out/nosession
 	./bin/kvxds-bench --trace $(MOONCAKE_SAMPLE) --modes $(NOSESSION_MODES) --prefix-blocks 1,4 --replicas 8 --load 0.7 --out bench-out/nosession/trace-sample
 	./bin/kvxds-bench --trace $(MOONCAKE) --modes $(NOSESSION_MODES) --prefix-blocks 4 --time-scale 5 --replicas 8 --load 0.7 --out bench-out/nosession/trace

@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		duration   = fs.Duration("duration", 0, "simulated length of each request stream (0: wall-per-mode × time scale)")
 		wall       = fs.Duration("wall-per-mode", 16*time.Second, "target wall time of one mode when --duration is 0")
 		seed       = fs.Uint64("seed", 1, "workload seed")
-		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and, run only when named, kvxds+groups (the busiest session key in a tenant group) and kvxds+bounded (kvxds with --balance-factor; envoy data plane only) and kvxds+prefix (kvxds keyed on the body's prompt_prefix of --prompt-prefix bytes; of a trace, of each of --prefix-blocks) and kvxds+conversation (kvxds keyed on the body's leading messages, key { conversation = true }) and index (an approximate prefix-index router after SGLang's cache_aware policy, dialling the replicas directly)")
+		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and, run only when named, kvxds+groups (the busiest session key in a tenant group) and kvxds+bounded (kvxds with --balance-factor; envoy data plane only) and kvxds+prefix (kvxds keyed on the body's prompt_prefix of --prompt-prefix bytes; of a trace, of each of --prefix-blocks) and kvxds+conversation (kvxds keyed on the body's leading messages, key { conversation = true }) and index (an approximate prefix-index router after SGLang's cache_aware policy, dialling the replicas directly) and index-llmd (a prefix-index router after llm-d's default profile: prefix-cache, queue and KV-utilisation scorers, max-score picker)")
 		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
 		groupLvls  = fs.Int("group-weight-levels", 3, "kvxds+groups: weight levels N (weights MIN to MIN+N-1, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
 		groupMin   = fs.Int("group-weight-min", 2, "kvxds+groups: the lowest weight (MIN)")
@@ -67,7 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		out        = fs.String("out", "bench-out", "output directory for results.md, results.csv, the charts and kvxds.log")
 		quick      = fs.Bool("quick", false, "short runs (6 s of wall time per mode) for a smoke test")
 		warmup     = fs.Float64("warmup", 0.2, "fraction of each stream's first requests left out of the statistics")
-		clients    = fs.Int("clients", 2, "grpc-go xDS clients sharing the requests")
+		clients    = fs.Int("clients", 2, "grpc-go xDS clients, or simulated Envoys on the envoy data plane, sharing the requests (each its own xDS node, connections and requests in flight)")
+		bare       = fs.Bool("bare", false, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics, escape and weights blocks: pure consistent hashing (default: those blocks at their documented defaults)")
 		echo       = fs.Bool("echo-replies", true, "next turns re-send the engine's own reply (see test/bench.PrepareRequests)")
 		budget     = fs.Float64("message-budget", 40000, "streamed tokens per wall second the automatic time scale aims at")
 		logLevel   = fs.String("log-level", "info", "level of kvxds's log in OUT/kvxds.log")
@@ -169,6 +170,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KVBlocks:          *kvBlocks,
 		WarmupFraction:    *warmup,
 		Clients:           *clients,
+		Bare:              *bare,
 		EchoReplies:       *echo,
 		Rolling:           rolling,
 		AdminAddress:      *admin,

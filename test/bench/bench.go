@@ -289,7 +289,7 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 		}
 		res := summarize(m, q, run, c.Replicas)
 		if m == KVXDSPrefix {
-			res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d", c.PromptPrefix))
+			res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d%s", c.PromptPrefix, bareLabel(c)))
 		}
 		wr.Modes = append(wr.Modes, res)
 		if q.BodyKey.HCL != "" && c.Progress != nil {

@@ -37,7 +37,9 @@ func TestEndToEnd(t *testing.T) {
 		Duration:  24 * time.Second,
 		TimeScale: 3,
 		Modes:     []Mode{RoundRobin, KVXDS, UpperBound},
-		Out:       dir,
+		// Pure hashing: with nothing changing no session may move.
+		Bare: true,
+		Out:  dir,
 	}
 	rep, err := Run(ctx, c)
 	if err != nil {
@@ -220,27 +222,58 @@ func TestEchoRepliesEveryWorkload(t *testing.T) {
 }
 
 func TestPolicies(t *testing.T) {
-	for _, m := range append(AllModes(), OptionalModes()...) {
-		if !m.Live() {
-			continue
+	for _, bare := range []bool{false, true} {
+		for _, scale := range []float64{10, 40} {
+			for _, m := range append(AllModes(), OptionalModes()...) {
+				if !m.Live() {
+					continue
+				}
+				text, err := Policy(PolicyOptions{Mode: m, Endpoints: []string{"127.0.0.1:8001", "127.0.0.1:8002"},
+					TimeScale: scale, Scrape: 250 * time.Millisecond, Escape: DefaultEscape().Resolve(6),
+					GroupKey: "tenant-0", GroupReplicas: 1, Bare: bare})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, diags := policy.Parse([]byte(text), string(m)+".hcl")
+				if diags.HasErrors() {
+					t.Errorf("%s: generated policy is invalid:\n%s\n%s", m, policy.Format(diags), text)
+					continue
+				}
+				if len(p.Pools) != 1 {
+					t.Errorf("%s: %d pools", m, len(p.Pools))
+					continue
+				}
+				if groups := len(p.Pools[0].Groups); groups != 0 != (m == KVXDSGroups) {
+					t.Errorf("%s: %d groups", m, groups)
+				}
+				deployed := strings.Contains(text, DeployedBlocks(scale))
+				if want := m.Deployable() && !bare; deployed != want {
+					t.Errorf("%s, bare %v: documented blocks %v, want %v:\n%s", m, bare, deployed, want, text)
+				}
+			}
 		}
-		text, err := Policy(PolicyOptions{Mode: m, Endpoints: []string{"127.0.0.1:8001", "127.0.0.1:8002"},
-			TimeScale: 10, Scrape: 250 * time.Millisecond, Escape: DefaultEscape().Resolve(6),
-			GroupKey: "tenant-0", GroupReplicas: 1})
-		if err != nil {
-			t.Fatal(err)
+	}
+}
+
+// The documented durations are engine time, divided by the time scale
+// into kvxds's wall time; the interval stays at kvxds's minimum or above.
+func TestDeployedBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		scale float64
+		want  []string
+	}{
+		{1, []string{`interval    = "2s"`, `timeout     = "1s"`, `stale_after = "10s"`, `hold = "30s"`, `min_interval = "30s"`}},
+		{5, []string{`interval    = "400ms"`, `timeout     = "200ms"`, `stale_after = "2s"`, `hold = "6s"`, `min_interval = "6s"`}},
+		{40, []string{`interval    = "100ms"`, `timeout     = "50ms"`, `stale_after = "500ms"`, `hold = "750ms"`}},
+	} {
+		text := DeployedBlocks(tc.scale)
+		for _, w := range tc.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("time scale %g: no %s in\n%s", tc.scale, w, text)
+			}
 		}
-		p, diags := policy.Parse([]byte(text), string(m)+".hcl")
-		if diags.HasErrors() {
-			t.Errorf("%s: generated policy is invalid:\n%s\n%s", m, policy.Format(diags), text)
-			continue
-		}
-		if len(p.Pools) != 1 {
-			t.Errorf("%s: %d pools", m, len(p.Pools))
-			continue
-		}
-		if groups := len(p.Pools[0].Groups); groups != 0 != (m == KVXDSGroups) {
-			t.Errorf("%s: %d groups", m, groups)
+		if strings.Contains(text, "max_queue_depth") || strings.Contains(text, "levels") {
+			t.Errorf("time scale %g: a threshold is written instead of left at its default:\n%s", tc.scale, text)
 		}
 	}
 }

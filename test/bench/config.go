@@ -28,10 +28,13 @@ const (
 	// "least_request" (gRPC: power of two choices on outstanding requests).
 	LeastRequest Mode = "least_request"
 	// KVXDS is consistent hashing on x-session-id (gRPC clients use a ring
-	// hash).
+	// hash), with the metrics, escape and weights blocks at their
+	// documented defaults (DeployedBlocks) unless Config.Bare.
 	KVXDS Mode = "kvxds"
-	// KVXDSWeights is KVXDS plus the metrics, escape and weights blocks:
-	// kvxds scrapes the simulated replicas and moves weights and health.
+	// KVXDSWeights is KVXDS with the metrics, escape and weights blocks
+	// tuned for the simulated engine (Escape): kvxds reads its running
+	// requests as the queue depth and saturates a replica at a multiple of
+	// the mean. Config.Bare does not apply to it.
 	KVXDSWeights Mode = "kvxds+weights"
 	// KVXDSGroups is KVXDSWeights plus a tenant hash group for the
 	// stream's busiest session key (the hot tenant of zipf-tenants):
@@ -60,6 +63,11 @@ const (
 	// process with its own state, dialling each replica directly on
 	// either data plane. It runs only when asked for (OptionalModes).
 	Index Mode = "index"
+	// IndexLLMD is the second index router, after llm-d's default
+	// scheduling profile (LLMDRouter: prefix-cache, queue and
+	// KV-utilisation scorers, max-score picker), in the load generator as
+	// Index is. It runs only when asked for (OptionalModes).
+	IndexLLMD Mode = "index-llmd"
 	// UpperBound is computed offline: the same prompts in arrival order
 	// through one prefix cache as large as the whole fleet's.
 	UpperBound Mode = "upper-bound"
@@ -72,11 +80,26 @@ func AllModes() []Mode {
 
 // OptionalModes are the modes that run only when named.
 func OptionalModes() []Mode {
-	return []Mode{KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, Index}
+	return []Mode{KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, Index, IndexLLMD}
 }
 
 // Live reports whether the mode runs traffic (every mode but UpperBound).
 func (m Mode) Live() bool { return m != UpperBound }
+
+// Routed reports whether a router in the load generator picks each
+// request's replica (Index, IndexLLMD) instead of the data plane.
+func (m Mode) Routed() bool { return m == Index || m == IndexLLMD }
+
+// Deployable reports whether Config.Bare applies to the mode: the hash
+// modes whose policy otherwise carries the documented metrics, escape and
+// weights blocks.
+func (m Mode) Deployable() bool {
+	switch m {
+	case KVXDS, KVXDSBounded, KVXDSPrefix, KVXDSConversation:
+		return true
+	}
+	return false
+}
 
 // ParseModes parses a comma-separated list of modes; "all" or "" is
 // AllModes.
@@ -153,10 +176,18 @@ type Config struct {
 	// replayed but left out of every statistic. Default 0.2; negative:
 	// none.
 	WarmupFraction float64
-	// Clients is the number of grpc-go xDS clients (each its own xDS
-	// node and connections) that share the requests by session (requests
-	// without one by Seq). Default 2.
+	// Clients is the number of grpc-go xDS clients, or of simulated
+	// Envoys on the Envoy data plane (each its own xDS node, connections,
+	// requests in flight and Lua filter), that share the requests by
+	// session (requests without one by Seq). Default 2. The index modes
+	// have one router whatever it is.
 	Clients int
+	// Bare renders the hash modes of Mode.Deployable without the metrics,
+	// escape and weights blocks: pure consistent hashing (kvxds still
+	// scrapes for its status page, with thresholds no replica reaches).
+	// By default they carry the blocks at their documented defaults, as
+	// a policy written from the policy reference does (DeployedBlocks).
+	Bare bool
 	// EchoReplies makes a dependent request (the next chat turn, the next
 	// agent step) re-send the reply the simulated engine produced for the
 	// request it depends on, as a real client does, instead of the

@@ -7,19 +7,26 @@
 // in-process kvxds serving a generated policy, through grpc-go's own xDS
 // client: the real data plane. The modes are round_robin and least_request
 // (baselines through kvxds, load_balancing in the policy), kvxds (ring hash
-// on x-session-id) and kvxds+weights (the same plus the metrics, escape and
-// weights blocks, scraping the simulators), and upper-bound, computed
-// offline. index, run only when named, is the stateful router users pick
-// instead of a hash: IndexRouter, SGLang's cache_aware policy (an
-// approximate radix tree of the prompt text each replica served, longest
-// match above cache_threshold, else the smallest tree, and least-loaded
-// under imbalance), picking each request's replica in the load generator
-// and dialling it directly. kvxds+prefix and kvxds+conversation, run only
-// when named, key kvxds on the chat body a client without a session id
-// sends (KeyBody): its prompt_prefix of Config.PromptPrefix bytes, or its
-// conversation key (the leading messages). The grpc-go clients compute the
-// key as Envoy's filter would and send it as x-session-id; the Envoy data
-// plane runs the served filter on the body.
+// on x-session-id, with the metrics, escape and weights blocks as a policy
+// written from the policy reference has them: DeployedBlocks) and
+// kvxds+weights (the same blocks tuned for the simulated engine, see
+// below), and upper-bound, computed offline. index and index-llmd, run
+// only when named, are the stateful routers users pick instead of a hash,
+// picking each request's replica in the load generator and dialling it
+// directly: IndexRouter, SGLang's cache_aware policy (an approximate radix
+// tree of the prompt text each replica served, longest match above
+// cache_threshold, else the smallest tree, and least-loaded under
+// imbalance), and LLMDRouter, llm-d's default profile (prefix-cache
+// scorer over a block-hash index with an LRU per replica, weight 3; the
+// engines' waiting queues and KV usage, weight 2 each; the highest sum
+// wins). kvxds+prefix and kvxds+conversation, run only when named, key
+// kvxds on the chat body a client without a session id sends (KeyBody):
+// its prompt_prefix of Config.PromptPrefix bytes, or its conversation key
+// (the leading messages). The grpc-go clients compute the key as Envoy's
+// filter would and send it as x-session-id; the Envoy data plane runs the
+// served filter on the body. Config.Bare (--bare) renders kvxds,
+// kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics,
+// escape and weights blocks: pure consistent hashing, for comparison.
 //
 // # Workloads
 //
@@ -39,7 +46,7 @@
 // # The load generator
 //
 // A few grpc-go clients (Config.Clients, each its own xDS node; a session
-// always uses the same one) send each request open-loop at its arrival time,
+// always uses the same one; on the Envoy data plane as many Envoys) send each request open-loop at its arrival time,
 // or when the request it depends on (the previous chat turn or agent step)
 // completes, whichever is later, with header x-session-id = Request.Session.
 // A request without a session (Session "": unique-short's single-shot calls)
@@ -58,8 +65,9 @@
 //
 // With Config.DataPlanes including Envoy, every workload runs again with
 // Envoy's routing in place of grpc-go's (envoy.go): each client is an ADS
-// stream as an Envoy node, whose received resources build xds/envoylb's
-// tables; a request is routed through the pool listener's route, hash
+// stream (its own connection) as an Envoy node, whose received resources
+// build xds/envoylb's tables, with its own requests in flight, random
+// source and LuaJIT process, as separate Envoys have; a request is routed through the pool listener's route, hash
 // policies and bounded load on that Envoy's requests in flight, body keys
 // come from the listener's Lua filter run in LuaJIT, and the request goes
 // over HTTP/1.1 to the replica's /v1/completions (streamed, same prompt).
@@ -151,6 +159,18 @@
 //   - Escapes and weight moves (kvxds+weights): replicas taken out of the
 //     hash table, and weight changes that change a replica's share.
 //   - Failed requests: any request that did not stream all its tokens.
+//
+// # The documented defaults in kvxds
+//
+// kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded run with
+// metrics { engine = "vllm" }, escape {} and weights {} at the policy
+// reference's defaults: saturated at 8 waiting requests
+// (vllm:num_requests_waiting), 90% KV occupancy or any preemption, back
+// below 4 and 80% after a 30 s hold, at most half the fleet out; weights 1
+// to 4 in 4 levels following free capacity, at most one move per 30 s;
+// scraped every 2 s. Durations are engine time, divided by the time scale
+// into kvxds's wall time. The rolling workload runs kvxds bare: it
+// measures what membership changes alone move.
 //
 // # The escape hatch in kvxds+weights
 //

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -115,7 +116,7 @@ type envoyCluster struct {
 func startEnvoy(ctx context.Context, xdsAddr, node string) (*envoyClient, error) {
 	e := &envoyClient{hc: &http.Client{Transport: envoyTransport()},
 		active: map[string]map[string]uint32{}, total: map[string]uint32{}, rr: map[string]uint64{},
-		rng: rand.New(rand.NewPCG(uint64(len(node)), 1))}
+		rng: rand.New(rand.NewPCG(nodeSeed(node), 1))}
 	ads, err := adsenvoy.Subscribe(xdsAddr, &corev3.Node{Id: node, Cluster: "kvxds-bench", UserAgentName: "envoy"}, e.update)
 	if err != nil {
 		return nil, err
@@ -137,6 +138,15 @@ func startEnvoy(ctx context.Context, xdsAddr, node string) (*envoyClient, error)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// nodeSeed seeds an Envoy's random choices (least request's two hosts,
+// keyless hashes) from its node name, so that each Envoy of a run draws
+// its own sequence, as separate processes do.
+func nodeSeed(node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	return h.Sum64()
 }
 
 // envoyTransport is an upstream connection pool: HTTP/1.1, one request
@@ -355,6 +365,12 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 	case ec.kind == "random":
 		host = ec.healthy[e.rng.IntN(len(ec.healthy))]
 	default:
+		if _, ok := e.rr[d.Cluster]; !ok {
+			// Envoy starts each round-robin balancer at a random host
+			// (EdfLoadBalancerBase: seed_ % hosts), so Envoys do not
+			// rotate in step.
+			e.rr[d.Cluster] = e.rng.Uint64() >> 1
+		}
 		host = ec.weightedRR(e.rr[d.Cluster])
 		e.rr[d.Cluster]++
 	}

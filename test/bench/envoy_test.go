@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -192,5 +193,20 @@ func TestEndToEndEnvoy(t *testing.T) {
 	}
 	if kb.SessionsMoved == 0 {
 		t.Error("bounded load spilled no session under a hot tenant")
+	}
+}
+
+// Each simulated Envoy of a run draws its own random sequence (least
+// request's two hosts, keyless hashes), as separate processes do, even
+// where node names are of one length.
+func TestNodeSeed(t *testing.T) {
+	seen := map[uint64]string{}
+	for i := range 12 {
+		node := fmt.Sprintf("kvxds-bench-envoy-trace-least_request-%d", i)
+		s := nodeSeed(node)
+		if prev, ok := seen[s]; ok {
+			t.Fatalf("%s and %s share seed %d", prev, node, s)
+		}
+		seen[s] = node
 	}
 }

@@ -138,6 +138,9 @@ type PolicyOptions struct {
 	// "conversation = true"; Envoy only, and balance_factor then defaults
 	// to 150).
 	BodyKey string
+	// Bare leaves the metrics, escape and weights blocks out of the modes
+	// of Mode.Deployable (Config.Bare).
+	Bare bool
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -160,8 +163,9 @@ func Policy(o PolicyOptions) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %q {\n  port = 10000\n", PoolName)
 	switch o.Mode {
-	case RoundRobin, Index:
-		// Index routes around kvxds: the pool only feeds the samplers.
+	case RoundRobin, Index, IndexLLMD:
+		// The index routers route around kvxds: the pool only feeds the
+		// samplers.
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	case LeastRequest:
 		b.WriteString("  load_balancing = \"least_request\"\n")
@@ -190,7 +194,10 @@ func Policy(o PolicyOptions) (string, error) {
 		b.WriteString("  }\n")
 	}
 	escape := o.Mode == KVXDSWeights || o.Mode == KVXDSGroups
-	if !escape && o.Kubernetes == nil {
+	switch {
+	case o.Mode.Deployable() && !o.Bare:
+		b.WriteString(DeployedBlocks(o.TimeScale))
+	case !escape && o.Kubernetes == nil:
 		// Scraped for the status page only: no replica can reach a
 		// threshold and the weights stay 1, so every mode routes as it
 		// would without metrics. At least a second apart: a page read by
@@ -267,4 +274,53 @@ func Policy(o PolicyOptions) (string, error) {
 	}
 	b.WriteString("}\n")
 	return b.String(), nil
+}
+
+// The documented defaults (docs/reference/policy.md) of the settings
+// DeployedBlocks writes, in the engine's time.
+const (
+	docMetricsInterval = 2 * time.Second
+	docMetricsTimeout  = time.Second
+	docStaleAfter      = 5 // × interval
+	docEscapeHold      = 30 * time.Second
+	docWeightsInterval = 30 * time.Second
+	// minMetricsInterval is the shortest interval kvxds accepts.
+	minMetricsInterval = 100 * time.Millisecond
+)
+
+// DeployedBlocks is the metrics, escape and weights blocks of a pool as a
+// policy written from the policy reference has them: engine = "vllm" (the
+// simulator exports vLLM V1's names, so the queue is
+// vllm:num_requests_waiting), and every threshold, level and factor at
+// its default, left out. Only the durations are written: the documented
+// defaults (2 s interval, 1 s timeout, stale after 5 intervals, 30 s hold
+// and min_interval) are engine time, so they are divided by the time scale
+// into the wall time kvxds runs on (the interval no shorter than kvxds's
+// 100 ms, the timeout then half of it).
+func DeployedBlocks(timeScale float64) string {
+	if !(timeScale > 0) {
+		timeScale = 1
+	}
+	wall := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) / timeScale).Round(time.Millisecond)
+	}
+	interval, timeout := wall(docMetricsInterval), wall(docMetricsTimeout)
+	if interval < minMetricsInterval {
+		interval, timeout = minMetricsInterval, minMetricsInterval/2
+	}
+	return fmt.Sprintf(`  # The documented defaults; durations in wall time at time scale %g.
+  metrics {
+    engine      = "vllm"
+    interval    = %q
+    timeout     = %q
+    stale_after = %q
+  }
+  escape {
+    hold = %q
+  }
+  weights {
+    min_interval = %q
+  }
+`, timeScale, interval.String(), timeout.String(), (docStaleAfter * interval).String(),
+		wall(docEscapeHold).String(), wall(docWeightsInterval).String())
 }

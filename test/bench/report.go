@@ -89,6 +89,14 @@ func (r *Report) Markdown(w io.Writer) {
 		"running in an engine; balance = busiest replica's mean depth / fleet mean depth. CPU: process "+
 		"CPU time / wall time during the mode (cores).\n\n",
 		r.Config.Seed, 100*r.Config.WarmupFraction)
+	if r.Config.Bare {
+		fmt.Fprintf(w, "Bare: kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded hash without the metrics, "+
+			"escape and weights blocks (pure consistent hashing).\n\n")
+	} else {
+		fmt.Fprintf(w, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded carry the metrics, escape and "+
+			"weights blocks at their documented defaults (engine vllm; durations divided by the time scale); "+
+			"--bare leaves them out.\n\n")
+	}
 	for i := range r.Workloads {
 		wr := &r.Workloads[i]
 		wr.markdownTable(w)

@@ -346,7 +346,9 @@ func runRoll(ctx context.Context, c Config, p *workloadPlan, env *rollEnv, v Rol
 	if err := ro.startFleet(ctx, c.Replicas); err != nil {
 		return nil, err
 	}
-	pol, err := Policy(PolicyOptions{Mode: mode, TimeScale: p.TimeScale, Scrape: c.ScrapeInterval, Escape: p.Escape,
+	// Bare: the roll measures what membership changes alone move; the
+	// escape hatch's moves would mix in.
+	pol, err := Policy(PolicyOptions{Mode: mode, TimeScale: p.TimeScale, Scrape: c.ScrapeInterval, Escape: p.Escape, Bare: true,
 		Kubernetes: &KubernetesSource{Namespace: rollNamespace, Service: service,
 			Port: "http", Kubeconfig: env.kubeconfig}})
 	if err != nil {

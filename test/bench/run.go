@@ -75,7 +75,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	addrs := make([]string, len(reps))
 	for i, r := range reps {
 		addrs[i] = r.Addr()
-		if dp == GRPCGo || mode == Index {
+		if dp == GRPCGo || mode.Routed() {
 			// gRPC's own server transport: the main port's HTTP/2
 			// handler costs a write and a goroutine hand-off per
 			// streamed token, which crowded the simulator's CPU and
@@ -87,7 +87,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
 		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared,
-		BalanceFactor: c.BalanceFactor, BodyKey: bodyKeyHCL(w, dp)})
+		BalanceFactor: c.BalanceFactor, BodyKey: bodyKeyHCL(w, dp), Bare: c.Bare})
 	if err != nil {
 		return nil, err
 	}
@@ -101,11 +101,18 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
 	g := &dispatcher{cfg: c, plan: w, mode: mode, reps: reps, http: k.http, ctrl: k.ctrl, run: run}
-	if mode == Index {
+	if mode.Routed() {
 		if g.clients, err = k.dialDirect(ctx, addrs); err != nil {
 			return nil, err
 		}
-		g.index = NewIndexRouter(len(reps), DefaultIndexConfig())
+		if mode == IndexLLMD {
+			g.index = NewLLMDRouter(len(reps), DefaultLLMDConfig(), func(i int) (int, float64) {
+				st := reps[i].Stats()
+				return st.Waiting, st.KVUsage
+			})
+		} else {
+			g.index = NewIndexRouter(len(reps), DefaultIndexConfig())
+		}
 	} else if dp == Envoy {
 		if g.envoys, err = k.connectEnvoys(ctx, c, w.Name, mode, addrs); err != nil {
 			return nil, err
@@ -325,6 +332,14 @@ func warmConnections(ctx context.Context, cl testgrpc.TestServiceClient, n int, 
 	return nil
 }
 
+// Router is a per-request router in the load generator (the index
+// modes): Pick chooses the replica of a prompt and counts it in flight,
+// Done ends it.
+type Router interface {
+	Pick(prompt string) int
+	Done(replica int)
+}
+
 // dispatcher replays one workload plan open-loop through the clients.
 type dispatcher struct {
 	cfg     Config
@@ -338,7 +353,7 @@ type dispatcher struct {
 	bodyKeyed bool
 	// index, if set, picks each request's replica; clients are then one
 	// per replica.
-	index *IndexRouter
+	index Router
 	reps  []*sim.Replica
 	http  *http.Client
 	ctrl  *controller.Controller

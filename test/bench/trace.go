@@ -87,8 +87,8 @@ func planTrace(c Config) (*workloadPlan, error) {
 
 // runTraceWorkload replays c.Trace: round robin (or least request)
 // without keys, kvxds with the prompt_prefix key of each of
-// c.PrefixBlocks and with the conversation key, the index router, and the
-// upper bound.
+// c.PrefixBlocks and with the conversation key (deployed or, with
+// c.Bare, bare), the index routers, and the upper bound.
 func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 	p, err := planTrace(c)
 	if err != nil {
@@ -121,7 +121,7 @@ func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 					return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)
 				}
 				res := summarize(KVXDSPrefix, q, run, c.Replicas)
-				res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d (%d block%s)", PrefixBytes(blocks), blocks, plural(blocks)))
+				res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d (%d block%s)%s", PrefixBytes(blocks), blocks, plural(blocks), bareLabel(c)))
 				wr.Modes = append(wr.Modes, res)
 				if c.Progress != nil {
 					fmt.Fprintf(c.Progress, "%s: %d distinct prompt_prefix keys at %d block%s\n", TraceName, q.Sessions, blocks, plural(blocks))
@@ -133,11 +133,13 @@ func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)
 			}
-			wr.Modes = append(wr.Modes, summarize(m, q, run, c.Replicas))
+			res := summarize(m, q, run, c.Replicas)
+			res.Mode += Mode(bareLabel(c))
+			wr.Modes = append(wr.Modes, res)
 			if c.Progress != nil {
 				fmt.Fprintf(c.Progress, "%s: %d distinct conversation keys\n", TraceName, q.Sessions)
 			}
-		case RoundRobin, LeastRequest, Index:
+		case RoundRobin, LeastRequest, Index, IndexLLMD:
 			run, err := runLive(ctx, c, p, m, c.DataPlane)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %s, %s: %w", TraceName, c.DataPlane, m, err)
@@ -156,4 +158,13 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// bareLabel is what a kvxds mode's label adds when Config.Bare leaves its
+// metrics, escape and weights blocks out.
+func bareLabel(c Config) string {
+	if c.Bare {
+		return ", bare"
+	}
+	return ""
 }
