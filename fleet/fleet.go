@@ -186,7 +186,9 @@ type Mesh struct {
 }
 
 // poolJSON is a Pool's serialised form: durations as Go duration strings
-// ("10m0s"), omitted when zero.
+// ("10m0s"), omitted when zero. Its fields are listed rather than
+// embedded so that the endpoints keep their place among the settings
+// (/debug/fleet and the fleet goldens are read in this order).
 type poolJSON struct {
 	Name          string     `json:"name"`
 	ListenAddress string     `json:"listen_address"`
