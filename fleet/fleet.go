@@ -119,6 +119,9 @@ type Pool struct {
 	// Settings are how the pool is served, as its policy block says.
 	Settings
 	Endpoints []Endpoint
+	// HotKeys is the pool's hot-key table as decided (see HotKeys),
+	// sorted by key index and value; empty when none is hot.
+	HotKeys []HotKey
 }
 
 // Settings are a pool's own settings: everything about it but its name
@@ -198,6 +201,7 @@ type poolJSON struct {
 	Endpoints     []Endpoint `json:"endpoints"`
 	Mesh          *Mesh      `json:"mesh,omitempty"`
 	Groups        []Group    `json:"groups,omitempty"`
+	HotKeys       []HotKey   `json:"hot_keys,omitempty"`
 	RouteTimeout  string     `json:"route_timeout,omitempty"`
 	IdleTimeout   string     `json:"idle_timeout,omitempty"`
 }
@@ -206,7 +210,7 @@ type poolJSON struct {
 func (p Pool) MarshalJSON() ([]byte, error) {
 	j := poolJSON{
 		Name: p.Name, ListenAddress: p.ListenAddress, Port: p.Port, Balancer: p.Balancer,
-		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups,
+		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups, HotKeys: p.HotKeys,
 	}
 	if p.RouteTimeout != 0 {
 		j.RouteTimeout = p.RouteTimeout.String()
@@ -223,7 +227,7 @@ func (p *Pool) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, Settings: Settings{
+	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Settings: Settings{
 		ListenAddress: j.ListenAddress, Port: j.Port, Balancer: j.Balancer,
 		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups,
 	}}
@@ -276,6 +280,8 @@ type Hash struct {
 	// MaxBodyBytes is the longest request body Envoy buffers for body
 	// keys; set when Keys has one.
 	MaxBodyBytes int `json:"max_body_bytes,omitempty"`
+	// Hot finds and spreads the pool's hot keys; nil turns it off.
+	Hot *HotKeys `json:"hot_keys,omitempty"`
 }
 
 // HashKey is one source of a request's hash. Exactly one field is set.
