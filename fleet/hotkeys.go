@@ -58,3 +58,18 @@ const SpreadBits = 8
 
 // MaxSpread is the largest spread: every value of SpreadBits bits.
 const MaxSpread = 1 << SpreadBits
+
+// Defaults of a pool's hot-key settings.
+const (
+	// DefaultHotKeysMax bounds a pool's table: each entry is matched by
+	// a route regex, which every request with a key evaluates.
+	DefaultHotKeysMax = 32
+	// DefaultHotKeysInterval bounds the rate of route updates.
+	DefaultHotKeysInterval = 10 * time.Second
+	// DefaultHotKeysHalfLife forgets a key's load over about a minute,
+	// so a key stays hot through its conversations' pauses.
+	DefaultHotKeysHalfLife = 60 * time.Second
+	// DefaultSpreadHeader is the request header that carries a request's
+	// spread sub-key (SpreadBits characters '0' and '1').
+	DefaultSpreadHeader = "x-kvxds-spread"
+)
