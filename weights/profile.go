@@ -58,6 +58,12 @@ type Profile struct {
 	PrefixHits    []Series
 	PrefixHitRate []Series
 	TTFT          []Series
+
+	// LoRAInfo names an adapter-info gauge in vLLM's shape (labels
+	// running_lora_adapters, waiting_lora_adapters, max_lora; the value a
+	// Unix time, the newest series the current one): Signals.Adapters.
+	// Not a policy signal: it feeds no weight.
+	LoRAInfo []Series
 }
 
 // Clone returns a deep copy of p, so that a caller may adapt a built-in
@@ -69,7 +75,7 @@ func (p *Profile) Clone() *Profile {
 	c := *p
 	c.CopyLabels = slices.Clone(p.CopyLabels)
 	for _, l := range []*[]Series{&c.QueueDepth, &c.Running, &c.KVOccupancy, &c.Preemptions,
-		&c.PrefixQueries, &c.PrefixHits, &c.PrefixHitRate, &c.TTFT} {
+		&c.PrefixQueries, &c.PrefixHits, &c.PrefixHitRate, &c.TTFT, &c.LoRAInfo} {
 		*l = cloneSeries(*l)
 	}
 	return &c
@@ -127,6 +133,10 @@ var builtinProfiles = map[string]Profile{
 		// V0 only; -1 when prefix caching is off (see Extract).
 		PrefixHitRate: profileSeries("vllm:gpu_prefix_cache_hit_rate"),
 		TTFT:          profileSeries("vllm:time_to_first_token_seconds"),
+		// With --enable-lora. SGLang's lora_pool_slots_* count adapters
+		// but name none, and TGI and trtllm-serve export nothing of
+		// adapters: no LoRAInfo for them.
+		LoRAInfo: profileSeries("vllm:lora_requests_info"),
 	},
 	// SGLang (sglang/srt/observability/metrics_collector.py, formerly
 	// sglang/srt/metrics/collector.py). Scheduler series carry

@@ -103,6 +103,7 @@ func Extract(p *Profile, model string, families map[string]*dto.MetricFamily) (S
 		return nanSignals(), err
 	}
 	out.TTFT = h
+	out.Adapters = x.adapters(p.LoRAInfo)
 
 	if math.IsNaN(out.QueueDepth) && math.IsNaN(out.Running) && math.IsNaN(out.KVOccupancy) {
 		var names []string

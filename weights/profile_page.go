@@ -47,7 +47,7 @@ func profileKeepSet(p *Profile) keepSet {
 		}
 	}
 	for _, l := range [][]Series{p.QueueDepth, p.Running, p.KVOccupancy, p.Preemptions,
-		p.PrefixQueries, p.PrefixHits, p.PrefixHitRate, p.TTFT} {
+		p.PrefixQueries, p.PrefixHits, p.PrefixHitRate, p.TTFT, p.LoRAInfo} {
 		for _, s := range l {
 			add(s.Name)
 			if len(s.Name) > len("_total") && s.Name[len(s.Name)-len("_total"):] == "_total" {

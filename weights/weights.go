@@ -56,6 +56,9 @@ type Signals struct {
 	PrefixHitRate float64
 	// TTFT is the time-to-first-token histogram, if exported.
 	TTFT *Histogram
+	// Adapters is the engine's LoRA adapter state, nil if the page has
+	// none (LoRA off, or an engine that does not name adapters).
+	Adapters *Adapters
 }
 
 // Histogram is a cumulative Prometheus histogram.

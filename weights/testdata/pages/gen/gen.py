@@ -230,6 +230,44 @@ QWEN_E0 = dict(model=QWEN, engine="0", waiting=1, running=4, kv=0.125, queries=4
                ttft=[(0.03125, 3), (0.25, 3)])
 
 
+# vLLM's LoRA gauge (vllm/v1/metrics/loggers.py, PrometheusStatLogger): no
+# model_name or engine label; each record() with scheduler stats calls
+# set_to_current_time() on the series of the adapter names then in flight,
+# and a series, once created, stays on the page with its last time. The
+# names come from LoRARequestStates.update_scheduler_stats
+# (vllm/v1/metrics/stats.py), which writes every adapter with a request in
+# flight into both dicts, so running and waiting list the same names.
+LORA_T0 = 1751385600.5
+
+
+def vllm_lora(reg, series):
+    """series: (max_lora, waiting, running, time) as record() leaves them."""
+    g = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
+              ["max_lora", "waiting_lora_adapters", "running_lora_adapters"], registry=reg)
+    for max_lora, waiting, running, t in series:
+        g.labels(max_lora, waiting, running).set(t)  # set_to_current_time() at t
+
+
+# An engine with --max-loras 4 that served sql-lora, then sql-lora and
+# chat-lora together, then chat-lora alone: the newest series (the largest
+# time, not the last line) is the state.
+LORA_HISTORY = [
+    ("4", "", "", LORA_T0),
+    ("4", "sql-lora,chat-lora", "sql-lora,chat-lora", LORA_T0 + 20.25),
+    ("4", "chat-lora", "chat-lora", LORA_T0 + 31.5),
+    ("4", "sql-lora", "sql-lora", LORA_T0 + 10.0),
+]
+
+
+def vllm_lora_page(series, openmetrics=False):
+    reg = CollectorRegistry(auto_describe=True)
+    reg.register(FixedRuntimeCollector())
+    vllm_v1(reg, [LLAMA_E0])
+    vllm_lora(reg, series)
+    fastapi_instrumentator(reg)
+    return generate_openmetrics(reg) if openmetrics else generate_latest(reg)
+
+
 # ---------------------------------------------------------------------------
 # vLLM V0 (vllm/engine/metrics.py, ~v0.6): labels model_name only; swapped,
 # gpu/cpu cache usage, gpu/cpu prefix cache hit rate; no prefix counters.
@@ -400,7 +438,7 @@ ENGINE_PID = 4242
 SGL_E2E_NOW = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
 
 
-def sglang_now_page(engines, name, tp_ranks=1, priority=False):
+def sglang_now_page(engines, name, tp_ranks=1, priority=False, lora=None):
     """engines: list of dicts (dp_rank or None, tp_rank of the first
     attention-TP rank, gauges, by_priority, retracted)."""
     from prometheus_client import multiprocess, values
@@ -422,6 +460,10 @@ def sglang_now_page(engines, name, tp_ranks=1, priority=False):
             ("token_usage", "The token usage."),
             ("full_token_usage", "The token usage for full attention layers."),
             ("num_used_tokens", "The number of used tokens."))
+    if lora is not None:  # --enable-lora: (adapters in the running batch, max_loras_per_batch)
+        docs += (("lora_pool_slots_used", "Number of LoRA adapter slots currently occupied in GPU memory."),
+                 ("lora_pool_slots_total", "Total number of LoRA adapter slots available (max_loras_per_batch)."),
+                 ("lora_pool_utilization", "LoRA pool utilization ratio (used/total). 1.0 means pool is full."))
     g = {n: Gauge("sglang:" + n, doc, SL, multiprocess_mode="max", registry=None) for n, doc in docs}  # "mostrecent" upstream; see sglang_page
     retracted_gauge = Gauge("sglang:num_retracted_reqs", "The number of retracted requests.", SL, registry=None)
     retracted = Counter("sglang:num_retracted_requests_total", "Total number of retracted requests.", SL, registry=None)
@@ -448,6 +490,11 @@ def sglang_now_page(engines, name, tp_ranks=1, priority=False):
                 if priority and n in e.get("by_priority", {}):
                     for prio, pv in e["by_priority"][n].items():
                         g[n].labels(**{**base, "priority": prio}).set(pv)
+            if lora is not None:
+                used, total = lora
+                g["lora_pool_slots_used"].labels(**base).set(used)
+                g["lora_pool_slots_total"].labels(**base).set(total)
+                g["lora_pool_utilization"].labels(**base).set(used / total)
             retracted_gauge.labels(**base).set(0)
             retracted.labels(**base).inc(e["retracted"])
     prompt.labels(model, "true").inc(4000000)
@@ -697,6 +744,36 @@ def main():
     write("trtllm_prometheus.txt", trtllm_now_page("trt-now"))
     write("trtllm_prometheus_no_iter_stats.txt", trtllm_now_page("trt-now-noiter", iter_stats=False))
     write("trtllm_metrics.json", TRT_JSON)
+
+    # LoRA: vLLM's adapter gauge over time; an idle engine (only the empty
+    # series); more adapters in flight than --max-loras (requests wait for a
+    # slot, which today's running list does not tell apart); SGLang's
+    # adapter-slot counts.
+    write("vllm_v1_lora.txt", vllm_lora_page(LORA_HISTORY))
+    write("vllm_v1_lora.openmetrics.txt", vllm_lora_page(LORA_HISTORY, openmetrics=True))
+    write("vllm_v1_lora_idle.txt", vllm_lora_page([("4", "", "", LORA_T0)]))
+    write("vllm_v1_lora_overfull.txt", vllm_lora_page([
+        ("2", "a,b", "a,b", LORA_T0),
+        ("2", "a,b,c,d,e", "a,b,c,d,e", LORA_T0 + 5.0),
+    ]))
+    write("sglang_lora.txt", sglang_now_page([SGL_NOW_E0], "now-lora", lora=(3, 8)))
+    # Shaped by hand: what no vLLM prints but a proxy or an older build
+    # might: no max_lora label, and spaces after the commas (the Gateway
+    # API Inference Extension's protocol document shows "a, b").
+    write("lora_no_max.txt", small_vllm() + (
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+        "# TYPE vllm:lora_requests_info gauge\n"
+        f'vllm:lora_requests_info{{running_lora_adapters="sql-lora, chat-lora",waiting_lora_adapters=""}} {LORA_T0}\n'
+    ))
+    # Bad times: NaN, negative, +Inf. Such series are skipped, not fatal.
+    write("lora_bad_values.txt", small_vllm() + (
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+        "# TYPE vllm:lora_requests_info gauge\n"
+        f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="x",waiting_lora_adapters="x"}} NaN\n'
+        f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="y",waiting_lora_adapters="y"}} +Inf\n'
+        f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="z",waiting_lora_adapters="z"}} -1.0\n'
+        f'vllm:lora_requests_info{{max_lora="four",running_lora_adapters="ok",waiting_lora_adapters=""}} {LORA_T0}\n'
+    ))
 
     # An HTML error page served with status 200 by a proxy in front of the engine.
     write("garbage.txt",
