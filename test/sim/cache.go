@@ -40,12 +40,38 @@ func HashBlock(parent BlockHash, tokens []int) BlockHash {
 	return BlockHash(h)
 }
 
+// AdapterRoot is the parent hash of the first block of a sequence run
+// under a LoRA adapter ("" is the base model). The same tokens under
+// different adapters have different KV, so they must never share a block:
+// vLLM adds the adapter's name to every block's hash (its extra keys,
+// kv_cache_utils.generate_block_hash_extra_keys); a root per adapter does
+// the same for a chained hash.
+func AdapterRoot(adapter string) BlockHash {
+	if adapter == "" {
+		return rootHash
+	}
+	tokens := make([]int, 0, len(adapter)+1)
+	tokens = append(tokens, -1) // no token id is negative: never a base block
+	for i := 0; i < len(adapter); i++ {
+		tokens = append(tokens, int(adapter[i]))
+	}
+	return HashBlock(rootHash, tokens)
+}
+
 // AppendBlockHashes appends to dst the chained hashes of the full blocks of
 // tokens that dst does not cover yet: dst[i] is the hash of block i, tokens
 // [i*blockSize, (i+1)*blockSize). A trailing partial block gets no hash.
 // Passing the previous result lets a growing sequence hash incrementally.
+// The blocks are the base model's; AppendAdapterBlockHashes hashes those of
+// an adapter.
 func AppendBlockHashes(dst []BlockHash, tokens []int, blockSize int) []BlockHash {
-	parent := rootHash
+	return AppendAdapterBlockHashes(dst, rootHash, tokens, blockSize)
+}
+
+// AppendAdapterBlockHashes is AppendBlockHashes for the blocks of a
+// sequence whose first block's parent is root (AdapterRoot).
+func AppendAdapterBlockHashes(dst []BlockHash, root BlockHash, tokens []int, blockSize int) []BlockHash {
+	parent := root
 	if len(dst) > 0 {
 		parent = dst[len(dst)-1]
 	}
@@ -296,7 +322,13 @@ func (c *Cache) Release(s *SeqBlocks) {
 // vllm:prefix_cache_hits_total offline, look up tokens[:len(tokens)-1] and
 // Insert the whole prompt.
 func (c *Cache) Lookup(tokens []int) (hitTokens int) {
-	hashes := AppendBlockHashes(nil, tokens, c.blockSize)
+	return c.LookupAdapter("", tokens)
+}
+
+// LookupAdapter is Lookup for a sequence run under an adapter ("" is the
+// base model): only blocks cached under the same adapter hit.
+func (c *Cache) LookupAdapter(adapter string, tokens []int) (hitTokens int) {
+	hashes := AppendAdapterBlockHashes(nil, AdapterRoot(adapter), tokens, c.blockSize)
 	var s SeqBlocks
 	n := c.Acquire(&s, hashes)
 	c.Release(&s) // back of the queue, first block last: most recent
@@ -309,7 +341,13 @@ func (c *Cache) Lookup(tokens []int) (hitTokens int) {
 // prefix, only the blocks that fit are cached (a block is useless without its
 // predecessors).
 func (c *Cache) Insert(tokens []int) {
-	hashes := AppendBlockHashes(nil, tokens, c.blockSize)
+	c.InsertAdapter("", tokens)
+}
+
+// InsertAdapter is Insert for a sequence run under an adapter ("" is the
+// base model).
+func (c *Cache) InsertAdapter(adapter string, tokens []int) {
+	hashes := AppendAdapterBlockHashes(nil, AdapterRoot(adapter), tokens, c.blockSize)
 	var s SeqBlocks
 	hit := c.Acquire(&s, hashes)
 	if more := min(len(hashes)-hit, c.numFree); more > 0 {

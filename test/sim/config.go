@@ -65,6 +65,21 @@ type Config struct {
 	// context-independent average. 256 decoding sequences add 12.8 ms.
 	DecodePerSeq time.Duration
 
+	// MaxLoRA is the number of LoRA adapter slots (vLLM --max-loras: the
+	// adapters one batch may use, each holding a GPU slot). A request
+	// names its adapter in the OpenAI body's model field (any name but
+	// the base model's) or in the gRPC header x-kvxds-adapter. Default 4
+	// (vLLM's own default is 1; multi-LoRA deployments raise it).
+	MaxLoRA int
+
+	// AdapterLoad is the engine time one swap-in costs: loading an
+	// adapter that holds no slot into one, before the step's forward
+	// pass (vLLM's worker activates a batch's adapters synchronously,
+	// from its CPU cache or disk). Default 50 ms. Assumption: a rank-16
+	// adapter of an 8B model is tens of MB, whose copy to the GPU is
+	// milliseconds; the rest is reading and preparing its weights.
+	AdapterLoad time.Duration
+
 	// TimeScale is simulated seconds per wall second: 1 is real time, 10
 	// runs ten times faster. Every latency the replica reports (metrics,
 	// x-ttft-seconds, X-Ttft-Seconds) is in simulated seconds. Default 1.
@@ -83,6 +98,8 @@ func DefaultConfig() Config {
 		PrefillTokensPerSec: 10000,
 		DecodeStepBase:      12 * time.Millisecond,
 		DecodePerSeq:        50 * time.Microsecond,
+		MaxLoRA:             4,
+		AdapterLoad:         50 * time.Millisecond,
 		TimeScale:           1,
 	}
 }
@@ -117,6 +134,12 @@ func (c Config) withDefaults() Config {
 	if c.DecodePerSeq == 0 {
 		c.DecodePerSeq = d.DecodePerSeq
 	}
+	if c.MaxLoRA == 0 {
+		c.MaxLoRA = d.MaxLoRA
+	}
+	if c.AdapterLoad == 0 {
+		c.AdapterLoad = d.AdapterLoad
+	}
 	if c.TimeScale == 0 {
 		c.TimeScale = d.TimeScale
 	}
@@ -135,7 +158,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: TokenBudget %d must be positive", c.TokenBudget)
 	case !(c.PrefillTokensPerSec > 0):
 		return fmt.Errorf("sim: PrefillTokensPerSec %v must be positive", c.PrefillTokensPerSec)
-	case c.DecodeStepBase < 0 || c.DecodePerSeq < 0:
+	case c.MaxLoRA < 1:
+		return fmt.Errorf("sim: MaxLoRA %d must be positive", c.MaxLoRA)
+	case c.DecodeStepBase < 0 || c.DecodePerSeq < 0 || c.AdapterLoad < 0:
 		return fmt.Errorf("sim: step costs must not be negative")
 	case !(c.TimeScale > 0):
 		return fmt.Errorf("sim: TimeScale %v must be positive", c.TimeScale)

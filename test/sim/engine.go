@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"slices"
 	"sync"
 )
 
@@ -21,6 +22,8 @@ type request struct {
 	promptLen int
 	maxTokens int
 	seed      uint64
+	adapter   string    // LoRA adapter, "" for the base model
+	root      BlockHash // AdapterRoot(adapter), set with adapter
 
 	arrival    float64 // simulated seconds
 	computed   int     // tokens whose KV is computed or scheduled this step
@@ -33,6 +36,14 @@ type request struct {
 	blocks     SeqBlocks
 
 	out *output
+}
+
+// rootHash is the parent of the request's first block: its adapter's.
+func (r *request) rootHash() BlockHash {
+	if r.adapter == "" {
+		return rootHash
+	}
+	return r.root
 }
 
 // output is what a request's handler sees. The engine appends under mu and
@@ -104,12 +115,24 @@ type engine struct {
 	waiting []*request // FCFS; preempted requests go back to the front
 	running []*request // in admission order; the last is preempted first
 	batch   []work     // the planned, not yet completed step
+	lora    *loraSlots
+	loads   int // swap-ins of the planned step
+
+	// unixAt maps simulated time to the Unix time (seconds) the engine
+	// writes into vllm:lora_requests_info; the replica maps it to its
+	// wall clock.
+	unixAt func(t float64) float64
 
 	stats Stats
 }
 
+// simEpoch is the Unix time of simulated time 0 for an engine without a
+// wall clock (tests): 2025-01-01.
+const simEpoch = 1735689600
+
 func newEngine(cfg Config, m *metrics) *engine {
-	return &engine{cfg: cfg, cache: NewCache(cfg.KVBlocks, cfg.BlockSize), m: m}
+	return &engine{cfg: cfg, cache: NewCache(cfg.KVBlocks, cfg.BlockSize), m: m,
+		lora: newLoRASlots(cfg.MaxLoRA), unixAt: func(t float64) float64 { return simEpoch + t }}
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -121,6 +144,7 @@ func (e *engine) fits(promptLen, maxTokens int) bool {
 }
 
 func (e *engine) enqueue(r *request) {
+	e.lora.arrive(r.adapter)
 	r.state = stateWaiting
 	e.waiting = append(e.waiting, r)
 }
@@ -147,9 +171,11 @@ func (e *engine) abort(r *request) {
 			}
 		}
 		e.cache.Release(&r.blocks)
+		e.lora.release(r.adapter, e.now)
 	case stateDone:
 		return
 	}
+	e.lora.leave(r.adapter)
 	r.state = stateDone
 	e.stats.RequestsAborted++
 	e.m.success[finishAbort].Inc()
@@ -160,7 +186,11 @@ var errAborted = errors.New("request aborted")
 
 // fail ends every request with err (replica shutting down).
 func (e *engine) fail(err error) {
+	for _, r := range e.running {
+		e.lora.release(r.adapter, e.now)
+	}
 	for _, r := range append(e.waiting, e.running...) {
+		e.lora.leave(r.adapter)
 		e.cache.Release(&r.blocks)
 		r.state = stateDone
 		r.out.finish(finishAbort, err)
@@ -184,6 +214,7 @@ func (e *engine) publish(r *request, n int) {
 // front of the waiting queue.
 func (e *engine) preempt(r *request) {
 	e.cache.Release(&r.blocks)
+	e.lora.release(r.adapter, e.now)
 	r.computed, r.prefilled = 0, false
 	r.preemption++
 	r.state = stateWaiting
@@ -216,6 +247,7 @@ func (e *engine) plan() bool {
 			// (submit rejects such requests; this guards the loop.)
 			r := e.waiting[0]
 			e.waiting = e.waiting[1:]
+			e.lora.leave(r.adapter)
 			r.state = stateDone
 			r.out.finish(finishAbort, errUnschedulable)
 		}
@@ -226,6 +258,7 @@ func (e *engine) schedule() bool {
 	bs := e.cfg.BlockSize
 	budget := e.cfg.TokenBudget
 	e.batch = e.batch[:0]
+	e.loads = 0
 	preempted := false
 
 	// Running requests first, in admission order: a decode is one token, a
@@ -256,11 +289,18 @@ func (e *engine) schedule() bool {
 
 	// Then admit waiting requests FCFS, unless this step preempted (vLLM V1
 	// admits nothing in a step that had to preempt). The head blocks the
-	// queue: if it does not fit, nothing behind it is admitted either.
-	for !preempted && budget > 0 && len(e.waiting) > 0 && len(e.running) < e.cfg.MaxRunning {
-		r := e.waiting[0]
+	// queue: if it does not fit, nothing behind it is admitted either. A
+	// request whose adapter can get no slot is passed over (skip) and keeps
+	// its place, as vLLM V1 does.
+	skip := 0
+	for !preempted && budget > 0 && skip < len(e.waiting) && len(e.running) < e.cfg.MaxRunning {
+		r := e.waiting[skip]
 		if r.arrival > e.now {
 			break
+		}
+		if !e.lora.canAdmit(r.adapter) {
+			skip++
+			continue
 		}
 		// The longest cached run of full blocks, never the last token
 		// (vLLM recomputes it to get logits: max_cache_hit_length =
@@ -275,6 +315,15 @@ func (e *engine) schedule() bool {
 		}
 		e.cache.Acquire(&r.blocks, r.hashes[:hit])
 		e.cache.Allocate(&r.blocks, need)
+		if evicted, loaded := e.lora.admit(r.adapter, e.now); loaded {
+			e.loads++
+			e.stats.LoRASwapIns++
+			e.m.loraSwapIns.Inc()
+			if evicted != "" {
+				e.stats.LoRAEvictions++
+				e.m.loraEvictions.Inc()
+			}
+		}
 		r.computed = computed
 		e.publish(r, computed+n)
 
@@ -298,8 +347,12 @@ func (e *engine) schedule() bool {
 			r.out.mu.Unlock()
 		}
 
-		e.waiting[0] = nil
-		e.waiting = e.waiting[1:]
+		if skip == 0 {
+			e.waiting[0] = nil
+			e.waiting = e.waiting[1:]
+		} else {
+			e.waiting = slices.Delete(e.waiting, skip, skip+1)
+		}
 		r.state = stateRunning
 		e.running = append(e.running, r)
 		e.batch = append(e.batch, work{r: r, tokens: n})
@@ -317,7 +370,8 @@ func (e *engine) schedule() bool {
 			prefill += w.tokens
 		}
 	}
-	e.stepEnd = e.now + e.cfg.stepSeconds(prefill, decodes)
+	// Adapters are loaded before the forward pass: the whole step waits.
+	e.stepEnd = e.now + e.cfg.stepSeconds(prefill, decodes) + float64(e.loads)*e.cfg.AdapterLoad.Seconds()
 	e.stats.Steps++
 	return true
 }
@@ -342,7 +396,7 @@ func (e *engine) complete() {
 		r.prefilled = true
 		word := outputWord(r.seed, r.generated)
 		r.tokens = append(r.tokens, outputTokenIDs[word])
-		r.hashes = AppendBlockHashes(r.hashes, r.tokens, e.cfg.BlockSize)
+		r.hashes = AppendAdapterBlockHashes(r.hashes, r.rootHash(), r.tokens, e.cfg.BlockSize)
 		r.generated++
 		// Counted before the request may finish below: a client that
 		// scrapes /metrics right after its reply must see its tokens.
@@ -367,6 +421,8 @@ func (e *engine) complete() {
 
 		if r.generated >= r.maxTokens {
 			e.cache.Release(&r.blocks)
+			e.lora.release(r.adapter, t)
+			e.lora.leave(r.adapter)
 			r.state = stateDone
 			finished = true
 			e.stats.RequestsDone++
@@ -379,6 +435,8 @@ func (e *engine) complete() {
 	}
 	e.batch = e.batch[:0]
 	e.now = t
+	// vLLM records its adapter gauge with every step's scheduler stats.
+	e.m.recordLoRA(e.lora.joined, e.unixAt(t))
 	if finished {
 		kept := e.running[:0]
 		for _, r := range e.running {
@@ -399,5 +457,6 @@ func (e *engine) snapshot() Stats {
 	s.KVUsage = e.cache.Usage()
 	s.CachedBlocks = e.cache.CachedBlocks()
 	s.SimTime = e.now
+	s.LoRALoaded = e.lora.loadedNames()
 	return s
 }

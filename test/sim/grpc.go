@@ -23,7 +23,20 @@ const (
 	MDPromptTokens = "x-prompt-tokens"
 	MDCachedTokens = "x-cached-tokens"
 	MDTTFT         = "x-ttft-seconds"
+
+	// MDAdapter, a request header, names the LoRA adapter to run under
+	// (absent or empty: the base model). It is a header rather than a
+	// field of the payload so that a client's route can hash on it.
+	MDAdapter = "x-kvxds-adapter"
 )
+
+// adapterOf returns the adapter a call's x-kvxds-adapter header names.
+func adapterOf(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, MDAdapter); len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
+}
 
 // GenerateRequest is the JSON body of a generation request over gRPC, in
 // Payload.Body of StreamingOutputCallRequest or SimpleRequest. Messages, if
@@ -117,7 +130,7 @@ func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	if !ok {
 		return resp, nil
 	}
-	q, err := s.r.submit(g.Tokens(), g.MaxTokens)
+	q, err := s.r.submit(g.Tokens(), g.MaxTokens, adapterOf(ctx))
 	if err != nil {
 		return nil, submitStatus(err)
 	}
@@ -138,7 +151,7 @@ func (s *testService) StreamingOutputCall(in *testpb.StreamingOutputCallRequest,
 	if !ok {
 		return status.Error(codes.InvalidArgument, `payload body must be JSON {"prompt": "...", "max_tokens": N}`)
 	}
-	q, err := s.r.submit(g.Tokens(), g.MaxTokens)
+	q, err := s.r.submit(g.Tokens(), g.MaxTokens, adapterOf(ctx))
 	if err != nil {
 		return submitStatus(err)
 	}

@@ -197,9 +197,11 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
+	// The model field names the base model or a LoRA adapter (vLLM serves
+	// adapters under their own names); empty is the base model.
+	model, adapter := r.cfg.Model, ""
 	if body.Model != "" && body.Model != r.cfg.Model {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", body.Model))
-		return
+		model, adapter = body.Model, body.Model
 	}
 	var prompt []int
 	var err error
@@ -214,7 +216,7 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	q, err := r.submit(prompt, body.maxTokens())
+	q, err := r.submit(prompt, body.maxTokens(), adapter)
 	if err != nil {
 		code := http.StatusBadRequest
 		if errors.Is(err, errClosed) {
@@ -265,7 +267,7 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		setResultHeaders(res)
 		h.Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{
-			"id": id, "object": object, "created": created, "model": r.cfg.Model,
+			"id": id, "object": object, "created": created, "model": model,
 			"choices": []any{choice}, "usage": makeUsage(res, n),
 		})
 		return
@@ -292,7 +294,7 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 	// writes for them (map keys sorted): they are most of what a replica
 	// sends, and reflection over maps cost more than the rest of a
 	// request's handling.
-	tail := jsonTail(created, id, r.cfg.Model, object)
+	tail := jsonTail(created, id, model, object)
 	var buf []byte
 	appendChunk := func(b []byte, text string, role, finish bool) []byte {
 		return appendChunk(b, chat, text, role, finish, tail)
@@ -333,7 +335,7 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		e.Error.Message, e.Error.Type, e.Error.Code = err.Error(), "ServiceUnavailable", http.StatusServiceUnavailable
 		sendChunk(e)
 	} else if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
-		sendChunk(map[string]any{"id": id, "object": object, "created": created, "model": r.cfg.Model,
+		sendChunk(map[string]any{"id": id, "object": object, "created": created, "model": model,
 			"choices": []any{}, "usage": makeUsage(res, n)})
 	}
 	w.Write([]byte("data: [DONE]\n\n"))

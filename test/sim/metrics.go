@@ -40,6 +40,12 @@ const (
 	MetricE2E              = "vllm:e2e_request_latency_seconds"
 	MetricQueueTime        = "vllm:request_queue_time_seconds"
 	MetricInterToken       = "vllm:inter_token_latency_seconds"
+	MetricLoRAInfo         = "vllm:lora_requests_info"
+
+	// The simulator's own counters, which no engine exports: adapters
+	// loaded into a slot and adapters unloaded to make room.
+	MetricLoRASwapIns   = "sim:lora_swap_ins_total"
+	MetricLoRAEvictions = "sim:lora_evictions_total"
 )
 
 // metrics is one replica's vLLM-compatible metric set on its own registry.
@@ -57,6 +63,24 @@ type metrics struct {
 	e2e              prometheus.Observer
 	queueTime        prometheus.Observer
 	interToken       prometheus.Observer
+	loraSwapIns      prometheus.Counter
+	loraEvictions    prometheus.Counter
+
+	loraInfo    *prometheus.GaugeVec
+	maxLoRA     string
+	lastAdapter string           // the in-flight list of the last record
+	loraSeries  prometheus.Gauge // its series
+}
+
+// recordLoRA is PrometheusStatLogger.record's vllm:lora_requests_info:
+// the series of the adapters in flight (in both lists, as today's vLLM
+// writes them) is set to the current Unix time; older series stay.
+func (m *metrics) recordLoRA(inflight string, unix float64) {
+	if m.loraSeries == nil || inflight != m.lastAdapter {
+		m.loraSeries = m.loraInfo.WithLabelValues(m.maxLoRA, inflight, inflight)
+		m.lastAdapter = inflight
+	}
+	m.loraSeries.Set(unix)
 }
 
 // gauges reads the scheduler state at scrape time.
@@ -111,6 +135,15 @@ func newMetrics(cfg Config, g gauges) *metrics {
 	m.e2e = histogram(MetricE2E, "Histogram of e2e request latency in seconds.", requestLatencyBuckets)
 	m.queueTime = histogram(MetricQueueTime, "Histogram of time spent in WAITING phase for request.", requestLatencyBuckets)
 	m.interToken = histogram(MetricInterToken, "Histogram of inter-token latency in seconds.", interTokenBuckets)
+
+	// vLLM's adapter gauge has neither model_name nor engine
+	// (loggers.py); its labels in vLLM's order.
+	m.loraInfo = auto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MetricLoRAInfo, Help: "Running stats on lora requests.",
+	}, []string{"max_lora", "waiting_lora_adapters", "running_lora_adapters"})
+	m.maxLoRA = strconv.Itoa(cfg.MaxLoRA)
+	m.loraSwapIns = counter(MetricLoRASwapIns, "LoRA adapters loaded into a slot (simulator).")
+	m.loraEvictions = counter(MetricLoRAEvictions, "LoRA adapters unloaded to make room for another (simulator).")
 
 	// vllm:cache_config_info carries CacheConfig.metrics_info() as labels and
 	// the engine index, but no model_name (loggers.py log_metrics_info).

@@ -39,6 +39,13 @@ type Stats struct {
 	RequestsAborted  int64 // requests whose client went away
 	Steps            int64 // engine steps run
 
+	// LoRASwapIns counts adapters loaded into a slot (sim:lora_swap_ins_total),
+	// LoRAEvictions those unloaded to make room (sim:lora_evictions_total).
+	LoRASwapIns   int64
+	LoRAEvictions int64
+	// LoRALoaded lists the adapters holding a slot now, sorted.
+	LoRALoaded []string
+
 	Waiting      int     // vllm:num_requests_waiting
 	Running      int     // vllm:num_requests_running
 	KVUsage      float64 // vllm:kv_cache_usage_perc: 1 − free/total
@@ -128,6 +135,7 @@ func Serve(cfg Config, ln net.Listener) (*Replica, error) {
 	}
 	r.m = newMetrics(cfg, r)
 	r.e = newEngine(cfg, r.m)
+	r.e.unixAt = func(t float64) float64 { return float64(r.wallAt(t).UnixNano()) / 1e9 }
 
 	r.grpc = grpc.NewServer()
 	testpb.RegisterTestServiceServer(r.grpc, &testService{r: r})
@@ -300,8 +308,9 @@ func (r *Replica) loop() {
 	}
 }
 
-// submit hands a tokenized prompt to the engine.
-func (r *Replica) submit(prompt []int, maxTokens int) (*request, error) {
+// submit hands a tokenized prompt to the engine, to run under a LoRA
+// adapter ("" for the base model).
+func (r *Replica) submit(prompt []int, maxTokens int, adapter string) (*request, error) {
 	if len(prompt) == 0 {
 		return nil, errors.New("the prompt is empty")
 	}
@@ -314,12 +323,15 @@ func (r *Replica) submit(prompt []int, maxTokens int) (*request, error) {
 		return nil, fmt.Errorf("this request needs %d tokens of KV but the replica holds only %d (%d blocks of %d)",
 			total-1, r.cfg.KVBlocks*bs, r.cfg.KVBlocks, bs)
 	}
+	root := AdapterRoot(adapter)
 	q := &request{
 		tokens:    make([]int, len(prompt), total),
-		hashes:    AppendBlockHashes(make([]BlockHash, 0, total/bs+1), prompt, bs),
+		hashes:    AppendAdapterBlockHashes(make([]BlockHash, 0, total/bs+1), root, prompt, bs),
 		promptLen: len(prompt),
 		maxTokens: maxTokens,
 		seed:      promptSeed(prompt),
+		adapter:   adapter,
+		root:      root,
 		out:       newOutput(len(prompt)),
 	}
 	copy(q.tokens, prompt)

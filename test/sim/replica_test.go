@@ -125,7 +125,6 @@ func TestHTTPCompletions(t *testing.T) {
 		body map[string]any
 		code int
 	}{
-		"wrong model":  {map[string]any{"model": "gpt-5", "prompt": "x"}, http.StatusNotFound},
 		"empty prompt": {map[string]any{"prompt": ""}, http.StatusBadRequest},
 		"no prompt":    {map[string]any{"max_tokens": 3}, http.StatusBadRequest},
 		"zero tokens":  {map[string]any{"prompt": "x", "max_tokens": 0}, http.StatusBadRequest},
@@ -486,7 +485,7 @@ func TestTimeScaleShortensWallTime(t *testing.T) {
 	// 50 tokens: one prefill step and 49 decode steps ≈ 0.6 simulated
 	// seconds, run 20× faster than real time.
 	r := startReplica(t, Config{TimeScale: 20})
-	q, err := r.submit(seq(1, 10), 50)
+	q, err := r.submit(seq(1, 10), 50, "")
 	if err != nil {
 		t.Fatal(err)
 	}
