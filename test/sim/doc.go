@@ -38,6 +38,21 @@
 //     Prefix hits cost nothing. A request whose last prefill chunk (or
 //     decode) is in a step gets one token at the end of that step; TTFT is
 //     the end of the step holding its final prefill chunk minus arrival.
+//   - LoRA adapters: a request names one in the OpenAI body's model field
+//     (any name but the base model's; empty or the base model's name is no
+//     adapter) or, over gRPC, in the x-kvxds-adapter header. Config.MaxLoRA
+//     slots hold loaded adapters (vLLM --max-loras). Admitting a request
+//     whose adapter holds no slot loads it into a free slot, or into the
+//     slot of the least recently used adapter with no running request (an
+//     eviction), and that step costs Config.AdapterLoad more, before its
+//     forward pass (a swap-in). If every slot holds an adapter with running
+//     requests, the request is passed over and keeps its place while
+//     requests behind it are admitted (vLLM V1's scheduler). Prefix caches
+//     are per adapter: every block hash chains on the adapter's root
+//     (AdapterRoot), so the same tokens under two adapters share no block.
+//     vllm:lora_requests_info is written every step as today's vLLM writes
+//     it (see metrics.go); sim:lora_swap_ins_total and
+//     sim:lora_evictions_total count swap-ins and evictions (Stats too).
 //   - Time: the engine clock advances by the modelled step durations; the
 //     loop sleeps so that simulated time runs Config.TimeScale times as fast
 //     as the wall clock, and sleeps without a timer when idle. One goroutine
@@ -45,13 +60,16 @@
 //
 // Not modelled: sampling (every request runs to max_tokens, finish reason
 // "length"), stop strings, max_model_len beyond the KV capacity, vLLM's null
-// block, CPU offload, speculative decoding, LoRA, and attention cost growing
-// with context length (DecodePerSeq is an average).
+// block, CPU offload, speculative decoding, LoRA's extra compute per token
+// and its CPU adapter cache (every swap-in costs the same), a list of
+// known adapters (any name loads), and attention cost growing with
+// context length (DecodePerSeq is an average).
 //
 // Default parameters, for Llama-3.1-8B-Instruct on one H100 (see Config
 // for the sources and assumptions behind each): BlockSize 16, KVBlocks
 // 29000, MaxRunning 256, TokenBudget 8192, PrefillTokensPerSec 10000,
-// DecodeStepBase 12ms, DecodePerSeq 50µs, TimeScale 1.
+// DecodeStepBase 12ms, DecodePerSeq 50µs, MaxLoRA 4, AdapterLoad 50ms,
+// TimeScale 1.
 //
 // # Interfaces
 //
