@@ -35,6 +35,13 @@
 //     library of long documents that many users send (Zipf popularity)
 //     and each user's own question, with follow-ups.
 //
+// One more, not among [Names] until the benchmark replays adapters:
+//
+//   - multi-lora ([MultiLoRA]): chat over 100 LoRA adapters of one base
+//     model, each conversation bound to one adapter (Request.Adapter),
+//     adapters' popularity Zipf-skewed (a few hot, a long cold tail), a
+//     fifth of the conversations on the base model.
+//
 // Request.Session is the hash key a client sends (x-session-id); an empty
 // Session means the request carries none. System and Lead mark the chat
 // structure of a prompt (system prompt, leading messages), and ChatBody

@@ -22,6 +22,10 @@ type Request struct {
 	// or a Conversation.
 	Session string
 	Tenant  string // tenant (for per-tenant analysis); may equal Session
+	// Adapter is the LoRA adapter the request runs under, "" for the base
+	// model: a client names it as the OpenAI body's model (see Model) and,
+	// over gRPC, in the x-kvxds-adapter header. Set by multi-lora.
+	Adapter string
 	// Prompt is the full prompt text (what a stateless client re-sends each
 	// turn), as single-space-separated pseudo-words: one word = one token.
 	Prompt    string
@@ -42,6 +46,15 @@ type Request struct {
 	// turn and branch of the conversation re-sends unchanged (see
 	// ChatBody).
 	System, Lead int
+}
+
+// Model is the model the request's OpenAI body names: its adapter, or
+// base when it has none.
+func (r Request) Model(base string) string {
+	if r.Adapter != "" {
+		return r.Adapter
+	}
+	return base
 }
 
 // Generator produces a request stream.
