@@ -33,6 +33,7 @@ func (r *Reconciler) Status() status.Status {
 		sources: sourceKinds(r.discovered),
 	}
 	r.mu.Unlock()
+	in.hot = r.hot.status(in.fleet)
 	// A follower scrapes nothing: its views are empty.
 	in.views = r.scrape.View()
 	return buildStatus(&in, r.id, r.HA())
@@ -67,6 +68,7 @@ type statusInput struct {
 	costs     map[string][]pushCost         // pool → the last hour's pushes' costs
 	lastCost  map[string]pushCost           // pool → its last push's cost
 	rule      status.HotspotRule
+	hot       map[string]*status.HotKeys // pool → its hot keys, for pools with them on
 }
 
 // healthSince is when a replica entered its current health.
@@ -98,6 +100,7 @@ func buildPools(in *statusInput) []status.Pool {
 		if fp.Balancer == fleet.ConsistentHash {
 			sp.Algorithm = string(fp.Hash.Algorithm)
 		}
+		sp.HotKeys = in.hot[fp.Name]
 		if scraped {
 			sp.Escapes1h, sp.WeightMoves1h, sp.Fallback = view.Escapes, view.WeightMoves, view.Fallback
 			sp.RecentDecisions = recentDecisions(view.Changes)
