@@ -172,7 +172,7 @@ func (h haHandler) Leading(leading bool, term int64) {
 		// decisions, so that the change of leader moves no key.
 		if r.ha.remote != nil {
 			r.ha.seed = cloneDecisions(r.ha.remote.Pools)
-			r.hot.seed(r.ha.remote.HotKeys)
+			r.hot.seed(r.ha.remote.HotKeys, r.now())
 		}
 		r.log.Info("leading: scraping and deciding", "term", term)
 		r.haMetrics.changes.Inc()

@@ -335,13 +335,16 @@ func (h *hotState) ownTables() HotTables {
 	return cloneHot(h.own)
 }
 
-// seed makes a new leader start from its predecessor's tables.
-func (h *hotState) seed(t HotTables) {
+// seed makes a new leader start from its predecessor's tables, and
+// decide one Interval after now.
+func (h *hotState) seed(t HotTables, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.own = cloneHot(t)
-	// Decide one Interval after taking over: its own sample starts now.
 	h.decided = map[string]time.Time{}
+	for name := range h.pools {
+		h.decided[name] = now
+	}
 }
 
 func cloneHot(t HotTables) HotTables {
