@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/hotkeys"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/weights"
@@ -350,8 +352,9 @@ func servedShares(md fleet.Model, s *clients.Served) map[string]map[string]float
 // the hash table. Series are built at each scrape from the status, so a
 // replica's and a pool's series go when they do.
 type statusCollector struct {
-	r                                *Reconciler
-	hitRate, balance, hotspot, share *prometheus.Desc
+	r                                        *Reconciler
+	hitRate, balance, hotspot, share         *prometheus.Desc
+	hotKeys, hotShare, hotSpread, hotTracked *prometheus.Desc
 }
 
 func newStatusCollector(r *Reconciler) *statusCollector {
@@ -367,6 +370,14 @@ func newStatusCollector(r *Reconciler) *statusCollector {
 				rule.BalanceAbove, rule.HitRateAtLeast, rule.BusiestQueueAtLeast), []string{"pool"}, nil),
 		share: prometheus.NewDesc("kvxds_replica_table_share",
 			"Fraction of proxyless gRPC clients' hash ring a replica owns (0 while out of it).", []string{"pool", "replica"}, nil),
+		hotKeys: prometheus.NewDesc("kvxds_hot_keys",
+			"Entries of a pool's hot-key table as served (pools with hot keys on).", []string{"pool"}, nil),
+		hotShare: prometheus.NewDesc("kvxds_hot_key_share",
+			"A hot key's share of its pool's keyed requests when its table entry was decided, by pool, key index in the chain (from 0) and key (a body key's hash, or 8 hex digits of a header value's hash).", []string{"pool", "key_index", "key"}, nil),
+		hotSpread: prometheus.NewDesc("kvxds_hot_key_spread",
+			"The number of spread buckets of a hot key (labels as kvxds_hot_key_share).", []string{"pool", "key_index", "key"}, nil),
+		hotTracked: prometheus.NewDesc("kvxds_hot_key_sketch_keys",
+			fmt.Sprintf("Key values a pool's hot-key sketch tracks from the requests this instance saw logged (at most %d).", hotkeys.Capacity), []string{"pool"}, nil),
 	}
 }
 
@@ -375,6 +386,10 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.balance
 	ch <- c.hotspot
 	ch <- c.share
+	ch <- c.hotKeys
+	ch <- c.hotShare
+	ch <- c.hotSpread
+	ch <- c.hotTracked
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
@@ -393,6 +408,16 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, rep := range p.Replicas {
 			if rep.TableShare != nil {
 				ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, *rep.TableShare, p.Name, rep.ID)
+			}
+		}
+		if hk := p.HotKeys; hk != nil {
+			// Only table entries: a bounded label set.
+			ch <- prometheus.MustNewConstMetric(c.hotKeys, prometheus.GaugeValue, float64(len(hk.Keys)), p.Name)
+			ch <- prometheus.MustNewConstMetric(c.hotTracked, prometheus.GaugeValue, float64(hk.Tracked), p.Name)
+			for _, k := range hk.Keys {
+				idx := strconv.Itoa(k.Key)
+				ch <- prometheus.MustNewConstMetric(c.hotShare, prometheus.GaugeValue, k.Share, p.Name, idx, k.Value)
+				ch <- prometheus.MustNewConstMetric(c.hotSpread, prometheus.GaugeValue, float64(k.Spread), p.Name, idx, k.Value)
 			}
 		}
 	}
