@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"sort"
@@ -435,22 +436,19 @@ func WithHotKeys(f fleet.Fleet, tables HotTables) fleet.Fleet {
 			}
 			keys = append(keys, k)
 		}
-		if max := p.Hash.Hot.Max; max > 0 && len(keys) > max {
-			keys = keys[:max]
+		byID := func(a, b fleet.HotKey) int {
+			return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
 		}
-		slices.SortFunc(keys, func(a, b fleet.HotKey) int {
-			if a.Key != b.Key {
-				return a.Key - b.Key
-			}
-			switch {
-			case a.Value < b.Value:
-				return -1
-			case a.Value > b.Value:
-				return 1
-			}
-			return 0
-		})
-		p.HotKeys = slices.CompactFunc(keys, func(a, b fleet.HotKey) bool { return a.Key == b.Key && a.Value == b.Value })
+		slices.SortStableFunc(keys, byID)
+		keys = slices.CompactFunc(keys, func(a, b fleet.HotKey) bool { return byID(a, b) == 0 })
+		// A table decided under a larger max (a policy edit the leader
+		// has not yet decided under): its highest shares.
+		if max := p.Hash.Hot.Max; max > 0 && len(keys) > max {
+			slices.SortStableFunc(keys, func(a, b fleet.HotKey) int { return cmp.Or(cmp.Compare(b.Share, a.Share), byID(a, b)) })
+			keys = keys[:max]
+			slices.SortFunc(keys, byID)
+		}
+		p.HotKeys = keys
 	}
 	return f
 }

@@ -81,6 +81,13 @@ func TestWithHotKeys(t *testing.T) {
 	if _, err := fleet.Prepare(f); err != nil {
 		t.Errorf("the model does not prepare: %v", err)
 	}
+	// Over max: the highest shares stay.
+	p.Pools[0].Hash.Hot.Max = 2
+	f = WithHotKeys(Join(p, StaticTargets(p), nil), tables)
+	want = []fleet.HotKey{{Key: 0, Value: "a", Share: 0.5, Spread: 8}, {Key: 1, Value: "00000000000000ff", Share: 0.3, Spread: 4}}
+	if got := f.Pools[0].HotKeys; !reflect.DeepEqual(got, want) {
+		t.Errorf("chat's table over max = %+v, want %+v", got, want)
+	}
 }
 
 func TestShownValue(t *testing.T) {
