@@ -45,6 +45,7 @@ import (
 	"github.com/kvxds/kvxds/reconcile"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/status/page"
+	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/server"
 )
 
@@ -77,6 +78,7 @@ type Controller struct {
 	board     *ha.Board
 	initial   *policy.Policy
 	security  *security
+	accessLog *accesslog.Service
 
 	xdsLis, adminLis net.Listener
 }
@@ -132,6 +134,9 @@ func New(opts Options) (*Controller, error) {
 	if reach != nil {
 		*reach = c.reconcile.Reach
 	}
+	c.accessLog = accesslog.New(accesslog.Options{
+		Sink: c.reconcile.AccessLogSink(), Logger: logger.Named("accesslog"), Registerer: reg,
+	})
 	return c, nil
 }
 
@@ -255,6 +260,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	// a stream's goroutine forever (see server.Listener).
 	g := grpc.NewServer(append(c.security.grpcOptions(c.initial.XDS), c.xds.GRPCOptions()...)...)
 	c.xds.Register(g)
+	// Envoys stream the requests they route to the same server, under
+	// the same TLS and stream caps: the hot keys' source.
+	c.accessLog.Register(g)
 	// Envoy health-checks the kvxds instances its bootstrap lists
 	// (grpc.health.v1): this one serves a configuration by now.
 	hs := health.NewServer()

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/weights"
 )
 
@@ -40,6 +41,9 @@ type Document struct {
 	// Time is when the leader published it.
 	Time  time.Time `json:"time"`
 	Pools Decisions `json:"pools"`
+	// HotKeys are the pools' hot-key tables the leader decided, by pool;
+	// a pool without hot keys is absent.
+	HotKeys map[string][]fleet.HotKey `json:"hot_keys,omitempty"`
 }
 
 // ErrNotLeader is returned by Publish when this instance does not lead.

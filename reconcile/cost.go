@@ -312,7 +312,9 @@ func changes(a, b *fleet.Pool) (changed map[string]bool, causes map[string]bool)
 		changed[id], causes[costMembership] = true, true
 	}
 	sa, sb := *a, *b
+	// The hot-key table changes routes only: no table moves with it.
 	sa.Endpoints, sb.Endpoints = nil, nil
+	sa.HotKeys, sb.HotKeys = nil, nil
 	if !reflect.DeepEqual(sa, sb) {
 		causes[costPolicy] = true
 	}

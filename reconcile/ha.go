@@ -83,6 +83,21 @@ func (r *Reconciler) decisions() ha.Decisions {
 	return nil
 }
 
+// hotTables returns the hot-key tables to serve: this instance's own
+// while it leads, else the leader's last published ones.
+func (r *Reconciler) hotTables() HotTables {
+	r.mu.Lock()
+	leading, remote := r.leadingLocked(), r.ha.remote
+	r.mu.Unlock()
+	if leading {
+		return r.hot.ownTables()
+	}
+	if remote != nil {
+		return remote.HotKeys
+	}
+	return nil
+}
+
 // scrapeSet points scraping at specs while this instance leads (seeding
 // pools that start with the previous leader's decisions) and stops it
 // otherwise. The caller holds pushMu.
@@ -104,15 +119,19 @@ func (r *Reconciler) scrapeSet(ctx context.Context, specs map[string]weights.Poo
 	r.scrape.Set(ctx, specs)
 }
 
-// publish publishes the decisions served, if this instance leads and they
-// changed since it last did (or force).
-func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, force bool) {
+// publish publishes the decisions and hot-key tables served, if this
+// instance leads and they changed since it last did (or force).
+func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, hot HotTables, force bool) {
 	r.mu.Lock()
-	if !r.leadingLocked() || (!force && r.ha.published != nil && reflect.DeepEqual(r.ha.published.Pools, served)) {
+	if !r.leadingLocked() || (!force && r.ha.published != nil && reflect.DeepEqual(r.ha.published.Pools, served) &&
+		reflect.DeepEqual(cloneHot(r.ha.published.HotKeys), cloneHot(hot))) {
 		r.mu.Unlock()
 		return
 	}
 	doc := ha.Document{Leader: r.id, Term: r.ha.term, Time: time.Now().UTC(), Pools: cloneDecisions(served)}
+	if len(hot) > 0 {
+		doc.HotKeys = cloneHot(hot)
+	}
 	r.ha.published = &doc
 	r.mu.Unlock()
 	r.board.Set(doc)
@@ -153,6 +172,7 @@ func (h haHandler) Leading(leading bool, term int64) {
 		// decisions, so that the change of leader moves no key.
 		if r.ha.remote != nil {
 			r.ha.seed = cloneDecisions(r.ha.remote.Pools)
+			r.hot.seed(r.ha.remote.HotKeys, r.now())
 		}
 		r.log.Info("leading: scraping and deciding", "term", term)
 		r.haMetrics.changes.Inc()

@@ -65,6 +65,7 @@ const (
 	causeDiscovery = "discovery"
 	causeMetrics   = "metrics"
 	causeLeader    = "leader" // a leadership change, or the leader's decisions
+	causeHotKeys   = "hot_keys"
 )
 
 // Reconciler keeps the fleet model in step with its inputs.
@@ -83,6 +84,7 @@ type Reconciler struct {
 	peers       ha.Peers
 	board       *ha.Board
 	haMetrics   *haMetrics
+	hot         *hotState
 	now         func() time.Time
 
 	// pushMu serialises pushes, so that a push never reverts a newer
@@ -93,6 +95,7 @@ type Reconciler struct {
 	fleet      fleet.Fleet
 	ha         haState
 	served     ha.Decisions            // the decisions of the last push
+	servedHot  HotTables               // the hot-key tables of the last push
 	discovered []discovery.PoolTargets // the discovered replicas of the last push
 	// For the status: when each replica entered its health, and its
 	// share of gRPC clients' ring, as of the last push.
@@ -141,7 +144,7 @@ func New(opts Options) *Reconciler {
 		now:         opts.Now,
 		updates: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
-			Help: "Fleet models pushed, by what changed: policy, discovery or metrics.",
+			Help: "Fleet models pushed, by what changed: policy, discovery, metrics, leader or hot_keys.",
 		}, []string{"cause"}),
 		failures: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_update_errors_total",
@@ -165,7 +168,8 @@ func New(opts Options) *Reconciler {
 		Logger: log.Named("weights"), Registerer: reg, OnChange: r.metricsChanged, Now: r.now,
 	})
 	r.haMetrics = newHAMetrics(reg, r)
-	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader} {
+	r.hot = newHotState(reg)
+	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
@@ -213,9 +217,13 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}()
 	}
 	r.mu.Lock()
-	served := r.served
+	served, servedHot := r.served, r.servedHot
 	r.mu.Unlock()
-	r.publish(ctx, served, true)
+	r.publish(ctx, served, servedHot, true)
+	// Hot-key tables are decided on their pools' intervals; the timer
+	// wakes for the next one due (every second while none is).
+	hotTimer := time.NewTimer(time.Second)
+	defer hotTimer.Stop()
 	for {
 		cause := causeDiscovery
 		select {
@@ -226,11 +234,24 @@ func (r *Reconciler) Run(ctx context.Context) {
 			cause = causeMetrics
 		case <-r.haCh:
 			cause = causeLeader
+		case <-hotTimer.C:
+			r.mu.Lock()
+			leading := r.leadingLocked()
+			r.mu.Unlock()
+			changed, next := r.hot.decide(r.now(), leading)
+			if next <= 0 {
+				next = time.Second
+			}
+			hotTimer.Reset(next)
+			if !changed {
+				continue
+			}
+			cause = causeHotKeys
 		}
 		r.pushMu.Lock()
 		err := r.pushLocked(ctx, r.Policy(), cause)
 		r.mu.Lock()
-		served := r.served
+		served, servedHot := r.served, r.servedHot
 		r.mu.Unlock()
 		r.pushMu.Unlock()
 		if err != nil {
@@ -239,7 +260,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}
 		// A new leader publishes at once, under its own term, what it
 		// serves: its predecessor's decisions.
-		r.publish(ctx, served, cause == causeLeader)
+		r.publish(ctx, served, servedHot, cause == causeLeader)
 	}
 }
 
@@ -277,8 +298,9 @@ func (r *Reconciler) metricsChanged() {
 // caller holds pushMu.
 func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause string) error {
 	decisions := r.decisions()
+	hot := r.hotTables()
 	discovered := r.disc.Targets()
-	m, err := fleet.Prepare(Join(p, discovered, decisions))
+	m, err := fleet.Prepare(WithHotKeys(Join(p, discovered, decisions), hot))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -302,9 +324,10 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	} else {
 		shares = tableShares(m)
 	}
+	r.hot.update(f, m.Plan, envoyResources(r.sink, m))
 	now := r.now()
 	r.mu.Lock()
-	r.policy, r.fleet, r.served, r.discovered = p, f, decisions, discovered
+	r.policy, r.fleet, r.served, r.servedHot, r.discovered = p, f, decisions, hot, discovered
 	r.since = trackSince(r.since, f, decisions, now)
 	r.shares = shares
 	r.mu.Unlock()

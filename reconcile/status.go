@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/hotkeys"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/weights"
@@ -33,6 +35,7 @@ func (r *Reconciler) Status() status.Status {
 		sources: sourceKinds(r.discovered),
 	}
 	r.mu.Unlock()
+	in.hot = r.hot.status(in.fleet)
 	// A follower scrapes nothing: its views are empty.
 	in.views = r.scrape.View()
 	return buildStatus(&in, r.id, r.HA())
@@ -67,6 +70,7 @@ type statusInput struct {
 	costs     map[string][]pushCost         // pool → the last hour's pushes' costs
 	lastCost  map[string]pushCost           // pool → its last push's cost
 	rule      status.HotspotRule
+	hot       map[string]*status.HotKeys // pool → its hot keys, for pools with them on
 }
 
 // healthSince is when a replica entered its current health.
@@ -98,6 +102,7 @@ func buildPools(in *statusInput) []status.Pool {
 		if fp.Balancer == fleet.ConsistentHash {
 			sp.Algorithm = string(fp.Hash.Algorithm)
 		}
+		sp.HotKeys = in.hot[fp.Name]
 		if scraped {
 			sp.Escapes1h, sp.WeightMoves1h, sp.Fallback = view.Escapes, view.WeightMoves, view.Fallback
 			sp.RecentDecisions = recentDecisions(view.Changes)
@@ -347,8 +352,9 @@ func servedShares(md fleet.Model, s *clients.Served) map[string]map[string]float
 // the hash table. Series are built at each scrape from the status, so a
 // replica's and a pool's series go when they do.
 type statusCollector struct {
-	r                                *Reconciler
-	hitRate, balance, hotspot, share *prometheus.Desc
+	r                                        *Reconciler
+	hitRate, balance, hotspot, share         *prometheus.Desc
+	hotKeys, hotShare, hotSpread, hotTracked *prometheus.Desc
 }
 
 func newStatusCollector(r *Reconciler) *statusCollector {
@@ -364,6 +370,14 @@ func newStatusCollector(r *Reconciler) *statusCollector {
 				rule.BalanceAbove, rule.HitRateAtLeast, rule.BusiestQueueAtLeast), []string{"pool"}, nil),
 		share: prometheus.NewDesc("kvxds_replica_table_share",
 			"Fraction of proxyless gRPC clients' hash ring a replica owns (0 while out of it).", []string{"pool", "replica"}, nil),
+		hotKeys: prometheus.NewDesc("kvxds_hot_keys",
+			"Entries of a pool's hot-key table as served (pools with hot keys on).", []string{"pool"}, nil),
+		hotShare: prometheus.NewDesc("kvxds_hot_key_share",
+			"A hot key's share of its pool's keyed requests when its table entry was decided, by pool, key index in the chain (from 0) and key (a body key's hash, or 8 hex digits of a header value's hash).", []string{"pool", "key_index", "key"}, nil),
+		hotSpread: prometheus.NewDesc("kvxds_hot_key_spread",
+			"The number of spread buckets of a hot key (labels as kvxds_hot_key_share).", []string{"pool", "key_index", "key"}, nil),
+		hotTracked: prometheus.NewDesc("kvxds_hot_key_sketch_keys",
+			fmt.Sprintf("Key values a pool's hot-key sketch tracks from the requests this instance saw logged (at most %d).", hotkeys.Capacity), []string{"pool"}, nil),
 	}
 }
 
@@ -372,6 +386,10 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.balance
 	ch <- c.hotspot
 	ch <- c.share
+	ch <- c.hotKeys
+	ch <- c.hotShare
+	ch <- c.hotSpread
+	ch <- c.hotTracked
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
@@ -390,6 +408,16 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, rep := range p.Replicas {
 			if rep.TableShare != nil {
 				ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, *rep.TableShare, p.Name, rep.ID)
+			}
+		}
+		if hk := p.HotKeys; hk != nil {
+			// Only table entries: a bounded label set.
+			ch <- prometheus.MustNewConstMetric(c.hotKeys, prometheus.GaugeValue, float64(len(hk.Keys)), p.Name)
+			ch <- prometheus.MustNewConstMetric(c.hotTracked, prometheus.GaugeValue, float64(hk.Tracked), p.Name)
+			for _, k := range hk.Keys {
+				idx := strconv.Itoa(k.Key)
+				ch <- prometheus.MustNewConstMetric(c.hotShare, prometheus.GaugeValue, k.Share, p.Name, idx, k.Value)
+				ch <- prometheus.MustNewConstMetric(c.hotSpread, prometheus.GaugeValue, float64(k.Spread), p.Name, idx, k.Value)
 			}
 		}
 	}

@@ -152,7 +152,26 @@ pool "batch" {
 		prev = r.tables
 		costs, last = keepCosts(costs, last, mi.Fleet(), c, at)
 	}
+	// Hot keys: one tenant hot, the requests the Envoys logged, a few
+	// of them sent away from their key's first replica.
+	hot := newHotState(prometheus.NewRegistry())
+	hotFleet := f
+	hotFleet.Pools = slices.Clone(f.Pools)
+	for i := range hotFleet.Pools {
+		if hotFleet.Pools[i].Name == "chat" {
+			hp := &hotFleet.Pools[i]
+			hp.Hash.Hot = &fleet.HotKeys{Max: 8, Interval: 10 * time.Second, HalfLife: time.Minute}
+			hp.HotKeys = []fleet.HotKey{{Key: 0, Value: "tenant-acme", Share: 0.42, Spread: 4}}
+		}
+	}
+	hot.update(hotFleet, m.Plan, nil)
+	for range 25 {
+		hot.pools["chat"].sketch.Observe(0, "tenant-acme", statusT0)
+	}
+	hot.seen["chat"].requests = 1200
+	hot.seen["chat"].away[AwaySpread], hot.seen["chat"].away[AwayEscape], hot.seen["chat"].away[AwayBound] = 380, 24, 6
 	return &statusInput{
+		hot: hot.status(hotFleet),
 		now: statusT0, policy: p, fleet: f, decisions: decisions, views: views,
 		sources: map[string]map[string]string{
 			"chat":  {"10.0.0.1:8000": "kubernetes", "10.0.0.2:8000": "kubernetes", "10.0.0.3:8000": "kubernetes", "10.0.0.4:8000": "kubernetes", "10.0.0.5:8000": "dns"},

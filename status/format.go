@@ -447,3 +447,48 @@ func movedPercent(v float64) string {
 	}
 	return strconv.FormatFloat(v*100, 'f', 2, 64) + "%"
 }
+
+// HotKeyLines says what a pool's hot keys are and where its logged
+// requests went: a line for the table ("hot keys of 1200 keyed requests
+// logged: 3f2a9c1b (header x-tenant) 48.0% spread over 4") and, once
+// requests were logged, one for those sent away from their key's first
+// replica ("away from their key's first replica: 5.0% (spread 4.0%,
+// escape 1.0%, bound 0%)"). Nil for h nil.
+func (f Format) HotKeyLines(h *HotKeys) []string {
+	if h == nil {
+		return nil
+	}
+	head := "hot keys"
+	if h.Requests > 0 {
+		head += " of " + strconv.FormatUint(h.Requests, 10) + " keyed requests logged"
+	}
+	if len(h.Keys) == 0 {
+		head += ": none"
+	} else {
+		parts := make([]string, len(h.Keys))
+		for i, k := range h.Keys {
+			share := k.Share
+			parts[i] = k.Value
+			if k.KeyName != "" {
+				parts[i] += " (" + k.KeyName + ")"
+			}
+			parts[i] += " " + f.Percent(&share) + " spread over " + strconv.Itoa(k.Spread)
+		}
+		head += ": " + strings.Join(parts, "; ")
+	}
+	out := []string{head}
+	if h.Requests == 0 {
+		return out
+	}
+	frac := func(n uint64) *float64 {
+		v := float64(n) / float64(h.Requests)
+		return &v
+	}
+	var total uint64
+	reasons := make([]string, len(AwayReasons))
+	for i, r := range AwayReasons {
+		total += h.Away[r]
+		reasons[i] = r + " " + f.Percent(frac(h.Away[r]))
+	}
+	return append(out, "away from their key's first replica: "+f.Percent(frac(total))+" ("+strings.Join(reasons, ", ")+")")
+}

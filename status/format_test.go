@@ -252,3 +252,34 @@ func TestCountHealth(t *testing.T) {
 		t.Errorf("CountHealth(nil) = %v", got)
 	}
 }
+
+func TestHotKeyLines(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    *HotKeys
+		want []string
+	}{
+		{"off", nil, nil},
+		{"nothing logged", &HotKeys{Keys: []HotKey{}, Away: map[string]uint64{}}, []string{"hot keys: none"}},
+		{"none hot", &HotKeys{Keys: []HotKey{}, Requests: 400, Away: map[string]uint64{AwayBound: 4}}, []string{
+			"hot keys of 400 keyed requests logged: none",
+			"away from their key's first replica: 1.0% (spread 0.0%, escape 0.0%, bound 1.0%)",
+		}},
+		{"two hot", &HotKeys{
+			Keys: []HotKey{
+				{Key: 0, KeyName: "header x-tenant", Value: "3f2a9c1b", Share: 0.48, Spread: 4},
+				{Key: 1, KeyName: "prompt_prefix", Value: "0123456789abcdef", Share: 0.125, Spread: 2},
+			},
+			Requests: 1200, Away: map[string]uint64{AwaySpread: 48, AwayEscape: 12},
+		}, []string{
+			"hot keys of 1200 keyed requests logged: 3f2a9c1b (header x-tenant) 48.0% spread over 4; 0123456789abcdef (prompt_prefix) 12.5% spread over 2",
+			"away from their key's first replica: 5.0% (spread 4.0%, escape 1.0%, bound 0.0%)",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := TextFormat.HotKeyLines(tc.h); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

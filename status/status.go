@@ -175,6 +175,46 @@ type Pool struct {
 	// Moved is what this instance's pushes cost the pool's sessions;
 	// absent for a pool that does not hash or before its tables changed.
 	Moved *Moved `json:"moved,omitempty"`
+	// HotKeys is the pool's hot-key table and what this instance saw of
+	// its requests; absent for a pool without hot keys on.
+	HotKeys *HotKeys `json:"hot_keys,omitempty"`
+}
+
+// HotKeys is a pool's hot-key table as served, and the requests the
+// Envoys connected to this instance logged for it (a sample of the
+// fleet's when there are several instances), since the instance started.
+type HotKeys struct {
+	// Keys are the table's entries, highest share first.
+	Keys []HotKey `json:"keys"`
+	// Requests counts the logged requests with a key; Away those of
+	// them sent to another replica than their key's first (the one the
+	// key alone hashes to with every replica in the table), by reason
+	// (AwaySpread, AwayEscape, AwayBound).
+	Requests uint64            `json:"requests"`
+	Away     map[string]uint64 `json:"away"`
+	// Tracked is the number of key values the pool's sketch tracks.
+	Tracked int `json:"tracked"`
+}
+
+// Reasons a request went to another replica than its key's first.
+const (
+	AwaySpread = "spread" // its key is hot, spread on purpose
+	AwayEscape = "escape" // its first replica is out of the table
+	AwayBound  = "bound"  // otherwise: Envoy's bounded load, or a table not yet applied
+)
+
+// AwayReasons are the reasons, in the order they are shown.
+var AwayReasons = []string{AwaySpread, AwayEscape, AwayBound}
+
+// HotKey is one entry of a pool's hot-key table. Its value is never shown
+// as sent: a body key's value is a hash already, a header key's is shown
+// as the first 8 hex digits of its hash.
+type HotKey struct {
+	Key     int     `json:"key"` // index in the pool's key chain
+	KeyName string  `json:"key_name,omitempty"`
+	Value   string  `json:"value"`
+	Share   float64 `json:"share"`
+	Spread  int     `json:"spread"`
 }
 
 // Moved is what the pushes that changed a pool's hash tables cost: the

@@ -115,6 +115,7 @@ type pagePool struct {
 	HiddenHealth []status.HealthCount
 	Hot          string   // why it is a hotspot
 	Moved        []string // what the pushes cost its sessions
+	HotKeyLines  []string // its hot keys and the requests sent away
 	// Signals are the profile's signals replicas' pages lacked;
 	// SignalsOK says none did.
 	Signals   []status.SignalNote
@@ -181,6 +182,7 @@ func newPagePool(st *status.Status, p *status.Pool, all bool) pagePool {
 		pp.Kind += " · " + p.Algorithm
 	}
 	pp.Moved = format.MovedLines(st.Time, p.Name, p.Moved)
+	pp.HotKeyLines = format.HotKeyLines(p.HotKeys)
 	pp.Signals = p.SignalNotes()
 	if len(pp.Signals) == 0 && p.PagesRead > 0 {
 		pp.SignalsOK = fmt.Sprintf("Every signal the %s profile reads was found on %s.", p.Engine, pagesRead(p.PagesRead))

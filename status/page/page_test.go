@@ -147,6 +147,19 @@ func TestRender(t *testing.T) {
 			"kubernetes lease infra/kvxds, following kvxds-1 (unreachable: connection refused)"},
 		notText: []string{"no hotspot"},
 	}, {
+		name: "hot keys, hashed", replicas: 2, wantRows: 2,
+		edit: func(p *status.Pool) {
+			p.HotKeys = &status.HotKeys{
+				Keys:     []status.HotKey{{Key: 0, KeyName: "header x-tenant", Value: "3f2a9c1b", Share: 0.48, Spread: 4}},
+				Requests: 1000, Away: map[string]uint64{status.AwaySpread: 300, status.AwayBound: 10},
+			}
+		},
+		wantText: []string{`<p class="moved hot-keys">hot keys of 1000 keyed requests logged: 3f2a9c1b (header x-tenant) 48.0% spread over 4</p>`,
+			`<p class="moved hot-keys">away from their key&#39;s first replica: 31.0% (spread 30.0%, escape 0.0%, bound 1.0%)</p>`},
+	}, {
+		name: "no hot keys on", replicas: 2, wantRows: 2,
+		notText: []string{"hot-keys"},
+	}, {
 		name: "hotspot without its figures", replicas: 2, wantRows: 2,
 		edit:     func(p *status.Pool) { p.Balance, p.HitRate1m, p.Hotspot = nil, nil, true },
 		wantText: []string{`<span class="dim balance" title="">–</span>`, "hit rate 1m <b class=\"pool-hit-rate\">–</b>", `<p class="nack">Hotspot: flagged without its figures (rule: `},

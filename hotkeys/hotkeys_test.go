@@ -1,0 +1,338 @@
+package hotkeys
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvxds/kvxds/fleet"
+)
+
+var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+func settings() *fleet.HotKeys {
+	return &fleet.HotKeys{Max: fleet.DefaultHotKeysMax, HalfLife: time.Minute, Interval: 10 * time.Second}
+}
+
+// feed observes n requests spread over d from t, the i-th of key value
+// pick(i).
+func feed(s *Sketch, t time.Time, d time.Duration, n int, pick func(i int) string) {
+	for i := range n {
+		s.Observe(0, pick(i), t.Add(d*time.Duration(i)/time.Duration(n)))
+	}
+}
+
+func TestValidValue(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want bool
+	}{
+		{"0123456789abcdef", true},
+		{"tenant a", true},
+		{"", false},
+		{strings.Repeat("x", MaxValueLen), true},
+		{strings.Repeat("x", MaxValueLen+1), false},
+		{"tab\there", false},
+		{"é", false},
+		{"nul\x00", false},
+	} {
+		if got := ValidValue(tc.v); got != tc.want {
+			t.Errorf("ValidValue(%q) = %v, want %v", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestSpread(t *testing.T) {
+	for _, tc := range []struct {
+		share   float64
+		healthy int
+		want    int
+	}{
+		{0.01, 8, 2},    // fills one replica: 2 buckets
+		{0.125, 8, 2},   // exactly one replica's share
+		{0.2, 8, 4},     // two replicas
+		{0.5, 8, 8},     // four replicas
+		{0.9, 8, 16},    // eight replicas: 16, under the cap of 32
+		{1, 8, 16},      // all of it
+		{0.9, 2, 4},     // 2 replicas: ceil(1.8)=2 → 4, cap 8
+		{1, 1, 2},       // one replica: cap 4
+		{0.9, 100, 256}, // capped by MaxSpread
+		{0.3, 3, 2},     // ceil(0.9)=1 → 2
+	} {
+		if got := Spread(tc.share, tc.healthy); got != tc.want {
+			t.Errorf("Spread(%v, %d) = %d, want %d", tc.share, tc.healthy, got, tc.want)
+		}
+	}
+}
+
+func TestObserveDrops(t *testing.T) {
+	s := NewSketch(time.Minute)
+	for _, v := range []string{"", strings.Repeat("k", 200), "bad\x01", "ok"} {
+		s.Observe(0, v, t0)
+	}
+	s.Observe(-1, "ok", t0)
+	if got := s.Dropped(); got != 4 {
+		t.Errorf("Dropped() = %d, want 4", got)
+	}
+	if got := s.Len(); got != 1 {
+		t.Errorf("Len() = %d, want 1", got)
+	}
+	if got := s.Total(t0); got != 1 {
+		t.Errorf("Total() = %v, want 1", got)
+	}
+}
+
+func TestDecay(t *testing.T) {
+	s := NewSketch(time.Minute)
+	for range 100 {
+		s.Observe(0, "a", t0)
+	}
+	for _, tc := range []struct {
+		after time.Duration
+		want  float64
+	}{{0, 100}, {time.Minute, 50}, {2 * time.Minute, 25}, {10 * time.Minute, 100.0 / 1024}} {
+		if got := s.Total(t0.Add(tc.after)); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Total after %v = %v, want %v", tc.after, got, tc.want)
+		}
+	}
+	// Hours of traffic rescale the counts without changing shares.
+	for i := range 1000 {
+		s.Observe(0, "b", t0.Add(time.Duration(i)*10*time.Second))
+	}
+	est, total := s.Shares(t0.Add(10000*time.Second), 0.99)
+	if len(est) != 1 || est[0].Value != "b" {
+		t.Fatalf("after hours only b should remain: %v", est)
+	}
+	if total < 5 || total > 100 || math.IsInf(total, 0) || math.IsNaN(total) {
+		t.Errorf("decayed total %v out of range", total)
+	}
+}
+
+func TestDecide(t *testing.T) {
+	zipf := func(s *Sketch) {
+		// 40% "hot", 15% "warm", the rest over 2,000 cold keys.
+		r := rand.New(rand.NewPCG(1, 2))
+		feed(s, t0, 10*time.Second, 20000, func(int) string {
+			switch x := r.Float64(); {
+			case x < 0.40:
+				return "hot"
+			case x < 0.55:
+				return "warm"
+			default:
+				return fmt.Sprintf("cold-%d", r.IntN(2000))
+			}
+		})
+	}
+	now := t0.Add(10 * time.Second)
+	for _, tc := range []struct {
+		name     string
+		settings func() *fleet.HotKeys
+		healthy  int
+		previous []fleet.HotKey
+		traffic  func(*Sketch)
+		want     []fleet.HotKey // Share checked to 0.02
+	}{{
+		name: "off", settings: func() *fleet.HotKeys { return nil }, healthy: 8, traffic: zipf,
+	}, {
+		name: "fair share of 8", settings: settings, healthy: 8, traffic: zipf,
+		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}, {Value: "warm", Share: 0.15, Spread: 4}},
+	}, {
+		name: "explicit share", settings: func() *fleet.HotKeys { s := settings(); s.Share = 0.3; return s }, healthy: 8, traffic: zipf,
+		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}},
+	}, {
+		name: "max 1", settings: func() *fleet.HotKeys { s := settings(); s.Max = 1; return s }, healthy: 8, traffic: zipf,
+		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}},
+	}, {
+		name: "two replicas: nothing above one half", settings: settings, healthy: 2, traffic: zipf,
+	}, {
+		name: "hysteresis keeps a key above half the share", settings: func() *fleet.HotKeys { s := settings(); s.Share = 0.25; return s }, healthy: 8, traffic: zipf,
+		previous: []fleet.HotKey{{Value: "warm", Share: 0.3, Spread: 4}},
+		want:     []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}, {Value: "warm", Share: 0.3, Spread: 4}},
+	}, {
+		name: "same level keeps the entry as it was", settings: settings, healthy: 8, traffic: zipf,
+		previous: []fleet.HotKey{{Value: "hot", Share: 0.45, Spread: 8}},
+		want:     []fleet.HotKey{{Value: "hot", Share: 0.45, Spread: 8}, {Value: "warm", Share: 0.15, Spread: 4}},
+	}, {
+		name: "new level replaces the entry", settings: settings, healthy: 8, traffic: zipf,
+		previous: []fleet.HotKey{{Value: "hot", Share: 0.9, Spread: 16}},
+		want:     []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}, {Value: "warm", Share: 0.15, Spread: 4}},
+	}, {
+		name: "no traffic keeps the previous table", settings: settings, healthy: 8, traffic: func(*Sketch) {},
+		previous: []fleet.HotKey{{Value: "gone", Share: 0.5, Spread: 8}},
+		want:     []fleet.HotKey{{Value: "gone", Share: 0.5, Spread: 8}},
+	}, {
+		name: "too few requests keep the previous table", settings: settings, healthy: 8,
+		traffic:  func(s *Sketch) { feed(s, t0, time.Second, 10, func(int) string { return "x" }) },
+		previous: []fleet.HotKey{{Value: "gone", Share: 0.5, Spread: 8}},
+		want:     []fleet.HotKey{{Value: "gone", Share: 0.5, Spread: 8}},
+	}, {
+		name: "uniform traffic has no hot key", settings: settings, healthy: 8,
+		traffic: func(s *Sketch) { feed(s, t0, 10*time.Second, 10000, func(i int) string { return fmt.Sprint(i % 500) }) },
+	}, {
+		name: "ties by value", settings: func() *fleet.HotKeys { s := settings(); s.Max = 2; return s }, healthy: 8,
+		traffic: func(s *Sketch) {
+			feed(s, t0, 10*time.Second, 3000, func(i int) string { return []string{"c", "b", "a"}[i%3] })
+		},
+		want: []fleet.HotKey{{Value: "a", Share: 1.0 / 3, Spread: 8}, {Value: "b", Share: 1.0 / 3, Spread: 8}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSketch(time.Minute)
+			tc.traffic(s)
+			got := s.Decide(now, tc.healthy, tc.settings(), tc.previous)
+			if len(got) != len(tc.want) {
+				t.Fatalf("Decide = %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				g, w := got[i], tc.want[i]
+				if g.Key != w.Key || g.Value != w.Value || g.Spread != w.Spread || math.Abs(g.Share-w.Share) > 0.02 {
+					t.Errorf("entry %d = %+v, want %+v", i, g, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDecideKeyIndexes(t *testing.T) {
+	// The same value under two keys of the chain is two keys.
+	s := NewSketch(time.Minute)
+	for i := range 1000 {
+		s.Observe(i%2, "v", t0)
+	}
+	got := s.Decide(t0, 4, settings(), nil)
+	want := []fleet.HotKey{{Key: 0, Value: "v", Share: 0.5, Spread: 4}, {Key: 1, Value: "v", Share: 0.5, Spread: 4}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Decide = %+v, want %+v", got, want)
+	}
+}
+
+func TestDecideDeterministic(t *testing.T) {
+	run := func() [][]fleet.HotKey {
+		s := NewSketch(30 * time.Second)
+		r := rand.New(rand.NewPCG(7, 7))
+		var tables [][]fleet.HotKey
+		var table []fleet.HotKey
+		for round := range 20 {
+			start := t0.Add(time.Duration(round) * 10 * time.Second)
+			feed(s, start, 10*time.Second, 5000, func(int) string {
+				if r.Float64() < 0.4 {
+					return fmt.Sprintf("hot-%d", round/5)
+				}
+				return fmt.Sprintf("k%d", r.IntN(3000))
+			})
+			table = s.Decide(start.Add(10*time.Second), 8, settings(), table)
+			tables = append(tables, table)
+		}
+		return tables
+	}
+	a, b := run(), run()
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("identical observations gave different tables:\n%v\n%v", a, b)
+	}
+	changes := 0
+	for i := 1; i < len(a); i++ {
+		if !reflect.DeepEqual(a[i], a[i-1]) {
+			changes++
+		}
+	}
+	if changes == 0 {
+		t.Errorf("the tables never changed: the test decides nothing")
+	}
+}
+
+// TestCooling follows a key from hot to cold: it stays in the table
+// while its share is above half the threshold and leaves below it.
+func TestCooling(t *testing.T) {
+	const healthy = 8 // threshold 1/8, leaves below 1/16
+	s := NewSketch(20 * time.Second)
+	var table []fleet.HotKey
+	r := rand.New(rand.NewPCG(3, 4))
+	now := t0
+	round := func(hot float64) {
+		feed(s, now, 10*time.Second, 4000, func(int) string {
+			if r.Float64() < hot {
+				return "sys"
+			}
+			return fmt.Sprintf("c%d", r.IntN(4000))
+		})
+		now = now.Add(10 * time.Second)
+		table = s.Decide(now, healthy, settings(), table)
+	}
+	share := func() float64 {
+		est, _ := s.Shares(now, 0)
+		for _, e := range est {
+			if e.Value == "sys" {
+				return e.Share
+			}
+		}
+		return 0
+	}
+	for range 6 {
+		round(0.3)
+	}
+	if len(table) != 1 || table[0].Value != "sys" {
+		t.Fatalf("a 30%% key is not hot: %+v", table)
+	}
+	// The key cools to 3% of new traffic; its decayed share falls
+	// through the threshold, and the key stays until below half of it.
+	var left float64
+	var stayedBelowEnter bool
+	for i := range 30 {
+		before := share()
+		round(0.03)
+		if len(table) == 0 {
+			left = before
+			break
+		}
+		if sh := share(); sh < 1.0/healthy {
+			stayedBelowEnter = true
+		}
+		if i == 29 {
+			t.Fatalf("the key never left: share %v", share())
+		}
+	}
+	if !stayedBelowEnter {
+		t.Errorf("the key never stayed in the table below the entry threshold")
+	}
+	if after := share(); after >= 1.0/(2*healthy) {
+		t.Errorf("the key left at share %v, not below half the threshold %v", after, 1.0/(2*healthy))
+	}
+	t.Logf("left the table after a share of %.3f", left)
+}
+
+// TestFloodStaysBounded observes a million distinct keys under one hot
+// one: the sketch keeps Capacity entries, its memory stays bounded, and
+// the hot key is still found.
+func TestFloodStaysBounded(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := NewSketch(time.Minute)
+	const n = 1_000_000
+	for i := range n {
+		v := fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15)
+		if i%5 == 0 {
+			v = "hot"
+		}
+		s.Observe(0, v, t0.Add(time.Duration(i)*time.Microsecond))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := s.Len(); got != Capacity {
+		t.Errorf("Len() = %d, want %d", got, Capacity)
+	}
+	heapBytes := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("sketch after %d distinct keys: %d entries, %d KiB of heap", n, s.Len(), heapBytes/1024)
+	if heapBytes > 1<<20 {
+		t.Errorf("sketch holds %d bytes after the flood, want under 1 MiB", heapBytes)
+	}
+	got := s.Decide(t0.Add(time.Second), 8, settings(), nil)
+	if len(got) != 1 || got[0].Value != "hot" || math.Abs(got[0].Share-0.2) > 0.01 {
+		t.Errorf("Decide after the flood = %+v, want only hot at 0.2", got)
+	}
+	runtime.KeepAlive(s)
+}

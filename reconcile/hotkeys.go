@@ -1,0 +1,473 @@
+package reconcile
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/hotkeys"
+	"github.com/kvxds/kvxds/status"
+	"github.com/kvxds/kvxds/xds/accesslog"
+	"github.com/kvxds/kvxds/xds/envoylb"
+	"github.com/kvxds/kvxds/xds/translate"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+// Hot keys: every instance observes the requests the Envoys connected to
+// it log (AccessLogSink), in one bounded sketch per pool with hot keys
+// on. An Envoy streams its logs to the instance it is attached to, so a
+// follower's sketch is a sample of the fleet's traffic, and the leader's
+// too when there are several instances: logs are not forwarded, and the
+// leader's sample decides (a hot key is hot in every sample). The leader
+// decides each pool's table every Interval (hotkeys.Decide) and publishes
+// it with its weight decisions; followers serve the leader's tables;
+// Join's WithHotKeys puts them in the model. A table change changes only
+// the pool's routes. Fail static: without logs the last table stays.
+
+// HotTables are the pools' hot-key tables, by pool.
+type HotTables = map[string][]fleet.HotKey
+
+// Reasons a logged request went to another replica than its key's first,
+// as kvxds_requests_away_total and the status label them.
+const (
+	AwaySpread = status.AwaySpread
+	AwayEscape = status.AwayEscape
+	AwayBound  = status.AwayBound
+)
+
+var awayReasons = status.AwayReasons
+
+// hotState is what an instance knows of its pools' hot keys.
+type hotState struct {
+	mu sync.Mutex
+	// pools are the pools with hot keys on, as of the last push;
+	// clusters names each of their clusters' pool.
+	pools    map[string]*hotPool
+	clusters map[string]string
+	// own are the tables this instance decided (or, after gaining the
+	// lead, its predecessor's, which it starts from).
+	own     HotTables
+	decided map[string]time.Time
+	// seen counts, per pool, the keyed requests observed and those sent
+	// away by reason, since the instance started.
+	seen map[string]*hotSeen
+
+	away     *prometheus.CounterVec
+	requests *prometheus.CounterVec
+}
+
+type hotSeen struct {
+	requests uint64
+	away     map[string]uint64
+}
+
+// hotPool is one pool with hot keys on, as of the last push.
+type hotPool struct {
+	settings fleet.HotKeys
+	keys     []fleet.HashKey
+	headers  []string // the key chain's headers as Envoy logs them
+	healthy  int
+	sketch   *hotkeys.Sketch
+	served   map[hotkeys.ID]bool
+	// homes are the Envoy tables of the pool's clusters with every
+	// replica in them, by cluster: a key's first replica.
+	homes map[string]*homeTable
+}
+
+// homeTable answers which replica a key's hash falls on when every
+// replica of an assignment is in the table, and whether that replica is
+// in the table as served.
+type homeTable struct {
+	b       *envoylb.Balancer
+	addrs   []string
+	serving []bool
+}
+
+func newHotState(reg prometheus.Registerer) *hotState {
+	f := promauto.With(reg)
+	return &hotState{
+		pools: map[string]*hotPool{}, clusters: map[string]string{},
+		own: HotTables{}, decided: map[string]time.Time{}, seen: map[string]*hotSeen{},
+		away: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_requests_away_total",
+			Help: "Logged requests of pools with hot keys that Envoy sent to another replica than their key's first (the one the key alone hashes to with every replica in the table), by pool and reason: spread (a hot key), escape (the first replica is out of the table), bound (otherwise: bounded load, or a table not yet applied).",
+		}, []string{"pool", "reason"}),
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_keyed_requests_logged_total",
+			Help: "Logged requests with a key, of pools with hot keys, by pool.",
+		}, []string{"pool"}),
+	}
+}
+
+// keyHeaders is a key chain's headers as Envoy logs them: a header key's
+// own name, a body key's generated header, "" for cookie and query keys.
+func keyHeaders(keys []fleet.HashKey) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		switch {
+		case k.Header != "":
+			out[i] = k.Header
+		case k.Body():
+			out[i] = bodykey.Header(i)
+		}
+	}
+	return out
+}
+
+// update points the hot-key state at a pushed model, whose Envoy
+// resources are res (nil if unknown).
+func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *translate.Resources) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pools := map[string]*hotPool{}
+	clusters := map[string]string{}
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		if p.Balancer != fleet.ConsistentHash || p.Hash.Hot == nil {
+			continue
+		}
+		hp := &hotPool{settings: *p.Hash.Hot, keys: p.Hash.Keys, headers: keyHeaders(p.Hash.Keys), served: map[hotkeys.ID]bool{}}
+		// Keep what was observed unless how it decays changed.
+		if old := h.pools[p.Name]; old != nil && old.settings.HalfLife == hp.settings.HalfLife {
+			hp.sketch = old.sketch
+		} else {
+			hp.sketch = hotkeys.NewSketch(hp.settings.HalfLife)
+		}
+		for _, e := range p.Endpoints {
+			if e.Health == fleet.Healthy {
+				hp.healthy++
+			}
+		}
+		for _, k := range p.HotKeys {
+			hp.served[hotkeys.ID{Key: k.Key, Value: k.Value}] = true
+		}
+		names := []string{p.Name}
+		for _, g := range plan(p.Name).Groups {
+			names = append(names, g.Cluster)
+		}
+		hp.homes = homeTables(res, names)
+		for _, n := range names {
+			clusters[n] = p.Name
+		}
+		pools[p.Name] = hp
+		if h.seen[p.Name] == nil {
+			h.seen[p.Name] = &hotSeen{away: map[string]uint64{}}
+			for _, r := range awayReasons {
+				h.away.WithLabelValues(p.Name, r)
+			}
+			h.requests.WithLabelValues(p.Name)
+		}
+	}
+	for name := range h.seen {
+		if pools[name] == nil {
+			delete(h.seen, name)
+			delete(h.own, name)
+			delete(h.decided, name)
+			for _, r := range awayReasons {
+				h.away.DeleteLabelValues(name, r)
+			}
+			h.requests.DeleteLabelValues(name)
+		}
+	}
+	h.pools, h.clusters = pools, clusters
+}
+
+// homeTables builds the home table of each named cluster of res.
+func homeTables(res *translate.Resources, names []string) map[string]*homeTable {
+	out := map[string]*homeTable{}
+	if res == nil {
+		return out
+	}
+	clas := map[string]*endpointv3.ClusterLoadAssignment{}
+	for _, cla := range res.Endpoints {
+		clas[cla.GetClusterName()] = cla
+	}
+	for _, c := range res.Clusters {
+		if !slices.Contains(names, c.GetName()) {
+			continue
+		}
+		svc := c.GetEdsClusterConfig().GetServiceName()
+		if svc == "" {
+			svc = c.GetName()
+		}
+		cla := clas[svc]
+		if cla == nil {
+			continue
+		}
+		hosts, _, err := envoylb.Hosts(cla)
+		if err != nil {
+			continue
+		}
+		// The table with every replica in it: where the key goes
+		// when nothing is out.
+		all := proto.Clone(cla).(*endpointv3.ClusterLoadAssignment)
+		for _, lle := range all.GetEndpoints() {
+			for _, e := range lle.GetLbEndpoints() {
+				e.HealthStatus = corev3.HealthStatus_HEALTHY
+			}
+		}
+		b, err := envoylb.NewBalancer(c, all)
+		if err != nil {
+			continue // not hashing
+		}
+		ht := &homeTable{b: b, addrs: make([]string, len(hosts)), serving: make([]bool, len(hosts))}
+		for i, hst := range hosts {
+			ht.addrs[i], ht.serving[i] = hst.Address, hst.Health == envoylb.Healthy
+		}
+		out[c.GetName()] = ht
+	}
+	return out
+}
+
+// first is the index of the replica a key value hashes to in t: Envoy
+// hashes a header value as XXH64 with seed 0.
+func (t *homeTable) first(value string) int {
+	hash, _ := envoylb.HeaderHash([]string{value})
+	return t.b.Owner(hash)
+}
+
+// AccessLogSink is where the access log service hands this instance's
+// logged requests.
+func (r *Reconciler) AccessLogSink() accesslog.Sink { return hotSink{r} }
+
+type hotSink struct{ r *Reconciler }
+
+func (s hotSink) KeyHeaders(name string) (string, []string, bool) {
+	h := s.r.hot
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pool, ok := h.clusters[name]
+	if !ok {
+		return "", nil, false
+	}
+	return pool, h.pools[pool].headers, true
+}
+
+func (s hotSink) Observe(req accesslog.Request) {
+	h := s.r.hot
+	now := s.r.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hp := h.pools[req.Pool]
+	if hp == nil {
+		return
+	}
+	// Observed at arrival: Envoys' clocks and buffering (about a
+	// second) do not skew the decay.
+	hp.sketch.Observe(req.Key, req.Value, now)
+	seen := h.seen[req.Pool]
+	seen.requests++
+	h.requests.WithLabelValues(req.Pool).Inc()
+	reason := hp.awayReason(req)
+	if reason != "" {
+		seen.away[reason]++
+		h.away.WithLabelValues(req.Pool, reason).Inc()
+	}
+}
+
+// awayReason says why a request went to another replica than its key's
+// first, "" if it did not (or it is not known where it went).
+func (hp *hotPool) awayReason(req accesslog.Request) string {
+	if req.Upstream == "" {
+		return ""
+	}
+	t := hp.homes[req.Cluster]
+	if t == nil {
+		return ""
+	}
+	first := t.first(req.Value)
+	if first < 0 || t.addrs[first] == req.Upstream {
+		return ""
+	}
+	switch {
+	case hp.served[hotkeys.ID{Key: req.Key, Value: req.Value}]:
+		return AwaySpread
+	case !t.serving[first]:
+		return AwayEscape
+	}
+	return AwayBound
+}
+
+// decide decides the table of each pool whose Interval has passed, while
+// this instance leads. It reports whether a table changed, and when it
+// next has to run (zero: no pool has hot keys on).
+func (h *hotState) decide(now time.Time, leading bool) (changed bool, next time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(h.pools)) {
+		hp := h.pools[name]
+		iv := hp.settings.Interval
+		if iv <= 0 {
+			iv = fleet.DefaultHotKeysInterval
+		}
+		due := h.decided[name].Add(iv)
+		if !leading {
+			due = now.Add(iv)
+		} else if !now.Before(due) {
+			t := hp.sketch.Decide(now, hp.healthy, &hp.settings, h.own[name])
+			if !slices.Equal(t, h.own[name]) {
+				h.own[name] = t
+				changed = true
+			}
+			h.decided[name] = now
+			due = now.Add(iv)
+		}
+		if d := due.Sub(now); next == 0 || d < next {
+			next = d
+		}
+	}
+	return changed, next
+}
+
+// ownTables returns a copy of the tables this instance decided.
+func (h *hotState) ownTables() HotTables {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return cloneHot(h.own)
+}
+
+// seed makes a new leader start from its predecessor's tables, and
+// decide one Interval after now.
+func (h *hotState) seed(t HotTables, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.own = cloneHot(t)
+	h.decided = map[string]time.Time{}
+	for name := range h.pools {
+		h.decided[name] = now
+	}
+}
+
+func cloneHot(t HotTables) HotTables {
+	out := make(HotTables, len(t))
+	for pool, keys := range t {
+		if len(keys) > 0 {
+			out[pool] = slices.Clone(keys)
+		}
+	}
+	return out
+}
+
+// status is the hot-key part of each pool's status: the table served,
+// shown hashed, and what this instance observed.
+func (h *hotState) status(f fleet.Fleet) map[string]*status.HotKeys {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]*status.HotKeys{}
+	for _, p := range f.Pools {
+		hp := h.pools[p.Name]
+		if hp == nil {
+			continue
+		}
+		st := &status.HotKeys{Keys: []status.HotKey{}, Tracked: hp.sketch.Len(), Away: map[string]uint64{}}
+		if seen := h.seen[p.Name]; seen != nil {
+			st.Requests = seen.requests
+			for _, r := range awayReasons {
+				st.Away[r] = seen.away[r]
+			}
+		}
+		for _, k := range p.HotKeys {
+			st.Keys = append(st.Keys, status.HotKey{
+				Key: k.Key, KeyName: keyName(p.Hash.Keys, k.Key), Value: ShownValue(p.Hash.Keys, k.Key, k.Value),
+				Share: k.Share, Spread: k.Spread,
+			})
+		}
+		sort.SliceStable(st.Keys, func(i, j int) bool { return st.Keys[i].Share > st.Keys[j].Share })
+		out[p.Name] = st
+	}
+	return out
+}
+
+// ShownValue is how a hot key's value is shown (status, metrics): a body
+// key's value is already a hash of the body's bytes; a header key's is
+// shown as the first 8 hex digits of bodykey.Hash of it, never as sent.
+func ShownValue(keys []fleet.HashKey, key int, value string) string {
+	if key >= 0 && key < len(keys) && keys[key].Body() {
+		return value
+	}
+	return bodykey.Hash([]byte(value))[:8]
+}
+
+// keyName names a key of the chain for the status: its header, or the
+// kind of body key.
+func keyName(keys []fleet.HashKey, i int) string {
+	if i < 0 || i >= len(keys) {
+		return ""
+	}
+	k := keys[i]
+	switch {
+	case k.Header != "":
+		return "header " + k.Header
+	case k.Conversation:
+		return "conversation"
+	case k.PromptPrefix > 0:
+		return "prompt_prefix"
+	case k.JSONField != "":
+		return "json_field " + k.JSONField
+	}
+	return ""
+}
+
+// WithHotKeys puts each pool's hot-key table into f: pools that hash
+// with hot keys on take their table's entries that name a key of their
+// chain and a valid spread, sorted by key and value; other pools none.
+func WithHotKeys(f fleet.Fleet, tables HotTables) fleet.Fleet {
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		p.HotKeys = nil
+		if p.Balancer != fleet.ConsistentHash || p.Hash.Hot == nil {
+			continue
+		}
+		var keys []fleet.HotKey
+		for _, k := range tables[p.Name] {
+			if k.Key < 0 || k.Key >= len(p.Hash.Keys) || k.Spread < 2 || k.Spread > fleet.MaxSpread ||
+				k.Spread&(k.Spread-1) != 0 || !hotkeys.ValidValue(k.Value) {
+				continue
+			}
+			keys = append(keys, k)
+		}
+		byID := func(a, b fleet.HotKey) int {
+			return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
+		}
+		slices.SortStableFunc(keys, byID)
+		keys = slices.CompactFunc(keys, func(a, b fleet.HotKey) bool { return byID(a, b) == 0 })
+		// A table decided under a larger max (a policy edit the leader
+		// has not yet decided under): its highest shares.
+		if max := p.Hash.Hot.Max; max > 0 && len(keys) > max {
+			slices.SortStableFunc(keys, func(a, b fleet.HotKey) int { return cmp.Or(cmp.Compare(b.Share, a.Share), byID(a, b)) })
+			keys = keys[:max]
+			slices.SortFunc(keys, byID)
+		}
+		p.HotKeys = keys
+	}
+	return f
+}
+
+// envoyResources are the Envoy resources of a pushed model: the sink's
+// own if it says, else translated again. Nil when no pool has hot keys
+// on, or the model does not translate.
+func envoyResources(sink Sink, m fleet.Model) *translate.Resources {
+	if !slices.ContainsFunc(m.Fleet().Pools, func(p fleet.Pool) bool { return p.Hash.Hot != nil }) {
+		return nil
+	}
+	if rs, ok := sink.(resourceSink); ok {
+		if res := rs.Resources(translate.Envoy); res != nil {
+			return res
+		}
+	}
+	res, err := translate.Translate(m, translate.Envoy)
+	if err != nil {
+		return nil
+	}
+	return res
+}

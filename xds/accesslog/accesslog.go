@@ -1,0 +1,282 @@
+// Package accesslog serves Envoy's access log service
+// (envoy.service.accesslog.v3.AccessLogService, the
+// envoy.access_loggers.http_grpc logger) on the xDS server: the requests
+// each Envoy routed, with the key headers kvxds asked it to log, so that
+// kvxds learns which key values are hot across every Envoy, and which
+// requests left their key's replica.
+//
+// A stream must name an Envoy node in its first message (the node check
+// ADS data planes pass, see Check); otherwise it is refused with a gRPC
+// status and counted. Each HTTP entry becomes a Request handed to a
+// Sink: its pool (from the logger's name "kvxds/<pool>", else its upstream
+// cluster), the first key of the pool's chain present in its logged
+// headers, its spread sub-key and its upstream host. Entries that cannot
+// be read are counted by reason and dropped; nothing an Envoy sends can
+// fail the server.
+//
+// Logging is best effort and off the request path: Envoy buffers entries
+// and drops them when kvxds is away, and each Envoy streams to the one
+// kvxds instance it is connected to, so an instance sees a sample of the
+// fleet's traffic (all of it when there is one instance).
+package accesslog
+
+import (
+	"errors"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	datav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/hotkeys"
+	"github.com/kvxds/kvxds/xds/server"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+// LogNamePrefix starts the log_name of a pool's access logger:
+// "kvxds/<pool>".
+const LogNamePrefix = "kvxds/"
+
+// SpreadHeader is the request header of the spread sub-key.
+const SpreadHeader = fleet.DefaultSpreadHeader
+
+// Request is one logged request of a pool.
+type Request struct {
+	Pool string
+	// Key is the index in the pool's key chain of the first key whose
+	// header the request carried, Value that header's value.
+	Key   int
+	Value string
+	// Spread is the request's spread sub-key header, "" if none.
+	Spread string
+	// Cluster is the upstream cluster, Upstream the upstream host's
+	// address as Envoy prints it ("10.0.0.1:8000"), "" if none.
+	Cluster, Upstream string
+	// Start is when the request started (the time it was received if
+	// the entry has none), Duration how long it took.
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Sink receives the logged requests.
+type Sink interface {
+	// KeyHeaders resolves a pool, named by its name or by one of its
+	// clusters, to its name and the request headers of its key chain as
+	// Envoy logs them, in chain order ("" for a key no header carries).
+	// False for a name that is no pool.
+	KeyHeaders(name string) (pool string, headers []string, ok bool)
+	// Observe receives a request with a key.
+	Observe(Request)
+}
+
+// Results of an entry, as kvxds_access_log_entries_total labels them.
+const (
+	ResultObserved    = "observed"     // a keyed request, handed to the sink
+	ResultNoKey       = "no_key"       // a request of the pool without a key
+	ResultUnknownPool = "unknown_pool" // names a pool kvxds does not serve
+	// Malformed entries, dropped.
+	ResultNoPool    = "malformed_no_pool"    // neither log name nor upstream cluster
+	ResultNoRequest = "malformed_no_request" // no request properties
+	ResultBadValue  = "malformed_value"      // a key value too long or not printable
+	ResultTCP       = "malformed_tcp"        // TCP entries: kvxds asks only for HTTP ones
+)
+
+var results = []string{ResultObserved, ResultNoKey, ResultUnknownPool, ResultNoPool, ResultNoRequest, ResultBadValue, ResultTCP}
+
+// Reasons a stream is refused, as kvxds_access_log_streams_refused_total
+// labels them.
+const (
+	RefusedNoNode   = "no_node"   // the first message names no node
+	RefusedNotEnvoy = "not_envoy" // the node is a proxyless gRPC client
+)
+
+// Check is the node check of the access log service: the node ADS would
+// serve as an Envoy, with an id. Proxyless gRPC clients log no requests;
+// a stream without a node cannot be told apart from any other caller.
+func Check(n *core.Node) (reason string, err error) {
+	if n.GetId() == "" {
+		return RefusedNoNode, status.Error(codes.Unauthenticated, "kvxds: the first access log message must name its node (identifier.node.id)")
+	}
+	if k := server.Classify(n); k != translate.Envoy {
+		return RefusedNotEnvoy, status.Errorf(codes.PermissionDenied, "kvxds: node %q is a %s client: only Envoys stream access logs", n.GetId(), k)
+	}
+	return "", nil
+}
+
+// Options configure a Service.
+type Options struct {
+	Sink       Sink
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+	// Now is the clock for entries without a start time; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Service is the access log service.
+type Service struct {
+	alsv3.UnimplementedAccessLogServiceServer
+	sink    Sink
+	log     hclog.Logger
+	now     func() time.Time
+	entries *prometheus.CounterVec
+	refused *prometheus.CounterVec
+	streams prometheus.Gauge
+}
+
+// New returns a service that hands requests to opts.Sink.
+func New(opts Options) *Service {
+	f := promauto.With(opts.Registerer)
+	s := &Service{
+		sink: opts.Sink,
+		log:  opts.Logger,
+		now:  opts.Now,
+		entries: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_access_log_entries_total",
+			Help: "Access log entries received from Envoys, by result: observed (a keyed request), no_key, unknown_pool, or malformed_* (dropped: no_pool, no_request, value, tcp).",
+		}, []string{"result"}),
+		refused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_access_log_streams_refused_total",
+			Help: "Access log streams refused, by reason (no_node: the first message names no node; not_envoy: a proxyless gRPC client).",
+		}, []string{"reason"}),
+		streams: f.NewGauge(prometheus.GaugeOpts{
+			Name: "kvxds_access_log_streams",
+			Help: "Open access log streams.",
+		}),
+	}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for _, r := range results {
+		s.entries.WithLabelValues(r)
+	}
+	for _, r := range []string{RefusedNoNode, RefusedNotEnvoy} {
+		s.refused.WithLabelValues(r)
+	}
+	return s
+}
+
+// Register adds the service to g.
+func (s *Service) Register(g *grpc.Server) { alsv3.RegisterAccessLogServiceServer(g, s) }
+
+// StreamAccessLogs reads one Envoy's stream until it ends.
+func (s *Service) StreamAccessLogs(stream grpc.ClientStreamingServer[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]) error {
+	msg, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&alsv3.StreamAccessLogsResponse{})
+		}
+		return err
+	}
+	id := msg.GetIdentifier()
+	if reason, err := Check(id.GetNode()); err != nil {
+		s.refused.WithLabelValues(reason).Inc()
+		s.log.Warn("access log stream refused", "node", id.GetNode().GetId(), "reason", reason)
+		return err
+	}
+	s.streams.Inc()
+	defer s.streams.Dec()
+	// Envoy names its logger once, in the stream's first message.
+	logName := id.GetLogName()
+	for {
+		s.handle(logName, msg)
+		if msg, err = stream.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return stream.SendAndClose(&alsv3.StreamAccessLogsResponse{})
+			}
+			return err
+		}
+	}
+}
+
+func (s *Service) handle(logName string, msg *alsv3.StreamAccessLogsMessage) {
+	if n := len(msg.GetTcpLogs().GetLogEntry()); n > 0 {
+		s.entries.WithLabelValues(ResultTCP).Add(float64(n))
+	}
+	for _, e := range msg.GetHttpLogs().GetLogEntry() {
+		s.entries.WithLabelValues(s.entry(logName, e)).Inc()
+	}
+}
+
+// entry hands one entry to the sink and returns its result.
+func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
+	c := e.GetCommonProperties()
+	name, ok := strings.CutPrefix(logName, LogNamePrefix)
+	if !ok || name == "" {
+		name = c.GetUpstreamCluster()
+	}
+	if name == "" {
+		return ResultNoPool
+	}
+	if e.GetRequest() == nil {
+		return ResultNoRequest
+	}
+	pool, headers, ok := s.sink.KeyHeaders(name)
+	if !ok {
+		return ResultUnknownPool
+	}
+	logged := e.GetRequest().GetRequestHeaders()
+	key, value := -1, ""
+	for i, h := range headers {
+		if h == "" {
+			continue
+		}
+		if v, ok := header(logged, h); ok && v != "" {
+			key, value = i, v
+			break
+		}
+	}
+	if key < 0 {
+		return ResultNoKey
+	}
+	if !hotkeys.ValidValue(value) {
+		return ResultBadValue
+	}
+	r := Request{Pool: pool, Key: key, Value: value, Cluster: c.GetUpstreamCluster()}
+	r.Spread, _ = header(logged, SpreadHeader)
+	if sa := c.GetUpstreamRemoteAddress().GetSocketAddress(); sa != nil {
+		r.Upstream = address(sa)
+	}
+	if t := c.GetStartTime(); t != nil {
+		r.Start = t.AsTime()
+	} else {
+		r.Start = s.now()
+	}
+	r.Duration = c.GetDuration().AsDuration()
+	s.sink.Observe(r)
+	return ResultObserved
+}
+
+// address is a socket address as Envoy prints it: "10.0.0.1:8000",
+// "[::1]:8000" (the form xds/envoylb and the served assignments use).
+func address(sa *core.SocketAddress) string {
+	host := sa.GetAddress()
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
+		host = "[" + a.String() + "]"
+	}
+	return host + ":" + strconv.FormatUint(uint64(sa.GetPortValue()), 10)
+}
+
+// header is a logged header's value. Envoy logs the names it was given,
+// lowercased as HTTP/2 has them.
+func header(m map[string]string, name string) (string, bool) {
+	if v, ok := m[name]; ok {
+		return v, true
+	}
+	v, ok := m[strings.ToLower(name)]
+	return v, ok
+}
