@@ -73,6 +73,11 @@ func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 			keys = append(keys, bodykey.Key{Header: bodykey.Header(i), JSONField: k.JSONField, PromptPrefix: k.PromptPrefix, Conversation: k.Conversation})
 		}
 	}
+	// A pool with hot keys also gets its spread sub-key from the body.
+	if h := p.Hash.Hot; h != nil {
+		s := h.SpreadBy
+		keys = append(keys, bodykey.Key{Header: fleet.DefaultSpreadHeader, JSONField: s.JSONField, PromptPrefix: s.PromptPrefix, Conversation: s.Conversation, Spread: true})
+	}
 	src, err := bodykey.Lua(keys, p.Hash.MaxBodyBytes)
 	if err != nil {
 		return nil, err
