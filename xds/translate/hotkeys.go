@@ -25,25 +25,41 @@ import (
 // before the pool's own key routes, that matches the entry's key header
 // exactly with every earlier key of the chain absent (so the chain's
 // first-present-key-wins holds), and sends it to the pool's own cluster
-// hashing on the key header (not terminal) and then on the spread header
-// cut to the entry's first log2(spread) bits (terminal). The data planes
-// fold the two hashes (rotate left, xor: Envoy, grpc-go and grpc-js
-// alike), so the key's requests land on up to spread table positions,
-// each sub-key on one. A request of the key without a spread header
-// hashes on its key alone: its home replica.
+// with two terminal hash policies: first the spread header, rewritten to
+// its first log2(spread) bits followed by spreadMark and the hash of the
+// key's value, then the key header. A request of the hot key with a
+// spread header hashes on the rewritten value, which takes up to spread
+// values per key: the key's requests land on up to spread table
+// positions, each sub-key on one, and two hot keys on different ones. A
+// request of the key without a spread header hashes on its key alone:
+// its home replica.
+//
+// Why not the key's header, not terminal, then the spread header, folded
+// as rotl(hash, 1) ^ next: grpc-js (1.14) folds in BigInt without
+// reducing to 64 bits, so every key whose hash has its top bit set would
+// send all of its spread requests to the first entry of the ring. One
+// terminal policy that produces the hash is read alike by every client.
 //
 // One exact match per value rather than one regex alternation per key:
 // Envoy rejects a regex whose RE2 program is larger than 100 by default
 // (runtime re2.max_program_size.error_level), which an alternation of a
 // few 16-hex-digit values exceeds.
 //
-// The spread header is cut by a rewrite that replaces its last
-// SpreadBits - log2(spread) bits with spreadMark: Envoy's substitution
-// syntax (RE2, \1) is not grpc-go's (Go, $1), and grpc-js skips an empty
-// substitution, so the rewrite uses neither a group nor an empty string.
+// The rewrite replaces the last SpreadBits - log2(spread) bits (or the
+// end, at spread 256) with a literal: Envoy's substitution syntax (RE2,
+// \1) is not grpc-go's (Go, $1), and grpc-js skips an empty
+// substitution, so it uses neither a capture group nor an empty string,
+// and the literal (spreadMark and hex digits) has no character any of
+// them treats specially.
 
-// spreadMark replaces the cut bits of a spread header value.
+// spreadMark separates a rewritten spread value's bits from its key's
+// hash.
 const spreadMark = "-"
+
+// SpreadSubstitution is what a hot key's route writes in place of the
+// spread bits it cuts: spreadMark and the key value's bodykey.Hash, so
+// that two hot keys spread over different table positions.
+func SpreadSubstitution(value string) string { return spreadMark + bodykey.Hash([]byte(value)) }
 
 // hotKeyLogFlush is how often Envoy sends its buffered access log entries.
 const hotKeyLogFlush = time.Second
@@ -67,16 +83,20 @@ func hotRoutes(p *fleet.Pool, kind Kind) []*routev3.Route {
 				MatchPattern: &matcherv3.StringMatcher_Exact{Exact: e.Value},
 			}},
 		})
-		spread := &routev3.RouteAction_HashPolicy_Header{HeaderName: fleet.DefaultSpreadHeader}
+		pattern := "$"
 		if cut := fleet.SpreadBits - fleet.SpreadLevel(e.Spread); cut > 0 {
-			spread.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{
-				Pattern:      &matcherv3.RegexMatcher{Regex: "[01]{" + strconv.Itoa(cut) + "}$"},
-				Substitution: spreadMark,
-			}
+			pattern = "[01]{" + strconv.Itoa(cut) + "}$"
+		}
+		spread := &routev3.RouteAction_HashPolicy_Header{
+			HeaderName: fleet.DefaultSpreadHeader,
+			RegexRewrite: &matcherv3.RegexMatchAndSubstitute{
+				Pattern:      &matcherv3.RegexMatcher{Regex: pattern},
+				Substitution: SpreadSubstitution(e.Value),
+			},
 		}
 		hp := []*routev3.RouteAction_HashPolicy{
-			{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: header}}},
 			{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{Header: spread}, Terminal: true},
+			{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: header}}, Terminal: true},
 		}
 		routes = append(routes, &routev3.Route{Match: m, Action: routeAction(p, p.Name, hp)})
 	}
