@@ -44,7 +44,11 @@ func TestHotKeysBlock(t *testing.T) {
 			SpreadBy: fleet.HashKey{JSONField: "metadata.conversation_id"}}},
 		{"prompt prefix", pool("", `hot_keys {
       spread_by { prompt_prefix = 2048 }
-    }`), func() *fleet.HotKeys { h := fleet.DefaultHotKeys(); h.SpreadBy = fleet.HashKey{PromptPrefix: 2048}; return &h }()},
+    }`), func() *fleet.HotKeys {
+			h := fleet.DefaultHotKeys()
+			h.SpreadBy = fleet.HashKey{PromptPrefix: 2048}
+			return &h
+		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, diags := Parse([]byte(tc.src), "p.hcl")
