@@ -21,6 +21,10 @@ import (
 // headers it set. The headers stay on the upstream request: they are
 // opaque hashes.
 //
+// In a pool with hot keys, the filter also sets the spread header
+// (fleet.DefaultSpreadHeader) from the body with the pool's SpreadBy key,
+// as bodykey.Spread computes it, after removing any the client sent.
+//
 // Proxyless gRPC clients have no body: their routes skip body keys.
 
 const luaFilterName = "envoy.filters.http.lua"
