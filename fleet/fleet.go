@@ -377,6 +377,16 @@ func (f Fleet) Normalize() Fleet {
 		if p.Balancer == ConsistentHash && p.Hash.Keyless == "" {
 			p.Hash.Keyless = DefaultKeyless
 		}
+		if p.Hash.Hot != nil {
+			h := p.Hash.Hot.withDefaults()
+			p.Hash.Hot = &h
+		}
+		// The hot-key table sorted by key and value (then spread, so
+		// that a repeated pair keeps a deterministic first).
+		p.HotKeys = slices.Clone(p.HotKeys)
+		slices.SortStableFunc(p.HotKeys, func(a, b HotKey) int {
+			return cmp.Or(compareHotKeys(a, b), cmp.Compare(a.Spread, b.Spread))
+		})
 		eps := make([]Endpoint, len(p.Endpoints))
 		for j, e := range p.Endpoints {
 			if e.Weight == 0 {
@@ -430,11 +440,17 @@ func (f Fleet) Validate() error {
 		switch p.Balancer {
 		case ConsistentHash:
 			errs = append(errs, p.Hash.validate(p.Name)...)
+			if p.Hash.Hot != nil {
+				for _, err := range p.Hash.Hot.validate() {
+					errs = append(errs, fmt.Errorf("pool %q: %w", p.Name, err))
+				}
+			}
 		case RoundRobin, LeastRequest:
 		default:
 			errs = append(errs, fmt.Errorf("pool %q: unknown balancer %q", p.Name, p.Balancer))
 		}
 		errs = append(errs, p.validateGroups()...)
+		errs = append(errs, p.validateHotKeys()...)
 		ids := map[string]bool{}
 		for _, e := range p.Endpoints {
 			if e.Port == 0 || e.Port > 65535 {

@@ -82,6 +82,9 @@ func checkClients(p *Pool) error {
 	for _, g := range p.Groups {
 		strs = append(append(strs, g.Name, g.Header), g.Values...)
 	}
+	if h := p.Hash.Hot; h != nil {
+		strs = append(strs, h.LogCluster, h.SpreadBy.JSONField)
+	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {
 			bad("invalid UTF-8 in %q", s)

@@ -17,13 +17,20 @@ import (
 type Model struct {
 	f        Fleet
 	plans    []Plan // by pool, in f.Pools order
+	drops    []HotKeyDrop
 	prepared bool
 }
 
-// Prepare normalises f (Normalize), validates it (Validate, plus the
-// checks that keep every client from NACKing) and plans each pool.
+// Prepare normalises f (Normalize), drops the hot-key table entries that
+// cannot be served (HotKeyDrops says which and why: a bad entry never
+// fails a push), validates it (Validate, plus the checks that keep every
+// client from NACKing) and plans each pool.
 func Prepare(f Fleet) (Model, error) {
 	n := f.Normalize()
+	var drops []HotKeyDrop
+	for i := range n.Pools {
+		drops = append(drops, dropBadHotKeys(&n.Pools[i])...)
+	}
 	if err := n.Validate(); err != nil {
 		return Model{}, fmt.Errorf("fleet: invalid fleet: %w", err)
 	}
@@ -40,8 +47,12 @@ func Prepare(f Fleet) (Model, error) {
 	for i := range n.Pools {
 		plans[i] = planPool(&n.Pools[i])
 	}
-	return Model{f: n, plans: plans, prepared: true}, nil
+	return Model{f: n, plans: plans, drops: drops, prepared: true}, nil
 }
+
+// HotKeyDrops are the hot-key table entries Prepare left out, by pool in
+// name order, then in table order. Callers must not modify them.
+func (m Model) HotKeyDrops() []HotKeyDrop { return m.drops }
 
 // Fleet returns the normalised fleet. Callers must not modify it.
 func (m Model) Fleet() Fleet { return m.f }

@@ -46,6 +46,9 @@ func checkNotGenerated(s string) error {
 	if strings.HasPrefix(s, bodykey.HeaderPrefix) {
 		return fmt.Errorf("%q is reserved: Envoy sets %sN from the body key N of the chain, and drops any a client sends; name another header", s, bodykey.HeaderPrefix)
 	}
+	if s == bodykey.SpreadHeader {
+		return fmt.Errorf("%q is reserved: it carries a request's spread sub-key for hot keys; name another header", s)
+	}
 	return nil
 }
 

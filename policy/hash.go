@@ -24,6 +24,7 @@ type hashSpec struct {
 	GRPCRingCap   *hcl.Attribute `hcl:"grpc_ring_cap,optional"`
 	MaxBodyBytes  *hcl.Attribute `hcl:"max_body_bytes,optional"`
 	Keys          []keySpec      `hcl:"key,block"`
+	HotKeys       []hotKeysSpec  `hcl:"hot_keys,block"`
 }
 
 func (s hashSpec) defRange() hcl.Range { return s.DefRange }
@@ -34,7 +35,9 @@ func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 // ring_hash; MinRingSize is set whenever MaxRingSize is below
 // fleet.DefaultMinRingSize; GRPCRingCap zero means fleet.DefaultGRPCRingCap;
 // Keyless is fleet.DefaultKeyless unless set; MaxBodyBytes is
-// DefaultMaxBodyBytes when the chain has body keys, zero otherwise.
+// DefaultMaxBodyBytes when the chain has body keys, zero otherwise; Hot is
+// the hot_keys block's settings, fleet.DefaultHotKeys without one, nil
+// when it says enabled = false (hotkeys.go).
 func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 	h := fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 
@@ -149,6 +152,7 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 
 	h.Keys = d.keys(spec)
 	d.bodyKeys(spec, &h)
+	h.Hot = d.hotKeys(spec.HotKeys, h.Keys)
 	return h
 }
 

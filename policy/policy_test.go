@@ -109,6 +109,13 @@ var (
 )
 
 // withDefaults fills in the escape and weights blocks every pool has.
+// defaultHotKeys is the hot-key settings of a hash block without a
+// hot_keys block.
+func defaultHotKeys() *fleet.HotKeys {
+	h := fleet.DefaultHotKeys()
+	return &h
+}
+
 func withDefaults(pools ...Pool) []Pool {
 	for i := range pools {
 		if pools[i].Escape == (weights.Escape{}) {
@@ -120,9 +127,13 @@ func withDefaults(pools ...Pool) []Pool {
 		if pools[i].Balancer == "" {
 			pools[i].Balancer = fleet.ConsistentHash
 		}
-		// Every hash block has a keyless setting.
+		// Every hash block has a keyless setting, and hot keys are on
+		// in every hashing pool with a key chain.
 		if pools[i].Hash.Algorithm != "" && pools[i].Hash.Keyless == "" {
 			pools[i].Hash.Keyless = fleet.DefaultKeyless
+		}
+		if pools[i].Balancer == fleet.ConsistentHash && len(pools[i].Hash.Keys) > 0 && pools[i].Hash.Hot == nil {
+			pools[i].Hash.Hot = defaultHotKeys()
 		}
 	}
 	return pools

@@ -151,6 +151,10 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 			Subject:  spec.Hash[0].DefRange.Ptr(),
 		}})
 	}
+	if pool.Balancer != fleet.ConsistentHash {
+		// Hot keys spread hashed keys; a pool that does not hash has none.
+		pool.Hash.Hot = nil
+	}
 	if len(spec.Hash) == 0 && pool.Balancer == fleet.ConsistentHash {
 		d.errorf(spec.DefRange, "Missing hash block",
 			`Pool %q needs a hash block saying how requests map to replicas, as in hash { key { header = "x-session-id" } }.`, name)

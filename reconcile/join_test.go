@@ -45,6 +45,8 @@ pool "chat" {
 	if diags.HasErrors() {
 		t.Fatal(policy.Format(diags))
 	}
+	// Hot keys are on by default in every hashing pool.
+	hot := fleet.DefaultHotKeys()
 	want := fleet.Fleet{Pools: []fleet.Pool{
 		{
 			Name: "chat", Settings: fleet.Settings{
@@ -54,7 +56,7 @@ pool "chat" {
 				Balancer:      fleet.ConsistentHash,
 				Hash: fleet.Hash{
 					Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150, Keyless: fleet.RoundRobin,
-					Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}},
+					Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}}, Hot: &hot,
 				},
 			},
 			Endpoints: []fleet.Endpoint{
@@ -67,7 +69,7 @@ pool "chat" {
 				ListenAddress: "0.0.0.0",
 				Port:          10001,
 				Balancer:      fleet.ConsistentHash,
-				Hash:          fleet.Hash{Algorithm: fleet.RingHash, Keyless: fleet.RoundRobin, Keys: []fleet.HashKey{{Cookie: "sid"}}},
+				Hash:          fleet.Hash{Algorithm: fleet.RingHash, Keyless: fleet.RoundRobin, Keys: []fleet.HashKey{{Cookie: "sid"}}, Hot: &hot},
 			},
 			Endpoints: []fleet.Endpoint{},
 		},

@@ -419,3 +419,53 @@ func TestHashPolicy(t *testing.T) {
 		}
 	}
 }
+
+// Vectors of Envoy's test/common/http/hash_policy_test.cc, and the hot
+// keys' chain: a header that is not terminal, then a rewritten one.
+func TestHashPolicyEnvoyVectors(t *testing.T) {
+	x := func(s string) uint64 { return seeded(s, 0) }
+	rw := func(pattern, sub string) *Rewrite {
+		r, err := NewRewrite(pattern, sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		p       HashPolicy
+		headers [][2]string
+		want    uint64
+		ok      bool
+	}{
+		// HeaderHashForSingleHeaderValue
+		{"single value", HashPolicy{{Header: "x-test-header"}}, [][2]string{{"x-test-header", "test-value"}}, x("test-value"), true},
+		// MultipleHeaderValues: the sorted values as one span.
+		{"multiple values", HashPolicy{{Header: "x-multi-header"}}, [][2]string{{"x-multi-header", "value2"}, {"x-multi-header", "value1"}}, seeded("value2", seeded("value1", 0)), true},
+		// HeaderNotPresent
+		{"absent", HashPolicy{{Header: "x-missing-header"}}, nil, 0, false},
+		// RegexRewriteApplied
+		{"regex rewrite", HashPolicy{{Header: "x-test-header", Rewrite: rw("test", "replaced")}}, [][2]string{{"x-test-header", "test-value"}}, x("replaced-value"), true},
+		// A group reference (RE2's \1) and a literal $.
+		{"group", HashPolicy{{Header: "h", Rewrite: rw(`^([01]{3})[01]*$`, `\1`)}}, [][2]string{{"h", "01101100"}}, x("011"), true},
+		{"dollar", HashPolicy{{Header: "h", Rewrite: rw(`b`, `$1`)}}, [][2]string{{"h", "abc"}}, x("a$1c"), true},
+		// The hot keys' cut: the last bits replaced by a mark.
+		{"cut", HashPolicy{{Header: "h", Rewrite: rw(`[01]{5}$`, `-`)}}, [][2]string{{"h", "01101100"}}, x("011-"), true},
+		// Not terminal, then terminal: rotate the first, xor the second.
+		{"key then spread", HashPolicy{{Header: "k"}, {Header: "s", Rewrite: rw(`[01]{6}$`, `-`), Terminal: true}},
+			[][2]string{{"k", "acme"}, {"s", "10111111"}}, (x("acme")<<1 | x("acme")>>63) ^ x("10-"), true},
+		// A missing header is skipped: the key's own hash.
+		{"key without spread", HashPolicy{{Header: "k"}, {Header: "s", Rewrite: rw(`[01]{6}$`, `-`), Terminal: true}},
+			[][2]string{{"k", "acme"}}, x("acme"), true},
+	} {
+		got, ok := tc.p.Hash(&Request{Path: "/", Headers: tc.headers})
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+	for _, bad := range [][2]string{{`(`, ``}, {`a`, `\1`}, {`(a)`, `\q`}} {
+		if _, err := NewRewrite(bad[0], bad[1]); err == nil {
+			t.Errorf("NewRewrite(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}

@@ -3,6 +3,7 @@ package envoylb
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -35,22 +36,76 @@ type HashMethod struct {
 	// Exactly one of Header, Cookie and QueryParameter is set.
 	Header, Cookie, QueryParameter string
 	Terminal                       bool
+	// Rewrite, if set, rewrites each of Header's values before they are
+	// hashed (the header policy's regex_rewrite).
+	Rewrite *Rewrite
 }
+
+// Rewrite is a header hash policy's regex_rewrite: every match of Pattern
+// in a value is replaced by Substitution, in which \N names the N-th
+// capture group (RE2::GlobalReplace, as Envoy's Regex::replaceAll calls
+// it).
+type Rewrite struct {
+	Pattern      *regexp.Regexp
+	Substitution string
+	// expand is Substitution in Go's template syntax ($ escaped, \N as
+	// ${N}).
+	expand string
+}
+
+// NewRewrite compiles a regex_rewrite's pattern and substitution.
+func NewRewrite(pattern, substitution string) (*Rewrite, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("regex_rewrite: %w", err)
+	}
+	var b strings.Builder
+	for i := 0; i < len(substitution); i++ {
+		c := substitution[i]
+		switch {
+		case c == '$':
+			b.WriteString("$$")
+		case c == '\\' && i+1 < len(substitution) && substitution[i+1] >= '0' && substitution[i+1] <= '9':
+			n := int(substitution[i+1] - '0')
+			if n > re.NumSubexp() {
+				return nil, fmt.Errorf("regex_rewrite: substitution %q names group %d of %d", substitution, n, re.NumSubexp())
+			}
+			fmt.Fprintf(&b, "${%d}", n)
+			i++
+		case c == '\\' && i+1 < len(substitution) && substitution[i+1] == '\\':
+			b.WriteByte('\\')
+			i++
+		case c == '\\':
+			// RE2's Rewrite rejects any other escape.
+			return nil, fmt.Errorf("regex_rewrite: substitution %q has a bad escape", substitution)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return &Rewrite{Pattern: re, Substitution: substitution, expand: b.String()}, nil
+}
+
+// Apply rewrites one header value.
+func (r *Rewrite) Apply(v string) string { return r.Pattern.ReplaceAllString(v, r.expand) }
 
 // HashPolicy is a route's hash policy chain (Http::HashPolicyImpl).
 type HashPolicy []HashMethod
 
 // CompileHashPolicy reads route hash policies. Policies whose input a
 // Request does not carry (connection properties, filter state, cookies
-// Envoy would generate, rewritten headers) are errors.
+// Envoy would generate) are errors.
 func CompileHashPolicy(hps []*routev3.RouteAction_HashPolicy) (HashPolicy, error) {
 	var out HashPolicy
 	for _, hp := range hps {
 		m := HashMethod{Terminal: hp.GetTerminal()}
 		switch s := hp.GetPolicySpecifier().(type) {
 		case *routev3.RouteAction_HashPolicy_Header_:
-			if s.Header.GetRegexRewrite() != nil {
-				return nil, errors.New("hash policy: header regex_rewrite is not modelled")
+			if rr := s.Header.GetRegexRewrite(); rr != nil {
+				rw, err := NewRewrite(rr.GetPattern().GetRegex(), rr.GetSubstitution())
+				if err != nil {
+					return nil, fmt.Errorf("hash policy: %w", err)
+				}
+				m.Rewrite = rw
 			}
 			m.Header = strings.ToLower(s.Header.GetHeaderName())
 		case *routev3.RouteAction_HashPolicy_Cookie_:
@@ -68,10 +123,12 @@ func CompileHashPolicy(hps []*routev3.RouteAction_HashPolicy) (HashPolicy, error
 	return out, nil
 }
 
-// Hash is HashPolicyImpl::generateHash: each method that finds its input
-// folds its hash into the running one (rotated left by one bit, then
-// xor), and a terminal method that leaves a hash ends the chain. ok is
-// false when no method found its input: Envoy then hashes a random value.
+// Hash is HashPolicyImpl::generateHash (source/common/http/hash_policy.cc):
+// each method that finds its input folds its hash into the running one,
+// hash = (hash << 1 | hash >> 63) ^ new (the first one into 0), a method
+// whose input is missing is skipped, and a terminal method ends the
+// chain once there is a hash. ok is false when no method found its
+// input: Envoy then hashes a random value.
 func (p HashPolicy) Hash(r *Request) (h uint64, ok bool) {
 	for _, m := range p {
 		if v, found := m.hash(r); found {
@@ -91,7 +148,15 @@ func (p HashPolicy) Hash(r *Request) (h uint64, ok bool) {
 func (m HashMethod) hash(r *Request) (uint64, bool) {
 	switch {
 	case m.Header != "":
-		return HeaderHash(r.Values(m.Header))
+		vs := r.Values(m.Header)
+		if m.Rewrite != nil {
+			// HeaderHashMethod rewrites each value, then sorts and hashes.
+			vs = slices.Clone(vs)
+			for i, v := range vs {
+				vs[i] = m.Rewrite.Apply(v)
+			}
+		}
+		return HeaderHash(vs)
 	case m.Cookie != "":
 		v := CookieValue(r, m.Cookie)
 		return xxhash.Sum64String(v), v != ""

@@ -221,3 +221,53 @@ func TestGRPCResources(t *testing.T) {
 		t.Errorf("ring of %d entries, want %d (or one more)", n, 64*w-1)
 	}
 }
+
+// TestServedHotKeys routes through the routes kvxds serves for a hot-key
+// table: the hot key's sub-keys land on several replicas, each sub-key
+// always on one, and without a spread header on the key's home; a cold
+// key and a request whose earlier key is present are not spread.
+func TestServedHotKeys(t *testing.T) {
+	p := chatPool(fleet.Maglev)
+	p.Hash.Keys = []fleet.HashKey{{Header: "x-session-id"}, {Header: "x-tenant"}}
+	hot := fleet.DefaultHotKeys()
+	p.Hash.Hot = &hot
+	p.HotKeys = []fleet.HotKey{{Key: 1, Value: "acme", Share: 0.5, Spread: 8}}
+	r := router(t, fleet.Fleet{Pools: []fleet.Pool{p}})
+	b := r.Balancer("chat")
+	pick := func(headers ...[2]string) Decision {
+		t.Helper()
+		d, err := r.Pick("chat", &Request{Path: "/", Headers: headers}, nil)
+		if err != nil || d.Cluster != "chat" || !d.Hashed {
+			t.Fatalf("pick %v: %+v, %v", headers, d, err)
+		}
+		return d
+	}
+	home := b.Owner(seeded("acme", 0))
+	if d := pick([2]string{"x-tenant", "acme"}); d.Host != home {
+		t.Errorf("hot key without spread on %d, want its home %d", d.Host, home)
+	}
+	hosts := map[int]bool{}
+	for v := range 256 {
+		bits := fmt.Sprintf("%08b", v)
+		d := pick([2]string{"x-tenant", "acme"}, [2]string{"x-kvxds-spread", bits})
+		// Only the first log2(8) = 3 bits count.
+		if again := pick([2]string{"x-tenant", "acme"}, [2]string{"x-kvxds-spread", bits[:3] + "11111"}); again.Host != d.Host {
+			t.Errorf("spread %s on %d, %s11111 on %d", bits, d.Host, bits[:3], again.Host)
+		}
+		hosts[d.Host] = true
+	}
+	if len(hosts) < 3 {
+		t.Errorf("hot key spread over %d replicas, want several", len(hosts))
+	}
+	cold := b.Owner(seeded("globex", 0))
+	for v := range 8 {
+		if d := pick([2]string{"x-tenant", "globex"}, [2]string{"x-kvxds-spread", fmt.Sprintf("%03b00000", v)}); d.Host != cold {
+			t.Errorf("cold key on %d, want %d", d.Host, cold)
+		}
+	}
+	// An earlier key wins the chain: no spread.
+	s := b.Owner(seeded("s-1", 0))
+	if d := pick([2]string{"x-session-id", "s-1"}, [2]string{"x-tenant", "acme"}, [2]string{"x-kvxds-spread", "10100000"}); d.Host != s {
+		t.Errorf("session request on %d, want %d", d.Host, s)
+	}
+}

@@ -21,6 +21,10 @@ import (
 // headers it set. The headers stay on the upstream request: they are
 // opaque hashes.
 //
+// In a pool with hot keys, the filter also sets the spread header
+// (fleet.DefaultSpreadHeader) from the body with the pool's SpreadBy key,
+// as bodykey.Spread computes it, after removing any the client sent.
+//
 // Proxyless gRPC clients have no body: their routes skip body keys.
 
 const luaFilterName = "envoy.filters.http.lua"
@@ -72,6 +76,11 @@ func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 		if k.Body() {
 			keys = append(keys, bodykey.Key{Header: bodykey.Header(i), JSONField: k.JSONField, PromptPrefix: k.PromptPrefix, Conversation: k.Conversation})
 		}
+	}
+	// A pool with hot keys also gets its spread sub-key from the body.
+	if h := p.Hash.Hot; h != nil {
+		s := h.SpreadBy
+		keys = append(keys, bodykey.Key{Header: fleet.DefaultSpreadHeader, JSONField: s.JSONField, PromptPrefix: s.PromptPrefix, Conversation: s.Conversation, Spread: true})
 	}
 	src, err := bodykey.Lua(keys, p.Hash.MaxBodyBytes)
 	if err != nil {

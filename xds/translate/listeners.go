@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -23,7 +24,8 @@ import (
 // chosen; the route's idle_timeout overrides it when the pool sets one.
 //
 // For Envoy, a hash pool with body keys gets the Lua filter that sets
-// their headers first (see bodyKeyFilter).
+// their headers first (see bodyKeyFilter), and a pool with hot keys the
+// access log that reports its keys to kvxds (hotKeyAccessLog).
 func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManager, error) {
 	router, err := typed(&routerv3.Router{})
 	if err != nil {
@@ -41,7 +43,16 @@ func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManag
 		Name:       wellknown.Router,
 		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
 	})
+	var logs []*accesslogv3.AccessLog
+	if kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.Hot != nil {
+		al, err := hotKeyAccessLog(p)
+		if err != nil {
+			return nil, fmt.Errorf("hot keys: %w", err)
+		}
+		logs = append(logs, al)
+	}
 	return &hcmv3.HttpConnectionManager{
+		AccessLog:  logs,
 		StatPrefix: p.Name,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{

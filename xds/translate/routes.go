@@ -26,6 +26,9 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 	// Group routes come first: their header matches decide before the
 	// pool's own routes (see groupTables).
 	routes := groupRoutes(p, kind, keys)
+	// Hot keys next: their routes match a key's value, before the routes
+	// that match its presence (see hotRoutes).
+	routes = append(routes, hotRoutes(p, kind)...)
 	keyless := keylessCluster(p, kind)
 	if keyless == "" {
 		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(p.Name, hp)})
@@ -44,17 +47,7 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 					HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
 				}}
 			case k.Cookie != "":
-				// Full match over the Cookie header, whose pairs are
-				// separated by "; " (or ", " where a header matcher sees
-				// repeated headers joined).
-				m.Headers = []*routev3.HeaderMatcher{{
-					Name: "cookie",
-					HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
-						MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
-							Regex: `(.*[;,]\s*)?` + regexp.QuoteMeta(k.Cookie) + `=.*`,
-						}},
-					}},
-				}}
+				m.Headers = []*routev3.HeaderMatcher{cookieMatcher(k.Cookie)}
 			case k.QueryParameter != "":
 				m.QueryParameters = []*routev3.QueryParameterMatcher{{
 					Name:                         k.QueryParameter,
@@ -77,6 +70,20 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 		return nil, err
 	}
 	return rc, nil
+}
+
+// cookieMatcher matches requests that carry cookie name: a full match
+// over the Cookie header, whose pairs are separated by "; " (or ", "
+// where a header matcher sees repeated headers joined).
+func cookieMatcher(name string) *routev3.HeaderMatcher {
+	return &routev3.HeaderMatcher{
+		Name: "cookie",
+		HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+			MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+				Regex: `(.*[;,]\s*)?` + regexp.QuoteMeta(name) + `=.*`,
+			}},
+		}},
+	}
 }
 
 // groupRoutes returns the routes of p's groups for kind, in group

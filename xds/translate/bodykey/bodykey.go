@@ -39,6 +39,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/bits"
+	"strconv"
 	"strings"
 )
 
@@ -69,6 +70,28 @@ func Hash(b []byte) string {
 		h2 = bits.RotateLeft32((h2^h1)*hashMul2, hashRot2)
 	}
 	return fmt.Sprintf("%08x%08x", h1, h2)
+}
+
+// SpreadHeader is the request header that carries a request's spread
+// sub-key in a pool with hot keys (fleet.DefaultSpreadHeader): Envoy's Lua
+// filter sets it from the body, and proxyless gRPC clients send it
+// themselves, as Spread computes it.
+const SpreadHeader = "x-kvxds-spread"
+
+// SpreadBits is the length of a spread header value (fleet.SpreadBits).
+const SpreadBits = 8
+
+// Spread returns the spread header value of a sub-key's bytes: the first
+// SpreadBits bits of Hash(b) (its first two hex digits), as characters
+// '0' and '1', most significant first. A route of a hot key hashes on its
+// first log2(spread) characters, so requests with the same sub-key (one
+// conversation) stay on one replica while the key's other sub-keys spread.
+// A gRPC client passes the bytes it spreads by, such as a conversation id;
+// the Lua filter passes the bytes of the pool's spread_by body key.
+func Spread(b []byte) string {
+	h, _ := strconv.ParseUint(Hash(b)[:2], 16, 8)
+	s := strconv.FormatUint(h, 2)
+	return strings.Repeat("0", SpreadBits-len(s)) + s
 }
 
 // Hash's constants, written into the Lua script: odd multipliers below

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,6 +38,17 @@ func goChainKeys(chain []Key, body []byte) map[string]string {
 			v, ok = PromptPrefix(body, k.PromptPrefix)
 		} else {
 			v, ok = JSONField(body, k.JSONField)
+		}
+		if ok && k.Spread {
+			var b []byte
+			if k.Conversation {
+				b, _ = ConversationBytes(body)
+			} else if k.PromptPrefix > 0 {
+				b, _ = PromptPrefixBytes(body, k.PromptPrefix)
+			} else {
+				b, _ = JSONFieldBytes(body, k.JSONField)
+			}
+			v = Spread(b)
 		}
 		if ok {
 			out[k.Header] = v
@@ -322,5 +334,65 @@ func TestLuaRejects(t *testing.T) {
 func TestLuaString(t *testing.T) {
 	if got, want := luaString("a\"b\\c\né"), `"a\034b\092c\010\195\169"`; got != want {
 		t.Errorf("luaString = %s, want %s", got, want)
+	}
+}
+
+// Spread is the first two hex digits of Hash as bits, most significant
+// first, always SpreadBits characters.
+func TestSpread(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 2000 {
+		b := []byte(fmt.Sprintf("conversation-%d", i))
+		got := Spread(b)
+		want, err := strconv.ParseUint(Hash(b)[:2], 16, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseUint(got, 2, 8)
+		if len(got) != SpreadBits || err != nil || n != want || strings.Trim(got, "01") != "" {
+			t.Fatalf("Spread(%q) = %q, want the bits of %02x", b, got, want)
+		}
+		seen[got] = true
+	}
+	// 2,000 sub-keys cover nearly all 256 values: the bits spread.
+	if len(seen) < 250 {
+		t.Errorf("%d distinct spread values of 2000 sub-keys", len(seen))
+	}
+}
+
+// The Lua filter sets the spread header as Spread does, from the pool's
+// spread_by body key, next to the chain's own keys, and drops a
+// client-sent one.
+func TestLuaSpreadMatchesGo(t *testing.T) {
+	bin := luajit(t)
+	t.Setenv("KVXDS_STANDIN_SPOOF", SpreadHeader)
+	for _, spreadBy := range []Key{
+		{Header: SpreadHeader, Conversation: true, Spread: true},
+		{Header: SpreadHeader, PromptPrefix: 64, Spread: true},
+		{Header: SpreadHeader, JSONField: "user", Spread: true},
+	} {
+		chain := append(slices.Clone(keys), spreadBy)
+		cases := make([]luaCase, len(bodies))
+		for i, b := range bodies {
+			cases[i] = luaCase{strconv.Itoa(len(b.body)), b.body}
+		}
+		for _, nobit := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%+v/nobit=%v", spreadBy, nobit), func(t *testing.T) {
+				_, got := runChain(t, bin, chain, nobit, testMaxBody, cases)
+				spread := 0
+				for i, b := range bodies {
+					want := goChainKeys(chain, []byte(b.body))
+					if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+						t.Errorf("%s: Lua set %v, Go computes %v", b.name, got[i], want)
+					}
+					if _, ok := want[SpreadHeader]; ok {
+						spread++
+					}
+				}
+				if spread == 0 {
+					t.Error("no body got a spread header")
+				}
+			})
+		}
 	}
 }

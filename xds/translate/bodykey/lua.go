@@ -21,6 +21,24 @@ const (
 	dispatch     = "    if k.prefix ~= nil then b = prompt_prefix(s, k.prefix) else b = json_field(s, k.path) end\n"
 	convDispatch = "    if k.conversation then b = conversation(s)\n" +
 		"    elseif k.prefix ~= nil then b = prompt_prefix(s, k.prefix) else b = json_field(s, k.path) end\n"
+	setHeader       = "    if b ~= nil then headers:replace(k.header, keyhash(b)) end\n"
+	spreadSetHeader = "    if b ~= nil then\n" +
+		"      local v = keyhash(b)\n" +
+		"      if k.spread then v = spread(v) end\n" +
+		"      headers:replace(k.header, v)\n" +
+		"    end\n"
+	// spreadScript is Spread of a Hash value: its first two hex digits
+	// as SpreadBits characters '0' and '1', most significant first.
+	spreadScript = "-- Spread (package bodykey) of a key hash: its first two hex digits as\n" +
+		"-- 8 characters '0' and '1', most significant bit first.\n" +
+		"local function spread(h)\n" +
+		"  local v, out = tonumber(sub(h, 1, 2), 16), {}\n" +
+		"  for i = 8, 1, -1 do\n" +
+		"    out[i] = v % 2\n" +
+		"    v = floor(v / 2)\n" +
+		"  end\n" +
+		"  return table.concat(out)\n" +
+		"end\n\n"
 )
 
 // Key is one body key of a pool's chain, as the Lua script computes it:
@@ -34,6 +52,9 @@ type Key struct {
 	PromptPrefix int
 	// Conversation keys on the leading messages (Conversation).
 	Conversation bool
+	// Spread sets Header to the Spread of the keyed bytes rather than to
+	// their Hash: the spread sub-key of a pool with hot keys.
+	Spread bool
 }
 
 // Lua returns the source of the Envoy Lua filter that sets each key's
@@ -59,9 +80,10 @@ func Lua(keys []Key, maxBody int) (string, error) {
 	b.WriteString("}\n")
 	fmt.Fprintf(&b, "local HASH_SEED1, HASH_SEED2 = 0x%x, 0x%x\nlocal HASH_MUL1, HASH_MUL2 = 0x%x, 0x%x\nlocal HASH_ROT1, HASH_ROT2 = %d, %d\n",
 		hashSeed1, hashSeed2, hashMul1, hashMul2, hashRot1, hashRot2)
-	conv := false
+	conv, spread := false, false
 	for _, k := range keys {
 		conv = conv || k.Conversation
+		spread = spread || k.Spread
 	}
 	if conv {
 		fmt.Fprintf(&b, "local CONV_WINDOW = %d\nlocal TURN_MARKERS = {\n", ConversationWindow)
@@ -83,12 +105,18 @@ func Lua(keys []Key, maxBody int) (string, error) {
 			return "", fmt.Errorf("body key without a header")
 		case sources != 1:
 			return "", fmt.Errorf("body key %s: set exactly one of json_field, prompt_prefix and conversation", k.Header)
-		case k.Conversation:
-			fmt.Fprintf(&b, "  {header = %s, conversation = true},\n", luaString(k.Header))
 		case k.PromptPrefix < 0:
 			return "", fmt.Errorf("body key %s: negative prompt_prefix %d", k.Header, k.PromptPrefix)
+		}
+		sp := ""
+		if k.Spread {
+			sp = ", spread = true"
+		}
+		switch {
+		case k.Conversation:
+			fmt.Fprintf(&b, "  {header = %s, conversation = true%s},\n", luaString(k.Header), sp)
 		case k.PromptPrefix > 0:
-			fmt.Fprintf(&b, "  {header = %s, prefix = %d},\n", luaString(k.Header), k.PromptPrefix)
+			fmt.Fprintf(&b, "  {header = %s, prefix = %d%s},\n", luaString(k.Header), k.PromptPrefix, sp)
 		default:
 			segs := strings.Split(k.JSONField, ".")
 			for i, s := range segs {
@@ -97,22 +125,30 @@ func Lua(keys []Key, maxBody int) (string, error) {
 				}
 				segs[i] = luaString(s)
 			}
-			fmt.Fprintf(&b, "  {header = %s, path = {%s}},\n", luaString(k.Header), strings.Join(segs, ", "))
+			fmt.Fprintf(&b, "  {header = %s, path = {%s}%s},\n", luaString(k.Header), strings.Join(segs, ", "), sp)
 		}
 	}
 	b.WriteString("}\n\n")
-	if !conv {
+	if !conv && !spread {
 		b.WriteString(script)
 		return b.String(), nil
 	}
 	h := strings.Index(script, handlerStart)
-	if h < 0 || strings.Count(script, dispatch) != 1 {
+	if h < 0 || strings.Count(script, dispatch) != 1 || strings.Count(script, setHeader) != 1 {
 		return "", fmt.Errorf("script.lua: no request handler to extend")
 	}
 	b.WriteString(script[:h])
-	b.WriteString(strings.TrimPrefix(conversationScript, "\n"))
-	b.WriteString("\n")
-	b.WriteString(strings.Replace(script[h:], dispatch, convDispatch, 1))
+	handler := script[h:]
+	if conv {
+		b.WriteString(strings.TrimPrefix(conversationScript, "\n"))
+		b.WriteString("\n")
+		handler = strings.Replace(handler, dispatch, convDispatch, 1)
+	}
+	if spread {
+		b.WriteString(spreadScript)
+		handler = strings.Replace(handler, setHeader, spreadSetHeader, 1)
+	}
+	b.WriteString(handler)
 	return b.String(), nil
 }
 

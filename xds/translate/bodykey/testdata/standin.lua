@@ -50,6 +50,9 @@ for c = 4, #arg do
     -- A client trying to pick its own replica.
     ["x-kvxds-key-1"] = "spoofed", ["x-kvxds-key-5"] = "spoofed",
   }
+  -- One more header a client must not pick, named by the test.
+  local spoof = os.getenv("KVXDS_STANDIN_SPOOF")
+  if spoof ~= nil and spoof ~= "" then t[spoof] = "spoofed" end
   if cl ~= "-" then t["content-length"] = cl end
   local calls, warnings = 0, {}
   local handle = {}

@@ -1,0 +1,163 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/kvxds/kvxds/fleet"
+)
+
+// hotKeysSpec is a hash block's hot_keys block (fleet.HotKeys).
+type hotKeysSpec struct {
+	DefRange   hcl.Range      `hcl:",def_range"`
+	Enabled    *hcl.Attribute `hcl:"enabled,optional"`
+	Share      *hcl.Attribute `hcl:"share,optional"`
+	Max        *hcl.Attribute `hcl:"max,optional"`
+	LogCluster *hcl.Attribute `hcl:"log_cluster,optional"`
+	Interval   *hcl.Attribute `hcl:"interval,optional"`
+	HalfLife   *hcl.Attribute `hcl:"half_life,optional"`
+	SpreadBy   []spreadBySpec `hcl:"spread_by,block"`
+}
+
+func (s hotKeysSpec) defRange() hcl.Range { return s.DefRange }
+
+// spreadBySpec is a hot_keys block's spread_by block: one body key.
+type spreadBySpec struct {
+	DefRange     hcl.Range      `hcl:",def_range"`
+	Conversation *hcl.Attribute `hcl:"conversation,optional"`
+	PromptPrefix *hcl.Attribute `hcl:"prompt_prefix,optional"`
+	JSONField    *hcl.Attribute `hcl:"json_field,optional"`
+}
+
+func (s spreadBySpec) defRange() hcl.Range { return s.DefRange }
+
+// hotKeys decodes the hot_keys blocks of a hash block whose chain is keys:
+// fleet.DefaultHotKeys when there is none (hot keys are on by default),
+// nil when enabled = false or the chain is empty. Every attribute is
+// decoded, even when disabled, so that its mistakes show.
+func (d *decoder) hotKeys(specs []hotKeysSpec, keys []fleet.HashKey) *fleet.HotKeys {
+	atMostOne(d, specs, "a", "hot_keys", "This hash block", keepOne)
+	h := fleet.DefaultHotKeys()
+	enabled := true
+	for i := range specs {
+		got, on := d.hotKeysBlock(&specs[i], keys)
+		if i == 0 {
+			h, enabled = got, on
+		}
+	}
+	if !enabled || len(keys) == 0 {
+		return nil
+	}
+	return &h
+}
+
+func (d *decoder) hotKeysBlock(spec *hotKeysSpec, keys []fleet.HashKey) (fleet.HotKeys, bool) {
+	h := fleet.DefaultHotKeys()
+	enabled := true
+	if a := spec.Enabled; a != nil {
+		if v, ok := d.value(a.Name, a.Expr, cty.Bool, "true or false"); ok {
+			enabled = v.True()
+		}
+	}
+	if a := spec.Share; a != nil {
+		if f, ok := d.numberIn(a, unitOpen, "Invalid share",
+			" (unset, a key is hot from one replica's fair share of the pool's keyed requests)"); ok {
+			h.Share = f
+		}
+	}
+	if a := spec.Max; a != nil {
+		if n, ok := d.uintIn(a.Name, a.Expr, 1, fleet.MaxHotKeys, "Invalid hot key count"); ok {
+			h.Max = int(n)
+		}
+	}
+	if a := spec.LogCluster; a != nil {
+		if s, ok := d.str(a.Name, a.Expr); ok {
+			if err := checkClusterName(s); err != nil {
+				d.errorf(a.Expr.Range(), "Invalid log cluster", "%s.", err)
+			} else {
+				h.LogCluster = s
+			}
+		}
+	}
+	for _, t := range []struct {
+		a   *hcl.Attribute
+		dst *time.Duration
+		def time.Duration
+	}{{spec.Interval, &h.Interval, fleet.DefaultHotKeysInterval}, {spec.HalfLife, &h.HalfLife, fleet.DefaultHotKeysHalfLife}} {
+		if t.a == nil {
+			continue
+		}
+		dur, ok := d.durationOr(t.a, t.def, fmt.Sprintf("The default is %q.", t.def.String()))
+		if ok && dur <= 0 {
+			d.errorf(t.a.Expr.Range(), "Invalid duration", "%s must be positive; omit it for the default, %q.", t.a.Name, t.def.String())
+			continue
+		}
+		*t.dst = dur
+	}
+	atMostOne(d, spec.SpreadBy, "a", "spread_by", "This hot_keys block", keepOne)
+	for i := range spec.SpreadBy {
+		if k, ok := d.spreadBy(&spec.SpreadBy[i], keys); ok && i == 0 {
+			h.SpreadBy = k
+		}
+	}
+	return h, enabled
+}
+
+// spreadBy decodes a spread_by block: exactly one body key.
+func (d *decoder) spreadBy(spec *spreadBySpec, keys []fleet.HashKey) (fleet.HashKey, bool) {
+	set := attributesInOrder(spec.Conversation, spec.PromptPrefix, spec.JSONField)
+	if len(set) == 0 {
+		d.errorf(spec.DefRange, "Empty spread_by",
+			`A spread_by block needs exactly one of conversation = true, prompt_prefix or json_field, as in spread_by { conversation = true }: the body key that tells a hot key's conversations apart.`)
+		return fleet.HashKey{}, false
+	}
+	for _, a := range set[1:] {
+		d.errorf(a.NameRange, "Conflicting spread_by sources",
+			"This spread_by already takes its sub-key from %s (line %d); keep one.", set[0].Name, set[0].Range.Start.Line)
+	}
+	a := set[0]
+	var k fleet.HashKey
+	ok := false
+	switch a {
+	case spec.Conversation:
+		k, ok = d.conversation(a)
+	case spec.PromptPrefix:
+		k, ok = d.promptPrefix(a)
+	case spec.JSONField:
+		var s string
+		if s, ok = d.str(a.Name, a.Expr); ok {
+			var err error
+			if k.JSONField, err = checkJSONField(s); err != nil {
+				d.errorf(a.Expr.Range(), "Invalid spread_by", "%s.", err)
+				ok = false
+			}
+		}
+	}
+	if !ok || len(set) > 1 {
+		return fleet.HashKey{}, false
+	}
+	for i, c := range keys {
+		if c == k {
+			d.warnf(a.Range, "Spread by a hash key",
+				"spread_by is the chain's key %d, so a hot value of that key has one sub-key and never spreads; spread by another body key, such as conversation = true when the chain keys on a header.", i+1)
+			break
+		}
+	}
+	return k, true
+}
+
+// checkClusterName checks an Envoy cluster name: not empty, printable.
+func checkClusterName(s string) error {
+	if s == "" {
+		return fmt.Errorf(`log_cluster must not be empty; name the Envoy cluster that reaches kvxds (the generated bootstrap's is %q)`, fleet.DefaultLogCluster)
+	}
+	for _, c := range s {
+		if c < 0x21 || c == 0x7f {
+			return fmt.Errorf("log_cluster %q contains %q; Envoy cluster names are printable without spaces", s, c)
+		}
+	}
+	return nil
+}
