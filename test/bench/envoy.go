@@ -536,19 +536,19 @@ func completionsBody(r *Request) []byte {
 	return b
 }
 
-// send sends one request through Envoy e and streams its reply. With
-// bodyKeyed, Envoy's filter keys on the chat body a client without a
-// session id sends (KeyBody) and no x-session-id goes out; the engine is
-// sent the completions body either way, so that it sees the same tokens
-// in every mode.
+// send sends one request through Envoy e and streams its reply. Envoy's
+// filters read the chat body a client sends (KeyBody); with bodyKeyed
+// they key on it and no x-session-id goes out. The engine is sent the
+// completions body either way, so that it sees the same tokens in every
+// mode.
 func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bodyKeyed bool) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
 	body := completionsBody(r)
 	var hdrs [][2]string
-	routed := body
-	if bodyKeyed {
-		routed = KeyBody(r)
-	} else if r.Session != "" {
+	// The filters read the chat body a chat client sends, which carries
+	// the body keys and the spread sub-key.
+	routed := KeyBody(r)
+	if !bodyKeyed && r.Session != "" {
 		hdrs = append(hdrs, [2]string{SessionHeader, r.Session})
 	}
 	rt, err := e.routeRequest(hdrs, routed)

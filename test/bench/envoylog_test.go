@@ -209,7 +209,7 @@ func TestEnvoyAccessLog(t *testing.T) {
 		if res.Err != nil {
 			t.Fatal(res.Err)
 		}
-		key, _ := bodykey.PromptPrefix(completionsBody(r), 64)
+		key, _ := bodykey.PromptPrefix(KeyBody(r), 64)
 		sentTo[key] = byID[res.Replica]
 	}
 	deadline := time.Now().Add(5 * time.Second)

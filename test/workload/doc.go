@@ -35,6 +35,13 @@
 //     library of long documents that many users send (Zipf popularity)
 //     and each user's own question, with follow-ups.
 //
+// One hot key:
+//
+//   - system-prompt ([SystemPrompt]): one 2,000-token system prompt in
+//     front of 90% of the conversations, chat's turns under it; the
+//     session key is the application, so one key carries 90% of the
+//     requests.
+//
 // Request.Session is the hash key a client sends (x-session-id); an empty
 // Session means the request carries none. System and Lead mark the chat
 // structure of a prompt (system prompt, leading messages), and ChatBody
