@@ -158,6 +158,7 @@ func TestAccessLoggerFlushInterval(t *testing.T) {
 	srv := &alsServer{}
 	addr := startALS(t, srv)
 	node := &corev3.Node{Id: "envoy-1", Cluster: "bench"}
+	created := time.Now() // the flush timer starts with the logger
 	l, err := NewAccessLogger(addr, node, logConfig("kvxds/bench", 100*time.Millisecond, 0,
 		"x-kvxds-key-1", "X-Kvxds-Spread", "x-absent"))
 	if err != nil {
@@ -171,7 +172,8 @@ func TestAccessLoggerFlushInterval(t *testing.T) {
 	l.Log(req)
 	l.Log(req)
 	time.Sleep(20 * time.Millisecond)
-	if n := srv.entries(); n != 0 {
+	// A loaded machine may oversleep past the first tick.
+	if n := srv.entries(); n != 0 && time.Since(created) < 80*time.Millisecond {
 		t.Fatalf("%d entries before the flush interval", n)
 	}
 	waitFor(t, "the first flush", func() bool { return srv.entries() == 2 })
