@@ -102,8 +102,6 @@ type envoyClient struct {
 	// the listener's order.
 	loggers map[string]*adsenvoy.AccessLogger
 	logging []*adsenvoy.AccessLogger
-	// logErr is why a logger of the listener did not start.
-	logErr error
 }
 
 // envoyState is what one set of resources gives: the router, the route
@@ -194,48 +192,45 @@ func (e *envoyClient) update(r adsenvoy.Resources, err error) {
 		return
 	}
 	e.state, e.err = st, nil
-	e.startLoggers(st.accessLogs)
+	if err := e.startLoggers(st.accessLogs); err != nil {
+		e.err = fmt.Errorf("access log: %w", err)
+	}
 }
 
 // startLoggers keeps one access logger per distinct config of the
 // listener, as Envoy's logger cache does, starting new ones and closing
-// those the listener no longer has. Every logger goes to kvxds: the
-// simulated Envoy's one static cluster is the bootstrap's xDS cluster, so
-// a logger naming another cluster does not start (Envoy would reject the
-// listener).
-func (e *envoyClient) startLoggers(cfgs []*grpcalsv3.HttpGrpcAccessLogConfig) {
+// those the listener no longer has. Every logger goes to kvxds's xDS
+// address (buildEnvoyState checked that it names the xDS cluster).
+func (e *envoyClient) startLoggers(cfgs []*grpcalsv3.HttpGrpcAccessLogConfig) error {
 	keep := map[string]*adsenvoy.AccessLogger{}
-	e.logging, e.logErr = nil, nil
+	var logging []*adsenvoy.AccessLogger
+	var err error
 	for _, c := range cfgs {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
-		if err != nil {
-			e.logErr = err
-			continue
+		b, merr := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+		if merr != nil {
+			err = merr
+			break
 		}
 		key := string(b)
-		if l := keep[key]; l != nil {
+		if keep[key] != nil {
 			continue
 		}
 		l := e.loggers[key]
 		if l == nil {
-			if name := c.GetCommonConfig().GetGrpcService().GetEnvoyGrpc().GetClusterName(); name != bootstrap.XDSClusterName {
-				e.logErr = fmt.Errorf("access log %q: cluster %q is not the xDS cluster %q", c.GetCommonConfig().GetLogName(), name, bootstrap.XDSClusterName)
-				continue
-			}
 			if l, err = adsenvoy.NewAccessLogger(e.xdsAddr, e.node, c); err != nil {
-				e.logErr = err
-				continue
+				break
 			}
 		}
 		keep[key] = l
-		e.logging = append(e.logging, l)
+		logging = append(logging, l)
 	}
 	for key, l := range e.loggers {
 		if keep[key] == nil {
 			go l.Close() // flushes, off the ADS goroutine
 		}
 	}
-	e.loggers = keep
+	e.loggers, e.logging = keep, logging
+	return err
 }
 
 // buildEnvoyState builds the tables of a complete resource set: the pool's
@@ -255,6 +250,14 @@ func buildEnvoyState(r adsenvoy.Resources) (*envoyState, error) {
 		als, err := adsenvoy.HTTPGrpcAccessLogs(hcm)
 		if err != nil {
 			return nil, err
+		}
+		for _, c := range als {
+			// The simulated Envoy's one static cluster is the bootstrap's
+			// xDS cluster; Envoy rejects a listener whose logger names a
+			// cluster it does not have.
+			if name := c.GetCommonConfig().GetGrpcService().GetEnvoyGrpc().GetClusterName(); name != bootstrap.XDSClusterName {
+				return nil, fmt.Errorf("access log %q: cluster %q is not the xDS cluster %q", c.GetCommonConfig().GetLogName(), name, bootstrap.XDSClusterName)
+			}
 		}
 		st.accessLogs = als
 		for _, f := range hcm.GetHttpFilters() {

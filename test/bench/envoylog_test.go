@@ -154,6 +154,22 @@ func TestEnvoyAccessLog(t *testing.T) {
 				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: bootstrap.XDSClusterName}}}},
 		AdditionalRequestHeadersToLog: []string{bodykey.Header(0), SessionHeader, "x-kvxds-spread"},
 	}
+	// A logger naming a cluster the Envoy does not have rejects the
+	// listener, as Envoy does.
+	other := proto.Clone(cfg).(*grpcalsv3.HttpGrpcAccessLogConfig)
+	other.CommonConfig.GrpcService.GetEnvoyGrpc().ClusterName = "elsewhere"
+	bad := served
+	bad.Listeners = nil
+	for _, l := range served.Listeners {
+		if l.GetName() == PoolName {
+			l = withAccessLog(t, l, other)
+		}
+		bad.Listeners = append(bad.Listeners, l)
+	}
+	if _, err := buildEnvoyState(bad); err == nil || !strings.Contains(err.Error(), "elsewhere") {
+		t.Errorf("a logger of cluster elsewhere: error %v", err)
+	}
+
 	res := map[resourcev3.Type][]types.Resource{}
 	for _, l := range served.Listeners {
 		if l.GetName() == PoolName {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/test/adsenvoy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/xds/bootstrap"
 )
@@ -132,6 +133,18 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	if err := g.dispatch(ctx); err != nil {
 		return nil, err
+	}
+	if c.Progress != nil && g.envoys != nil {
+		var sum adsenvoy.AccessLogStats
+		for _, e := range g.envoys {
+			st := e.accessLogStats()
+			sum.Written, sum.Dropped, sum.Entries, sum.Lost = sum.Written+st.Written, sum.Dropped+st.Dropped,
+				sum.Entries+st.Entries, sum.Lost+st.Lost
+		}
+		if sum.Written+sum.Dropped > 0 {
+			fmt.Fprintf(c.Progress, "%s, %s: the Envoys' access logs: %d entries written, %d dropped; %d sent, %d of them on failed streams\n",
+				w.Name, mode, sum.Written, sum.Dropped, sum.Entries, sum.Lost)
+		}
 	}
 	return run, nil
 }
