@@ -101,10 +101,11 @@ NOSESSION_MODES := round_robin,least_request,kvxds,kvxds+prefix,kvxds+conversati
 bench: microbench clusterbench adsbench
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
-	./bin/kvxds-bench --workload chat,zipf-tenants --modes round_robin,kvxds,kvxds+bounded,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes
+	./bin/kvxds-bench --workload chat,zipf-tenants,system-prompt --modes round_robin,kvxds,kvxds+bounded,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes
+	./bin/kvxds-bench --workload zipf-tenants,system-prompt --modes kvxds --no-hot-keys --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/no-hot-keys
 	./bin/kvxds-bench --workload zipf-tenants --modes kvxds+bounded --balance-factor 125 --data-plane envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/bounded-125
 	./bin/kvxds-bench --trace $(MOONCAKE) --modes round_robin,least_request,kvxds,upper-bound --prefix-blocks 1,4,8 --time-scale 5 --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/trace
-	./bin/kvxds-bench --workload chat,chat-stateless,branching,agent-stateless,retrieval --modes $(NOSESSION_MODES) --replicas 8 --load 0.7 --out bench-out/nosession
+	./bin/kvxds-bench --workload chat,chat-stateless,branching,agent-stateless,retrieval,system-prompt --modes $(NOSESSION_MODES) --replicas 8 --load 0.7 --out bench-out/nosession
 	./bin/kvxds-bench --trace $(MOONCAKE_SAMPLE) --modes $(NOSESSION_MODES) --prefix-blocks 1,4 --replicas 8 --load 0.7 --out bench-out/nosession/trace-sample
 	./bin/kvxds-bench --trace $(MOONCAKE) --modes $(NOSESSION_MODES) --prefix-blocks 4 --time-scale 5 --replicas 8 --load 0.7 --out bench-out/nosession/trace
 

@@ -32,6 +32,7 @@ pool "plain" {
   port = 10001
   hash {
     key { header = "x-session-id" }
+    hot_keys { enabled = false }
   }
   static { endpoints = ["10.0.1.1:8000"] }
 }

@@ -8,6 +8,11 @@
 // the assignments the clusters name, and ACKs every response. A response
 // that fails to decode is ACKed too and reported to the caller, who
 // decides what an incomplete view means.
+//
+// AccessLogger sends what Envoy's gRPC access logger
+// (envoy.access_loggers.http_grpc) sends for the requests an Envoy routed:
+// one StreamAccessLogs stream per logger, buffered and flushed as Envoy
+// does.
 package adsenvoy
 
 import (

@@ -56,6 +56,8 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 		g.Warmup = max(c.PreStart, 0)
 	case *workload.AgentWorkload:
 		g.Warmup = max(c.PreStart, 0)
+	case *workload.SystemPromptWorkload:
+		g.Warmup = max(c.PreStart, 0)
 	}
 	prof := Profiles()[name]
 	kv := c.KVBlocks

@@ -90,6 +90,16 @@ func (m Mode) Live() bool { return m != UpperBound }
 // request's replica (Index, IndexLLMD) instead of the data plane.
 func (m Mode) Routed() bool { return m == Index || m == IndexLLMD }
 
+// Hashed reports whether the mode's pool hashes on a key (the kvxds
+// modes), where hot keys apply.
+func (m Mode) Hashed() bool {
+	switch m {
+	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation:
+		return true
+	}
+	return false
+}
+
 // Deployable reports whether Config.Bare applies to the mode: the hash
 // modes whose policy otherwise carries the documented metrics, escape and
 // weights blocks.
@@ -188,6 +198,12 @@ type Config struct {
 	// By default they carry the blocks at their documented defaults, as
 	// a policy written from the policy reference does (DeployedBlocks).
 	Bare bool
+	// NoHotKeys turns hot keys off in every kvxds mode (hash { hot_keys {
+	// enabled = false } }), and the grpc-go clients send no spread
+	// sub-key: the ablation. By default a kvxds mode spreads its hot keys
+	// at kvxds's defaults (HotKeysBlock), and the grpc-go clients send
+	// each request's spread sub-key, computed from its conversation key.
+	NoHotKeys bool
 	// EchoReplies makes a dependent request (the next chat turn, the next
 	// agent step) re-send the reply the simulated engine produced for the
 	// request it depends on, as a real client does, instead of the
@@ -443,6 +459,10 @@ func Profiles() map[string]Profile {
 		"agent-stateless": {KVBlocks: 4000, Why: "agent's traces without a session id: agent's working set"},
 		"retrieval": {KVBlocks: 4000, Why: "32 documents of 2–6k tokens (≈8k blocks) under Zipf popularity; a " +
 			"replica holds about half of the library, the popular documents and its conversations' turns"},
+		"system-prompt": {KVBlocks: 4000, Why: "chat's conversations (≈155 live, ≈210k tokens of their own, ≈13k blocks), " +
+			"90% of them behind one 2,000-token system prompt (125 blocks, cached wherever its conversations run); a " +
+			"replica holds its ≈1/8 share of the conversations plus the running requests, not the whole set",
+			WallFactor: 2},
 		"unique-short": {KVBlocks: 3000, Why: "no prefix is ever reused; 48k tokens hold ≈200 running requests " +
 			"of ≈220 tokens, so the KV pool does not limit batching"},
 	}

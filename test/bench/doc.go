@@ -41,7 +41,9 @@
 // mode spreads it without affinity. chat-stateless, branching,
 // agent-stateless and retrieval model clients that send no session id
 // either: kvxds and kvxds+weights, which hash on x-session-id, are skipped
-// for them; the body-keyed modes and index route them.
+// for them; the body-keyed modes and index route them. system-prompt is
+// chat behind one hot system prompt, keyed on the application (see Hot
+// keys below).
 //
 // # The load generator
 //
@@ -73,6 +75,21 @@
 // over HTTP/1.1 to the replica's /v1/completions (streamed, same prompt).
 // The grpc-go data plane dials each replica's ListenGRPC port, served by
 // gRPC's own transport.
+//
+// # Hot keys
+//
+// Every kvxds mode's pool spreads its hot keys at kvxds's defaults
+// (HotKeysBlock: interval and half-life divided by the time scale), where
+// this kvxds's policy has the block (HotKeysKnown). The filters of a
+// simulated Envoy read the chat body a chat client sends (KeyBody), so
+// the Lua filter computes x-kvxds-spread from it; each Envoy sends its
+// listener's gRPC access log (adsenvoy.AccessLogger) to kvxds's xDS
+// address, on its own stream as its own node, with the headers it routed
+// with. A grpc-go client sends each request's x-kvxds-spread itself
+// (withSpreads: SpreadBits of the conversation key of its chat body).
+// Config.NoHotKeys turns hot keys off and sends no spread sub-key: the
+// ablation. system-prompt puts 90% of the requests under one session
+// key: the hot key.
 //
 // Chat turns and agent steps re-send the reply the engine generated for
 // the previous request (Config.EchoReplies, on in kvxds-bench): see

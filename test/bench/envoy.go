@@ -26,10 +26,13 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvxds/kvxds/test/adsenvoy"
 	"github.com/kvxds/kvxds/test/sim"
+	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/xds/envoylb"
 )
 
@@ -79,8 +82,10 @@ func LuaJIT() (string, error) {
 // cluster and host (what bounded load and least request read), and its
 // HTTP connections to the replicas.
 type envoyClient struct {
-	ads *adsenvoy.Subscriber
-	hc  *http.Client
+	ads     *adsenvoy.Subscriber
+	hc      *http.Client
+	node    *corev3.Node
+	xdsAddr string
 
 	mu    sync.Mutex
 	state *envoyState // built from the newest resources; nil until complete
@@ -92,6 +97,11 @@ type envoyClient struct {
 	total  map[string]uint32
 	rr     map[string]uint64 // round-robin position per cluster
 	rng    *rand.Rand
+	// loggers are the access loggers of the pool's listener, by their
+	// config (Envoy keeps one per distinct config); logging lists them in
+	// the listener's order.
+	loggers map[string]*adsenvoy.AccessLogger
+	logging []*adsenvoy.AccessLogger
 }
 
 // envoyState is what one set of resources gives: the router, the route
@@ -102,6 +112,8 @@ type envoyState struct {
 	routeName string
 	luaSource string
 	clusters  map[string]*envoyCluster
+	// accessLogs are the listener's gRPC access loggers.
+	accessLogs []*grpcalsv3.HttpGrpcAccessLogConfig
 }
 
 type envoyCluster struct {
@@ -115,9 +127,11 @@ type envoyCluster struct {
 // until its resources route a request.
 func startEnvoy(ctx context.Context, xdsAddr, node string) (*envoyClient, error) {
 	e := &envoyClient{hc: &http.Client{Transport: envoyTransport()},
-		active: map[string]map[string]uint32{}, total: map[string]uint32{}, rr: map[string]uint64{},
-		rng: rand.New(rand.NewPCG(nodeSeed(node), 1))}
-	ads, err := adsenvoy.Subscribe(xdsAddr, &corev3.Node{Id: node, Cluster: "kvxds-bench", UserAgentName: "envoy"}, e.update)
+		node:    &corev3.Node{Id: node, Cluster: "kvxds-bench", UserAgentName: "envoy"},
+		xdsAddr: xdsAddr,
+		active:  map[string]map[string]uint32{}, total: map[string]uint32{}, rr: map[string]uint64{},
+		rng: rand.New(rand.NewPCG(nodeSeed(node), 1)), loggers: map[string]*adsenvoy.AccessLogger{}}
+	ads, err := adsenvoy.Subscribe(xdsAddr, e.node, e.update)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +192,45 @@ func (e *envoyClient) update(r adsenvoy.Resources, err error) {
 		return
 	}
 	e.state, e.err = st, nil
+	if err := e.startLoggers(st.accessLogs); err != nil {
+		e.err = fmt.Errorf("access log: %w", err)
+	}
+}
+
+// startLoggers keeps one access logger per distinct config of the
+// listener, as Envoy's logger cache does, starting new ones and closing
+// those the listener no longer has. Every logger goes to kvxds's xDS
+// address (buildEnvoyState checked that it names the xDS cluster).
+func (e *envoyClient) startLoggers(cfgs []*grpcalsv3.HttpGrpcAccessLogConfig) error {
+	keep := map[string]*adsenvoy.AccessLogger{}
+	var logging []*adsenvoy.AccessLogger
+	var err error
+	for _, c := range cfgs {
+		b, merr := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+		if merr != nil {
+			err = merr
+			break
+		}
+		key := string(b)
+		if keep[key] != nil {
+			continue
+		}
+		l := e.loggers[key]
+		if l == nil {
+			if l, err = adsenvoy.NewAccessLogger(e.xdsAddr, e.node, c); err != nil {
+				break
+			}
+		}
+		keep[key] = l
+		logging = append(logging, l)
+	}
+	for key, l := range e.loggers {
+		if keep[key] == nil {
+			go l.Close() // flushes, off the ADS goroutine
+		}
+	}
+	e.loggers, e.logging = keep, logging
+	return err
 }
 
 // buildEnvoyState builds the tables of a complete resource set: the pool's
@@ -194,6 +247,19 @@ func buildEnvoyState(r adsenvoy.Resources) (*envoyState, error) {
 			return nil, errors.New("the pool's listener has no HTTP connection manager")
 		}
 		st.routeName = hcm.GetRds().GetRouteConfigName()
+		als, err := adsenvoy.HTTPGrpcAccessLogs(hcm)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range als {
+			// The simulated Envoy's one static cluster is the bootstrap's
+			// xDS cluster; Envoy rejects a listener whose logger names a
+			// cluster it does not have.
+			if name := c.GetCommonConfig().GetGrpcService().GetEnvoyGrpc().GetClusterName(); name != bootstrap.XDSClusterName {
+				return nil, fmt.Errorf("access log %q: cluster %q is not the xDS cluster %q", c.GetCommonConfig().GetLogName(), name, bootstrap.XDSClusterName)
+			}
+		}
+		st.accessLogs = als
 		for _, f := range hcm.GetHttpFilters() {
 			m, err := f.GetTypedConfig().UnmarshalNew()
 			if err != nil {
@@ -272,7 +338,8 @@ func clusterKind(c *clusterv3.Cluster) string {
 	return "round_robin"
 }
 
-// close ends the ADS stream, the Lua VM and the connections.
+// close ends the ADS stream, the Lua VM, the access loggers (flushing
+// them) and the connections.
 func (e *envoyClient) close() {
 	e.ads.Close()
 	e.mu.Lock()
@@ -280,14 +347,55 @@ func (e *envoyClient) close() {
 		e.lua.close()
 		e.lua = nil
 	}
+	loggers := e.loggers
+	e.loggers, e.logging = nil, nil
 	e.mu.Unlock()
+	for _, l := range loggers {
+		l.Close()
+	}
 	e.hc.CloseIdleConnections()
+}
+
+// accessLogStats sums the access loggers' counts.
+func (e *envoyClient) accessLogStats() adsenvoy.AccessLogStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var sum adsenvoy.AccessLogStats
+	for _, l := range e.loggers {
+		s := l.Stats()
+		sum.Written += s.Written
+		sum.Dropped += s.Dropped
+		sum.Messages += s.Messages
+		sum.Entries += s.Entries
+		sum.Lost += s.Lost
+		sum.Streams += s.Streams
+	}
+	return sum
+}
+
+// routing is where the router sent a request: the host and its cluster,
+// the headers it routed with (the client's and the filters'), and the
+// access loggers of the configuration that routed it.
+type routing struct {
+	addr, cluster string
+	headers       [][2]string
+	loggers       []*adsenvoy.AccessLogger
+	release       func()
 }
 
 // route runs the pool's filters and router on a request: the Lua filter's
 // headers (body keys), the route, and the host, counted in flight until
 // release is called.
 func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release func(), err error) {
+	r, err := e.routeRequest(hdrs, body)
+	if err != nil {
+		return "", nil, err
+	}
+	return r.addr, r.release, nil
+}
+
+func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, err error) {
+	var addr string
 	e.mu.Lock()
 	st := e.state
 	var lua *luaFilter
@@ -298,19 +406,19 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 			}
 			if e.lua, err = startLua(st.luaSource); err != nil {
 				e.mu.Unlock()
-				return "", nil, err
+				return r, err
 			}
 		}
 		lua = e.lua
 	}
 	e.mu.Unlock()
 	if st == nil {
-		return "", nil, errors.New("envoy has no configuration")
+		return r, errors.New("envoy has no configuration")
 	}
 	if lua != nil {
 		set, err := lua.run(body)
 		if err != nil {
-			return "", nil, err
+			return r, err
 		}
 		hdrs = append(hdrs, set...)
 	}
@@ -330,11 +438,11 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 	// needs the cluster first, so route once without load to learn it.
 	d, err := st.router.Pick(st.routeName, req, nil)
 	if err != nil {
-		return "", nil, err
+		return r, err
 	}
 	ec := st.clusters[d.Cluster]
 	if ec == nil {
-		return "", nil, fmt.Errorf("no cluster %s", d.Cluster)
+		return r, fmt.Errorf("no cluster %s", d.Cluster)
 	}
 	act := active(d.Cluster)
 	host := -1
@@ -378,17 +486,17 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 		addr = ec.hosts[host].Address
 	}
 	if addr == "" {
-		return "", nil, fmt.Errorf("cluster %s has no host", d.Cluster)
+		return r, fmt.Errorf("cluster %s has no host", d.Cluster)
 	}
 	act[addr]++
 	e.total[d.Cluster]++
 	cluster := d.Cluster
-	return addr, func() {
+	return routing{addr: addr, cluster: cluster, headers: hdrs, loggers: e.logging, release: func() {
 		e.mu.Lock()
 		e.active[cluster][addr]--
 		e.total[cluster]--
 		e.mu.Unlock()
-	}, nil
+	}}, nil
 }
 
 // weightedRR is the n-th pick of a weighted rotation over the healthy
@@ -431,27 +539,38 @@ func completionsBody(r *Request) []byte {
 	return b
 }
 
-// send sends one request through Envoy e and streams its reply. With
-// bodyKeyed, Envoy's filter keys on the chat body a client without a
-// session id sends (KeyBody) and no x-session-id goes out; the engine is
-// sent the completions body either way, so that it sees the same tokens
-// in every mode.
+// send sends one request through Envoy e and streams its reply. Envoy's
+// filters read the chat body a client sends (KeyBody); with bodyKeyed
+// they key on it and no x-session-id goes out. The engine is sent the
+// completions body either way, so that it sees the same tokens in every
+// mode.
 func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bodyKeyed bool) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
 	body := completionsBody(r)
 	var hdrs [][2]string
-	routed := body
-	if bodyKeyed {
-		routed = KeyBody(r)
-	} else if r.Session != "" {
+	// The filters read the chat body a chat client sends, which carries
+	// the body keys and the spread sub-key.
+	routed := KeyBody(r)
+	if !bodyKeyed && r.Session != "" {
 		hdrs = append(hdrs, [2]string{SessionHeader, r.Session})
 	}
-	addr, release, err := e.route(hdrs, routed)
+	rt, err := e.routeRequest(hdrs, routed)
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
 		return res
 	}
-	defer release()
+	defer rt.release()
+	addr := rt.addr
+	began := time.Now()
+	entry := adsenvoy.Logged{Headers: rt.headers, Method: http.MethodPost, Path: "/v1/completions",
+		Upstream: addr, Cluster: rt.cluster, Start: began}
+	// Envoy logs each request once it completes, whatever its outcome.
+	defer func() {
+		entry.LastDownstreamByte = time.Since(began)
+		for _, l := range rt.loggers {
+			l.Log(entry)
+		}
+	}()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(body))
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
@@ -467,6 +586,7 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 		return res
 	}
 	defer resp.Body.Close()
+	entry.Code, entry.FirstUpstreamByte = resp.StatusCode, time.Since(began)
 	res.Replica = resp.Header.Get(sim.HeaderReplicaID)
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

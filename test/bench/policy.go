@@ -5,6 +5,9 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/policy"
 )
 
 // PoolName is the pool every generated policy defines; clients dial
@@ -141,6 +144,8 @@ type PolicyOptions struct {
 	// Bare leaves the metrics, escape and weights blocks out of the modes
 	// of Mode.Deployable (Config.Bare).
 	Bare bool
+	// NoHotKeys turns the hash modes' hot keys off (Config.NoHotKeys).
+	NoHotKeys bool
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -178,6 +183,9 @@ func Policy(o PolicyOptions) (string, error) {
 			RingSize, key)
 		if o.Mode == KVXDSBounded {
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+		}
+		if HotKeysKnown() {
+			b.WriteString(HotKeysBlock(o.TimeScale, o.NoHotKeys))
 		}
 		b.WriteString("  }\n")
 	default:
@@ -323,4 +331,53 @@ func DeployedBlocks(timeScale float64) string {
   }
 `, timeScale, interval.String(), timeout.String(), (docStaleAfter * interval).String(),
 		wall(docEscapeHold).String(), wall(docWeightsInterval).String())
+}
+
+// HotKeysBlock is a hash mode's hot_keys block (inside its hash block) as
+// a policy written from the policy reference has it: nothing, since hot
+// keys are on by default, but for the durations, whose defaults
+// (fleet.DefaultHotKeysInterval between two table changes,
+// fleet.DefaultHotKeysHalfLife of a key's observed load) are engine time
+// and so are divided by the time scale into kvxds's wall time, as
+// DeployedBlocks does; the block is left out at scale 1. off turns hot
+// keys off instead (the ablation, Config.NoHotKeys).
+func HotKeysBlock(timeScale float64, off bool) string {
+	if off {
+		return "    hot_keys { enabled = false }\n"
+	}
+	if !(timeScale > 0) || timeScale == 1 {
+		return ""
+	}
+	wall := func(d time.Duration) string {
+		return time.Duration(float64(d) / timeScale).Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf(`    # Hot keys at their defaults; durations in wall time at time scale %g.
+    hot_keys {
+      interval  = %q
+      half_life = %q
+    }
+`, timeScale, wall(fleet.DefaultHotKeysInterval), wall(fleet.DefaultHotKeysHalfLife))
+}
+
+// hotKeysProbe is a policy whose one pool turns hot keys off.
+const hotKeysProbe = `pool "probe" {
+  port           = 10000
+  load_balancing = "hash"
+  hash {
+    key { header = "x-probe" }
+    hot_keys { enabled = false }
+  }
+  static {
+    endpoint "127.0.0.1:1" {}
+  }
+}
+`
+
+// HotKeysKnown reports whether this kvxds's policy has the hash block's
+// hot_keys block. Without it a pool has no hot keys to configure, and the
+// generated policies leave the block out, so that the benchmark measures
+// such a kvxds as it is.
+func HotKeysKnown() bool {
+	_, diags := policy.Parse([]byte(hotKeysProbe), "hot-keys-probe.hcl")
+	return !diags.HasErrors()
 }

@@ -18,6 +18,9 @@ type Request struct {
 	Tokens int
 	// Body is the gRPC payload: sim.GenerateRequest as JSON.
 	Body []byte
+	// Spread is the spread sub-key a gRPC client sends in SpreadHeader
+	// (withSpreads); "" sends none.
+	Spread string
 }
 
 // PrepareRequests turns a workload stream into requests ready to send.

@@ -97,6 +97,7 @@ func (r *Report) Markdown(w io.Writer) {
 			"weights blocks at their documented defaults (engine vllm; durations divided by the time scale); "+
 			"--bare leaves them out.\n\n")
 	}
+	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys, HotKeysKnown()))
 	for i := range r.Workloads {
 		wr := &r.Workloads[i]
 		wr.markdownTable(w)
@@ -238,4 +239,18 @@ func (r *Report) CSV(w io.Writer) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// hotKeysNote says how the kvxds modes treated hot keys.
+func hotKeysNote(off, known bool) string {
+	switch {
+	case !known:
+		return "Hot keys: this kvxds's policy has no hot_keys block; no pool spreads a hot key."
+	case off:
+		return "Hot keys off (--no-hot-keys): every kvxds mode has hot_keys { enabled = false }, and the grpc-go " +
+			"clients send no x-kvxds-spread."
+	}
+	return "Hot keys at kvxds's defaults in every kvxds mode (interval and half-life divided by the time scale): " +
+		"the simulated Envoys send their listener's gRPC access log to kvxds, and the grpc-go clients send each " +
+		"request's x-kvxds-spread from its conversation key; --no-hot-keys turns them off."
 }

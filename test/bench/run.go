@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvxds/kvxds/controller"
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/test/adsenvoy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/xds/bootstrap"
 )
@@ -87,7 +88,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
 		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared,
-		BalanceFactor: c.BalanceFactor, BodyKey: bodyKeyHCL(w, dp), Bare: c.Bare})
+		BalanceFactor: c.BalanceFactor, BodyKey: bodyKeyHCL(w, dp), Bare: c.Bare, NoHotKeys: c.NoHotKeys})
 	if err != nil {
 		return nil, err
 	}
@@ -120,11 +121,30 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 		// A body-keyed pool reads its key from the body; the client
 		// sends no session header.
 		g.bodyKeyed = w.BodyKey.HCL != ""
-	} else if g.clients, err = k.connect(ctx, c, w.Name, mode, c.Replicas); err != nil {
-		return nil, err
+	} else {
+		if g.clients, err = k.connect(ctx, c, w.Name, mode, c.Replicas); err != nil {
+			return nil, err
+		}
+		if mode.Hashed() && !c.NoHotKeys {
+			// The pool spreads its hot keys by the conversation key (the
+			// default spread_by): a gRPC client sends the sub-key itself.
+			g.plan = withSpreads(w, ConversationKey())
+		}
 	}
 	if err := g.dispatch(ctx); err != nil {
 		return nil, err
+	}
+	if c.Progress != nil && g.envoys != nil {
+		var sum adsenvoy.AccessLogStats
+		for _, e := range g.envoys {
+			st := e.accessLogStats()
+			sum.Written, sum.Dropped, sum.Entries, sum.Lost = sum.Written+st.Written, sum.Dropped+st.Dropped,
+				sum.Entries+st.Entries, sum.Lost+st.Lost
+		}
+		if sum.Written+sum.Dropped > 0 {
+			fmt.Fprintf(c.Progress, "%s, %s: the Envoys' access logs: %d entries written, %d dropped; %d sent, %d of them on failed streams\n",
+				w.Name, mode, sum.Written, sum.Dropped, sum.Entries, sum.Lost)
+		}
 	}
 	return run, nil
 }
@@ -366,7 +386,8 @@ type dispatcher struct {
 }
 
 // clientFor picks the client of a request: by its session, so that a
-// session always uses the same one, or by Seq for a request without one.
+// session always uses the same one (by its conversation where the session
+// names the tenant), or by Seq for a request without one.
 func (g *dispatcher) clientFor(r *Request) testgrpc.TestServiceClient {
 	return g.clients[clientIndex(r, len(g.clients))]
 }
@@ -375,8 +396,15 @@ func clientIndex(r *Request, n int) int {
 	if r.Session == "" {
 		return r.Seq % n
 	}
+	key := r.Session
+	if key == r.Tenant && r.Conversation != "" {
+		// A client keyed on its application (system-prompt) still keeps
+		// a conversation on one connection, as a user's client does; the
+		// whole application on one would leave the other clients idle.
+		key = r.Conversation
+	}
 	h := fnv.New32a()
-	h.Write([]byte(r.Session))
+	h.Write([]byte(key))
 	return int(h.Sum32() % uint32(n))
 }
 
@@ -517,13 +545,17 @@ dispatch:
 }
 
 // send runs one request to completion, with header x-session-id =
-// r.Session, or none if r.Session is empty.
+// r.Session, or none if r.Session is empty, and x-kvxds-spread = r.Spread
+// likewise.
 func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r *Request, start time.Time) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if r.Session != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, r.Session)
+	}
+	if r.Spread != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, SpreadHeader, r.Spread)
 	}
 	stream, err := cl.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{
 		Payload: &testgrpc.Payload{Body: r.Body},

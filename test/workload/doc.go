@@ -35,6 +35,13 @@
 //     library of long documents that many users send (Zipf popularity)
 //     and each user's own question, with follow-ups.
 //
+// One hot key:
+//
+//   - system-prompt ([SystemPrompt]): one 2,000-token system prompt in
+//     front of 90% of the conversations, chat's turns under it; the
+//     session key is the application, so one key carries 90% of the
+//     requests.
+//
 // One more, not among [Names] until the benchmark replays adapters:
 //
 //   - multi-lora ([MultiLoRA]): chat over 100 LoRA adapters of one base

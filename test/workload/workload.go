@@ -83,13 +83,15 @@ var builtins = []struct {
 	{"branching", func() Generator { return Branching() }},
 	{"agent-stateless", func() Generator { return AgentStateless() }},
 	{"retrieval", func() Generator { return Retrieval() }},
+	{"system-prompt", func() Generator { return SystemPrompt() }},
 }
 
 // ByName returns a new built-in generator with its default parameters:
 // "chat" (no system prompt), "chat-apps" (chat with per-app system
 // prompts), "agent", "shared-prefix", "few-shot", "zipf-tenants",
 // "unique-short", or one of the workloads whose clients send no session
-// id: "chat-stateless", "branching", "agent-stateless", "retrieval".
+// id: "chat-stateless", "branching", "agent-stateless", "retrieval"; or
+// "system-prompt", one hot system prompt in front of most conversations.
 func ByName(name string) (Generator, bool) {
 	for _, b := range builtins {
 		if b.name == name {

@@ -61,7 +61,9 @@ func checkStream(t *testing.T, name string, reqs []Request, duration time.Durati
 		if r.Tenant == "" || r.MaxTokens < 1 {
 			t.Fatalf("%s: reqs[%d] = session %q tenant %q max %d", name, i, r.Session, r.Tenant, r.MaxTokens)
 		}
-		if r.Session != "" && r.Conversation != "" && r.Conversation != r.Session {
+		// A session key is the conversation, or the client's tenant (an
+		// application keyed as a whole).
+		if r.Session != "" && r.Conversation != "" && r.Conversation != r.Session && r.Session != r.Tenant {
 			t.Fatalf("%s: reqs[%d] of session %q in conversation %q", name, i, r.Session, r.Conversation)
 		}
 		if r.DependsOn != -1 {
@@ -97,7 +99,7 @@ func checkStream(t *testing.T, name string, reqs []Request, duration time.Durati
 
 func TestNamesAndByName(t *testing.T) {
 	want := []string{"chat", "chat-apps", "agent", "shared-prefix", "few-shot", "zipf-tenants", "unique-short",
-		"chat-stateless", "branching", "agent-stateless", "retrieval"}
+		"chat-stateless", "branching", "agent-stateless", "retrieval", "system-prompt"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
