@@ -69,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		warmup     = fs.Float64("warmup", 0.2, "fraction of each stream's first requests left out of the statistics")
 		clients    = fs.Int("clients", 2, "grpc-go xDS clients, or simulated Envoys on the envoy data plane, sharing the requests (each its own xDS node, connections and requests in flight)")
 		bare       = fs.Bool("bare", false, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics, escape and weights blocks: pure consistent hashing (default: those blocks at their documented defaults)")
+		escapeSet  = fs.String("escape-set", "", "semicolon-separated attributes written into every kvxds mode's deployed escape block, as in \"max_kv_occupancy = 1\": the ablation of a threshold (default: the documented defaults)")
 		noHotKeys  = fs.Bool("no-hot-keys", false, "every kvxds mode with hot keys off (hash { hot_keys { enabled = false } }), and the grpc-go clients send no x-kvxds-spread: the ablation (default: hot keys at kvxds's defaults, interval and half-life divided by the time scale; grpc-go clients send each request's spread sub-key from its conversation key)")
 		echo       = fs.Bool("echo-replies", true, "next turns re-send the engine's own reply (see test/bench.PrepareRequests)")
 		budget     = fs.Float64("message-budget", 40000, "streamed tokens per wall second the automatic time scale aims at")
@@ -173,6 +174,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Clients:           *clients,
 		Bare:              *bare,
 		NoHotKeys:         *noHotKeys,
+		EscapeSet:         splitNonEmpty(*escapeSet, ";"),
 		EchoReplies:       *echo,
 		Rolling:           rolling,
 		AdminAddress:      *admin,
@@ -222,4 +224,15 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// splitNonEmpty splits s at sep, dropping empty parts.
+func splitNonEmpty(s, sep string) []string {
+	var out []string
+	for _, p := range strings.Split(s, sep) {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -204,6 +204,10 @@ type Config struct {
 	// at kvxds's defaults (HotKeysBlock), and the grpc-go clients send
 	// each request's spread sub-key, computed from its conversation key.
 	NoHotKeys bool
+	// EscapeSet are attributes ("max_kv_occupancy = 1") written into the
+	// deployed escape block of every kvxds mode: the ablation of one
+	// threshold. Empty keeps the documented defaults.
+	EscapeSet []string
 	// EchoReplies makes a dependent request (the next chat turn, the next
 	// agent step) re-send the reply the simulated engine produced for the
 	// request it depends on, as a real client does, instead of the

@@ -146,6 +146,9 @@ type PolicyOptions struct {
 	Bare bool
 	// NoHotKeys turns the hash modes' hot keys off (Config.NoHotKeys).
 	NoHotKeys bool
+	// EscapeSet are attributes written into the deployed escape block
+	// (Config.EscapeSet).
+	EscapeSet []string
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -204,7 +207,7 @@ func Policy(o PolicyOptions) (string, error) {
 	escape := o.Mode == KVXDSWeights || o.Mode == KVXDSGroups
 	switch {
 	case o.Mode.Deployable() && !o.Bare:
-		b.WriteString(DeployedBlocks(o.TimeScale))
+		b.WriteString(DeployedBlocks(o.TimeScale, o.EscapeSet...))
 	case !escape && o.Kubernetes == nil:
 		// Scraped for the status page only: no replica can reach a
 		// threshold and the weights stay 1, so every mode routes as it
@@ -305,7 +308,9 @@ const (
 // and min_interval) are engine time, so they are divided by the time scale
 // into the wall time kvxds runs on (the interval no shorter than kvxds's
 // 100 ms, the timeout then half of it).
-func DeployedBlocks(timeScale float64) string {
+// Each of escapeSet ("max_kv_occupancy = 1") is written into the escape
+// block as it is: an ablation of one threshold.
+func DeployedBlocks(timeScale float64, escapeSet ...string) string {
 	if !(timeScale > 0) {
 		timeScale = 1
 	}
@@ -325,12 +330,12 @@ func DeployedBlocks(timeScale float64) string {
   }
   escape {
     hold = %q
-  }
+%s  }
   weights {
     min_interval = %q
   }
 `, timeScale, interval.String(), timeout.String(), (docStaleAfter * interval).String(),
-		wall(docEscapeHold).String(), wall(docWeightsInterval).String())
+		wall(docEscapeHold).String(), escapeLines(escapeSet), wall(docWeightsInterval).String())
 }
 
 // HotKeysBlock is a hash mode's hot_keys block (inside its hash block) as
@@ -380,4 +385,13 @@ const hotKeysProbe = `pool "probe" {
 func HotKeysKnown() bool {
 	_, diags := policy.Parse([]byte(hotKeysProbe), "hot-keys-probe.hcl")
 	return !diags.HasErrors()
+}
+
+// escapeLines writes each attribute on its own line of the escape block.
+func escapeLines(set []string) string {
+	var b strings.Builder
+	for _, a := range set {
+		fmt.Fprintf(&b, "    %s\n", strings.TrimSpace(a))
+	}
+	return b.String()
 }

@@ -96,6 +96,9 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded carry the metrics, escape and "+
 			"weights blocks at their documented defaults (engine vllm; durations divided by the time scale); "+
 			"--bare leaves them out.\n\n")
+		if len(r.Config.EscapeSet) > 0 {
+			fmt.Fprintf(w, "The escape blocks also set: %s.\n\n", strings.Join(r.Config.EscapeSet, "; "))
+		}
 	}
 	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys, HotKeysKnown()))
 	for i := range r.Workloads {
