@@ -30,6 +30,7 @@ import (
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 	"github.com/kvxds/kvxds/xds/bootstrap"
+	"github.com/kvxds/kvxds/xds/translate"
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
@@ -148,7 +149,7 @@ func TestEnvoyAccessLog(t *testing.T) {
 	// served by an ADS server that also serves the access log service,
 	// as kvxds does on its xDS address.
 	cfg := &grpcalsv3.HttpGrpcAccessLogConfig{
-		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: "kvxds/" + PoolName,
+		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: translate.HotKeyLogName(PoolName),
 			TransportApiVersion: corev3.ApiVersion_V3, BufferFlushInterval: durationpb.New(50 * time.Millisecond),
 			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
 				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: bootstrap.XDSClusterName}}}},
