@@ -97,7 +97,7 @@ func (r *Report) Markdown(w io.Writer) {
 			"weights blocks at their documented defaults (engine vllm; durations divided by the time scale); "+
 			"--bare leaves them out.\n\n")
 	}
-	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys, HotKeysKnown()))
+	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys))
 	for i := range r.Workloads {
 		wr := &r.Workloads[i]
 		wr.markdownTable(w)
@@ -242,11 +242,8 @@ func (r *Report) CSV(w io.Writer) error {
 }
 
 // hotKeysNote says how the kvxds modes treated hot keys.
-func hotKeysNote(off, known bool) string {
-	switch {
-	case !known:
-		return "Hot keys: this kvxds's policy has no hot_keys block; no pool spreads a hot key."
-	case off:
+func hotKeysNote(off bool) string {
+	if off {
 		return "Hot keys off (--no-hot-keys): every kvxds mode has hot_keys { enabled = false }, and the grpc-go " +
 			"clients send no x-kvxds-spread."
 	}
