@@ -278,7 +278,9 @@ type Hash struct {
 	// burstier than round robin's rotation.
 	Keyless Balancer `json:"keyless,omitempty"`
 	// MaxBodyBytes is the longest request body Envoy buffers for body
-	// keys; set when Keys has one.
+	// keys and for Hot's spread sub-key (a body key too); set when Keys
+	// has one or Hot is set (Normalize fills DefaultMaxBodyBytes in for
+	// Hot).
 	MaxBodyBytes int `json:"max_body_bytes,omitempty"`
 	// Hot finds and spreads the pool's hot keys; nil turns it off.
 	Hot *HotKeys `json:"hot_keys,omitempty"`
@@ -380,6 +382,10 @@ func (f Fleet) Normalize() Fleet {
 		if p.Hash.Hot != nil {
 			h := p.Hash.Hot.withDefaults()
 			p.Hash.Hot = &h
+			// Envoy reads the spread sub-key from the body.
+			if p.Hash.MaxBodyBytes == 0 {
+				p.Hash.MaxBodyBytes = DefaultMaxBodyBytes
+			}
 		}
 		// The hot-key table sorted by key and value (then spread, so
 		// that a repeated pair keeps a deterministic first).
@@ -596,6 +602,9 @@ func (h Hash) validate(pool string) []error {
 	}
 	if body && h.MaxBodyBytes <= 0 {
 		bad("body hash keys need a positive body limit, not %d", h.MaxBodyBytes)
+	}
+	if h.Hot != nil && h.MaxBodyBytes <= 0 {
+		bad("hot keys need a positive body limit for their spread sub-key, not %d", h.MaxBodyBytes)
 	}
 	return errs
 }

@@ -52,6 +52,10 @@ func TestValidate(t *testing.T) {
 		{"two sources", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keys: []HashKey{{Header: "h", Cookie: "c"}}}}}}}, "exactly one source"},
 		{"conversation and prefix", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{MaxBodyBytes: 1024, Keys: []HashKey{{Conversation: true, PromptPrefix: 64}}}}}}}, "exactly one source"},
 		{"conversation without a body limit", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keys: []HashKey{{Conversation: true}}}}}}}, "positive body limit"},
+		// Hot keys read their spread sub-key from the body: Normalize
+		// gives them the default limit, and a negative one is refused.
+		{"hot keys without a body limit", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Hot: &HotKeys{}, Keys: []HashKey{{Header: "h"}}}}}}}, ""},
+		{"hot keys with a negative body limit", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Hot: &HotKeys{}, MaxBodyBytes: -1, Keys: []HashKey{{Header: "h"}}}}}}}, "hot keys need a positive body limit"},
 		{"low balance", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}}, "below 100"},
 		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "10.0.0.1", Port: 1, HashKey: "x"}, Endpoint{Host: "10.0.0.1", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
 		{"keyless least request", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keyless: LeastRequest, Keys: []HashKey{{Header: "h"}}}}}}}, ""},

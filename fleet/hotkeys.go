@@ -139,6 +139,10 @@ const (
 	// MaxHotKeyValue bounds a hot key's value in bytes; body keys' values
 	// are 16 hex digits, header keys' are the client's.
 	MaxHotKeyValue = 128
+	// DefaultMaxBodyBytes is Hash.MaxBodyBytes unless set: how much of a
+	// request body Envoy buffers for body keys and the spread sub-key,
+	// 4 MiB, about a million tokens of prompt text.
+	DefaultMaxBodyBytes = 4 << 20
 )
 
 // DefaultHotKeys are the hot-key settings of a consistent-hashing pool

@@ -168,3 +168,24 @@ func TestSpreadLevel(t *testing.T) {
 		}
 	}
 }
+
+// Normalize gives a pool with hot keys the default body limit, which
+// Envoy's filter needs to read the spread sub-key, and keeps a set one.
+func TestNormalizeHotKeysBodyLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hash Hash
+		want int
+	}{
+		{"hot keys, no limit", Hash{Hot: &HotKeys{}, Keys: []HashKey{{Header: "h"}}}, DefaultMaxBodyBytes},
+		{"hot keys, a limit", Hash{Hot: &HotKeys{}, MaxBodyBytes: 4096, Keys: []HashKey{{Header: "h"}}}, 4096},
+		{"no hot keys", Hash{Keys: []HashKey{{Header: "h"}}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Balancer: ConsistentHash, Hash: tc.hash}}}}.Normalize()
+			if got := f.Pools[0].Hash.MaxBodyBytes; got != tc.want {
+				t.Errorf("body limit %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

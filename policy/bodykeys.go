@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,8 +22,8 @@ import (
 // only the header keys.
 const (
 	// DefaultMaxBodyBytes is how much of a request body Envoy buffers for
-	// body keys by default: 4 MiB, about a million tokens of prompt text.
-	DefaultMaxBodyBytes = 4 << 20
+	// body keys and hot keys' spread_by by default (the model's).
+	DefaultMaxBodyBytes = fleet.DefaultMaxBodyBytes
 	// MinMaxBodyBytes and MaxMaxBodyBytes bound max_body_bytes.
 	MinMaxBodyBytes = 1 << 10
 	MaxMaxBodyBytes = 64 << 20
@@ -114,6 +115,8 @@ func (d *decoder) uniqueKey(seen map[fleet.HashKey]hcl.Range, k fleet.HashKey, a
 
 // bodyKeys decodes max_body_bytes, defaults balance_factor for
 // prompt_prefix and conversation keys, and says what gRPC clients make of body keys.
+// h.Hot is decoded: hot keys read their spread sub-key from the body
+// within the same limit.
 func (d *decoder) bodyKeys(spec *hashSpec, h *fleet.Hash) {
 	// The first body key; the first prompt_prefix or conversation key (a
 	// popular prefix or opening pins its requests to one replica).
@@ -137,19 +140,23 @@ func (d *decoder) bodyKeys(spec *hashSpec, h *fleet.Hash) {
 		if n, good := d.uintIn(a.Name, a.Expr, MinMaxBodyBytes, MaxMaxBodyBytes, "Invalid body limit"); good {
 			h.MaxBodyBytes = int(n)
 		}
-		if first == nil {
+		if first == nil && h.Hot == nil {
 			d.warnf(a.NameRange, "Body limit has no effect",
-				"max_body_bytes bounds how much of a request body Envoy buffers for json_field and prompt_prefix keys, and this hash block has none; remove it.")
+				"max_body_bytes bounds how much of a request body Envoy buffers for body keys and for hot keys' spread_by, and this hash block has neither; remove it.")
 		}
 	}
-	if first == nil {
+	if first == nil && h.Hot == nil {
 		h.MaxBodyBytes = 0
 		return
 	}
 	if spec.MaxBodyBytes == nil {
 		h.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	for _, k := range h.Keys {
+	prefixes := h.Keys
+	if h.Hot != nil {
+		prefixes = append(slices.Clip(prefixes), h.Hot.SpreadBy)
+	}
+	for _, k := range prefixes {
 		if k.PromptPrefix > h.MaxBodyBytes && h.MaxBodyBytes > 0 && spec.MaxBodyBytes != nil {
 			d.errorf(spec.MaxBodyBytes.Expr.Range(), "Invalid body limit",
 				"max_body_bytes %d is below prompt_prefix %d: Envoy could never read that much of a prompt; raise max_body_bytes or lower prompt_prefix.",
@@ -177,6 +184,9 @@ func (d *decoder) bodyKeys(spec *hashSpec, h *fleet.Hash) {
 		}
 	}
 
+	if first == nil {
+		return // hot keys alone: the chain has no body key to warn about
+	}
 	var headers []string
 	for _, k := range h.Keys {
 		if k.Header != "" {

@@ -59,8 +59,23 @@ func TestBodyKeysDecoded(t *testing.T) {
 			warnings: 1,
 		},
 		{
-			name: "header keys need no body",
+			name: "header keys with hot keys read the body for spread_by",
 			hash: `key { header = "x-session-id" }`,
+			want: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}, MaxBodyBytes: DefaultMaxBodyBytes},
+		},
+		{
+			name: "header keys with hot keys take a body limit",
+			hash: `max_body_bytes = 65536
+			       key { header = "x-session-id" }
+			       hot_keys {
+			         spread_by { prompt_prefix = 4096 }
+			       }`,
+			want: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}, MaxBodyBytes: 65536},
+		},
+		{
+			name: "header keys without hot keys need no body",
+			hash: `key { header = "x-session-id" }
+			       hot_keys { enabled = false }`,
 			want: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
 		},
 	} {

@@ -45,7 +45,7 @@ func TestDefaultsFollowSetValues(t *testing.T) {
 	}
 	ringHash := func(minRing, maxRing uint64) fleet.Hash {
 		return fleet.Hash{Algorithm: fleet.RingHash, MinRingSize: minRing, MaxRingSize: maxRing,
-			Keyless: fleet.DefaultKeyless, Keys: []fleet.HashKey{{Header: "x-session-id"}}, Hot: defaultHotKeys()}
+			Keyless: fleet.DefaultKeyless, Keys: []fleet.HashKey{{Header: "x-session-id"}}, Hot: defaultHotKeys(), MaxBodyBytes: DefaultMaxBodyBytes}
 	}
 	hashBlock := func(attrs string) string {
 		return `pool "p" {
@@ -217,7 +217,7 @@ weights { min = 5 }`), pool, Pool{
 				ListenAddress: fleet.DefaultListenAddress,
 				Balancer:      fleet.ConsistentHash,
 				Hash: fleet.Hash{Algorithm: fleet.Maglev, TableSize: fleet.DefaultMaglevTableSize, Keyless: fleet.DefaultKeyless,
-					Keys: []fleet.HashKey{{Header: "x-session-id"}}, Hot: defaultHotKeys()},
+					Keys: []fleet.HashKey{{Header: "x-session-id"}}, Hot: defaultHotKeys(), MaxBodyBytes: DefaultMaxBodyBytes},
 			},
 			Metrics: metrics(func(m *weights.Metrics) {
 				m.Interval, m.Timeout, m.StaleAfter = 500*time.Millisecond, 250*time.Millisecond, 2500*time.Millisecond

@@ -35,7 +35,8 @@ func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 // ring_hash; MinRingSize is set whenever MaxRingSize is below
 // fleet.DefaultMinRingSize; GRPCRingCap zero means fleet.DefaultGRPCRingCap;
 // Keyless is fleet.DefaultKeyless unless set; MaxBodyBytes is
-// DefaultMaxBodyBytes when the chain has body keys, zero otherwise; Hot is
+// DefaultMaxBodyBytes when the chain has body keys or hot keys are on
+// (their spread sub-key is read from the body), zero otherwise; Hot is
 // the hot_keys block's settings, fleet.DefaultHotKeys without one, nil
 // when it says enabled = false (hotkeys.go).
 func (d *decoder) hash(spec *hashSpec) fleet.Hash {
@@ -151,8 +152,10 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 	}
 
 	h.Keys = d.keys(spec)
-	d.bodyKeys(spec, &h)
+	// Hot keys first: their spread sub-key is a body key too, for which
+	// Envoy reads the body as for the chain's own.
 	h.Hot = d.hotKeys(spec.HotKeys, h.Keys)
+	d.bodyKeys(spec, &h)
 	return h
 }
 

@@ -21,7 +21,7 @@
 //	    key { cookie = "session" }
 //	    key { json_field = "metadata.conversation_id" } # JSON body (Envoy only)
 //	    key { prompt_prefix = 4096 } # first bytes of the prompt (Envoy only)
-//	    max_body_bytes = 4194304     # DefaultMaxBodyBytes; body keys only
+//	    max_body_bytes = 4194304     # DefaultMaxBodyBytes; body keys and hot keys
 //	  }
 //	  static {
 //	    endpoints = ["127.0.0.1:8001"]

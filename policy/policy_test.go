@@ -135,6 +135,11 @@ func withDefaults(pools ...Pool) []Pool {
 		if pools[i].Balancer == fleet.ConsistentHash && len(pools[i].Hash.Keys) > 0 && pools[i].Hash.Hot == nil {
 			pools[i].Hash.Hot = defaultHotKeys()
 		}
+		// Hot keys read their spread sub-key from the body, within
+		// the body limit.
+		if pools[i].Hash.Hot != nil && pools[i].Hash.MaxBodyBytes == 0 {
+			pools[i].Hash.MaxBodyBytes = DefaultMaxBodyBytes
+		}
 	}
 	return pools
 }

@@ -57,6 +57,7 @@ pool "chat" {
 				Hash: fleet.Hash{
 					Algorithm: fleet.Maglev, TableSize: 65537, BalanceFactor: 150, Keyless: fleet.RoundRobin,
 					Keys: []fleet.HashKey{{Header: "x-session-id"}, {QueryParameter: "session"}}, Hot: &hot,
+					MaxBodyBytes: fleet.DefaultMaxBodyBytes, // the spread sub-key's
 				},
 			},
 			Endpoints: []fleet.Endpoint{
@@ -69,7 +70,8 @@ pool "chat" {
 				ListenAddress: "0.0.0.0",
 				Port:          10001,
 				Balancer:      fleet.ConsistentHash,
-				Hash:          fleet.Hash{Algorithm: fleet.RingHash, Keyless: fleet.RoundRobin, Keys: []fleet.HashKey{{Cookie: "sid"}}, Hot: &hot},
+				Hash: fleet.Hash{Algorithm: fleet.RingHash, Keyless: fleet.RoundRobin, Keys: []fleet.HashKey{{Cookie: "sid"}}, Hot: &hot,
+					MaxBodyBytes: fleet.DefaultMaxBodyBytes},
 			},
 			Endpoints: []fleet.Endpoint{},
 		},

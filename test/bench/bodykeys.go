@@ -32,22 +32,41 @@ type BodyKey struct {
 	HCL string
 	// Label names the key in reports.
 	Label string
-	key   func(body []byte) (string, bool)
+	// bytes are the keyed bytes of a body, false if it has none.
+	bytes func(body []byte) ([]byte, bool)
 }
 
 // PrefixKey is the prompt_prefix key of n bytes.
 func PrefixKey(n int) BodyKey {
 	return BodyKey{HCL: "prompt_prefix = " + strconv.Itoa(n), Label: fmt.Sprintf("prompt_prefix=%d", n),
-		key: func(b []byte) (string, bool) { return bodykey.PromptPrefix(b, n) }}
+		bytes: func(b []byte) ([]byte, bool) { return bodykey.PromptPrefixBytes(b, n) }}
 }
 
 // ConversationKey is the conversation key: the leading messages.
 func ConversationKey() BodyKey {
-	return BodyKey{HCL: "conversation = true", Label: "conversation", key: bodykey.Conversation}
+	return BodyKey{HCL: "conversation = true", Label: "conversation", bytes: bodykey.ConversationBytes}
 }
 
-// Of returns the key of r's KeyBody, or false if the body has none.
-func (k BodyKey) Of(r *Request) (string, bool) { return k.key(KeyBody(r)) }
+// Of returns the key of r's KeyBody (bodykey.Hash of its keyed bytes, the
+// header value Envoy's filter sets), or false if the body has none.
+func (k BodyKey) Of(r *Request) (string, bool) {
+	b, ok := k.bytes(KeyBody(r))
+	if !ok {
+		return "", false
+	}
+	return bodykey.Hash(b), true
+}
+
+// SpreadOf returns the spread sub-key of r's KeyBody when k is the
+// pool's spread_by (bodykey.Spread of its keyed bytes, the header value
+// Envoy's filter sets), or false if the body has none.
+func (k BodyKey) SpreadOf(r *Request) (string, bool) {
+	b, ok := k.bytes(KeyBody(r))
+	if !ok {
+		return "", false
+	}
+	return bodykey.Spread(b), true
+}
 
 // withBodyKey returns a copy of p keyed on k: each request carries the
 // key of its KeyBody as its session, which the grpc-go clients send as

@@ -79,14 +79,14 @@
 // # Hot keys
 //
 // Every kvxds mode's pool spreads its hot keys at kvxds's defaults
-// (HotKeysBlock: interval and half-life divided by the time scale), where
-// this kvxds's policy has the block (HotKeysKnown). The filters of a
-// simulated Envoy read the chat body a chat client sends (KeyBody), so
-// the Lua filter computes x-kvxds-spread from it; each Envoy sends its
+// (HotKeysBlock: interval and half-life divided by the time scale). The
+// filters of a simulated Envoy read the chat body a chat client sends
+// (KeyBody), so the Lua filter, which every Envoy pool with hot keys
+// runs, header-keyed or not, computes x-kvxds-spread from it; each Envoy sends its
 // listener's gRPC access log (adsenvoy.AccessLogger) to kvxds's xDS
 // address, on its own stream as its own node, with the headers it routed
 // with. A grpc-go client sends each request's x-kvxds-spread itself
-// (withSpreads: SpreadBits of the conversation key of its chat body).
+// (withSpreads: bodykey.Spread of the conversation bytes of its chat body).
 // Config.NoHotKeys turns hot keys off and sends no spread sub-key: the
 // ablation. system-prompt puts 90% of the requests under one session
 // key: the hot key.

@@ -149,7 +149,8 @@ func TestWeightedRR(t *testing.T) {
 
 // TestEndToEndEnvoy replays a few seconds of Zipf tenants on the Envoy
 // data plane: affinity beats round robin on the engines' counters, no
-// request fails, and bounded load runs and spreads the hot tenant.
+// request fails, only the hot tenant moves (spread by its hot-key route),
+// and bounded load runs and spreads the hot tenant.
 func TestEndToEndEnvoy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end benchmark run; skipped with -short")
@@ -188,8 +189,12 @@ func TestEndToEndEnvoy(t *testing.T) {
 	if !(kv.HitRate > rr.HitRate) {
 		t.Errorf("kvxds hit rate %.3f does not exceed round robin's %.3f", kv.HitRate, rr.HitRate)
 	}
-	if kv.SessionsMoved != 0 {
-		t.Errorf("pure affinity moved %d sessions", kv.SessionsMoved)
+	// Hot keys are on: the Lua filter sets every request's spread
+	// sub-key from its conversation, so once kvxds has learned the hot
+	// tenant, its route spreads the tenant's conversations over a few
+	// replicas. That one tenant may move; no other.
+	if kv.SessionsMoved > 1 {
+		t.Errorf("pure affinity moved %d sessions; only the hot tenant may move", kv.SessionsMoved)
 	}
 	if kb.SessionsMoved == 0 {
 		t.Error("bounded load spilled no session under a hot tenant")

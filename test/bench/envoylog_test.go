@@ -30,6 +30,7 @@ import (
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 	"github.com/kvxds/kvxds/xds/bootstrap"
+	"github.com/kvxds/kvxds/xds/translate"
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
@@ -122,7 +123,10 @@ func TestEnvoyAccessLog(t *testing.T) {
 		}
 	}()
 	addrs := []string{reps[0].Addr(), reps[1].Addr()}
-	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(64).HCL})
+	// Hot keys off: the served listener has no access log of its own
+	// and its Lua filter sets no spread sub-key; the test adds its own.
+	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(64).HCL,
+		NoHotKeys: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +152,7 @@ func TestEnvoyAccessLog(t *testing.T) {
 	// served by an ADS server that also serves the access log service,
 	// as kvxds does on its xDS address.
 	cfg := &grpcalsv3.HttpGrpcAccessLogConfig{
-		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: "kvxds/" + PoolName,
+		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: translate.HotKeyLogName(PoolName),
 			TransportApiVersion: corev3.ApiVersion_V3, BufferFlushInterval: durationpb.New(50 * time.Millisecond),
 			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
 				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: bootstrap.XDSClusterName}}}},

@@ -77,11 +77,9 @@ func TestHotKeysBlock(t *testing.T) {
 	}
 }
 
-// Every hash mode carries the block where kvxds's policy knows it, and
-// the policy then decodes with hot keys off under --no-hot-keys; without
-// it the block is left out.
+// Every hash mode carries the block, and the policy decodes with hot
+// keys off under --no-hot-keys.
 func TestPolicyHotKeys(t *testing.T) {
-	known := HotKeysKnown()
 	for _, off := range []bool{false, true} {
 		for _, m := range []Mode{RoundRobin, KVXDS, KVXDSWeights, KVXDSPrefix} {
 			text, err := Policy(PolicyOptions{Mode: m, Endpoints: []string{"127.0.0.1:8001"}, TimeScale: 5,
@@ -90,15 +88,15 @@ func TestPolicyHotKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			hashed := m != RoundRobin
-			if has := strings.Contains(text, "hot_keys"); has != (known && hashed) {
-				t.Errorf("%s, off %v: hot_keys block %v, want %v (known %v):\n%s", m, off, has, known && hashed, known, text)
+			if has := strings.Contains(text, "hot_keys"); has != hashed {
+				t.Errorf("%s, off %v: hot_keys block %v, want %v:\n%s", m, off, has, hashed, text)
 			}
 			p, diags := policy.Parse([]byte(text), string(m)+".hcl")
 			if diags.HasErrors() {
 				t.Fatalf("%s: %s\n%s", m, policy.Format(diags), text)
 			}
-			if known && hashed && off && p.Pools[0].Hash.Hot != nil {
-				t.Errorf("%s: hot keys on under --no-hot-keys", m)
+			if hashed && (p.Pools[0].Hash.Hot == nil) != off {
+				t.Errorf("%s: hot keys %v under off = %v", m, p.Pools[0].Hash.Hot != nil, off)
 			}
 		}
 	}

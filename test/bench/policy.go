@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvxds/kvxds/fleet"
-	"github.com/kvxds/kvxds/policy"
 )
 
 // PoolName is the pool every generated policy defines; clients dial
@@ -187,9 +186,7 @@ func Policy(o PolicyOptions) (string, error) {
 		if o.Mode == KVXDSBounded {
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
 		}
-		if HotKeysKnown() {
-			b.WriteString(HotKeysBlock(o.TimeScale, o.NoHotKeys))
-		}
+		b.WriteString(HotKeysBlock(o.TimeScale, o.NoHotKeys))
 		b.WriteString("  }\n")
 	default:
 		return "", fmt.Errorf("mode %q has no policy", o.Mode)
@@ -363,30 +360,6 @@ func HotKeysBlock(timeScale float64, off bool) string {
     }
 `, timeScale, wall(fleet.DefaultHotKeysInterval), wall(fleet.DefaultHotKeysHalfLife))
 }
-
-// hotKeysProbe is a policy whose one pool turns hot keys off.
-const hotKeysProbe = `pool "probe" {
-  port           = 10000
-  load_balancing = "hash"
-  hash {
-    key { header = "x-probe" }
-    hot_keys { enabled = false }
-  }
-  static {
-    endpoint "127.0.0.1:1" {}
-  }
-}
-`
-
-// HotKeysKnown reports whether this kvxds's policy has the hash block's
-// hot_keys block. Without it a pool has no hot keys to configure, and the
-// generated policies leave the block out, so that the benchmark measures
-// such a kvxds as it is.
-func HotKeysKnown() bool {
-	_, diags := policy.Parse([]byte(hotKeysProbe), "hot-keys-probe.hcl")
-	return !diags.HasErrors()
-}
-
 // escapeLines writes each attribute on its own line of the escape block.
 func escapeLines(set []string) string {
 	var b strings.Builder

@@ -100,7 +100,7 @@ func (r *Report) Markdown(w io.Writer) {
 			fmt.Fprintf(w, "The escape blocks also set: %s.\n\n", strings.Join(r.Config.EscapeSet, "; "))
 		}
 	}
-	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys, HotKeysKnown()))
+	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys))
 	for i := range r.Workloads {
 		wr := &r.Workloads[i]
 		wr.markdownTable(w)
@@ -245,11 +245,8 @@ func (r *Report) CSV(w io.Writer) error {
 }
 
 // hotKeysNote says how the kvxds modes treated hot keys.
-func hotKeysNote(off, known bool) string {
-	switch {
-	case !known:
-		return "Hot keys: this kvxds's policy has no hot_keys block; no pool spreads a hot key."
-	case off:
+func hotKeysNote(off bool) string {
+	if off {
 		return "Hot keys off (--no-hot-keys): every kvxds mode has hot_keys { enabled = false }, and the grpc-go " +
 			"clients send no x-kvxds-spread."
 	}

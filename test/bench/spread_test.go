@@ -14,35 +14,31 @@ import (
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
-// The spread sub-key is the first SpreadBits bits of the sub-key's hash,
-// most significant first, so a route's regex_rewrite ^([01]{b})[01]*$
+// A request's spread sub-key is bodykey.Spread of its spread_by bytes:
+// the first fleet.SpreadBits bits of their hash, most significant first,
+// so a hot route's rewrite, which cuts the last SpreadBits - b of them,
 // keeps the hash's first b bits: the bucket of a spread of 2^b.
-func TestSpreadBits(t *testing.T) {
-	for _, tc := range []struct{ hash, want string }{
-		{"00ff00ff00ff00ff", "00000000"},
-		{"ff00000000000000", "11111111"},
-		{"9f3c000000000000", "10011111"},
-		{"0a", "00001010"},
-		{"5", ""},
-		{"zz00000000000000", ""},
-		{"", ""},
-	} {
-		if got := SpreadBits(tc.hash); got != tc.want {
-			t.Errorf("SpreadBits(%q) = %q, want %q", tc.hash, got, tc.want)
-		}
+func TestSpreadOf(t *testing.T) {
+	g, _ := workload.ByName("system-prompt")
+	reqs, err := PrepareRequests(g.Generate(1, 4, time.Minute), true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := range 200 {
-		h := bodykey.Hash([]byte(fmt.Sprintf("conversation %d", i)))
-		s := SpreadBits(h)
-		if len(s) != fleet.SpreadBits {
-			t.Fatalf("SpreadBits(%s) = %q", h, s)
+	k := ConversationKey()
+	for _, r := range reqs[:min(len(reqs), 200)] {
+		s, ok := k.SpreadOf(&r)
+		b, _ := bodykey.ConversationBytes(KeyBody(&r))
+		if !ok || s != bodykey.Spread(b) {
+			t.Fatalf("request %d: spread %q, %v; bodykey.Spread gives %q", r.Seq, s, ok, bodykey.Spread(b))
 		}
+		h, _ := k.Of(&r)
 		top, _ := strconv.ParseUint(h[:2], 16, 8)
-		for b := 1; b <= fleet.SpreadBits; b++ {
-			bucket := regexp.MustCompile(fmt.Sprintf(`^([01]{%d})[01]*$`, b)).ReplaceAllString(s, `$1`)
+		for bits := 1; bits <= fleet.SpreadBits; bits++ {
+			cut := fleet.SpreadBits - bits
+			bucket := regexp.MustCompile(fmt.Sprintf(`[01]{%d}$`, cut)).ReplaceAllString(s, "")
 			v, err := strconv.ParseUint(bucket, 2, 8)
-			if err != nil || v != top>>(fleet.SpreadBits-b) {
-				t.Fatalf("hash %s: spread %s keeps bucket %q at %d bits, want %d", h, s, bucket, b, top>>(fleet.SpreadBits-b))
+			if err != nil || v != top>>cut {
+				t.Fatalf("key %s: spread %s keeps bucket %q at %d bits, want %d", h, s, bucket, bits, top>>cut)
 			}
 		}
 	}

@@ -44,10 +44,6 @@ import (
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
-// LogNamePrefix starts the log_name of a pool's access logger:
-// "kvxds/<pool>".
-const LogNamePrefix = "kvxds/"
-
 // SpreadHeader is the request header of the spread sub-key.
 const SpreadHeader = fleet.DefaultSpreadHeader
 
@@ -215,7 +211,7 @@ func (s *Service) handle(logName string, msg *alsv3.StreamAccessLogsMessage) {
 // entry hands one entry to the sink and returns its result.
 func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 	c := e.GetCommonProperties()
-	name, ok := strings.CutPrefix(logName, LogNamePrefix)
+	name, ok := strings.CutPrefix(logName, translate.HotKeyLogPrefix)
 	if !ok || name == "" {
 		name = c.GetUpstreamCluster()
 	}

@@ -23,7 +23,10 @@ import (
 //
 // In a pool with hot keys, the filter also sets the spread header
 // (fleet.DefaultSpreadHeader) from the body with the pool's SpreadBy key,
-// as bodykey.Spread computes it, after removing any the client sent.
+// as bodykey.Spread computes it; a well-formed one the client sent stays
+// only when the body gives none. A pool with hot keys gets the filter
+// even when its chain keys on headers alone: a hot tenant or session
+// header is spread like a hot body key.
 //
 // Proxyless gRPC clients have no body: their routes skip body keys.
 
@@ -45,6 +48,12 @@ func bodyKeys(p *fleet.Pool, kind Kind) bool {
 	return false
 }
 
+// luaFilter reports whether kind's listener of p runs the Lua filter:
+// Envoy's, in a hash pool with body keys or with hot keys.
+func luaFilter(p *fleet.Pool, kind Kind) bool {
+	return bodyKeys(p, kind) || (kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.Hot != nil)
+}
+
 // routeKeys is p's key chain as kind's routes see it: body keys become
 // their generated headers for Envoy, and are left out for gRPC clients
 // (and for pools that do not hash).
@@ -63,13 +72,13 @@ func routeKeys(p *fleet.Pool, kind Kind) []fleet.HashKey {
 }
 
 // bodyBufferLimit is the Envoy listener's per-connection buffer limit for
-// a pool with body keys: the stream's buffer limit, which caps what the
-// Lua filter may buffer. It is never below Envoy's default.
+// a pool with the Lua filter: the stream's buffer limit, which caps what
+// the filter may buffer. It is never below Envoy's default.
 func bodyBufferLimit(p *fleet.Pool) uint32 {
 	return uint32(max(p.Hash.MaxBodyBytes, envoyDefaultBufferLimit))
 }
 
-// bodyKeyFilter is the Lua filter of p's body keys.
+// bodyKeyFilter is the Lua filter of p's body keys and spread sub-key.
 func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 	var keys []bodykey.Key
 	for i, k := range p.Hash.Keys {

@@ -178,7 +178,8 @@ func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 }
 
 // HotKeyLogPrefix starts the log name of every pool's access log: pool
-// "chat" logs as "kvxds/chat".
+// "chat" logs as "kvxds/chat". The access log service (xds/accesslog)
+// reads the pool back from it.
 const HotKeyLogPrefix = "kvxds/"
 
 // HotKeyLogName is the access log name of pool's Envoy listener.

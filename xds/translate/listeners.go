@@ -23,16 +23,16 @@ import (
 // stream_idle_timeout keeps Envoy's default (5m) until the route is
 // chosen; the route's idle_timeout overrides it when the pool sets one.
 //
-// For Envoy, a hash pool with body keys gets the Lua filter that sets
-// their headers first (see bodyKeyFilter), and a pool with hot keys the
-// access log that reports its keys to kvxds (hotKeyAccessLog).
+// For Envoy, a hash pool with body keys or hot keys gets the Lua filter
+// that sets their headers first (see bodyKeyFilter), and a pool with hot
+// keys the access log that reports its keys to kvxds (hotKeyAccessLog).
 func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManager, error) {
 	router, err := typed(&routerv3.Router{})
 	if err != nil {
 		return nil, err
 	}
 	var filters []*hcmv3.HttpFilter
-	if bodyKeys(p, kind) {
+	if luaFilter(p, kind) {
 		f, err := bodyKeyFilter(p)
 		if err != nil {
 			return nil, fmt.Errorf("body keys: %w", err)
@@ -89,7 +89,7 @@ func buildListener(p *fleet.Pool, kind Kind) (*listenerv3.Listener, error) {
 				}},
 			}},
 		}
-		if bodyKeys(p, kind) {
+		if luaFilter(p, kind) {
 			l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(bodyBufferLimit(p))
 		}
 	case GRPC, GRPCJS, GRPCNoHash:

@@ -24,5 +24,6 @@ pool "headers" {
   hash {
     max_body_bytes = 100
     key { header = "x-session-id" }
+    hot_keys { enabled = false }
   }
 }

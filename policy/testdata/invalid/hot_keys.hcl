@@ -34,3 +34,14 @@ pool "docs" {
     }
   }
 }
+
+pool "short" {
+  port = 10002
+  hash {
+    max_body_bytes = 2048
+    key { header = "x-session-id" }
+    hot_keys {
+      spread_by { prompt_prefix = 4096 }
+    }
+  }
+}

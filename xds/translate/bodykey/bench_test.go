@@ -46,8 +46,9 @@ func benchChat(size int) []byte {
 // (p50 and p99 of the thread's CPU time in µs, ns/op its mean; wall-*
 // also count waiting for a CPU), on chat bodies of 1 KiB to
 // 1 MiB: a conversation key, a conversation key with a prompt prefix to
-// fall through to, a prompt prefix alone, and a json_field the body lacks
-// (every top-level value skipped). go test ./xds/translate/bodykey -run - -bench LuaFilter
+// fall through to, a prompt prefix alone, a json_field the body lacks
+// (every top-level value skipped), and the spread sub-key alone by
+// conversation (a header-keyed pool with hot keys). go test ./xds/translate/bodykey -run - -bench LuaFilter
 func BenchmarkLuaFilter(b *testing.B) {
 	bin, err := exec.LookPath("luajit")
 	if err != nil {
@@ -61,6 +62,9 @@ func BenchmarkLuaFilter(b *testing.B) {
 		{"conversation+prompt_prefix", []Key{{Header: Header(0), Conversation: true}, {Header: Header(1), PromptPrefix: 4096}}},
 		{"prompt_prefix", []Key{{Header: Header(0), PromptPrefix: 4096}}},
 		{"json_field", []Key{{Header: Header(0), JSONField: "user"}}},
+		// A header-keyed pool with hot keys: the spread sub-key alone,
+		// by conversation (spread_by's default).
+		{"spread", []Key{{Header: SpreadHeader, Conversation: true, Spread: true}}},
 	}
 	dir := b.TempDir()
 	for _, size := range []int{1 << 10, 32 << 10, 256 << 10, 1 << 20} {
@@ -70,6 +74,8 @@ func BenchmarkLuaFilter(b *testing.B) {
 			b.Fatal(err)
 		}
 		want, _ := Conversation(body)
+		conv, _ := ConversationBytes(body)
+		wantSpread := Spread(conv)
 		for _, c := range chains {
 			b.Run(fmt.Sprintf("%s/%dKiB", c.name, size>>10), func(b *testing.B) {
 				src, err := Lua(c.chain, 4<<20)
@@ -89,7 +95,10 @@ func BenchmarkLuaFilter(b *testing.B) {
 				if len(lines) != 2 {
 					b.Fatalf("luajit printed %q", out)
 				}
-				if c.chain[0].Conversation && !strings.Contains(lines[0], want) {
+				switch k := c.chain[0]; {
+				case k.Spread && lines[0] != SpreadHeader+"="+wantSpread:
+					b.Fatalf("filter set %q, Go computes %s", lines[0], wantSpread)
+				case k.Conversation && !k.Spread && !strings.Contains(lines[0], want):
 					b.Fatalf("filter set %q, Go computes %s", lines[0], want)
 				}
 				var p50, p99, mean, wp50, wp99, wmean float64

@@ -94,6 +94,14 @@ func Spread(b []byte) string {
 	return strings.Repeat("0", SpreadBits-len(s)) + s
 }
 
+// ValidSpread reports whether v is a spread header value as Spread
+// writes it: SpreadBits characters '0' and '1'. Envoy's Lua filter keeps
+// such a value a client sent when the body gives no spread sub-key, and
+// drops any other.
+func ValidSpread(v string) bool {
+	return len(v) == SpreadBits && strings.Trim(v, "01") == ""
+}
+
 // Hash's constants, written into the Lua script: odd multipliers below
 // 2^19 (see Hash).
 const (

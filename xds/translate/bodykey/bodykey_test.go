@@ -349,7 +349,7 @@ func TestSpread(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, err := strconv.ParseUint(got, 2, 8)
-		if len(got) != SpreadBits || err != nil || n != want || strings.Trim(got, "01") != "" {
+		if len(got) != SpreadBits || err != nil || n != want || !ValidSpread(got) {
 			t.Fatalf("Spread(%q) = %q, want the bits of %02x", b, got, want)
 		}
 		seen[got] = true
@@ -394,5 +394,81 @@ func TestLuaSpreadMatchesGo(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestValidSpread(t *testing.T) {
+	for v, want := range map[string]bool{
+		"10110010":          true,
+		"00000000":          true,
+		"11111111":          true,
+		"":                  false,
+		"1011001":           false, // short
+		"101100101":         false, // long
+		"1011001x":          false,
+		"10110010,01010101": false, // two values joined, as Envoy's get returns them
+		" 1011001":          false,
+		"spoofed":           false,
+	} {
+		if got := ValidSpread(v); got != want {
+			t.Errorf("ValidSpread(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// A spread sub-key a client sent stays when it is well-formed and the body
+// gives none (no spread_by key in it, no body, a body over the limit or of
+// unknown length); the body's own sub-key replaces it; a malformed one is
+// always dropped. The chain's own keys are dropped as ever.
+func TestLuaKeepsClientSpread(t *testing.T) {
+	bin := luajit(t)
+	// A pool keyed on headers alone: the filter computes only the spread
+	// sub-key, by the "user" field.
+	chain := []Key{{Header: SpreadHeader, JSONField: "user", Spread: true}}
+	withUser := `{"user":"alice","prompt":"Hi"}`
+	noUser := `{"prompt":"Hi"}`
+	big := `{"user":"alice","prompt":"` + strings.Repeat("x", testMaxBody) + `"}`
+	cases := []luaCase{
+		{strconv.Itoa(len(withUser)), withUser},
+		{strconv.Itoa(len(noUser)), noUser},
+		{"-", withUser}, // length unknown: the body is not read
+		{strconv.Itoa(len(big)), big},
+		{"0", ""},
+	}
+	fromBody := Spread([]byte("alice"))
+	for _, tc := range []struct {
+		sent string
+		want []string // per case; "" for no header
+	}{
+		{"10110010", []string{fromBody, "10110010", "10110010", "10110010", "10110010"}},
+		{"spoofed", []string{fromBody, "", "", "", ""}},
+		{"1011001", []string{fromBody, "", "", "", ""}},
+		{"10110010,01010101", []string{fromBody, "", "", "", ""}},
+		{"", []string{fromBody, "", "", "", ""}},
+	} {
+		t.Run(tc.sent, func(t *testing.T) {
+			if tc.sent != "" {
+				t.Setenv("KVXDS_STANDIN_SPOOF", SpreadHeader+"="+tc.sent)
+			}
+			for _, nobit := range []bool{false, true} {
+				_, got := runChain(t, bin, chain, nobit, testMaxBody, cases)
+				for i, want := range tc.want {
+					wantHdrs := map[string]string{}
+					if want != "" {
+						wantHdrs[SpreadHeader] = want
+					}
+					// The stand-in's spoofed x-kvxds-key-1 and -5 are
+					// not this chain's: they pass through untouched.
+					delete(got[i], "x-kvxds-key-1")
+					delete(got[i], "x-kvxds-key-5")
+					if fmt.Sprint(got[i]) != fmt.Sprint(wantHdrs) {
+						t.Errorf("nobit=%v case %d: headers %v, want %v", nobit, i, got[i], wantHdrs)
+					}
+				}
+			}
+		})
+	}
+	if fromBody == "10110010" {
+		t.Fatal("the body's sub-key equals the client's: the test cannot tell them apart")
 	}
 }

@@ -39,7 +39,43 @@ const (
 		"  end\n" +
 		"  return table.concat(out)\n" +
 		"end\n\n"
+	// onRequestStart starts the request handler, the script's last
+	// function; a filter with a spread key ends with spreadOnRequest
+	// instead.
+	onRequestStart = "function envoy_on_request(handle)\n"
 )
+
+// spreadOnRequest is the request handler of a filter with a spread key:
+// it drops every generated header the client sent, as the plain one
+// does, but keeps a well-formed spread sub-key (ValidSpread) the client
+// sent for when the body gives none.
+var spreadOnRequest = `-- A spread header value a client sent, if well-formed (ValidSpread in
+-- package bodykey): ` + strconv.Itoa(SpreadBits) + ` characters '0' and '1'.
+local function spread_sent(v)
+  if v ~= nil and #v == ` + strconv.Itoa(SpreadBits) + ` and not find(v, "[^01]") then return v end
+  return nil
+end
+
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  -- A client must not pick its own key: drop any copies it sent. Its
+  -- spread sub-key, if well-formed, stands when the body gives none: it
+  -- picks only among its own hot key's spread positions.
+  local sent = {}
+  for _, k in ipairs(KEYS) do
+    if k.spread then sent[k.header] = spread_sent(headers:get(k.header)) end
+    headers:remove(k.header)
+  end
+  local ok, err = pcall(set_keys, handle, headers)
+  if not ok then
+    handle:logWarn("kvxds body keys: " .. tostring(err))
+  end
+  for _, k in ipairs(KEYS) do
+    local v = sent[k.header]
+    if v ~= nil and headers:get(k.header) == nil then headers:replace(k.header, v) end
+  end
+end
+`
 
 // Key is one body key of a pool's chain, as the Lua script computes it:
 // exactly one of JSONField, PromptPrefix and Conversation is set.
@@ -62,7 +98,9 @@ type Key struct {
 // declares a content-length from 1 to maxBody bytes, so that it never
 // buffers more than maxBody bytes; other requests go on without any of
 // these headers. Every header of keys is removed from the request first,
-// whether or not a value replaces it.
+// whether or not a value replaces it, except a spread key's header that
+// the client sent well-formed (ValidSpread): it stays when the body gives
+// no spread sub-key.
 func Lua(keys []Key, maxBody int) (string, error) {
 	if maxBody <= 0 {
 		return "", fmt.Errorf("body limit %d is not positive", maxBody)
@@ -147,6 +185,11 @@ func Lua(keys []Key, maxBody int) (string, error) {
 	if spread {
 		b.WriteString(spreadScript)
 		handler = strings.Replace(handler, setHeader, spreadSetHeader, 1)
+		o := strings.Index(handler, onRequestStart)
+		if o < 0 || strings.Count(handler, onRequestStart) != 1 {
+			return "", fmt.Errorf("script.lua: no request handler to replace")
+		}
+		handler = handler[:o] + spreadOnRequest
 	}
 	b.WriteString(handler)
 	return b.String(), nil

@@ -50,9 +50,13 @@ for c = 4, #arg do
     -- A client trying to pick its own replica.
     ["x-kvxds-key-1"] = "spoofed", ["x-kvxds-key-5"] = "spoofed",
   }
-  -- One more header a client must not pick, named by the test.
+  -- One more header a client sent, named by the test: "name" (sent as
+  -- "spoofed") or "name=value".
   local spoof = os.getenv("KVXDS_STANDIN_SPOOF")
-  if spoof ~= nil and spoof ~= "" then t[spoof] = "spoofed" end
+  if spoof ~= nil and spoof ~= "" then
+    local eq = string.find(spoof, "=", 1, true)
+    if eq then t[string.sub(spoof, 1, eq - 1)] = string.sub(spoof, eq + 1) else t[spoof] = "spoofed" end
+  end
   if cl ~= "-" then t["content-length"] = cl end
   local calls, warnings = 0, {}
   local handle = {}
