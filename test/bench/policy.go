@@ -360,6 +360,7 @@ func HotKeysBlock(timeScale float64, off bool) string {
     }
 `, timeScale, wall(fleet.DefaultHotKeysInterval), wall(fleet.DefaultHotKeysHalfLife))
 }
+
 // escapeLines writes each attribute on its own line of the escape block.
 func escapeLines(set []string) string {
 	var b strings.Builder
