@@ -53,16 +53,18 @@ func TestSpread(t *testing.T) {
 		healthy int
 		want    int
 	}{
-		{0.01, 8, 2},    // fills one replica: 2 buckets
-		{0.125, 8, 2},   // exactly one replica's share
-		{0.2, 8, 4},     // two replicas
-		{0.5, 8, 8},     // four replicas
-		{0.9, 8, 16},    // eight replicas: 16, under the cap of 32
-		{1, 8, 16},      // all of it
-		{0.9, 2, 4},     // 2 replicas: ceil(1.8)=2 → 4, cap 8
-		{1, 1, 2},       // one replica: cap 4
-		{0.9, 100, 256}, // capped by MaxSpread
-		{0.3, 3, 2},     // ceil(0.9)=1 → 2
+		{0.01, 8, 16},    // fills one replica: 16 buckets
+		{0.125, 8, 16},   // exactly one replica's share
+		{0.2, 8, 32},     // two replicas
+		{0.5, 8, 64},     // four replicas
+		{0.9, 8, 128},    // eight replicas: 128, the cap of 16 × 8
+		{1, 8, 128},      // all of it
+		{0.9, 2, 32},     // 2 replicas: ceil(1.8)=2 → 32, cap 32
+		{1, 1, 16},       // one replica: cap 16
+		{0.9, 100, 256},  // capped by MaxSpread
+		{0.3, 3, 16},     // ceil(0.9)=1 → 16
+		{0.01, 100, 16},  // a big pool: still 16 for one replica's worth
+		{0.05, 100, 128}, // ceil(5)=5 → 80 → 128
 	} {
 		if got := Spread(tc.share, tc.healthy); got != tc.want {
 			t.Errorf("Spread(%v, %d) = %d, want %d", tc.share, tc.healthy, got, tc.want)
@@ -140,27 +142,27 @@ func TestDecide(t *testing.T) {
 		name: "off", settings: func() *fleet.HotKeys { return nil }, healthy: 8, traffic: zipf,
 	}, {
 		name: "fair share of 8", settings: settings, healthy: 8, traffic: zipf,
-		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}, {Value: "warm", Share: 0.15, Spread: 4}},
+		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 64}, {Value: "warm", Share: 0.15, Spread: 32}},
 	}, {
 		name: "explicit share", settings: func() *fleet.HotKeys { s := settings(); s.Share = 0.3; return s }, healthy: 8, traffic: zipf,
-		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}},
+		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 64}},
 	}, {
 		name: "max 1", settings: func() *fleet.HotKeys { s := settings(); s.Max = 1; return s }, healthy: 8, traffic: zipf,
-		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}},
+		want: []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 64}},
 	}, {
 		name: "two replicas: nothing above one half", settings: settings, healthy: 2, traffic: zipf,
 	}, {
 		name: "hysteresis keeps a key above half the share", settings: func() *fleet.HotKeys { s := settings(); s.Share = 0.25; return s }, healthy: 8, traffic: zipf,
-		previous: []fleet.HotKey{{Value: "warm", Share: 0.3, Spread: 4}},
-		want:     []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}, {Value: "warm", Share: 0.3, Spread: 4}},
+		previous: []fleet.HotKey{{Value: "warm", Share: 0.3, Spread: 32}},
+		want:     []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 64}, {Value: "warm", Share: 0.3, Spread: 32}},
 	}, {
 		name: "same level keeps the entry as it was", settings: settings, healthy: 8, traffic: zipf,
-		previous: []fleet.HotKey{{Value: "hot", Share: 0.45, Spread: 8}},
-		want:     []fleet.HotKey{{Value: "hot", Share: 0.45, Spread: 8}, {Value: "warm", Share: 0.15, Spread: 4}},
+		previous: []fleet.HotKey{{Value: "hot", Share: 0.45, Spread: 64}},
+		want:     []fleet.HotKey{{Value: "hot", Share: 0.45, Spread: 64}, {Value: "warm", Share: 0.15, Spread: 32}},
 	}, {
 		name: "new level replaces the entry", settings: settings, healthy: 8, traffic: zipf,
-		previous: []fleet.HotKey{{Value: "hot", Share: 0.9, Spread: 16}},
-		want:     []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 8}, {Value: "warm", Share: 0.15, Spread: 4}},
+		previous: []fleet.HotKey{{Value: "hot", Share: 0.9, Spread: 128}},
+		want:     []fleet.HotKey{{Value: "hot", Share: 0.40, Spread: 64}, {Value: "warm", Share: 0.15, Spread: 32}},
 	}, {
 		name: "no traffic keeps the previous table", settings: settings, healthy: 8, traffic: func(*Sketch) {},
 		previous: []fleet.HotKey{{Value: "gone", Share: 0.5, Spread: 8}},
@@ -178,7 +180,7 @@ func TestDecide(t *testing.T) {
 		traffic: func(s *Sketch) {
 			feed(s, t0, 10*time.Second, 3000, func(i int) string { return []string{"c", "b", "a"}[i%3] })
 		},
-		want: []fleet.HotKey{{Value: "a", Share: 1.0 / 3, Spread: 8}, {Value: "b", Share: 1.0 / 3, Spread: 8}},
+		want: []fleet.HotKey{{Value: "a", Share: 1.0 / 3, Spread: 64}, {Value: "b", Share: 1.0 / 3, Spread: 64}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSketch(time.Minute)
@@ -204,7 +206,7 @@ func TestDecideKeyIndexes(t *testing.T) {
 		s.Observe(i%2, "v", t0)
 	}
 	got := s.Decide(t0, 4, settings(), nil)
-	want := []fleet.HotKey{{Key: 0, Value: "v", Share: 0.5, Spread: 4}, {Key: 1, Value: "v", Share: 0.5, Spread: 4}}
+	want := []fleet.HotKey{{Key: 0, Value: "v", Share: 0.5, Spread: 32}, {Key: 1, Value: "v", Share: 0.5, Spread: 32}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Decide = %+v, want %+v", got, want)
 	}
