@@ -25,7 +25,13 @@ import (
 // (fleet.DefaultSpreadHeader) from the body with the pool's SpreadBy key,
 // as bodykey.Spread computes it, after removing any the client sent.
 //
-// Proxyless gRPC clients have no body: their routes skip body keys.
+// In a pool placing adapters, the filter also copies the adapter body
+// field into the adapter header (bodykey.LuaAdapter), after removing any
+// the client sent, and names the reason in fleet.AdapterRejectedHeader
+// when the field is present but names no adapter.
+//
+// Proxyless gRPC clients have no body: their routes skip body keys, and
+// they send the adapter header themselves.
 
 const luaFilterName = "envoy.filters.http.lua"
 
@@ -62,11 +68,29 @@ func routeKeys(p *fleet.Pool, kind Kind) []fleet.HashKey {
 	return out
 }
 
+// adapterField reports whether kind's Lua filter copies p's adapter body
+// field into the adapter header: Envoy, in a hash pool placing adapters.
+func adapterField(p *fleet.Pool, kind Kind) bool {
+	return kind == Envoy && p.Balancer == fleet.ConsistentHash && p.LoRA != nil
+}
+
+// luaFilter reports whether kind gets p's Lua filter.
+func luaFilter(p *fleet.Pool, kind Kind) bool { return bodyKeys(p, kind) || adapterField(p, kind) }
+
+// bodyLimit is the longest body p's Lua filter reads: the pool's body
+// limit, or, in a pool without body keys, fleet.DefaultAdapterBodyBytes.
+func bodyLimit(p *fleet.Pool) int {
+	if p.Hash.MaxBodyBytes > 0 {
+		return p.Hash.MaxBodyBytes
+	}
+	return fleet.DefaultAdapterBodyBytes
+}
+
 // bodyBufferLimit is the Envoy listener's per-connection buffer limit for
-// a pool with body keys: the stream's buffer limit, which caps what the
+// a pool with a Lua filter: the stream's buffer limit, which caps what the
 // Lua filter may buffer. It is never below Envoy's default.
 func bodyBufferLimit(p *fleet.Pool) uint32 {
-	return uint32(max(p.Hash.MaxBodyBytes, envoyDefaultBufferLimit))
+	return uint32(max(bodyLimit(p), envoyDefaultBufferLimit))
 }
 
 // bodyKeyFilter is the Lua filter of p's body keys.
@@ -78,11 +102,16 @@ func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 		}
 	}
 	// A pool with hot keys also gets its spread sub-key from the body.
-	if h := p.Hash.Hot; h != nil {
+	if h := p.Hash.Hot; h != nil && bodyKeys(p, Envoy) {
 		s := h.SpreadBy
 		keys = append(keys, bodykey.Key{Header: fleet.DefaultSpreadHeader, JSONField: s.JSONField, PromptPrefix: s.PromptPrefix, Conversation: s.Conversation, Spread: true})
 	}
-	src, err := bodykey.Lua(keys, p.Hash.MaxBodyBytes)
+	var adapter *bodykey.Adapter
+	if a := p.LoRA; a != nil {
+		adapter = &bodykey.Adapter{Header: a.Header, Rejected: fleet.AdapterRejectedHeader, Field: a.BodyField,
+			BaseModels: a.BaseModels, MaxName: fleet.MaxAdapterName}
+	}
+	src, err := bodykey.LuaAdapter(keys, bodyLimit(p), adapter)
 	if err != nil {
 		return nil, err
 	}

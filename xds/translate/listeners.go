@@ -32,7 +32,7 @@ func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManag
 		return nil, err
 	}
 	var filters []*hcmv3.HttpFilter
-	if bodyKeys(p, kind) {
+	if luaFilter(p, kind) {
 		f, err := bodyKeyFilter(p)
 		if err != nil {
 			return nil, fmt.Errorf("body keys: %w", err)
@@ -44,7 +44,7 @@ func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManag
 		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
 	})
 	var logs []*accesslogv3.AccessLog
-	if kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.Hot != nil {
+	if kind == Envoy && p.Balancer == fleet.ConsistentHash && (p.Hash.Hot != nil || p.LoRA != nil) {
 		al, err := hotKeyAccessLog(p)
 		if err != nil {
 			return nil, fmt.Errorf("hot keys: %w", err)
@@ -89,7 +89,7 @@ func buildListener(p *fleet.Pool, kind Kind) (*listenerv3.Listener, error) {
 				}},
 			}},
 		}
-		if bodyKeys(p, kind) {
+		if luaFilter(p, kind) {
 			l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(bodyBufferLimit(p))
 		}
 	case GRPC, GRPCJS, GRPCNoHash:
