@@ -577,7 +577,7 @@ func (s *adapterState) status(f fleet.Fleet, plan func(string) fleet.Plan, view 
 		}
 		eng := enginesOf(view[p.Name])
 		st := &status.Adapters{Header: p.LoRA.Header, Adapters: []status.Adapter{}, Rejected: map[string]uint64{}, Moves: map[string]uint64{},
-			Overfull: eng.overfull, EnginesReporting: eng.reporting}
+			Overfull: eng.overfull, EnginesReporting: eng.reporting, GRPCJS: status.AdaptersGRPCJS}
 		if ap := s.pools[p.Name]; ap != nil {
 			st.Tracked = ap.sketch.Len()
 		}

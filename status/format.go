@@ -549,5 +549,8 @@ func (f Format) AdapterLines(a *Adapters) []string {
 	if len(a.Overfull) > 0 {
 		out = append(out, "OVERFULL: more adapters in flight than max_lora on "+strings.Join(a.Overfull, ", "))
 	}
+	if a.GRPCJS != "" && len(a.Adapters) > 0 {
+		out = append(out, a.GRPCJS)
+	}
 	return out
 }

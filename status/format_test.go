@@ -303,12 +303,14 @@ func TestAdapterLines(t *testing.T) {
 			Moves:    map[string]uint64{MoveDemand: 2, MoveMembership: 1},
 			Rejected: map[string]uint64{"not_string": 3, "too_long": 1},
 			Overfull: []string{"r-2"},
+			GRPCJS:   AdaptersGRPCJS,
 		}, []string{
 			"adapters (x-kvxds-adapter) of 1200 requests logged, 40.0% naming one: 2 placed; moves: demand 2, membership 1, capacity 0",
 			"sql-lora 30.0% on 2 replicas: r-1, r-3 (draining), r-4; in flight on 2",
 			"fr 1.0% on 1 replicas: r-2; in flight on 0; OVER CAPACITY: every replica's slots were full",
 			"adapter fields rejected: not_string 3, too_long 1",
 			"OVERFULL: more adapters in flight than max_lora on r-2",
+			"grpc-js hashes adapter requests over the whole pool (no adapter clusters)",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

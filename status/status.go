@@ -222,7 +222,14 @@ type Adapters struct {
 	// names those reporting more adapters in flight than their max_lora.
 	EnginesReporting int      `json:"engines_reporting"`
 	Overfull         []string `json:"overfull,omitempty"`
+	// GRPCJS says how grpc-js clients, which get no adapter clusters,
+	// route adapter requests (AdaptersGRPCJS).
+	GRPCJS string `json:"grpc_js"`
 }
+
+// AdaptersGRPCJS is Adapters.GRPCJS: grpc-js cannot hold two ring hash
+// clusters over shared endpoints, so its adapter routes go to the pool's.
+const AdaptersGRPCJS = "grpc-js hashes adapter requests over the whole pool (no adapter clusters)"
 
 // Adapter is one placed adapter.
 type Adapter struct {
