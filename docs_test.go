@@ -296,6 +296,7 @@ pool "a" {
     }
     replicas = 1
   }
+  adapters {}
 }
 
 pool "b" {
@@ -385,6 +386,12 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.weights.relative":              func() any { return a.Weights.Relative },
 		"pool.mesh.istio_mtls":               func() any { return a.Mesh.IstioMTLS },
 		"pool.group.exclusive":               func() any { return a.Groups[0].Exclusive },
+		"pool.adapters.header":               func() any { return a.LoRA.Header },
+		"pool.adapters.body_field":           func() any { return a.LoRA.BodyField },
+		"pool.adapters.max_lora":             func() any { return a.LoRA.MaxLoRA },
+		"pool.adapters.max":                  func() any { return a.LoRA.Max },
+		"pool.adapters.interval":             func() any { return a.LoRA.Interval },
+		"pool.adapters.half_life":            func() any { return a.LoRA.HalfLife },
 		"ha.kubernetes.lease_duration":       func() any { return p.HA.Kubernetes.LeaseDuration },
 		"ha.kubernetes.renew_deadline":       func() any { return p.HA.Kubernetes.RenewDeadline },
 		"ha.kubernetes.retry_period":         func() any { return p.HA.Kubernetes.RetryPeriod },

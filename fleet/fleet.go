@@ -122,6 +122,9 @@ type Pool struct {
 	// HotKeys is the pool's hot-key table as decided (see HotKeys),
 	// sorted by key index and value; empty when none is hot.
 	HotKeys []HotKey
+	// Adapters are the pool's placed LoRA adapters as decided (see
+	// Adapters and LoRA), sorted by name; empty when none is placed.
+	Adapters []Adapter
 }
 
 // Settings are a pool's own settings: everything about it but its name
@@ -146,6 +149,9 @@ type Settings struct {
 	// Groups are the pool's tenant hash groups, tried in order before
 	// the pool's own routes (consistent-hashing pools only).
 	Groups []Group
+	// LoRA places the pool's LoRA adapters (adapters.go); nil turns it
+	// off (consistent-hashing pools only).
+	LoRA *Adapters
 }
 
 // GroupInfix joins a pool's name and a group's name into the name of the
@@ -202,6 +208,8 @@ type poolJSON struct {
 	Mesh          *Mesh      `json:"mesh,omitempty"`
 	Groups        []Group    `json:"groups,omitempty"`
 	HotKeys       []HotKey   `json:"hot_keys,omitempty"`
+	LoRA          *Adapters  `json:"lora,omitempty"`
+	Adapters      []Adapter  `json:"adapters,omitempty"`
 	RouteTimeout  string     `json:"route_timeout,omitempty"`
 	IdleTimeout   string     `json:"idle_timeout,omitempty"`
 }
@@ -211,6 +219,7 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 	j := poolJSON{
 		Name: p.Name, ListenAddress: p.ListenAddress, Port: p.Port, Balancer: p.Balancer,
 		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups, HotKeys: p.HotKeys,
+		LoRA: p.LoRA, Adapters: p.Adapters,
 	}
 	if p.RouteTimeout != 0 {
 		j.RouteTimeout = p.RouteTimeout.String()
@@ -227,9 +236,9 @@ func (p *Pool) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Settings: Settings{
+	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, Settings: Settings{
 		ListenAddress: j.ListenAddress, Port: j.Port, Balancer: j.Balancer,
-		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups,
+		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups, LoRA: j.LoRA,
 	}}
 	for _, d := range []struct {
 		s   string
@@ -326,6 +335,9 @@ type Endpoint struct {
 	// changes address while keeping its identity keeps its keys. Defaults
 	// to host:port.
 	HashKey string `json:"hash_key"`
+	// MaxLoRA is the adapter slots the replica's engine reports (its
+	// max_lora); 0 when unknown, and then the pool's Adapters.MaxLoRA.
+	MaxLoRA int `json:"max_lora,omitempty"`
 }
 
 // Identity is the endpoint's place on the hash ring: its hash key, or its
@@ -393,6 +405,12 @@ func (f Fleet) Normalize() Fleet {
 		slices.SortStableFunc(p.HotKeys, func(a, b HotKey) int {
 			return cmp.Or(compareHotKeys(a, b), cmp.Compare(a.Spread, b.Spread))
 		})
+		if p.LoRA != nil {
+			a := p.LoRA.withDefaults()
+			p.LoRA = &a
+		}
+		p.Adapters = slices.Clone(p.Adapters)
+		slices.SortStableFunc(p.Adapters, func(a, b Adapter) int { return cmp.Compare(a.Name, b.Name) })
 		eps := make([]Endpoint, len(p.Endpoints))
 		for j, e := range p.Endpoints {
 			if e.Weight == 0 {
@@ -457,6 +475,7 @@ func (f Fleet) Validate() error {
 		}
 		errs = append(errs, p.validateGroups()...)
 		errs = append(errs, p.validateHotKeys()...)
+		errs = append(errs, p.validateAdapters()...)
 		ids := map[string]bool{}
 		for _, e := range p.Endpoints {
 			if e.Port == 0 || e.Port > 65535 {

@@ -18,6 +18,7 @@ type Model struct {
 	f        Fleet
 	plans    []Plan // by pool, in f.Pools order
 	drops    []HotKeyDrop
+	adrops   []AdapterDrop
 	prepared bool
 }
 
@@ -28,8 +29,10 @@ type Model struct {
 func Prepare(f Fleet) (Model, error) {
 	n := f.Normalize()
 	var drops []HotKeyDrop
+	var adrops []AdapterDrop
 	for i := range n.Pools {
 		drops = append(drops, dropBadHotKeys(&n.Pools[i])...)
+		adrops = append(adrops, dropBadAdapters(&n.Pools[i])...)
 	}
 	if err := n.Validate(); err != nil {
 		return Model{}, fmt.Errorf("fleet: invalid fleet: %w", err)
@@ -47,12 +50,16 @@ func Prepare(f Fleet) (Model, error) {
 	for i := range n.Pools {
 		plans[i] = planPool(&n.Pools[i])
 	}
-	return Model{f: n, plans: plans, drops: drops, prepared: true}, nil
+	return Model{f: n, plans: plans, drops: drops, adrops: adrops, prepared: true}, nil
 }
 
 // HotKeyDrops are the hot-key table entries Prepare left out, by pool in
 // name order, then in table order. Callers must not modify them.
 func (m Model) HotKeyDrops() []HotKeyDrop { return m.drops }
+
+// AdapterDrops are the adapters Prepare left out, by pool in name order,
+// then by adapter name. Callers must not modify them.
+func (m Model) AdapterDrops() []AdapterDrop { return m.adrops }
 
 // Fleet returns the normalised fleet. Callers must not modify it.
 func (m Model) Fleet() Fleet { return m.f }
@@ -97,6 +104,8 @@ type Plan struct {
 	EnvoyRingSize uint64
 	// Groups are the pool's groups, in Pool.Groups order.
 	Groups []GroupPlan
+	// Adapters are the pool's placed adapters, in Pool.Adapters order.
+	Adapters []AdapterPlan
 	// Domains are, by identity, the replicas that serve only in one
 	// exclusive group's table, each with that group's name (nil if no
 	// exclusive group took a replica out): their weights divide that table
@@ -107,7 +116,8 @@ type Plan struct {
 	// over the whole pool with weights measured so.
 	Domains map[string]string
 	// Rings are the hash tables grpc-go (and the other gRPC languages but
-	// grpc-js) build for the pool: the pool's own, then each group's.
+	// grpc-js) build for the pool: the pool's own, then each group's,
+	// then each adapter's.
 	Rings []RingTable
 }
 
@@ -233,12 +243,23 @@ func planPool(p *Pool) Plan {
 		}
 	}
 	plan.EnvoyRingSize = envoyRingSize(p, plan.Endpoints)
-	plan.Rings = make([]RingTable, 0, 1+len(p.Groups))
+	plan.Adapters = planAdapters(p)
+	plan.Rings = make([]RingTable, 0, 1+len(p.Groups)+len(plan.Adapters))
 	plan.Rings = append(plan.Rings, RingTable{Cluster: p.Name, Endpoints: plan.Endpoints, PerWeight: plan.PerWeight})
-	for _, g := range plan.Groups {
+	for _, g := range plan.Tables() {
 		plan.Rings = append(plan.Rings, RingTable{Cluster: g.Cluster, Endpoints: g.Members, PerWeight: g.PerWeight})
 	}
 	return plan
+}
+
+// Tables are the pool's tables besides its own: each group's, then each
+// adapter's. Both are served alike (a cluster and an assignment each).
+func (pl Plan) Tables() []GroupPlan {
+	out := slices.Clone(pl.Groups)
+	for _, a := range pl.Adapters {
+		out = append(out, a.GroupPlan)
+	}
+	return out
 }
 
 // envoyRingSize is the size of Envoy's ring over eps, a table of p: 0

@@ -44,6 +44,9 @@ type Document struct {
 	// HotKeys are the pools' hot-key tables the leader decided, by pool;
 	// a pool without hot keys is absent.
 	HotKeys map[string][]fleet.HotKey `json:"hot_keys,omitempty"`
+	// Adapters are the pools' LoRA adapter placements the leader
+	// decided, by pool; a pool placing none is absent.
+	Adapters map[string]fleet.AdapterPlacement `json:"adapters,omitempty"`
 }
 
 // ErrNotLeader is returned by Publish when this instance does not lead.

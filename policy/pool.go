@@ -70,6 +70,7 @@ type poolSpec struct {
 	Weights       []weightsSpec    `hcl:"weights,block"`
 	Mesh          []meshSpec       `hcl:"mesh,block"`
 	Groups        []groupSpec      `hcl:"group,block"`
+	Adapters      []adaptersSpec   `hcl:"adapters,block"`
 }
 
 func (d *decoder) pool(spec *poolSpec) Pool {
@@ -195,6 +196,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	}
 	d.poolMesh(spec, &pool)
 	d.poolGroups(spec, &pool)
+	d.poolAdapters(spec, &pool)
 	if len(spec.Hash) > 0 && spec.Hash[0].PerWeight != nil {
 		d.ringPerWeight(spec.Hash[0].PerWeight, &pool)
 	}

@@ -313,8 +313,11 @@ func changes(a, b *fleet.Pool) (changed map[string]bool, causes map[string]bool)
 	}
 	sa, sb := *a, *b
 	// The hot-key table changes routes only: no table moves with it.
+	// An adapter placement decided anew is counted by cause apart
+	// (kvxds_adapter_moves_total); it is not a policy change.
 	sa.Endpoints, sb.Endpoints = nil, nil
 	sa.HotKeys, sb.HotKeys = nil, nil
+	sa.Adapters, sb.Adapters = nil, nil
 	if !reflect.DeepEqual(sa, sb) {
 		causes[costPolicy] = true
 	}

@@ -98,6 +98,21 @@ func (r *Reconciler) hotTables() HotTables {
 	return nil
 }
 
+// placements returns the adapter placements to serve: this instance's
+// own while it leads, else the leader's last published ones.
+func (r *Reconciler) placements() Placements {
+	r.mu.Lock()
+	leading, remote := r.leadingLocked(), r.ha.remote
+	r.mu.Unlock()
+	if leading {
+		return r.lora.ownPlacements()
+	}
+	if remote != nil {
+		return remote.Adapters
+	}
+	return nil
+}
+
 // scrapeSet points scraping at specs while this instance leads (seeding
 // pools that start with the previous leader's decisions) and stops it
 // otherwise. The caller holds pushMu.
@@ -119,18 +134,23 @@ func (r *Reconciler) scrapeSet(ctx context.Context, specs map[string]weights.Poo
 	r.scrape.Set(ctx, specs)
 }
 
-// publish publishes the decisions and hot-key tables served, if this
-// instance leads and they changed since it last did (or force).
-func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, hot HotTables, force bool) {
+// publish publishes the decisions, hot-key tables and adapter placements
+// served, if this instance leads and they changed since it last did (or
+// force).
+func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, hot HotTables, lora Placements, force bool) {
 	r.mu.Lock()
 	if !r.leadingLocked() || (!force && r.ha.published != nil && reflect.DeepEqual(r.ha.published.Pools, served) &&
-		reflect.DeepEqual(cloneHot(r.ha.published.HotKeys), cloneHot(hot))) {
+		reflect.DeepEqual(cloneHot(r.ha.published.HotKeys), cloneHot(hot)) &&
+		reflect.DeepEqual(clonePlacements(r.ha.published.Adapters), clonePlacements(lora))) {
 		r.mu.Unlock()
 		return
 	}
 	doc := ha.Document{Leader: r.id, Term: r.ha.term, Time: time.Now().UTC(), Pools: cloneDecisions(served)}
 	if len(hot) > 0 {
 		doc.HotKeys = cloneHot(hot)
+	}
+	if c := clonePlacements(lora); len(c) > 0 {
+		doc.Adapters = c
 	}
 	r.ha.published = &doc
 	r.mu.Unlock()
@@ -173,6 +193,7 @@ func (h haHandler) Leading(leading bool, term int64) {
 		if r.ha.remote != nil {
 			r.ha.seed = cloneDecisions(r.ha.remote.Pools)
 			r.hot.seed(r.ha.remote.HotKeys, r.now())
+			r.lora.seed(r.ha.remote.Adapters, r.now())
 		}
 		r.log.Info("leading: scraping and deciding", "term", term)
 		r.haMetrics.changes.Inc()

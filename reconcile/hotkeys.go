@@ -248,7 +248,7 @@ func (s hotSink) KeyHeaders(name string) (string, []string, bool) {
 	defer h.mu.Unlock()
 	pool, ok := h.clusters[name]
 	if !ok {
-		return "", nil, false
+		return s.r.lora.keyHeaders(name)
 	}
 	return pool, h.pools[pool].headers, true
 }
@@ -256,6 +256,10 @@ func (s hotSink) KeyHeaders(name string) (string, []string, bool) {
 func (s hotSink) Observe(req accesslog.Request) {
 	h := s.r.hot
 	now := s.r.now()
+	s.r.lora.observe(req, now)
+	if req.Key < 0 {
+		return // a request without a key, of a pool placing adapters
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hp := h.pools[req.Pool]

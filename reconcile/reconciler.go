@@ -66,6 +66,7 @@ const (
 	causeMetrics   = "metrics"
 	causeLeader    = "leader" // a leadership change, or the leader's decisions
 	causeHotKeys   = "hot_keys"
+	causeAdapters  = "adapters"
 )
 
 // Reconciler keeps the fleet model in step with its inputs.
@@ -85,6 +86,7 @@ type Reconciler struct {
 	board       *ha.Board
 	haMetrics   *haMetrics
 	hot         *hotState
+	lora        *adapterState
 	now         func() time.Time
 
 	// pushMu serialises pushes, so that a push never reverts a newer
@@ -96,6 +98,8 @@ type Reconciler struct {
 	ha         haState
 	served     ha.Decisions            // the decisions of the last push
 	servedHot  HotTables               // the hot-key tables of the last push
+	servedLoRA Placements              // the adapter placements of the last push
+	model      fleet.Model             // the model of the last push
 	discovered []discovery.PoolTargets // the discovered replicas of the last push
 	// For the status: when each replica entered its health, and its
 	// share of gRPC clients' ring, as of the last push.
@@ -144,7 +148,7 @@ func New(opts Options) *Reconciler {
 		now:         opts.Now,
 		updates: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
-			Help: "Fleet models pushed, by what changed: policy, discovery, metrics, leader or hot_keys.",
+			Help: "Fleet models pushed, by what changed: policy, discovery, metrics, leader, hot_keys or adapters.",
 		}, []string{"cause"}),
 		failures: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_update_errors_total",
@@ -169,7 +173,8 @@ func New(opts Options) *Reconciler {
 	})
 	r.haMetrics = newHAMetrics(reg, r)
 	r.hot = newHotState(reg)
-	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys} {
+	r.lora = newAdapterState(reg)
+	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
@@ -217,11 +222,12 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}()
 	}
 	r.mu.Lock()
-	served, servedHot := r.served, r.servedHot
+	served, servedHot, servedLoRA := r.served, r.servedHot, r.servedLoRA
 	r.mu.Unlock()
-	r.publish(ctx, served, servedHot, true)
-	// Hot-key tables are decided on their pools' intervals; the timer
-	// wakes for the next one due (every second while none is).
+	r.publish(ctx, served, servedHot, servedLoRA, true)
+	// Hot-key tables and adapter placements are decided on their pools'
+	// intervals; the timer wakes for the next one due (every second
+	// while none is).
 	hotTimer := time.NewTimer(time.Second)
 	defer hotTimer.Stop()
 	for {
@@ -238,20 +244,29 @@ func (r *Reconciler) Run(ctx context.Context) {
 			r.mu.Lock()
 			leading := r.leadingLocked()
 			r.mu.Unlock()
-			changed, next := r.hot.decide(r.now(), leading)
+			now := r.now()
+			changed, next := r.hot.decide(now, leading)
+			placed, nextLoRA := r.lora.decide(now, leading, r.scrape.View)
+			if nextLoRA > 0 && (next <= 0 || nextLoRA < next) {
+				next = nextLoRA
+			}
 			if next <= 0 {
 				next = time.Second
 			}
 			hotTimer.Reset(next)
-			if !changed {
+			switch {
+			case changed:
+				cause = causeHotKeys
+			case placed:
+				cause = causeAdapters
+			default:
 				continue
 			}
-			cause = causeHotKeys
 		}
 		r.pushMu.Lock()
 		err := r.pushLocked(ctx, r.Policy(), cause)
 		r.mu.Lock()
-		served, servedHot := r.served, r.servedHot
+		served, servedHot, servedLoRA := r.served, r.servedHot, r.servedLoRA
 		r.mu.Unlock()
 		r.pushMu.Unlock()
 		if err != nil {
@@ -260,7 +275,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}
 		// A new leader publishes at once, under its own term, what it
 		// serves: its predecessor's decisions.
-		r.publish(ctx, served, servedHot, cause == causeLeader)
+		r.publish(ctx, served, servedHot, servedLoRA, cause == causeLeader)
 	}
 }
 
@@ -299,8 +314,9 @@ func (r *Reconciler) metricsChanged() {
 func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause string) error {
 	decisions := r.decisions()
 	hot := r.hotTables()
+	placements := r.placements()
 	discovered := r.disc.Targets()
-	m, err := fleet.Prepare(WithHotKeys(Join(p, discovered, decisions), hot))
+	m, err := fleet.Prepare(WithAdapters(WithHotKeys(Join(p, discovered, decisions), hot), placements))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -325,9 +341,11 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 		shares = tableShares(m)
 	}
 	r.hot.update(f, m.Plan, envoyResources(r.sink, m))
+	r.lora.update(f, m.Plan)
 	now := r.now()
 	r.mu.Lock()
 	r.policy, r.fleet, r.served, r.servedHot, r.discovered = p, f, decisions, hot, discovered
+	r.servedLoRA, r.model = placements, m
 	r.since = trackSince(r.since, f, decisions, now)
 	r.shares = shares
 	r.mu.Unlock()

@@ -34,10 +34,12 @@ func (r *Reconciler) Status() status.Status {
 		costs: r.costs, lastCost: r.lastCost,
 		sources: sourceKinds(r.discovered),
 	}
+	model := r.model
 	r.mu.Unlock()
 	in.hot = r.hot.status(in.fleet)
 	// A follower scrapes nothing: its views are empty.
 	in.views = r.scrape.View()
+	in.adapters = r.lora.status(in.fleet, model.Plan, in.views)
 	return buildStatus(&in, r.id, r.HA())
 }
 
@@ -70,7 +72,8 @@ type statusInput struct {
 	costs     map[string][]pushCost         // pool → the last hour's pushes' costs
 	lastCost  map[string]pushCost           // pool → its last push's cost
 	rule      status.HotspotRule
-	hot       map[string]*status.HotKeys // pool → its hot keys, for pools with them on
+	hot       map[string]*status.HotKeys  // pool → its hot keys, for pools with them on
+	adapters  map[string]*status.Adapters // pool → its adapters, for pools placing them
 }
 
 // healthSince is when a replica entered its current health.
@@ -103,6 +106,7 @@ func buildPools(in *statusInput) []status.Pool {
 			sp.Algorithm = string(fp.Hash.Algorithm)
 		}
 		sp.HotKeys = in.hot[fp.Name]
+		sp.Adapters = in.adapters[fp.Name]
 		if scraped {
 			sp.Escapes1h, sp.WeightMoves1h, sp.Fallback = view.Escapes, view.WeightMoves, view.Fallback
 			sp.RecentDecisions = recentDecisions(view.Changes)
@@ -355,6 +359,9 @@ type statusCollector struct {
 	r                                        *Reconciler
 	hitRate, balance, hotspot, share         *prometheus.Desc
 	hotKeys, hotShare, hotSpread, hotTracked *prometheus.Desc
+	adapterReplicas, adapterMembers          *prometheus.Desc
+	adapterShare, adapterInFlight            *prometheus.Desc
+	adapterOver, adapterOverfull             *prometheus.Desc
 }
 
 func newStatusCollector(r *Reconciler) *statusCollector {
@@ -378,6 +385,18 @@ func newStatusCollector(r *Reconciler) *statusCollector {
 			"The number of spread buckets of a hot key (labels as kvxds_hot_key_share).", []string{"pool", "key_index", "key"}, nil),
 		hotTracked: prometheus.NewDesc("kvxds_hot_key_sketch_keys",
 			fmt.Sprintf("Key values a pool's hot-key sketch tracks from the requests this instance saw logged (at most %d).", hotkeys.Capacity), []string{"pool"}, nil),
+		adapterReplicas: prometheus.NewDesc("kvxds_adapter_replicas",
+			"Healthy replicas a placed LoRA adapter was decided to take, by pool and adapter.", []string{"pool", "adapter"}, nil),
+		adapterMembers: prometheus.NewDesc("kvxds_adapter_members",
+			"Replicas in a placed adapter's table (draining and unhealthy members keep their place), by pool and adapter.", []string{"pool", "adapter"}, nil),
+		adapterShare: prometheus.NewDesc("kvxds_adapter_share",
+			"A placed adapter's share of its pool's requests when its placement was decided, by pool and adapter.", []string{"pool", "adapter"}, nil),
+		adapterInFlight: prometheus.NewDesc("kvxds_adapter_in_flight_replicas",
+			"Replicas whose engine reports a placed adapter in flight (its spread), by pool and adapter; from this instance's scrapes.", []string{"pool", "adapter"}, nil),
+		adapterOver: prometheus.NewDesc("kvxds_adapter_over_capacity",
+			"1 for a placed adapter that found every healthy replica's slots full and took its first-ranked replica anyway.", []string{"pool", "adapter"}, nil),
+		adapterOverfull: prometheus.NewDesc("kvxds_adapter_overfull_replicas",
+			"Replicas of a pool whose engine reports more adapters in flight than its max_lora.", []string{"pool"}, nil),
 	}
 }
 
@@ -390,6 +409,12 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.hotShare
 	ch <- c.hotSpread
 	ch <- c.hotTracked
+	ch <- c.adapterReplicas
+	ch <- c.adapterMembers
+	ch <- c.adapterShare
+	ch <- c.adapterInFlight
+	ch <- c.adapterOver
+	ch <- c.adapterOverfull
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
@@ -418,6 +443,22 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 				idx := strconv.Itoa(k.Key)
 				ch <- prometheus.MustNewConstMetric(c.hotShare, prometheus.GaugeValue, k.Share, p.Name, idx, k.Value)
 				ch <- prometheus.MustNewConstMetric(c.hotSpread, prometheus.GaugeValue, float64(k.Spread), p.Name, idx, k.Value)
+			}
+		}
+		if ad := p.Adapters; ad != nil {
+			// Only placed adapters (at most the pool's max): a bounded
+			// label set.
+			ch <- prometheus.MustNewConstMetric(c.adapterOverfull, prometheus.GaugeValue, float64(len(ad.Overfull)), p.Name)
+			for _, a := range ad.Adapters {
+				over := 0.0
+				if a.OverCapacity {
+					over = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.adapterReplicas, prometheus.GaugeValue, float64(a.Replicas), p.Name, a.Name)
+				ch <- prometheus.MustNewConstMetric(c.adapterMembers, prometheus.GaugeValue, float64(len(a.Members)), p.Name, a.Name)
+				ch <- prometheus.MustNewConstMetric(c.adapterShare, prometheus.GaugeValue, a.Share, p.Name, a.Name)
+				ch <- prometheus.MustNewConstMetric(c.adapterInFlight, prometheus.GaugeValue, float64(a.InFlight), p.Name, a.Name)
+				ch <- prometheus.MustNewConstMetric(c.adapterOver, prometheus.GaugeValue, over, p.Name, a.Name)
 			}
 		}
 	}

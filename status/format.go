@@ -492,3 +492,65 @@ func (f Format) HotKeyLines(h *HotKeys) []string {
 	}
 	return append(out, "away from their key's first replica: "+f.Percent(frac(total))+" ("+strings.Join(reasons, ", ")+")")
 }
+
+// AdapterLines says where a pool's LoRA adapters are placed: a head line
+// ("adapters (x-kvxds-adapter) of 1200 requests logged, 40.0% naming
+// one: 3 placed; moves: demand 2, membership 1, capacity 0"), one line
+// per placed adapter ("sql-lora 30.0% on 4 of 4 replicas: r-1, r-3 (draining),
+// ...; in flight on 4"), a line for rejected adapter fields and one for
+// replicas whose engine reports more adapters than its max_lora. Nil for
+// a nil.
+func (f Format) AdapterLines(a *Adapters) []string {
+	if a == nil {
+		return nil
+	}
+	head := "adapters (" + a.Header + ")"
+	if a.Requests > 0 {
+		v := float64(a.AdapterRequests) / float64(a.Requests)
+		head += " of " + strconv.FormatUint(a.Requests, 10) + " requests logged, " + f.Percent(&v) + " naming one"
+	}
+	head += ": " + strconv.Itoa(len(a.Adapters)) + " placed"
+	moves := make([]string, len(MoveCauses))
+	for i, c := range MoveCauses {
+		moves[i] = c + " " + strconv.FormatUint(a.Moves[c], 10)
+	}
+	out := []string{head + "; moves: " + strings.Join(moves, ", ")}
+	for _, ad := range a.Adapters {
+		share := ad.Share
+		members := make([]string, len(ad.Members))
+		for i, m := range ad.Members {
+			members[i] = m.Identity
+			if m.Health != "healthy" {
+				members[i] += " (" + m.Health + ")"
+			}
+		}
+		l := ad.Name + " " + f.Percent(&share) + " on " + strconv.Itoa(ad.Replicas) + " replicas: " + strings.Join(members, ", ")
+		if a.EnginesReporting > 0 {
+			l += "; in flight on " + strconv.Itoa(ad.InFlight)
+		}
+		if ad.OverCapacity {
+			l += "; OVER CAPACITY: every replica's slots were full"
+		}
+		out = append(out, l)
+	}
+	var rejected uint64
+	for _, n := range a.Rejected {
+		rejected += n
+	}
+	if rejected > 0 {
+		parts := []string{}
+		for _, r := range []string{"not_string", "empty", "too_long", "not_printable"} {
+			if n := a.Rejected[r]; n > 0 {
+				parts = append(parts, r+" "+strconv.FormatUint(n, 10))
+			}
+		}
+		out = append(out, "adapter fields rejected: "+strings.Join(parts, ", "))
+	}
+	if len(a.Overfull) > 0 {
+		out = append(out, "OVERFULL: more adapters in flight than max_lora on "+strings.Join(a.Overfull, ", "))
+	}
+	if a.GRPCJS != "" && len(a.Adapters) > 0 {
+		out = append(out, a.GRPCJS)
+	}
+	return out
+}

@@ -283,3 +283,40 @@ func TestHotKeyLines(t *testing.T) {
 		})
 	}
 }
+
+func TestAdapterLines(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    *Adapters
+		want []string
+	}{
+		{"off", nil, nil},
+		{"nothing yet", &Adapters{Header: "x-kvxds-adapter", Adapters: []Adapter{}, Moves: map[string]uint64{}}, []string{
+			"adapters (x-kvxds-adapter): 0 placed; moves: demand 0, membership 0, capacity 0",
+		}},
+		{"placed", &Adapters{
+			Header: "x-kvxds-adapter", Requests: 1200, AdapterRequests: 480, EnginesReporting: 4,
+			Adapters: []Adapter{
+				{Name: "sql-lora", Replicas: 2, Share: 0.3, InFlight: 2, Members: []AdapterMember{{"r-1", "healthy"}, {"r-3", "draining"}, {"r-4", "healthy"}}},
+				{Name: "fr", Replicas: 1, Share: 0.01, OverCapacity: true, Members: []AdapterMember{{"r-2", "healthy"}}},
+			},
+			Moves:    map[string]uint64{MoveDemand: 2, MoveMembership: 1},
+			Rejected: map[string]uint64{"not_string": 3, "too_long": 1},
+			Overfull: []string{"r-2"},
+			GRPCJS:   AdaptersGRPCJS,
+		}, []string{
+			"adapters (x-kvxds-adapter) of 1200 requests logged, 40.0% naming one: 2 placed; moves: demand 2, membership 1, capacity 0",
+			"sql-lora 30.0% on 2 replicas: r-1, r-3 (draining), r-4; in flight on 2",
+			"fr 1.0% on 1 replicas: r-2; in flight on 0; OVER CAPACITY: every replica's slots were full",
+			"adapter fields rejected: not_string 3, too_long 1",
+			"OVERFULL: more adapters in flight than max_lora on r-2",
+			"grpc-js hashes adapter requests over the whole pool (no adapter clusters)",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := TextFormat.AdapterLines(tc.a); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

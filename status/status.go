@@ -178,6 +178,9 @@ type Pool struct {
 	// HotKeys is the pool's hot-key table and what this instance saw of
 	// its requests; absent for a pool without hot keys on.
 	HotKeys *HotKeys `json:"hot_keys,omitempty"`
+	// Adapters is where the pool's LoRA adapters are placed and what
+	// this instance saw of their demand (pools placing adapters only).
+	Adapters *Adapters `json:"adapters,omitempty"`
 }
 
 // HotKeys is a pool's hot-key table as served, and the requests the
@@ -195,6 +198,71 @@ type HotKeys struct {
 	// Tracked is the number of key values the pool's sketch tracks.
 	Tracked int `json:"tracked"`
 }
+
+// Adapters is a pool's LoRA adapter placement as served, and the requests
+// the Envoys connected to this instance logged for it since it started.
+type Adapters struct {
+	// Header is the request header that names an adapter.
+	Header string `json:"header"`
+	// Adapters are the placed adapters, highest share first.
+	Adapters []Adapter `json:"adapters"`
+	// Requests counts the pool's logged requests, AdapterRequests those
+	// naming an adapter that is not a base model; Rejected those whose
+	// body's adapter field named none, by the Lua filter's reason.
+	Requests        uint64            `json:"requests"`
+	AdapterRequests uint64            `json:"adapter_requests"`
+	Rejected        map[string]uint64 `json:"rejected"`
+	// Moves counts the adapters whose members changed at a push, by
+	// cause (MoveDemand, MoveMembership, MoveCapacity).
+	Moves map[string]uint64 `json:"moves"`
+	// Tracked is the number of adapters the pool's sketch tracks.
+	Tracked int `json:"tracked"`
+	// EnginesReporting is the number of replicas whose engine reports
+	// its adapters (this instance's scrapes: 0 on a follower); Overfull
+	// names those reporting more adapters in flight than their max_lora.
+	EnginesReporting int      `json:"engines_reporting"`
+	Overfull         []string `json:"overfull,omitempty"`
+	// GRPCJS says how grpc-js clients, which get no adapter clusters,
+	// route adapter requests (AdaptersGRPCJS).
+	GRPCJS string `json:"grpc_js"`
+}
+
+// AdaptersGRPCJS is Adapters.GRPCJS: grpc-js cannot hold two ring hash
+// clusters over shared endpoints, so its adapter routes go to the pool's.
+const AdaptersGRPCJS = "grpc-js hashes adapter requests over the whole pool (no adapter clusters)"
+
+// Adapter is one placed adapter.
+type Adapter struct {
+	Name string `json:"name"`
+	// Replicas is the healthy replicas it was decided to take; Share its
+	// share of the pool's requests then.
+	Replicas int     `json:"replicas"`
+	Share    float64 `json:"share"`
+	// Members are its replicas, with their health.
+	Members []AdapterMember `json:"members"`
+	// InFlight is the number of replicas whose engine reports it in
+	// flight (its spread; 0 on a follower, which does not scrape).
+	InFlight int `json:"in_flight"`
+	// OverCapacity is set when every healthy replica's slots were full
+	// and it took its first-ranked replica anyway.
+	OverCapacity bool `json:"over_capacity,omitempty"`
+}
+
+// AdapterMember is one member replica of a placed adapter.
+type AdapterMember struct {
+	Identity string `json:"identity"`
+	Health   string `json:"health"`
+}
+
+// Causes of an adapter placement move.
+const (
+	MoveDemand     = "demand"     // its replicas were decided anew, or it was placed or removed
+	MoveMembership = "membership" // a replica joined, left or changed health
+	MoveCapacity   = "capacity"   // slots, or a busier adapter, took its place
+)
+
+// MoveCauses are the causes, in the order they are shown.
+var MoveCauses = []string{MoveDemand, MoveMembership, MoveCapacity}
 
 // Reasons a request went to another replica than its key's first.
 const (

@@ -63,6 +63,21 @@ type Request struct {
 	// the entry has none), Duration how long it took.
 	Start    time.Time
 	Duration time.Duration
+	// Adapter is the request's LoRA adapter header, AdapterRejected the
+	// reason the Lua filter named none from a body that had the field
+	// (fleet.AdapterRejectedHeader); both "" if absent or the pool
+	// places no adapters. A request of such a pool is handed to the sink
+	// with or without a key (Key -1 without).
+	Adapter, AdapterRejected string
+}
+
+// AdapterSink is a Sink that also counts the requests of pools placing
+// LoRA adapters.
+type AdapterSink interface {
+	Sink
+	// AdapterHeader is the adapter header of a pool (as KeyHeaders
+	// names it), "" when the pool places no adapters.
+	AdapterHeader(pool string) string
 }
 
 // Sink receives the logged requests.
@@ -236,14 +251,39 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 			break
 		}
 	}
+	var r Request
+	if as, ok := s.sink.(AdapterSink); ok {
+		if h := as.AdapterHeader(pool); h != "" {
+			r.Adapter, _ = header(logged, h)
+			r.AdapterRejected, _ = header(logged, fleet.AdapterRejectedHeader)
+			if r.Adapter != "" && fleet.CheckAdapterName(r.Adapter) != "" {
+				return ResultBadValue
+			}
+			// Every request of the pool is demand: its share is of all.
+			if key < 0 {
+				r.Key = -1
+				s.fill(&r, pool, c)
+				s.sink.Observe(r)
+				return ResultNoKey
+			}
+		}
+	}
 	if key < 0 {
 		return ResultNoKey
 	}
 	if !hotkeys.ValidValue(value) {
 		return ResultBadValue
 	}
-	r := Request{Pool: pool, Key: key, Value: value, Cluster: c.GetUpstreamCluster()}
+	r.Key, r.Value = key, value
+	s.fill(&r, pool, c)
 	r.Spread, _ = header(logged, SpreadHeader)
+	s.sink.Observe(r)
+	return ResultObserved
+}
+
+// fill sets r's pool and what the entry's common properties say.
+func (s *Service) fill(r *Request, pool string, c *datav3.AccessLogCommon) {
+	r.Pool, r.Cluster = pool, c.GetUpstreamCluster()
 	if sa := c.GetUpstreamRemoteAddress().GetSocketAddress(); sa != nil {
 		r.Upstream = address(sa)
 	}
@@ -253,8 +293,6 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 		r.Start = s.now()
 	}
 	r.Duration = c.GetDuration().AsDuration()
-	s.sink.Observe(r)
-	return ResultObserved
 }
 
 // address is a socket address as Envoy prints it: "10.0.0.1:8000",

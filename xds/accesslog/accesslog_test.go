@@ -223,3 +223,47 @@ func mustVec(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 	t.Fatalf("no series %s{%s=%q}", name, label, value)
 	return nil
 }
+
+// adapterSink is fakeSink whose pool "chat" places adapters.
+type adapterSink struct{ fakeSink }
+
+func (a *adapterSink) AdapterHeader(pool string) string {
+	if pool == "chat" {
+		return "x-kvxds-adapter"
+	}
+	return ""
+}
+
+// A pool placing adapters hands every request to the sink, with its
+// adapter and rejection, keyed or not; a bad adapter name is malformed.
+func TestAdapterEntries(t *testing.T) {
+	sink := &adapterSink{}
+	reg := prometheus.NewRegistry()
+	c := serve(t, sink, reg)
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: envoyNode("envoy-1"), LogName: "kvxds/chat"}
+	err := send(t, c, httpLogs(id,
+		entry("chat/adapter/sql", "10.0.0.1", 8000, map[string]string{"x-session": "s1", "x-kvxds-adapter": "sql"}),
+		entry("chat", "10.0.0.2", 8000, map[string]string{"x-kvxds-adapter": "fr"}),
+		entry("chat", "10.0.0.2", 8000, map[string]string{"x-kvxds-adapter-rejected": "not_string"}),
+		entry("chat", "10.0.0.2", 8000, map[string]string{}),
+		entry("chat", "10.0.0.2", 8000, map[string]string{"x-kvxds-adapter": "bad name"}),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		key                int
+		adapter, rejection string
+	}
+	var gs []got
+	for _, r := range sink.reqs {
+		gs = append(gs, got{r.Key, r.Adapter, r.AdapterRejected})
+	}
+	want := []got{{0, "sql", ""}, {-1, "fr", ""}, {-1, "", "not_string"}, {-1, "", ""}}
+	if !reflect.DeepEqual(gs, want) {
+		t.Errorf("requests %+v, want %+v", gs, want)
+	}
+	if n := testutil.ToFloat64(mustVec(t, reg, "kvxds_access_log_entries_total", "result", ResultBadValue)); n != 1 {
+		t.Errorf("malformed values = %v, want the bad adapter name", n)
+	}
+}

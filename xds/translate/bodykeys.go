@@ -28,7 +28,13 @@ import (
 // even when its chain keys on headers alone: a hot tenant or session
 // header is spread like a hot body key.
 //
-// Proxyless gRPC clients have no body: their routes skip body keys.
+// In a pool placing adapters, the filter also copies the adapter body
+// field into the adapter header (bodykey.LuaAdapter), after removing any
+// the client sent, and names the reason in fleet.AdapterRejectedHeader
+// when the field is present but names no adapter.
+//
+// Proxyless gRPC clients have no body: their routes skip body keys, and
+// they send the adapter header themselves.
 
 const luaFilterName = "envoy.filters.http.lua"
 
@@ -48,12 +54,6 @@ func bodyKeys(p *fleet.Pool, kind Kind) bool {
 	return false
 }
 
-// luaFilter reports whether kind's listener of p runs the Lua filter:
-// Envoy's, in a hash pool with body keys or with hot keys.
-func luaFilter(p *fleet.Pool, kind Kind) bool {
-	return bodyKeys(p, kind) || (kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.Hot != nil)
-}
-
 // routeKeys is p's key chain as kind's routes see it: body keys become
 // their generated headers for Envoy, and are left out for gRPC clients
 // (and for pools that do not hash).
@@ -71,11 +71,33 @@ func routeKeys(p *fleet.Pool, kind Kind) []fleet.HashKey {
 	return out
 }
 
+// adapterField reports whether kind's Lua filter copies p's adapter body
+// field into the adapter header: Envoy, in a hash pool placing adapters.
+func adapterField(p *fleet.Pool, kind Kind) bool {
+	return kind == Envoy && p.Balancer == fleet.ConsistentHash && p.LoRA != nil
+}
+
+// luaFilter reports whether kind's listener of p runs the Lua filter:
+// Envoy's, in a hash pool with body keys, hot keys or adapters.
+func luaFilter(p *fleet.Pool, kind Kind) bool {
+	return bodyKeys(p, kind) || adapterField(p, kind) ||
+		(kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.Hot != nil)
+}
+
+// bodyLimit is the longest body p's Lua filter reads: the pool's body
+// limit, or, in a pool without body keys, fleet.DefaultAdapterBodyBytes.
+func bodyLimit(p *fleet.Pool) int {
+	if p.Hash.MaxBodyBytes > 0 {
+		return p.Hash.MaxBodyBytes
+	}
+	return fleet.DefaultAdapterBodyBytes
+}
+
 // bodyBufferLimit is the Envoy listener's per-connection buffer limit for
 // a pool with the Lua filter: the stream's buffer limit, which caps what
 // the filter may buffer. It is never below Envoy's default.
 func bodyBufferLimit(p *fleet.Pool) uint32 {
-	return uint32(max(p.Hash.MaxBodyBytes, envoyDefaultBufferLimit))
+	return uint32(max(bodyLimit(p), envoyDefaultBufferLimit))
 }
 
 // bodyKeyFilter is the Lua filter of p's body keys and spread sub-key.
@@ -91,7 +113,12 @@ func bodyKeyFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 		s := h.SpreadBy
 		keys = append(keys, bodykey.Key{Header: fleet.DefaultSpreadHeader, JSONField: s.JSONField, PromptPrefix: s.PromptPrefix, Conversation: s.Conversation, Spread: true})
 	}
-	src, err := bodykey.Lua(keys, p.Hash.MaxBodyBytes)
+	var adapter *bodykey.Adapter
+	if a := p.LoRA; a != nil {
+		adapter = &bodykey.Adapter{Header: a.Header, Rejected: fleet.AdapterRejectedHeader, Field: a.BodyField,
+			BaseModels: a.BaseModels, MaxName: fleet.MaxAdapterName}
+	}
+	src, err := bodykey.LuaAdapter(keys, bodyLimit(p), adapter)
 	if err != nil {
 		return nil, err
 	}

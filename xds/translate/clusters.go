@@ -284,38 +284,41 @@ func poolView(p *fleet.Pool, pl *fleet.Plan, kind Kind) *fleet.Pool {
 	return &v
 }
 
-// groupPool is p restricted to members, under g's cluster name: what the
-// group's cluster and assignment are built from.
-func groupPool(p *fleet.Pool, g fleet.Group, members []fleet.Endpoint) *fleet.Pool {
+// groupPool is p restricted to members, under a table's cluster name
+// (a group's or an adapter's): what the table's cluster and assignment
+// are built from.
+func groupPool(p *fleet.Pool, cluster string, members []fleet.Endpoint) *fleet.Pool {
 	gp := *p
-	gp.Name = g.ClusterName(p.Name)
+	gp.Name = cluster
 	gp.Endpoints = members
 	gp.Groups = nil
 	gp.Mesh = nil
+	gp.LoRA, gp.Adapters = nil, nil
 	return &gp
 }
 
-// groupClusters returns the clusters of p's groups for kind: each shaped
-// like the pool's hash cluster for the kind, over the group's members.
+// groupClusters returns the clusters of p's groups and adapters for
+// kind: each shaped like the pool's hash cluster for the kind, over the
+// table's members.
 func groupClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Cluster, error) {
 	if !groupTables(kind) {
 		return nil, nil
 	}
 	var clusters []*clusterv3.Cluster
-	for i, g := range p.Groups {
-		gp := groupPool(p, g, pl.Groups[i].Members)
+	for _, t := range pl.Tables() {
+		gp := groupPool(p, t.Cluster, t.Members)
 		var c *clusterv3.Cluster
 		var err error
 		switch {
 		case kind == GRPCNoHash:
 			c, err = noHashCluster(gp)
 		case kind.proxyless():
-			c, err = grpcHashCluster(gp, pl.Groups[i].PerWeight)
+			c, err = grpcHashCluster(gp, t.PerWeight)
 		default:
-			c, err = buildCluster(gp, gp.Name, "", pl.Groups[i].EnvoyRingSize)
+			c, err = buildCluster(gp, gp.Name, "", t.EnvoyRingSize)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("group %q: cluster: %w", g.Name, err)
+			return nil, fmt.Errorf("table %q: cluster: %w", t.Cluster, err)
 		}
 		clusters = append(clusters, c)
 	}

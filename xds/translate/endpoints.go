@@ -202,17 +202,17 @@ func cmpLocality(a, b fleet.Locality) int {
 	)
 }
 
-// groupEndpoints returns the assignments of p's groups for kind: each
-// group's members with their weights, health and hash keys.
+// groupEndpoints returns the assignments of p's groups and adapters for
+// kind: each table's members with their weights, health and hash keys.
 func groupEndpoints(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
 	if !groupTables(kind) {
 		return nil, nil
 	}
 	var clas []*endpointv3.ClusterLoadAssignment
-	for i, g := range p.Groups {
-		cla, err := buildEndpoints(groupPool(p, g, pl.Groups[i].Members), kind)
+	for _, t := range pl.Tables() {
+		cla, err := buildEndpoints(groupPool(p, t.Cluster, t.Members), kind)
 		if err != nil {
-			return nil, fmt.Errorf("group %q: cluster load assignment: %w", g.Name, err)
+			return nil, fmt.Errorf("table %q: cluster load assignment: %w", t.Cluster, err)
 		}
 		clas = append(clas, cla)
 	}

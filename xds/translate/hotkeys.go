@@ -148,7 +148,8 @@ func hotKeyMatch(p *fleet.Pool, kind Kind, i int) (header string, absent []*rout
 // hotKeyAccessLog is the access log through which Envoy reports p's
 // requests to kvxds (envoy.service.accesslog.v3.AccessLogService on the
 // ADS server): the key headers of the chain as Envoy sees them and the
-// spread header, from which kvxds learns the pool's hot keys.
+// spread header, from which kvxds learns the pool's hot keys, and in a pool
+// placing adapters the adapter header and the rejection header.
 func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	var headers []string
 	for _, k := range routeKeys(p, Envoy) {
@@ -156,12 +157,21 @@ func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 			headers = append(headers, strings.ToLower(k.Header))
 		}
 	}
-	headers = append(headers, fleet.DefaultSpreadHeader)
+	logCluster := fleet.DefaultLogCluster
+	if p.Hash.Hot != nil {
+		headers = append(headers, fleet.DefaultSpreadHeader)
+		logCluster = p.Hash.Hot.LogCluster
+	}
+	// A pool placing adapters also logs each request's adapter, and why
+	// the Lua filter found none in a body that named one.
+	if a := p.LoRA; a != nil {
+		headers = append(headers, a.Header, fleet.AdapterRejectedHeader)
+	}
 	cfg, err := typed(&grpcalsv3.HttpGrpcAccessLogConfig{
 		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{
 			LogName: HotKeyLogName(p.Name),
 			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: p.Hash.Hot.LogCluster},
+				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: logCluster},
 			}},
 			TransportApiVersion: corev3.ApiVersion_V3,
 			BufferFlushInterval: durationpb.New(hotKeyLogFlush),

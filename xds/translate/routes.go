@@ -23,9 +23,11 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 	action := func(cluster string, hp []*routev3.RouteAction_HashPolicy) *routev3.Route_Route {
 		return routeAction(p, cluster, hp)
 	}
-	// Group routes come first: their header matches decide before the
-	// pool's own routes (see groupTables).
-	routes := groupRoutes(p, kind, keys)
+	// Adapter routes come first: an adapter's cache is its own, whatever
+	// the tenant (see adapterRoutes). Group routes next: their header
+	// matches decide before the pool's own routes (see groupTables).
+	routes := adapterRoutes(p, kind, keys)
+	routes = append(routes, groupRoutes(p, kind, keys)...)
 	// Hot keys next: their routes match a key's value, before the routes
 	// that match its presence (see hotRoutes).
 	routes = append(routes, hotRoutes(p, kind)...)
@@ -110,6 +112,36 @@ func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Rout
 			}}
 			routes = append(routes, &routev3.Route{Match: m, Action: routeAction(p, cluster, hp)})
 		}
+	}
+	return routes
+}
+
+// adapterRoutes returns the routes of p's placed adapters for kind, in
+// name order: each matches the adapter header exactly and hashes on the
+// pool's route keys (less the adapter header) inside the adapter's
+// cluster, or, for a kind without group tables (grpc-js), inside the
+// pool's cluster. Base-model requests and adapters not placed carry no
+// matching header value and take the pool's own routes.
+func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Route {
+	if p.LoRA == nil || len(p.Adapters) == 0 {
+		return nil
+	}
+	header := p.LoRA.Header
+	hp := hashPolicies(slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return strings.ToLower(k.Header) == header }))
+	routes := make([]*routev3.Route, 0, len(p.Adapters))
+	for _, a := range p.Adapters {
+		cluster := p.Name
+		if groupTables(kind) {
+			cluster = a.ClusterName(p.Name)
+		}
+		m := prefixMatch()
+		m.Headers = []*routev3.HeaderMatcher{{
+			Name: header,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+				MatchPattern: &matcherv3.StringMatcher_Exact{Exact: a.Name},
+			}},
+		}}
+		routes = append(routes, &routev3.Route{Match: m, Action: routeAction(p, cluster, hp)})
 	}
 	return routes
 }

@@ -472,3 +472,86 @@ func TestLuaKeepsClientSpread(t *testing.T) {
 		t.Fatal("the body's sub-key equals the client's: the test cannot tell them apart")
 	}
 }
+
+// The adapter field is copied into its header only when it names an
+// adapter; a present field that does not says why, and a base model or
+// an absent field sets nothing. A client's own copies are removed.
+func TestLuaAdapter(t *testing.T) {
+	bin := luajit(t)
+	a := &Adapter{Header: "x-kvxds-adapter", Rejected: "x-kvxds-adapter-rejected", Field: "model", BaseModels: []string{"llama-3", "base"}, MaxName: 16}
+	// Alone, and beside a spread sub-key, whose handler replaces the
+	// plain one: the client's adapter headers go in both.
+	for _, spread := range []bool{false, true} {
+		var keys []Key
+		if spread {
+			keys = []Key{{Header: SpreadHeader, Conversation: true, Spread: true}}
+		}
+		t.Run(fmt.Sprintf("spread=%t", spread), func(t *testing.T) { testLuaAdapter(t, bin, a, keys) })
+	}
+	// Without an adapter the script is Lua's, byte for byte.
+	plain, _ := Lua(keys, testMaxBody)
+	same, _ := LuaAdapter(keys, testMaxBody, nil)
+	if plain != same {
+		t.Error("LuaAdapter without an adapter differs from Lua")
+	}
+}
+
+func testLuaAdapter(t *testing.T, bin string, a *Adapter, keys []Key) {
+	src, err := LuaAdapter(keys, testMaxBody, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	scriptPath := filepath.Join(dir, "adapter.lua")
+	if err := os.WriteFile(scriptPath, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ body, adapter, rejected string }{
+		{`{"model":"sql-lora","messages":[]}`, "sql-lora", ""},
+		{`{"messages":[], "model" : "a/b:c"}`, "a/b:c", ""},
+		{`{"model":"llama-3"}`, "", ""},
+		{`{"messages":[]}`, "", ""},
+		{`{"model":null}`, "", RejectNotString},
+		{`{"model":42}`, "", RejectNotString},
+		{`{"model":{"x":"y"}}`, "", RejectNotString},
+		{`{"model":""}`, "", RejectEmpty},
+		{`{"model":"seventeen-bytes-xx"}`, "", RejectTooLong},
+		{`{"model":"has space"}`, "", RejectBadByte},
+		{`{"model":"esc\"aped"}`, "", RejectBadByte},
+		{`{"model":"caf` + "\u00e9" + `"}`, "", RejectBadByte},
+		{`not json`, "", ""},
+		{`{"nested":{"model":"x"}}`, "", ""},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			p := filepath.Join(dir, "case")
+			if err := os.WriteFile(p, []byte(strconv.Itoa(len(tc.body))+"\n"+tc.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(bin, "testdata/standin.lua", scriptPath, "0", strconv.Itoa(testMaxBody), p)
+			cmd.Env = append(os.Environ(), "KVXDS_STANDIN_SPOOF=x-kvxds-adapter")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("luajit: %v\n%s", err, stderr.String())
+			}
+			got := map[string]string{}
+			for _, kv := range strings.Split(strings.TrimSpace(string(out)), "\t")[2:] {
+				k, v, _ := strings.Cut(kv, "=")
+				if !strings.HasPrefix(k, HeaderPrefix) && k != SpreadHeader { // the stand-in's spoofed keys, and the spread sub-key
+					got[k] = v
+				}
+			}
+			want := map[string]string{}
+			if tc.adapter != "" {
+				want[a.Header] = tc.adapter
+			}
+			if tc.rejected != "" {
+				want[a.Rejected] = tc.rejected
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("headers %v, want %v", got, want)
+			}
+		})
+	}
+}

@@ -101,7 +101,77 @@ type Key struct {
 // whether or not a value replaces it, except a spread key's header that
 // the client sent well-formed (ValidSpread): it stays when the body gives
 // no spread sub-key.
-func Lua(keys []Key, maxBody int) (string, error) {
+func Lua(keys []Key, maxBody int) (string, error) { return LuaAdapter(keys, maxBody, nil) }
+
+// Adapter is the body field naming a request's LoRA adapter, which the
+// script copies into a header when it names one.
+type Adapter struct {
+	// Header receives the field's value; Rejected the reason the field
+	// names no adapter (AdapterRejections), when it is present but not a
+	// name. The script removes both from the request first.
+	Header, Rejected string
+	// Field is a top-level JSON field ("model").
+	Field string
+	// BaseModels are values that mean "no adapter": no header is set.
+	BaseModels []string
+	// MaxName is the longest name copied, in bytes.
+	MaxName int
+}
+
+// Reasons the script gives, in the Rejected header, for an adapter field
+// that names no adapter.
+const (
+	RejectNotString = "not_string"    // null, a number, an object, or not JSON
+	RejectEmpty     = "empty"         // ""
+	RejectTooLong   = "too_long"      // longer than MaxName
+	RejectBadByte   = "not_printable" // whitespace, control, non-ASCII or an escape
+)
+
+// AdapterRejections are the reasons, in order.
+var AdapterRejections = []string{RejectNotString, RejectEmpty, RejectTooLong, RejectBadByte}
+
+// adapterScript defines set_adapter, which the request handler calls on
+// the body: the field's string value as written between its quotes.
+const adapterScript = `-- The adapter named by the body's top-level ADAPTER.field, copied into
+-- ADAPTER.header when it is 1 to ADAPTER.max printable ASCII bytes without
+-- whitespace or escapes and not a base model; a present field that names
+-- nothing sets ADAPTER.reject to the reason instead. Never an error.
+local function set_adapter(s, headers)
+  local top = object(s)
+  if top == nil then return end
+  local v = find_key(s, top, ADAPTER.field)
+  if v == nil then return end
+  local reason
+  local e = byte(s, v) == 34 and skip_string(s, v) or nil
+  if e == nil then
+    reason = "not_string"
+  else
+    local name = sub(s, v + 1, e - 2)
+    if #name == 0 then
+      reason = "empty"
+    elseif #name > ADAPTER.max then
+      reason = "too_long"
+    elseif find(name, "[^\33-\126]") or find(name, "\\", 1, true) then
+      reason = "not_printable"
+    elseif not ADAPTER.base[name] then
+      headers:replace(ADAPTER.header, name)
+    end
+  end
+  if reason ~= nil then headers:replace(ADAPTER.reject, reason) end
+end
+
+`
+
+// Where the adapter's parts go in the script.
+const (
+	bodyRead    = "  local s = body:getBytes(0, n)\n"
+	setKeysCall = "  local ok, err = pcall(set_keys, handle, headers)\n"
+)
+
+// LuaAdapter is Lua with the adapter field a copied into its header too
+// (a nil a: Lua). A request whose body the script does not read (no
+// content-length, or above maxBody) gets no adapter header.
+func LuaAdapter(keys []Key, maxBody int, a *Adapter) (string, error) {
 	if maxBody <= 0 {
 		return "", fmt.Errorf("body limit %d is not positive", maxBody)
 	}
@@ -166,13 +236,29 @@ func Lua(keys []Key, maxBody int) (string, error) {
 			fmt.Fprintf(&b, "  {header = %s, path = {%s}%s},\n", luaString(k.Header), strings.Join(segs, ", "), sp)
 		}
 	}
-	b.WriteString("}\n\n")
-	if !conv && !spread {
+	b.WriteString("}\n")
+	if a != nil {
+		if a.Header == "" || a.Rejected == "" || a.Field == "" || a.MaxName <= 0 {
+			return "", fmt.Errorf("adapter field: header, rejection header, field and name limit are required")
+		}
+		fmt.Fprintf(&b, "local ADAPTER = {header = %s, reject = %s, field = %s, max = %d, base = {",
+			luaString(a.Header), luaString(a.Rejected), luaString(a.Field), a.MaxName)
+		for i, m := range a.BaseModels {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "[%s] = true", luaString(m))
+		}
+		b.WriteString("}}\n")
+	}
+	b.WriteString("\n")
+	if !conv && !spread && a == nil {
 		b.WriteString(script)
 		return b.String(), nil
 	}
 	h := strings.Index(script, handlerStart)
-	if h < 0 || strings.Count(script, dispatch) != 1 || strings.Count(script, setHeader) != 1 {
+	if h < 0 || strings.Count(script, dispatch) != 1 || strings.Count(script, setHeader) != 1 ||
+		strings.Count(script, bodyRead) != 1 {
 		return "", fmt.Errorf("script.lua: no request handler to extend")
 	}
 	b.WriteString(script[:h])
@@ -190,6 +276,18 @@ func Lua(keys []Key, maxBody int) (string, error) {
 			return "", fmt.Errorf("script.lua: no request handler to replace")
 		}
 		handler = handler[:o] + spreadOnRequest
+	}
+	// After the spread handler, which replaces envoy_on_request: the
+	// adapter headers a client sent go before the keys are set, in
+	// either handler.
+	if a != nil {
+		if strings.Count(handler, setKeysCall) != 1 {
+			return "", fmt.Errorf("script.lua: no call of set_keys to precede")
+		}
+		b.WriteString(adapterScript)
+		handler = strings.Replace(handler, bodyRead, bodyRead+"  set_adapter(s, headers)\n", 1)
+		handler = strings.Replace(handler, setKeysCall,
+			"  headers:remove(ADAPTER.header)\n  headers:remove(ADAPTER.reject)\n"+setKeysCall, 1)
 	}
 	b.WriteString(handler)
 	return b.String(), nil

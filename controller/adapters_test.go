@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	datav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvxds/kvxds/status"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+const adaptersPolicy = `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+    hot_keys { enabled = false }
+  }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"] }
+  adapters {
+    base_models = ["llama"]
+    max_lora    = 2
+    interval    = "100ms"
+  }
+}
+`
+
+// An Envoy's access logs, streamed over a real gRPC stream, place the
+// adapter that carries a quarter of the pool's requests on
+// ceil(0.25 × 4 × 1.5) = 2 replicas: a cluster, an assignment and a route
+// of the served resources, on the status document and /metrics, with the
+// rejected adapter fields counted.
+func TestAdaptersFromAccessLogs(t *testing.T) {
+	c, err := New(Options{
+		PolicySource: []byte(adaptersPolicy), PolicyName: "lora.hcl",
+		XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "lora", Level: hclog.Warn, Output: testWriter{t}}),
+		ID:     "lora",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "ready", func() bool { return c.Server().Ready() })
+	listeners := c.Server().Versions(translate.Envoy)["type.googleapis.com/envoy.config.listener.v3.Listener"]
+
+	cc, err := grpc.NewClient(c.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	st, err := alsv3.NewAccessLogServiceClient(cc).StreamAccessLogs(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []*datav3.HTTPAccessLogEntry
+	for i := range 400 {
+		h := map[string]string{"x-session-id": "s"}
+		switch i % 4 {
+		case 0:
+			h["x-kvxds-adapter"] = "sql-lora"
+		case 1:
+			h["x-kvxds-adapter-rejected"] = "not_string"
+		}
+		entries = append(entries, &datav3.HTTPAccessLogEntry{
+			CommonProperties: &datav3.AccessLogCommon{UpstreamCluster: "chat"},
+			Request:          &datav3.HTTPRequestProperties{RequestHeaders: h},
+		})
+	}
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: &core.Node{Id: "envoy-1", UserAgentName: "envoy"}, LogName: "kvxds/chat"}
+	for len(entries) > 0 {
+		n := min(len(entries), 100)
+		if err := st.Send(&alsv3.StreamAccessLogsMessage{Identifier: id, LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
+			HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: entries[:n]},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		entries, id = entries[n:], nil
+	}
+	if _, err := st.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "sql-lora placed", func() bool { return len(c.Fleet().Pools[0].Adapters) == 1 })
+	if a := c.Fleet().Pools[0].Adapters[0]; a.Name != "sql-lora" || a.Replicas != 2 {
+		t.Errorf("placed %+v, want sql-lora on 2", a)
+	}
+	res := c.Server().Resources(translate.Envoy)
+	found := false
+	for _, cl := range res.Clusters {
+		found = found || cl.GetName() == "chat/adapter/sql-lora"
+	}
+	if !found || !strings.Contains(res.Routes[0].String(), "sql-lora") {
+		t.Errorf("the served resources lack the adapter's cluster or route")
+	}
+	if v := c.Server().Versions(translate.Envoy)["type.googleapis.com/envoy.config.listener.v3.Listener"]; v != listeners {
+		t.Errorf("the listener moved with the placement")
+	}
+
+	var doc status.Status
+	resp, err := http.Get("http://" + c.AdminAddr() + status.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := doc.Pools[0].Adapters
+	if as == nil || len(as.Adapters) != 1 || len(as.Adapters[0].Members) != 2 || as.Requests != 400 || as.AdapterRequests != 100 || as.Rejected["not_string"] != 100 {
+		t.Fatalf("status adapters: %+v", as)
+	}
+	mfs := scrape(t, "http://"+c.AdminAddr()+"/metrics")
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"kvxds_adapter_replicas", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 2},
+		{"kvxds_adapter_members", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 2},
+		{"kvxds_adapter_moves_total", map[string]string{"pool": "chat", "cause": "demand"}, 1},
+		{"kvxds_adapter_rejected_total", map[string]string{"pool": "chat", "reason": "not_string"}, 100},
+		{"kvxds_adapter_requests_logged_total", map[string]string{"pool": "chat", "kind": "adapter"}, 100},
+		{"kvxds_access_log_entries_total", map[string]string{"result": "no_key"}, 0},
+	} {
+		if got, ok := sample(mfs, tc.name, tc.labels); !ok || got != tc.want {
+			t.Errorf("%s%v = %v (found %v), want %v", tc.name, tc.labels, got, ok, tc.want)
+		}
+	}
+}

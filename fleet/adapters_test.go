@@ -1,0 +1,230 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// adapterPool is a hash pool of n replicas "r-0".."r-(n-1)" placing
+// adapters with slots slots per replica.
+func adapterPool(n, slots int, adapters ...Adapter) Pool {
+	p := Pool{Name: "chat", Settings: Settings{Port: 10000, Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}},
+		LoRA: &Adapters{MaxLoRA: slots, BaseModels: []string{"base"}}}, Adapters: adapters}
+	for i := range n {
+		p.Endpoints = append(p.Endpoints, Endpoint{Host: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), Port: 8000, HashKey: fmt.Sprintf("r-%d", i)})
+	}
+	return p
+}
+
+func prepareOne(t *testing.T, p Pool) (Model, Plan) {
+	t.Helper()
+	m, err := Prepare(Fleet{Pools: []Pool{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, m.Plan(p.Name)
+}
+
+// placement maps each adapter to its members' identities.
+func placement(pl Plan) map[string][]string {
+	out := map[string][]string{}
+	for _, a := range pl.Adapters {
+		out[a.Name] = memberIDs(a.Members)
+	}
+	return out
+}
+
+// Each adapter takes its top-ranked replicas with a free slot, the
+// largest shares first, and no replica holds more than its slots unless
+// every healthy replica is full.
+func TestAdapterPlacementCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		replicas, slots  int
+		adapters         []Adapter
+		engineSlots      map[int]int // replica index → reported max_lora
+		wantOver         []string
+		wantMembersTotal int
+	}{
+		{name: "room for all", replicas: 8, slots: 4, adapters: ads(10, 2), wantMembersTotal: 20},
+		{name: "exactly full", replicas: 4, slots: 2, adapters: ads(8, 1), wantMembersTotal: 8},
+		{name: "over capacity", replicas: 4, slots: 1, adapters: ads(6, 1), wantOver: []string{"a-4", "a-5"}, wantMembersTotal: 6},
+		{name: "partial when full", replicas: 4, slots: 1, adapters: []Adapter{{Name: "big", Replicas: 3, Share: 0.6}, {Name: "small", Replicas: 2, Share: 0.1}}, wantMembersTotal: 4},
+		{name: "engine slots believed", replicas: 4, slots: 1, adapters: ads(6, 1), engineSlots: map[int]int{0: 2, 1: 2}, wantMembersTotal: 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := adapterPool(tc.replicas, tc.slots, tc.adapters...)
+			for i, s := range tc.engineSlots {
+				p.Endpoints[i].MaxLoRA = s
+			}
+			m, pl := prepareOne(t, p)
+			n := m.Fleet().Pools[0]
+			if len(pl.Adapters) != len(tc.adapters) {
+				t.Fatalf("%d adapter plans, want %d", len(pl.Adapters), len(tc.adapters))
+			}
+			used := map[string]int{}
+			total := 0
+			var over []string
+			for _, a := range pl.Adapters {
+				if a.Cluster != "chat/adapter/"+a.Name {
+					t.Errorf("adapter %s: cluster %q", a.Name, a.Cluster)
+				}
+				if a.OverCapacity {
+					over = append(over, a.Name)
+				}
+				for _, e := range a.Members {
+					used[e.HashKey]++
+				}
+				total += len(a.Members)
+				if len(a.Members) == 0 {
+					t.Errorf("adapter %s has no member", a.Name)
+				}
+			}
+			if total != tc.wantMembersTotal {
+				t.Errorf("%d members in all, want %d: %v", total, tc.wantMembersTotal, placement(pl))
+			}
+			if !slices.Equal(over, tc.wantOver) {
+				t.Errorf("over capacity %v, want %v", over, tc.wantOver)
+			}
+			if len(tc.wantOver) == 0 {
+				for _, e := range n.Endpoints {
+					if used[e.HashKey] > n.LoRA.Slots(&e) {
+						t.Errorf("replica %s holds %d adapters, above its %d slots", e.HashKey, used[e.HashKey], n.LoRA.Slots(&e))
+					}
+				}
+			}
+		})
+	}
+}
+
+// ads are n adapters "a-0".."a-(n-1)" of decreasing share, each on
+// replicas replicas.
+func ads(n, replicas int) []Adapter {
+	out := make([]Adapter, n)
+	for i := range out {
+		out[i] = Adapter{Name: fmt.Sprintf("a-%d", i), Replicas: replicas, Share: float64(n-i) / 100}
+	}
+	return out
+}
+
+// With free slots, a replica leaving moves only the adapters it was a
+// member of, each by one replica; a replica joining enters only adapters
+// that rank it among their members. A draining member keeps its place.
+func TestAdapterPlacementStable(t *testing.T) {
+	adapters := ads(12, 2)
+	_, base := prepareOne(t, adapterPool(16, 8, adapters...))
+	before := placement(base)
+	for i := range 16 {
+		id := fmt.Sprintf("r-%d", i)
+		t.Run("leave "+id, func(t *testing.T) {
+			p := adapterPool(16, 8, adapters...)
+			p.Endpoints = slices.Delete(p.Endpoints, i, i+1)
+			_, pl := prepareOne(t, p)
+			for name, ms := range placement(pl) {
+				had := slices.Contains(before[name], id)
+				gone := diff(before[name], ms)
+				came := diff(ms, before[name])
+				switch {
+				case !had && (len(gone) > 0 || len(came) > 0):
+					t.Errorf("%s moved without having %s: %v → %v", name, id, before[name], ms)
+				case had && (len(gone) != 1 || len(came) != 1):
+					t.Errorf("%s lost %s: %v → %v, want one replica in its place", name, id, before[name], ms)
+				}
+			}
+		})
+		t.Run("drain "+id, func(t *testing.T) {
+			p := adapterPool(16, 8, adapters...)
+			p.Endpoints[i].Health = Draining
+			_, pl := prepareOne(t, p)
+			for name, ms := range placement(pl) {
+				if slices.Contains(before[name], id) {
+					if !slices.Contains(ms, id) || len(ms) != 3 {
+						t.Errorf("%s: draining member %s should stay beside a stand-in: %v → %v", name, id, before[name], ms)
+					}
+				} else if !slices.Equal(ms, before[name]) {
+					t.Errorf("%s moved: %v → %v", name, before[name], ms)
+				}
+			}
+		})
+	}
+	// The ranking is apart from a tenant group's of the same name.
+	p := adapterPool(16, 8)
+	n, _ := prepareOne(t, p)
+	gm := memberIDs(GroupMembers(&n.Fleet().Pools[0], Group{Name: "a-0", Replicas: 2}))
+	if slices.Equal(gm, before["a-0"]) {
+		t.Errorf("adapter a-0 and group a-0 rank alike: %v", gm)
+	}
+}
+
+// Bad adapters are dropped with a reason, never failing the push.
+func TestAdapterDrops(t *testing.T) {
+	long := strings.Repeat("x", MaxAdapterName+1)
+	p := adapterPool(4, 2,
+		Adapter{Name: "ok", Replicas: 1, Share: 0.2},
+		Adapter{Name: "ok", Replicas: 2, Share: 0.1},
+		Adapter{Name: "has space", Replicas: 1},
+		Adapter{Name: long, Replicas: 1},
+		Adapter{Name: "", Replicas: 1},
+		Adapter{Name: "base", Replicas: 1},
+		Adapter{Name: "zero", Replicas: 0},
+		Adapter{Name: "nan", Replicas: 1, Share: 2},
+	)
+	m, pl := prepareOne(t, p)
+	if got := placement(pl); !reflect.DeepEqual(slices.Sorted(maps.Keys(got)), []string{"ok"}) {
+		t.Errorf("placed %v, want only ok", got)
+	}
+	reasons := map[string]string{}
+	for _, d := range m.AdapterDrops() {
+		reasons[d.Adapter.Name] = d.Reason
+	}
+	for name, want := range map[string]string{
+		"ok": "repeats", "has space": "printable", long: "above 128", "": "empty", "base": "base model", "zero": "replicas 0", "nan": "share 2",
+	} {
+		if !strings.Contains(reasons[name], want) {
+			t.Errorf("drop of %q: reason %q, want it to say %q", name, reasons[name], want)
+		}
+	}
+	// Beyond max: the highest shares stay.
+	p = adapterPool(4, 2, ads(5, 1)...)
+	p.LoRA.Max = 3
+	m, pl = prepareOne(t, p)
+	if got := slices.Sorted(maps.Keys(placement(pl))); !slices.Equal(got, []string{"a-0", "a-1", "a-2"}) {
+		t.Errorf("placed %v, want the three largest", got)
+	}
+	if len(m.AdapterDrops()) != 2 {
+		t.Errorf("drops %v, want 2", m.AdapterDrops())
+	}
+	// A pool without adapter settings places none.
+	p = adapterPool(4, 2, ads(2, 1)...)
+	p.LoRA = nil
+	m, pl = prepareOne(t, p)
+	if len(pl.Adapters) != 0 || len(m.AdapterDrops()) != 2 {
+		t.Errorf("without settings: plans %v, drops %v", pl.Adapters, m.AdapterDrops())
+	}
+}
+
+// The settings and placement survive JSON, durations as strings.
+func TestAdaptersJSON(t *testing.T) {
+	p := adapterPool(2, 2, ads(2, 1)...)
+	p.Endpoints[0].MaxLoRA = 3
+	m, _ := prepareOne(t, p)
+	b, err := json.Marshal(m.Fleet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"interval":"10s"`) || !strings.Contains(string(b), `"max_lora":3`) {
+		t.Errorf("JSON %s lacks the interval or the engine's max_lora", b)
+	}
+	var back Fleet
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, m.Fleet()) {
+		t.Errorf("round trip:\n%+v\nwant\n%+v", back, m.Fleet())
+	}
+}

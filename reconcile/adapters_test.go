@@ -1,0 +1,246 @@
+package reconcile
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/hotkeys"
+	"github.com/kvxds/kvxds/xds/accesslog"
+	"github.com/kvxds/kvxds/xds/server"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+const adapterPolicy = `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+    hot_keys { enabled = false }
+  }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000",
+                        "10.0.0.5:8000", "10.0.0.6:8000", "10.0.0.7:8000", "10.0.0.8:8000"] }
+  adapters {
+    base_models = ["llama"]
+    adapters    = ["always-on"]
+    max_lora    = 4
+    interval    = "50ms"
+  }
+}
+`
+
+// adapterTestPool is an adapter pool's state with settings a and healthy
+// replicas.
+func adapterTestPool(a fleet.Adapters, healthy int) *adapterPool {
+	return &adapterPool{settings: a, healthy: healthy, sketch: hotkeys.NewSketch(a.HalfLife)}
+}
+
+// Decisions size each adapter from its share of the pool's requests,
+// grow at once, shrink only after a full interval below half, fall back
+// on the engines without logs, and keep the placement without either.
+func TestDecideAdapters(t *testing.T) {
+	set := fleet.DefaultAdapters()
+	set.Interval = 10 * time.Second
+	set.BaseModels = []string{"llama"}
+	s := newAdapterState(prometheus.NewRegistry())
+	ap := adapterTestPool(set, 8)
+	s.pools["chat"] = ap
+	t0 := time.Unix(1000, 0)
+	observe := func(now time.Time, counts map[string]int) {
+		for name, n := range counts {
+			for range n {
+				s.pools["chat"].sketch.Observe(func() int {
+					if name == "" {
+						return baseKey
+					}
+					return adapterKey
+				}(), map[bool]string{true: baseValue, false: name}[name == ""], now)
+				ap.observed++
+			}
+		}
+	}
+	replicas := func(pl fleet.AdapterPlacement) map[string]int {
+		out := map[string]int{}
+		for _, a := range pl.Adapters {
+			out[a.Name] = a.Replicas
+		}
+		return out
+	}
+	// 50% sql (ceil(0.5 × 8 × 1.5) = 6), 10% fr (ceil(1.2) = 2), 40% base.
+	observe(t0, map[string]int{"sql": 500, "fr": 100, "": 400})
+	pl := s.decidePool("chat", ap, engineDemand{}, t0)
+	if got, want := replicas(pl), map[string]int{"sql": 6, "fr": 2}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("replicas %v, want %v", got, want)
+	}
+	s.own["chat"] = pl
+	// Demand falls below half: the placement holds for an interval.
+	t1 := t0.Add(10 * time.Minute) // the old counts decayed away
+	observe(t1, map[string]int{"sql": 10, "fr": 100, "": 890})
+	pl = s.decidePool("chat", ap, engineDemand{}, t1)
+	if got := replicas(pl); got["sql"] != 6 || got["fr"] != 2 {
+		t.Fatalf("shrank at once: %v", got)
+	}
+	s.own["chat"] = pl
+	t2 := t1.Add(set.Interval)
+	observe(t2, map[string]int{"sql": 10, "fr": 100, "": 890})
+	pl = s.decidePool("chat", ap, engineDemand{}, t2)
+	if got := replicas(pl); got["sql"] != 1 || got["fr"] != 2 {
+		t.Fatalf("after an interval below half: %v, want sql 1", got)
+	}
+	s.own["chat"] = pl
+	// No logs: the engines' in-flight adapters keep it, without headroom.
+	t3 := t2.Add(set.Interval)
+	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3, "fr": 2, "llama": 8}, slots: map[string]int{"r1": 2}}, t3)
+	if got := replicas(pl); !reflect.DeepEqual(got, map[string]int{"sql": 3, "fr": 2}) {
+		t.Errorf("from the engines: %v, want sql 3 (grown), fr 2", got)
+	}
+	if pl.Slots["r1"] != 2 {
+		t.Errorf("slots %v, want r1's reported 2", pl.Slots)
+	}
+	s.own["chat"] = pl
+	// Nothing at all: the placement stays.
+	if got := s.decidePool("chat", ap, engineDemand{}, t3.Add(set.Interval)); !equalPlacement(got, pl) {
+		t.Errorf("without signals the placement changed: %+v → %+v", pl, got)
+	}
+}
+
+// A standalone instance learns adapters from the logged requests, places
+// them in the model, the served resources and the status; an adapter's
+// appearing costs a cluster and a route change, and counts as a demand
+// move.
+func TestAdaptersStandalone(t *testing.T) {
+	p := mustParse(t, adapterPolicy)
+	reg := prometheus.NewRegistry()
+	srv := server.New(server.Options{})
+	r := New(Options{Sink: srv, Logger: hclog.NewNullLogger(), Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// Before any decision the always-placed adapter is on one replica.
+	if got := r.Fleet().Pools[0].Adapters; !reflect.DeepEqual(got, []fleet.Adapter{{Name: "always-on", Replicas: 1}}) {
+		t.Fatalf("adapters before any log: %+v", got)
+	}
+	before := srv.Versions(translate.Envoy)
+	go r.Run(ctx)
+	sink := r.AccessLogSink()
+	if h := sink.(accesslog.AdapterSink).AdapterHeader("chat"); h != "x-kvxds-adapter" {
+		t.Fatalf("adapter header %q", h)
+	}
+	if pool, _, ok := sink.KeyHeaders("chat"); !ok || pool != "chat" {
+		t.Fatalf("a pool placing adapters without hot keys takes no logs")
+	}
+	for i := range 400 {
+		req := accesslog.Request{Pool: "chat", Cluster: "chat", Key: -1}
+		switch i % 4 {
+		case 0, 1:
+			req.Adapter = "sql-lora"
+		case 2:
+			req.Adapter = "llama" // a base model
+		}
+		if i == 3 {
+			req.AdapterRejected = "not_string"
+		}
+		sink.Observe(req)
+	}
+	waitFor(t, "sql-lora placed", func() bool {
+		return slices.ContainsFunc(r.Fleet().Pools[0].Adapters, func(a fleet.Adapter) bool { return a.Name == "sql-lora" })
+	})
+	var sql fleet.Adapter
+	for _, a := range r.Fleet().Pools[0].Adapters {
+		if a.Name == "sql-lora" {
+			sql = a
+		}
+	}
+	// Half the requests: ceil(0.5 × 8 × 1.5) = 6 replicas.
+	if sql.Replicas != 6 || sql.Share < 0.45 || sql.Share > 0.55 {
+		t.Errorf("sql-lora %+v, want 6 replicas at 0.5", sql)
+	}
+	after := srv.Versions(translate.Envoy)
+	for typ, v := range before {
+		if typ == "type.googleapis.com/envoy.config.listener.v3.Listener" && after[typ] != v {
+			t.Errorf("the listener moved with the placement")
+		}
+	}
+	st := r.Status().Pools[0].Adapters
+	if st == nil || len(st.Adapters) != 2 || st.Adapters[0].Name != "sql-lora" || len(st.Adapters[0].Members) != 6 {
+		t.Fatalf("status adapters: %+v", st)
+	}
+	if st.Requests != 400 || st.AdapterRequests != 200 || st.Rejected["not_string"] != 1 {
+		t.Errorf("status counts: %d requests, %d adapter, rejected %v", st.Requests, st.AdapterRequests, st.Rejected)
+	}
+	if got := testutil.ToFloat64(r.lora.moves.WithLabelValues("chat", MoveDemand)); got < 1 {
+		t.Errorf("demand moves = %v", got)
+	}
+	if got := testutil.ToFloat64(r.updates.WithLabelValues(causeAdapters)); got < 1 {
+		t.Errorf("adapters pushes = %v", got)
+	}
+	// The leader's placement is in its published document.
+	waitFor(t, "the placement published", func() bool {
+		doc, ok := r.board.Get()
+		return ok && len(doc.Adapters["chat"].Adapters) == 2
+	})
+}
+
+// A follower serves the leader's placement and slots.
+func TestAdaptersFollowed(t *testing.T) {
+	p := mustParse(t, adapterPolicy)
+	r := New(Options{Sink: server.New(server.Options{}), Logger: hclog.NewNullLogger(), Peers: scripted{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	pl := fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "fr", Replicas: 2, Share: 0.1}}, Slots: map[string]int{"10.0.0.1:8000": 8}}
+	haHandler{r}.Published(ha.Document{Leader: "a", Term: 1, Adapters: Placements{"chat": pl}})
+	r.pushMu.Lock()
+	err := r.pushLocked(ctx, p, causeLeader)
+	r.pushMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.Fleet().Pools[0]
+	if want := []fleet.Adapter{{Name: "always-on", Replicas: 1}, {Name: "fr", Replicas: 2, Share: 0.1}}; !reflect.DeepEqual(f.Adapters, want) {
+		t.Errorf("adapters %+v, want %+v", f.Adapters, want)
+	}
+	if f.Endpoints[0].MaxLoRA != 8 || f.Endpoints[1].MaxLoRA != 0 {
+		t.Errorf("slots not joined: %d, %d", f.Endpoints[0].MaxLoRA, f.Endpoints[1].MaxLoRA)
+	}
+}
+
+// WithAdapters leaves pools that place no adapters without any.
+func TestWithAdapters(t *testing.T) {
+	p := mustParse(t, adapterPolicy+`
+pool "plain" {
+  port = 10001
+  hash {
+    key { header = "x-session-id" }
+  }
+  static { endpoints = ["10.0.1.1:8000"] }
+}`)
+	f := WithAdapters(Join(p, StaticTargets(p), nil), Placements{
+		"plain": {Adapters: []fleet.Adapter{{Name: "x", Replicas: 1}}},
+		"chat":  {Adapters: []fleet.Adapter{{Name: "b", Replicas: 1}, {Name: "a", Replicas: 2}}},
+	})
+	var names []string
+	for _, a := range f.Pools[0].Adapters {
+		names = append(names, a.Name)
+	}
+	if !slices.Equal(names, []string{"a", "always-on", "b"}) || f.Pools[1].Adapters != nil {
+		t.Errorf("chat %v, plain %+v", names, f.Pools[1].Adapters)
+	}
+	if _, err := fleet.Prepare(f); err != nil {
+		t.Error(err)
+	}
+}

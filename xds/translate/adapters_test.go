@@ -1,0 +1,142 @@
+package translate
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvxds/kvxds/fleet"
+)
+
+// byName maps each resource of a kind's translation to its version.
+func byName(t *testing.T, f fleet.Fleet, kind Kind) map[string]map[string]string {
+	t.Helper()
+	m, err := fleet.Prepare(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Translate(m, kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]string{"cds": {}, "rds": {}, "eds": {}, "lds": {}}
+	for _, c := range r.Clusters {
+		out["cds"][c.GetName()] = Version([]proto.Message{c})
+	}
+	for _, c := range r.Routes {
+		out["rds"][c.GetName()] = Version([]proto.Message{c})
+	}
+	for _, c := range r.Endpoints {
+		out["eds"][c.GetClusterName()] = Version([]proto.Message{c})
+	}
+	for _, c := range r.Listeners {
+		out["lds"][c.GetName()] = Version([]proto.Message{c})
+	}
+	return out
+}
+
+// updates counts, per type, the resources a change adds, removes or
+// changes: what a delta client receives (a state-of-the-world client
+// receives every resource of each changed type).
+func updates(a, b map[string]map[string]string) map[string]int {
+	out := map[string]int{}
+	for typ, as := range a {
+		for n, v := range as {
+			if b[typ][n] != v {
+				out[typ]++
+			}
+		}
+		for n := range b[typ] {
+			if _, ok := as[n]; !ok {
+				out[typ]++
+			}
+		}
+	}
+	return out
+}
+
+// adapterFleet is a pool of n replicas placing adapters with free slots.
+func adapterFleet(n int, adapters ...fleet.Adapter) fleet.Fleet {
+	p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000,
+		Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
+		LoRA: &fleet.Adapters{MaxLoRA: 8}}, Adapters: adapters}
+	for i := range n {
+		p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, HashKey: fmt.Sprintf("r-%d", i)})
+	}
+	return fleet.Fleet{Pools: []fleet.Pool{p}}
+}
+
+// What each kind of placement change costs each kind of client, in
+// resources changed per type: an adapter appearing or leaving is one
+// cluster, one route configuration and one assignment (grpc-js: one
+// route configuration); a member leaving or draining changes the
+// assignments of the pool and of the adapters that had it (for gRPC also
+// the pool's cluster, whose ring follows the pool's healthy weight; an
+// adapter's ring keeps its size, since a filler takes the member's
+// place); an adapter's replicas decided anew change its assignment (and
+// its gRPC cluster's ring size).
+func TestAdapterUpdateCost(t *testing.T) {
+	base := []fleet.Adapter{{Name: "a", Replicas: 2, Share: 0.3}, {Name: "b", Replicas: 3, Share: 0.2}, {Name: "c", Replicas: 1, Share: 0.1}}
+	before := adapterFleet(8, base...)
+	// The members of each adapter, to find one that only "a" holds.
+	m, _ := fleet.Prepare(before)
+	var onlyA int
+	for i := range 8 {
+		id := fmt.Sprintf("r-%d", i)
+		holders := 0
+		inA := false
+		for _, ap := range m.Plan("chat").Adapters {
+			if slices.ContainsFunc(ap.Members, func(e fleet.Endpoint) bool { return e.HashKey == id }) {
+				holders++
+				inA = inA || ap.Name == "a"
+			}
+		}
+		if holders == 1 && inA {
+			onlyA = i
+			break
+		}
+	}
+	leave := adapterFleet(8, base...)
+	leave.Pools[0].Endpoints = slices.Delete(leave.Pools[0].Endpoints, onlyA, onlyA+1)
+	drain := adapterFleet(8, base...)
+	drain.Pools[0].Endpoints[onlyA].Health = fleet.Draining
+	nonMember := adapterFleet(9, base...)
+	for _, tc := range []struct {
+		name  string
+		after fleet.Fleet
+		want  map[Kind]map[string]int
+	}{
+		{"adapter appears", adapterFleet(8, append(slices.Clone(base), fleet.Adapter{Name: "d", Replicas: 2, Share: 0.05})...), map[Kind]map[string]int{
+			Envoy: {"cds": 1, "rds": 1, "eds": 1}, GRPC: {"cds": 1, "rds": 1, "eds": 1}, GRPCJS: {"rds": 1}}},
+		{"adapter leaves", adapterFleet(8, base[:2]...), map[Kind]map[string]int{
+			Envoy: {"cds": 1, "rds": 1, "eds": 1}, GRPC: {"cds": 1, "rds": 1, "eds": 1}, GRPCJS: {"rds": 1}}},
+		{"replicas decided anew", adapterFleet(8, fleet.Adapter{Name: "a", Replicas: 3, Share: 0.3}, base[1], base[2]), map[Kind]map[string]int{
+			Envoy: {"eds": 1}, GRPC: {"cds": 1, "eds": 1}, GRPCJS: {}}},
+		{"a member of one adapter leaves", leave, map[Kind]map[string]int{
+			Envoy: {"eds": 2}, GRPC: {"cds": 1, "eds": 2}, GRPCJS: {"cds": 1, "eds": 1}}},
+		{"a member of one adapter drains", drain, map[Kind]map[string]int{
+			Envoy: {"eds": 2}, GRPC: {"cds": 1, "eds": 2}, GRPCJS: {"cds": 1, "eds": 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, kind := range []Kind{Envoy, GRPC, GRPCJS} {
+				got := updates(byName(t, before, kind), byName(t, tc.after, kind))
+				t.Logf("%s: %v", kind, got)
+				want := tc.want[kind]
+				for _, typ := range []string{"lds", "rds", "cds", "eds"} {
+					if got[typ] != want[typ] {
+						t.Errorf("%s: %d %s updates, want %d (all: %v)", kind, got[typ], typ, want[typ], got)
+					}
+				}
+			}
+		})
+	}
+	// A replica joining that no adapter ranks among its members changes
+	// only the pool's own resources.
+	got := updates(byName(t, before, Envoy), byName(t, nonMember, Envoy))
+	if got["eds"] > 1+len(base) || got["cds"] != 0 || got["rds"] != 0 {
+		t.Errorf("a joiner: %v", got)
+	}
+	t.Logf("a replica joins (envoy): %v", got)
+}
