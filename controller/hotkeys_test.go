@@ -123,8 +123,8 @@ func TestHotKeysFromAccessLogs(t *testing.T) {
 	}
 	waitUntil(t, "the hot tenant in the served model", func() bool { return len(c.Fleet().Pools[0].HotKeys) == 1 })
 	hk := c.Fleet().Pools[0].HotKeys[0]
-	if hk.Key != 0 || hk.Value != hot || hk.Spread != 4 || hk.Share < 0.45 || hk.Share > 0.55 {
-		t.Errorf("table entry %+v, want acme at 0.5 over 4", hk)
+	if hk.Key != 0 || hk.Value != hot || hk.Spread != 32 || hk.Share < 0.45 || hk.Share > 0.55 {
+		t.Errorf("table entry %+v, want acme at 0.5 over 32 (16 buckets for each of the 2 replicas it fills)", hk)
 	}
 	// The table changes the pool's routes only.
 	for typ, v := range c.Server().Versions(translate.Envoy) {
@@ -168,7 +168,7 @@ func TestHotKeysFromAccessLogs(t *testing.T) {
 	}
 	hs := st.Pools[0].HotKeys
 	shown := bodykey.Hash([]byte(hot))[:8]
-	if hs == nil || len(hs.Keys) != 1 || hs.Keys[0].Value != shown || hs.Keys[0].KeyName != "header x-tenant" || hs.Keys[0].Spread != 4 {
+	if hs == nil || len(hs.Keys) != 1 || hs.Keys[0].Value != shown || hs.Keys[0].KeyName != "header x-tenant" || hs.Keys[0].Spread != 32 {
 		t.Fatalf("status hot keys: %+v", hs)
 	}
 	if hs.Requests != 604 || hs.Away[status.AwaySpread] != 2 || float64(hs.Away[status.AwayBound]) != away {

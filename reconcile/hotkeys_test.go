@@ -156,8 +156,8 @@ func TestHotKeysStandalone(t *testing.T) {
 	}
 	waitFor(t, "the hot key in the model", func() bool { return len(r.Fleet().Pools[0].HotKeys) == 1 })
 	hk := r.Fleet().Pools[0].HotKeys[0]
-	if hk.Key != 1 || hk.Value != hot || hk.Spread != 4 || hk.Share < 0.45 || hk.Share > 0.55 {
-		t.Errorf("table entry %+v, want key 1 %s at 0.5, spread 4", hk, hot)
+	if hk.Key != 1 || hk.Value != hot || hk.Spread != 32 || hk.Share < 0.45 || hk.Share > 0.55 {
+		t.Errorf("table entry %+v, want key 1 %s at 0.5, spread 32", hk, hot)
 	}
 	// A table change is a route change: nothing else moves.
 	after := srv.Versions(translate.Envoy)
@@ -183,7 +183,7 @@ func TestHotKeysStandalone(t *testing.T) {
 	if hs.Requests != 403 || hs.Away["spread"] != 1 || hs.Away["bound"] != 1 || hs.Away["escape"] != 0 {
 		t.Errorf("status: %d requests, away %v; want 403, spread 1, bound 1", hs.Requests, hs.Away)
 	}
-	if len(hs.Keys) != 1 || hs.Keys[0].Value != hot || hs.Keys[0].KeyName != "prompt_prefix" || hs.Keys[0].Spread != 4 {
+	if len(hs.Keys) != 1 || hs.Keys[0].Value != hot || hs.Keys[0].KeyName != "prompt_prefix" || hs.Keys[0].Spread != 32 {
 		t.Errorf("status keys: %+v", hs.Keys)
 	}
 	if got := testutil.ToFloat64(r.hot.away.WithLabelValues("chat", "spread")); got != 1 {
