@@ -183,7 +183,7 @@ func TestHotKeysFromAccessLogs(t *testing.T) {
 		want   float64
 	}{
 		{"kvxds_hot_keys", map[string]string{"pool": "chat"}, 1},
-		{"kvxds_hot_key_spread", map[string]string{"pool": "chat", "key_index": "0", "key": shown}, 4},
+		{"kvxds_hot_key_spread", map[string]string{"pool": "chat", "key_index": "0", "key": shown}, 32},
 		{"kvxds_requests_away_total", map[string]string{"pool": "chat", "reason": "spread"}, 2},
 		{"kvxds_requests_away_total", map[string]string{"pool": "chat", "reason": "bound"}, away},
 		{"kvxds_requests_away_total", map[string]string{"pool": "chat", "reason": "escape"}, 0},
