@@ -376,6 +376,8 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.escape.resume_queue_depth":     func() any { return a.Escape.ResumeQueueDepth },
 		"pool.escape.resume_kv_occupancy":    func() any { return a.Escape.ResumeKVOccupancy },
 		"pool.escape.hold":                   func() any { return a.Escape.Hold },
+		"pool.escape.relative_queue":         func() any { return a.Escape.RelativeQueue },
+		"pool.escape.relative_kv_margin":     func() any { return a.Escape.RelativeKVMargin },
 		"pool.escape.max_saturated_fraction": func() any { return a.Escape.MaxSaturatedFraction },
 		"pool.weights.min":                   func() any { return a.Weights.MinWeight },
 		"pool.weights.max":                   func() any { return a.Weights.MaxWeight },

@@ -18,6 +18,8 @@ type escapeSpec struct {
 	ResumeQueueDepth     *hcl.Attribute `hcl:"resume_queue_depth,optional"`
 	ResumeKVOccupancy    *hcl.Attribute `hcl:"resume_kv_occupancy,optional"`
 	Hold                 *hcl.Attribute `hcl:"hold,optional"`
+	RelativeQueue        *hcl.Attribute `hcl:"relative_queue,optional"`
+	RelativeKVMargin     *hcl.Attribute `hcl:"relative_kv_margin,optional"`
 	MaxSaturatedFraction *hcl.Attribute `hcl:"max_saturated_fraction,optional"`
 }
 
@@ -35,6 +37,7 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 		"max_queue_depth": spec.MaxQueueDepth, "max_kv_occupancy": spec.MaxKVOccupancy,
 		"max_preemption_rate": spec.MaxPreemptionRate, "resume_queue_depth": spec.ResumeQueueDepth,
 		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold,
+		"relative_queue": spec.RelativeQueue, "relative_kv_margin": spec.RelativeKVMargin,
 		"max_saturated_fraction": spec.MaxSaturatedFraction,
 	}
 	numbers, defaults := escapeNumbers(&e), escapeNumbers(&def)
@@ -100,6 +103,14 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 		case "resume_kv_occupancy":
 			outOfRange(path, "Invalid resume threshold", unitOpen,
 				" (the default is max_kv_occupancy minus 0.1); a saturated replica returns once its KV occupancy is below this, so it must be above 0, and below max_kv_occupancy, which is at most 1")
+		case "relative_queue":
+			a := attrs[path]
+			d.errorf(a.Expr.Range(), "Invalid relative threshold",
+				"%s %s is out of range; use 0 (off) or a finite number of 1 or more (the default is %g); a replica's queue saturates it only at this many times its peers' mean queue.",
+				a.Name, written[path], def.RelativeQueue)
+		case "relative_kv_margin":
+			outOfRange(path, "Invalid relative threshold", unitOpen1,
+				fmt.Sprintf(" (the default is %g; 0 is off); a replica's KV occupancy saturates it only this far above its peers' mean occupancy", def.RelativeKVMargin))
 		case "max_saturated_fraction":
 			outOfRange(path, "Invalid saturated fraction", unitClosed,
 				fmt.Sprintf(" (the default is %g); it is the largest fraction of the pool out of the hash table at once", def.MaxSaturatedFraction))
@@ -135,5 +146,6 @@ func escapeNumbers(e *weights.Escape) map[string]*float64 {
 		"max_queue_depth": &e.MaxQueueDepth, "max_kv_occupancy": &e.MaxKVOccupancy,
 		"max_preemption_rate": &e.MaxPreemptionRate, "resume_queue_depth": &e.ResumeQueueDepth,
 		"resume_kv_occupancy": &e.ResumeKVOccupancy, "max_saturated_fraction": &e.MaxSaturatedFraction,
+		"relative_queue": &e.RelativeQueue, "relative_kv_margin": &e.RelativeKVMargin,
 	}
 }

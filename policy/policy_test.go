@@ -96,6 +96,8 @@ var (
 		ResumeQueueDepth:     4,
 		ResumeKVOccupancy:    0.8,
 		Hold:                 30 * time.Second,
+		RelativeQueue:        2,
+		RelativeKVMargin:     0.1,
 		MaxSaturatedFraction: 0.5,
 	}
 	defaultWeightsValues = weights.Weighting{MinWeight: 1, MaxWeight: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
@@ -285,6 +287,8 @@ func TestDecodedValues(t *testing.T) {
 						ResumeQueueDepth:     10,
 						ResumeKVOccupancy:    0.85,
 						Hold:                 time.Minute,
+						RelativeQueue:        1.5,
+						RelativeKVMargin:     0,
 						MaxSaturatedFraction: 0.25,
 					},
 					Weights: weights.Weighting{MinWeight: 2, MaxWeight: 8, Levels: 4, Smoothing: 1, Hysteresis: 0, MinChangeInterval: 0},
@@ -301,6 +305,8 @@ func TestDecodedValues(t *testing.T) {
 						ResumeQueueDepth:     2.5,
 						ResumeKVOccupancy:    0.01,
 						Hold:                 0,
+						RelativeQueue:        2,
+						RelativeKVMargin:     0.1,
 						MaxSaturatedFraction: 0.5,
 					},
 					Weights: weights.Weighting{MinWeight: 3, MaxWeight: 4, Levels: 2, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
@@ -313,6 +319,8 @@ func TestDecodedValues(t *testing.T) {
 						ResumeQueueDepth:     4,
 						ResumeKVOccupancy:    0.025, // half of 0.05: 0.05 - 0.1 would be negative
 						Hold:                 30 * time.Second,
+						RelativeQueue:        2,
+						RelativeKVMargin:     0.1,
 						MaxSaturatedFraction: 0.5,
 					},
 					Weights: weights.Weighting{MinWeight: 1, MaxWeight: 128, Levels: 128, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second},
@@ -387,6 +395,8 @@ func TestDefaultConstants(t *testing.T) {
 		ResumeQueueDepth:     weights.DefaultMaxQueueDepth / 2,
 		ResumeKVOccupancy:    weights.DefaultMaxKVOccupancy - weights.DefaultResumeKVMargin,
 		Hold:                 weights.DefaultHold,
+		RelativeQueue:        weights.DefaultRelativeQueue,
+		RelativeKVMargin:     weights.DefaultRelativeKVMargin,
 		MaxSaturatedFraction: weights.DefaultMaxSaturatedFraction,
 	}
 	w := weights.Weighting{

@@ -33,6 +33,11 @@ const (
 	DefaultResumeKVMargin       = 0.1
 	DefaultHold                 = 30 * time.Second
 	DefaultMaxSaturatedFraction = 0.5
+	// A replica is saturated by its queue only at twice its peers' mean
+	// queue, and by its KV occupancy only 0.1 above theirs: when the
+	// whole pool is busy, moving keys adds misses and no capacity.
+	DefaultRelativeQueue    = 2.0
+	DefaultRelativeKVMargin = 0.1
 )
 
 // Defaults and limits of scraping (a policy's metrics block). Unset, a
@@ -64,6 +69,8 @@ const (
 //	MaxQueueDepth 8, ResumeQueueDepth 4
 //	MaxKVOccupancy 0.9, ResumeKVOccupancy 0.8
 //	MaxPreemptionRate 0                  any preemption saturates
+//	RelativeQueue 2                      and at twice the peers' mean queue
+//	RelativeKVMargin 0.1                 and 0.1 above the peers' mean KV
 //	Hold 30s
 //	MaxSaturatedFraction 0.5
 //	StaleAfter 10s                       five scrapes
@@ -124,6 +131,8 @@ func DefaultEscape() Escape {
 		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
 		ResumeKVOccupancy:    DefaultResumeKVOccupancy(DefaultMaxKVOccupancy),
 		Hold:                 DefaultHold,
+		RelativeQueue:        DefaultRelativeQueue,
+		RelativeKVMargin:     DefaultRelativeKVMargin,
 		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
 	}
 }

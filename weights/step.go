@@ -68,17 +68,45 @@
 //
 // # Escape hatch
 //
-// A good observation saturates a replica at once (no smoothing: the point
-// is to shed load fast) when QueueDepth ≥ MaxQueueDepth, or KVOccupancy ≥
-// MaxKVOccupancy, or its preemption rate exceeds MaxPreemptionRate. The
-// rate is Δcount/Δt of the Preemptions counter between two consecutive
-// good observations that both carry it. A counter that decreases was reset
-// by an engine restart: that is neither preemption nor an error, the
-// counter is just rebased (the pair counts as "no preemption").
+// Taking a replica out only helps when it is busier than the others: when
+// the whole pool is busy, its keys move to cold caches elsewhere, which
+// adds misses and no capacity. So the queue and KV signals are relative
+// to the replica's peers, the other replicas of its weight domain whose
+// metrics are fresh, each at its latest good reading in this Step
+// (saturated peers included: their queues are real load). With Q and K
+// the peers' mean queue depth and KV occupancy, a signal is hot at a
+// threshold when
 //
-// A saturated replica is "calm" at a good observation with QueueDepth <
-// ResumeQueueDepth, KVOccupancy < ResumeKVOccupancy (absent signals do not
-// object) and no increase of the preemption counter. It recovers at the
+//	queue: QueueDepth ≥ threshold and QueueDepth ≥ RelativeQueue·Q
+//	KV:    KVOccupancy ≥ threshold and KVOccupancy ≥ K + RelativeKVMargin
+//
+// A relative condition is off when its setting is 0, and holds when no
+// peer reports the signal: a replica alone in its domain (or whose peers
+// are all stale) is judged by the thresholds alone, as it would be
+// without the relative conditions. The replica itself is left out of
+// the mean, so that in a small pool a hot replica is compared with the
+// others' load, not with a mean it pulls up.
+//
+// A good observation saturates a replica at once (no smoothing: the point
+// is to shed load fast) when its queue is hot at MaxQueueDepth, or its KV
+// occupancy at MaxKVOccupancy, or its preemption rate exceeds
+// MaxPreemptionRate. Preemptions stay absolute: an engine preempts when
+// the requests it already runs outgrow its own KV cache (vLLM's
+// scheduler evicts a running request, whose prefill is then computed
+// again), which is lost work on that replica whatever the others do; a
+// pool where all replicas preempt falls back to pure affinity (below).
+// The rate is Δcount/Δt of the Preemptions counter between two
+// consecutive good observations that both carry it. A counter that
+// decreases was reset by an engine restart: that is neither preemption
+// nor an error, the counter is just rebased (the pair counts as "no
+// preemption").
+//
+// A saturated replica is "calm" at a good observation whose queue is not
+// hot at ResumeQueueDepth, whose KV occupancy is not hot at
+// ResumeKVOccupancy (absent signals do not object), and with no increase
+// of the preemption counter: it returns once it is below the resume
+// thresholds or no longer stands out from its peers. The hysteresis is
+// the resume thresholds' and the hold's. It recovers at the
 // first calm observation at least Hold after the first observation of an
 // unbroken run of calm ones; any observation that is not calm (even below
 // the saturation thresholds) breaks the run, and the hold starts again.
@@ -160,6 +188,10 @@ type memo struct {
 
 	hasGood  bool
 	lastGood time.Time // time of the last good observation folded
+	// Usable queue depth and KV occupancy of that observation, for its
+	// peers' means.
+	q, kv     float64
+	qok, kvok bool
 
 	// Preemption counter baseline for the rate.
 	hasPre   bool
@@ -237,6 +269,7 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 		}
 		next.replicas[id] = r // a copy: prev is never written
 	}
+	peers := peerLoads(&cfg, next, members, domains, obs, now)
 	for i := range obs {
 		o := &obs[i]
 		if o.Err != nil {
@@ -246,7 +279,7 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 		if !ok {
 			continue
 		}
-		r.fold(&cfg, o.Time, &o.Signals)
+		r.fold(&cfg, o.Time, &o.Signals, peers[o.ID])
 		next.replicas[o.ID] = r
 	}
 
@@ -367,8 +400,80 @@ func levelValue(cfg *Config, st State, members []string, fresh []bool, domains m
 	}
 }
 
-// fold applies one good observation taken at t.
-func (r *memo) fold(cfg *Config, t time.Time, s *Signals) {
+// peerLoad is the mean of a replica's peers' latest queue depths and KV
+// occupancies; qok (kvok) is false when no peer reports the signal.
+type peerLoad struct {
+	q, kv     float64
+	qok, kvok bool
+}
+
+// peerLoads returns each member's peerLoad: the means over the other
+// members of its domain whose metrics are fresh at now, each at its
+// latest good reading once obs are folded (the order rule is fold's).
+// Saturated peers count: their queues are real load.
+func peerLoads(cfg *Config, st State, members []string, domains map[string]string, obs []Observation, now time.Time) map[string]peerLoad {
+	if cfg.RelativeQueue == 0 && cfg.RelativeKVMargin == 0 {
+		return nil
+	}
+	latest := make(map[string]memo, len(members))
+	for _, id := range members {
+		latest[id] = st.replicas[id]
+	}
+	for i := range obs {
+		o := &obs[i]
+		r, ok := latest[o.ID]
+		if !ok || o.Err != nil || r.hasGood && !o.Time.After(r.lastGood) {
+			continue
+		}
+		r.hasGood, r.lastGood = true, o.Time
+		r.q, r.qok = usable(o.Signals.QueueDepth)
+		r.kv, r.kvok = usable(o.Signals.KVOccupancy)
+		latest[o.ID] = r
+	}
+	type total struct {
+		q, kv   float64
+		qn, kvn int
+	}
+	fresh := func(r memo) bool { return r.hasGood && now.Sub(r.lastGood) <= cfg.StaleAfter }
+	totals := map[string]total{}
+	for _, id := range members {
+		if r := latest[id]; fresh(r) {
+			t := totals[domains[id]]
+			if r.qok {
+				t.q, t.qn = t.q+r.q, t.qn+1
+			}
+			if r.kvok {
+				t.kv, t.kvn = t.kv+r.kv, t.kvn+1
+			}
+			totals[domains[id]] = t
+		}
+	}
+	out := make(map[string]peerLoad, len(members))
+	for _, id := range members {
+		t, r := totals[domains[id]], latest[id]
+		if fresh(r) { // leave itself out
+			if r.qok {
+				t.q, t.qn = t.q-r.q, t.qn-1
+			}
+			if r.kvok {
+				t.kv, t.kvn = t.kv-r.kv, t.kvn-1
+			}
+		}
+		var p peerLoad
+		if t.qn > 0 {
+			p.q, p.qok = max(t.q/float64(t.qn), 0), true
+		}
+		if t.kvn > 0 {
+			p.kv, p.kvok = max(t.kv/float64(t.kvn), 0), true
+		}
+		out[id] = p
+	}
+	return out
+}
+
+// fold applies one good observation taken at t, judged against the
+// replica's peers.
+func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 	if r.hasGood && !t.After(r.lastGood) {
 		return // out of order or duplicate
 	}
@@ -376,6 +481,7 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals) {
 
 	q, qok := usable(s.QueueDepth)
 	kv, kvok := usable(s.KVOccupancy)
+	r.q, r.qok, r.kv, r.kvok = q, qok, kv, kvok
 
 	// Preemptions: rate between consecutive good observations carrying
 	// the counter; a decrease is a reset, rebased without counting.
@@ -392,12 +498,22 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals) {
 		r.hasPre = false
 	}
 
-	saturating := (qok && q >= cfg.MaxQueueDepth) ||
-		(kvok && kv >= cfg.MaxKVOccupancy) ||
+	// A signal is hot at a threshold when it reaches it and, if relative
+	// conditions are on and there are peers to compare with, stands out
+	// from the peers' mean. A replica with no fresh peer is judged by
+	// the thresholds alone.
+	// The epsilon keeps e.g. 0.85 + 0.1 from missing 0.95.
+	hotQ := func(limit float64) bool {
+		return qok && q >= limit &&
+			(cfg.RelativeQueue == 0 || !peer.qok || q >= cfg.RelativeQueue*peer.q-1e-9)
+	}
+	hotKV := func(limit float64) bool {
+		return kvok && kv >= limit &&
+			(cfg.RelativeKVMargin == 0 || !peer.kvok || kv >= peer.kv+cfg.RelativeKVMargin-1e-9)
+	}
+	saturating := hotQ(cfg.MaxQueueDepth) || hotKV(cfg.MaxKVOccupancy) ||
 		(preempted && rate > cfg.MaxPreemptionRate)
-	calm := (!qok || q < cfg.ResumeQueueDepth) &&
-		(!kvok || kv < cfg.ResumeKVOccupancy) &&
-		!preempted
+	calm := !hotQ(cfg.ResumeQueueDepth) && !hotKV(cfg.ResumeKVOccupancy) && !preempted
 	switch {
 	case saturating:
 		r.saturated, r.calm = true, false
@@ -586,6 +702,14 @@ func (e Escape) Validate() error {
 	}
 	if !(e.MaxPreemptionRate >= 0 && finite(e.MaxPreemptionRate)) {
 		errs.add("max_preemption_rate", nil, "MaxPreemptionRate (%v) must be non-negative and finite", e.MaxPreemptionRate)
+	}
+	if !(e.RelativeQueue == 0 || e.RelativeQueue >= 1 && finite(e.RelativeQueue)) {
+		// Below 1 a replica under its peers' mean could be "hotter"
+		// than them: 0 is the one value that means off.
+		errs.add("relative_queue", nil, "RelativeQueue (%v) must be 0 (off) or at least 1 and finite", e.RelativeQueue)
+	}
+	if !(e.RelativeKVMargin >= 0 && e.RelativeKVMargin < 1) {
+		errs.add("relative_kv_margin", nil, "RelativeKVMargin (%v) must be in [0, 1)", e.RelativeKVMargin)
 	}
 	if e.Hold < 0 {
 		errs.add("hold", nil, "Hold (%v) must not be negative", e.Hold)

@@ -151,13 +151,13 @@ func TestRunnerChanges(t *testing.T) {
 		obs: map[string]Signals{"a": sig(20, 0.5), "b": sig(5, 0.7)},
 		res: Result{Decisions: map[string]Decision{"a": {Weight: 2, Saturated: true}, "b": {Weight: 1}}},
 		want: []change{
-			{"a", ChangeEscape, 2, 2, "queue depth 20 ≥ 8"},
+			{"a", ChangeEscape, 2, 2, "queue depth 20 ≥ 8 and ≥ 2× its peers' mean"},
 			{"b", ChangeWeight, 2, 1, "free capacity: queue depth 5 of 8, KV occupancy 0.70 of 0.90"},
 		},
 	}, {
 		obs:  map[string]Signals{"a": sig(1, 0.1), "b": sig(1, 0.1)},
 		res:  Result{Decisions: map[string]Decision{"a": {Weight: 2}, "b": {Weight: 1}}},
-		want: []change{{"a", ChangeReturn, 2, 2, "calm for 30s: queue depth below 4 and KV occupancy below 0.80"}},
+		want: []change{{"a", ChangeReturn, 2, 2, "calm for 30s: queue depth below 4 and KV occupancy below 0.80, or level with its peers"}},
 	}}
 	var all []Change
 	for i, s := range steps {

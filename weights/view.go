@@ -157,6 +157,9 @@ func (p *poolRunner) observe(ids []string, obs []Observation, res Result, now ti
 			p.addChange(Change{Time: now, Replica: id, Kind: ChangeEscape, From: prev.Weight, To: d.Weight, Reason: reason})
 		case had && prev.Saturated && !d.Saturated:
 			reason := fmt.Sprintf("calm for %s: queue depth below %g and KV occupancy below %.2f", cfg.Hold, cfg.ResumeQueueDepth, cfg.ResumeKVOccupancy)
+			if cfg.RelativeQueue > 0 || cfg.RelativeKVMargin > 0 {
+				reason += ", or level with its peers"
+			}
 			if res.Fallback {
 				reason = fmt.Sprintf("too many replicas saturated (more than %g of the pool): pure affinity", cfg.MaxSaturatedFraction)
 			}
@@ -197,11 +200,19 @@ func freeCapacityReason(cfg *Config, s *Signals) string {
 }
 
 // saturationReason names the threshold a replica's signals crossed.
+// With relative conditions on, it names them too: crossing a threshold
+// alone no longer saturates.
 func saturationReason(cfg *Config, s *Signals) string {
 	if q, ok := usable(s.QueueDepth); ok && q >= cfg.MaxQueueDepth {
+		if cfg.RelativeQueue > 0 {
+			return fmt.Sprintf("queue depth %g ≥ %g and ≥ %g× its peers' mean", q, cfg.MaxQueueDepth, cfg.RelativeQueue)
+		}
 		return fmt.Sprintf("queue depth %g ≥ %g", q, cfg.MaxQueueDepth)
 	}
 	if kv, ok := usable(s.KVOccupancy); ok && kv >= cfg.MaxKVOccupancy {
+		if cfg.RelativeKVMargin > 0 {
+			return fmt.Sprintf("KV occupancy %.2f ≥ %.2f and %.2f above its peers' mean", kv, cfg.MaxKVOccupancy, cfg.RelativeKVMargin)
+		}
 		return fmt.Sprintf("KV occupancy %.2f ≥ %.2f", kv, cfg.MaxKVOccupancy)
 	}
 	return fmt.Sprintf("preemption rate above %g/s", cfg.MaxPreemptionRate)

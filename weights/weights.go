@@ -219,6 +219,16 @@ type Escape struct {
 	ResumeQueueDepth  float64
 	ResumeKVOccupancy float64
 	Hold              time.Duration
+	// RelativeQueue and RelativeKVMargin make saturation relative to the
+	// replica's peers (the other fresh replicas of its weight domain): the
+	// queue signal counts only when the queue is also at least
+	// RelativeQueue times the peers' mean queue (0, or at least 1; 0
+	// turns the condition off), the KV signal only when the occupancy
+	// also exceeds the peers' mean by RelativeKVMargin (in [0, 1); 0
+	// turns it off). Resume uses the same conditions with the Resume
+	// values. Preemptions stay absolute.
+	RelativeQueue    float64
+	RelativeKVMargin float64
 	// MaxSaturatedFraction, in [0, 1], is the largest fraction of a pool
 	// that may be out of the hash table at once; beyond it every replica
 	// stays in (pure affinity), so the rest are not swamped.

@@ -23,6 +23,8 @@ pool "chat" {
     max_preemption_rate    = 0.5
     resume_queue_depth     = 10
     hold                   = "1m"
+    relative_queue         = 1.5
+    relative_kv_margin     = 0 # the KV signal alone, as before
     max_saturated_fraction = 0.25
   }
 
