@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kvxds/kvxds/test/workload"
@@ -300,6 +301,9 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 			return nil, fmt.Errorf("%s, %s, %s: %w", name, c.DataPlane, m, err)
 		}
 		res := summarize(m, q, run, c.Replicas)
+		if c.Progress != nil && res.Failed > 0 {
+			fmt.Fprintf(c.Progress, "%s, %s, %s: %d requests failed: %s\n", name, c.DataPlane, m, res.Failed, failures(run.Results, 3))
+		}
 		if m == KVXDSPrefix {
 			res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d%s", c.PromptPrefix, bareLabel(c)))
 		}
@@ -492,4 +496,29 @@ func secs(s float64) string {
 	default:
 		return fmt.Sprintf("%.2fs", s)
 	}
+}
+
+// failures lists up to n distinct errors of the failed results, each with
+// its count.
+func failures(res []reqResult, n int) string {
+	count := map[string]int{}
+	var order []string
+	for _, r := range res {
+		if r.Err == nil {
+			continue
+		}
+		e := r.Err.Error()
+		if count[e] == 0 {
+			order = append(order, e)
+		}
+		count[e]++
+	}
+	var out []string
+	for _, e := range order[:min(n, len(order))] {
+		out = append(out, fmt.Sprintf("%d× %s", count[e], e))
+	}
+	if len(order) > n {
+		out = append(out, fmt.Sprintf("and %d more kinds", len(order)-n))
+	}
+	return strings.Join(out, "; ")
 }

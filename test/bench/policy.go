@@ -172,7 +172,7 @@ func Policy(o PolicyOptions) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %q {\n  port = 10000\n", PoolName)
 	switch o.Mode {
-	case RoundRobin, Index, IndexLLMD:
+	case RoundRobin, Index, IndexLLMD, IndexLLMDLoRA:
 		// The index routers route around kvxds: the pool only feeds the
 		// samplers.
 		b.WriteString("  load_balancing = \"round_robin\"\n")
