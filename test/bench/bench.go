@@ -148,9 +148,11 @@ type WorkloadReport struct {
 	EscapeNote        string
 	// GroupNote says how KVXDSGroups ran: its group and its weights.
 	GroupNote string
-	Modes     []ModeResult
-	Targets   []Target
-	Charts    []string
+	// AdapterNote says how KVXDSAdapters placed the adapters.
+	AdapterNote string
+	Modes       []ModeResult
+	Targets     []Target
+	Charts      []string
 	// Rolling holds the rolling workload's results (its Modes are empty);
 	// nil for the other workloads.
 	Rolling *RollingReport
@@ -308,6 +310,9 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 			res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d%s", c.PromptPrefix, bareLabel(c)))
 		}
 		wr.Modes = append(wr.Modes, res)
+		if run.AdapterNote != "" {
+			wr.AdapterNote = run.AdapterNote
+		}
 		if q.BodyKey.HCL != "" && c.Progress != nil {
 			fmt.Fprintf(c.Progress, "%s: %d distinct %s keys\n", name, q.Sessions, q.BodyKey.Label)
 		}

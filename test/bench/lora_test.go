@@ -251,4 +251,11 @@ func TestEnvoyAdapterHeader(t *testing.T) {
 	if swaps != 1 {
 		t.Errorf("%d swap-ins, want 1", swaps)
 	}
+	note, err := adapterPlacement(ctx, k.http, k.ctrl.AdminAddr(), len(reps), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(note, "placed 1 adapters on 1 replica places (the fleet has 3 × 2 = 6 slots), 0 of them over capacity") {
+		t.Errorf("placement note: %s", note)
+	}
 }

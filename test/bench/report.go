@@ -208,6 +208,9 @@ func (wr *WorkloadReport) adaptersTable(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", m.Mode, num(m.SwapIns, 0), num(m.SwapInsPer1k, 1), num(m.AdapterSpread, 2))
 	}
 	fmt.Fprintln(w)
+	if wr.AdapterNote != "" {
+		fmt.Fprintf(w, "kvxds+adapters: %s.\n\n", wr.AdapterNote)
+	}
 }
 
 // cpuSaturated is the fraction of the machine's cores above which a

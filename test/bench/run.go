@@ -59,6 +59,8 @@ type liveRun struct {
 	Escapes     int              // transitions of a replica out of the hash table
 	WeightMoves int              // changes of a replica's weight
 	Policy      string
+	// AdapterNote says how kvxds placed the adapters (KVXDSAdapters).
+	AdapterNote string
 }
 
 // runLive runs one live mode on a fresh fleet and a fresh kvxds, through
@@ -150,6 +152,11 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	if err := g.dispatch(ctx); err != nil {
 		return nil, err
+	}
+	if mode == KVXDSAdapters {
+		if run.AdapterNote, err = adapterPlacement(ctx, k.http, k.ctrl.AdminAddr(), c.Replicas, c.MaxLoRA); err != nil {
+			return nil, err
+		}
 	}
 	if c.Progress != nil && g.envoys != nil {
 		var sum adsenvoy.AccessLogStats
