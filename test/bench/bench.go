@@ -503,8 +503,9 @@ func secs(s float64) string {
 	}
 }
 
-// failures lists up to n distinct errors of the failed results, each with
-// its count.
+// failures lists up to n distinct kinds of error of the failed results,
+// each with its count; errors naming a cluster the data plane did not
+// know are one kind, whichever cluster they name.
 func failures(res []reqResult, n int) string {
 	count := map[string]int{}
 	var order []string
@@ -513,6 +514,11 @@ func failures(res []reqResult, n int) string {
 			continue
 		}
 		e := r.Err.Error()
+		for _, kind := range []string{"unknown cluster selected for RPC", "no cluster "} {
+			if i := strings.Index(e, kind); i >= 0 {
+				e = e[:i+len(kind)] + "…"
+			}
+		}
 		if count[e] == 0 {
 			order = append(order, e)
 		}
