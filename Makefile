@@ -88,7 +88,9 @@ demo:
 # can run (root, iproute2, kube-deps). Then chat, Zipf tenants and the
 # committed Mooncake trace on both data planes, grpc-go and Envoy (its
 # routing from what kvxds serves over ADS; needs luajit), with Envoy's
-# bounded load at 150 and 125 (bench-out/dataplanes/). Then the clients
+# bounded load at 150 and 125 (bench-out/dataplanes/), and LoRA adapters
+# (multi-lora: kvxds placing adapters against llm-d's lora-affinity
+# scorer, on both data planes; bench-out/lora/). Then the clients
 # that send no session id: the body keys (prompt_prefix, conversation)
 # beside the session header and the approximate-index routers (after
 # SGLang's cache_aware and llm-d's default profile), on the
@@ -104,6 +106,7 @@ bench: microbench clusterbench adsbench
 	./bin/kvxds-bench --workload chat,zipf-tenants,system-prompt --modes round_robin,kvxds,kvxds+bounded,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes
 	./bin/kvxds-bench --workload zipf-tenants,system-prompt --modes kvxds --no-hot-keys --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/no-hot-keys
 	./bin/kvxds-bench --workload zipf-tenants --modes kvxds+bounded --balance-factor 125 --data-plane envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/bounded-125
+	./bin/kvxds-bench --workload multi-lora --modes round_robin,kvxds,kvxds+adapters,index-llmd+lora,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --clients 8 --out bench-out/lora
 	./bin/kvxds-bench --trace $(MOONCAKE) --modes round_robin,least_request,kvxds,upper-bound --prefix-blocks 1,4,8 --time-scale 5 --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/trace
 	./bin/kvxds-bench --workload chat,chat-stateless,branching,agent-stateless,retrieval,system-prompt --modes $(NOSESSION_MODES) --replicas 8 --load 0.7 --out bench-out/nosession
 	./bin/kvxds-bench --trace $(MOONCAKE_SAMPLE) --modes $(NOSESSION_MODES) --prefix-blocks 1,4 --replicas 8 --load 0.7 --out bench-out/nosession/trace-sample

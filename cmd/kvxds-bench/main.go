@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		duration   = fs.Duration("duration", 0, "simulated length of each request stream (0: wall-per-mode × time scale)")
 		wall       = fs.Duration("wall-per-mode", 16*time.Second, "target wall time of one mode when --duration is 0")
 		seed       = fs.Uint64("seed", 1, "workload seed")
-		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and, run only when named, kvxds+groups (the busiest session key in a tenant group) and kvxds+bounded (kvxds with --balance-factor; envoy data plane only) and kvxds+prefix (kvxds keyed on the body's prompt_prefix of --prompt-prefix bytes; of a trace, of each of --prefix-blocks) and kvxds+conversation (kvxds keyed on the body's leading messages, key { conversation = true }) and index (an approximate prefix-index router after SGLang's cache_aware policy, dialling the replicas directly) and index-llmd (a prefix-index router after llm-d's default profile: prefix-cache, queue and KV-utilisation scorers, max-score picker)")
+		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and, run only when named, kvxds+groups (the busiest session key in a tenant group) and kvxds+bounded (kvxds with --balance-factor; envoy data plane only) and kvxds+prefix (kvxds keyed on the body's prompt_prefix of --prompt-prefix bytes; of a trace, of each of --prefix-blocks) and kvxds+conversation (kvxds keyed on the body's leading messages, key { conversation = true }) and index (an approximate prefix-index router after SGLang's cache_aware policy, dialling the replicas directly) and index-llmd (a prefix-index router after llm-d's default profile: prefix-cache, queue and KV-utilisation scorers, max-score picker) and kvxds+adapters (kvxds with an adapters block: each LoRA adapter on replicas of its own, within --max-lora slots) and index-llmd+lora (index-llmd plus llm-d's lora-affinity scorer on the replicas' vllm:lora_requests_info)")
 		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
 		groupLvls  = fs.Int("group-weight-levels", 3, "kvxds+groups: weight levels N (weights MIN to MIN+N-1, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
 		groupMin   = fs.Int("group-weight-min", 2, "kvxds+groups: the lowest weight (MIN)")
@@ -82,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dataPlane  = fs.String("data-plane", "grpc-go", "comma-separated data planes, each running every workload and mode: grpc-go (its xDS client), envoy (Envoy's routing from what kvxds serves over ADS: its tables, bounded load, the Lua body-key filter in LuaJIT; needs luajit)")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the whole run (load generator, data plane, simulator, kvxds) to this file")
 		promptPfx  = fs.Int("prompt-prefix", 512, "kvxds+prefix: the prompt_prefix key's length in bytes of the chat body's messages")
+		maxLoRA    = fs.Int("max-lora", 4, "LoRA adapter slots of every simulated replica (vLLM --max-loras, reported in vllm:lora_requests_info) and kvxds+adapters' max_lora")
+		adapterLd  = fs.Duration("adapter-load", 0, "engine time of one LoRA adapter swap-in (0: the simulator's default)")
 		balance    = fs.Int("balance-factor", 150, "kvxds+bounded: the hash block's balance_factor (Envoy's hash_balance_factor, percent)")
 		workloads  []string
 		prefixes   []int
@@ -181,6 +183,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Trace:             *trace,
 		DataPlanes:        dps,
 		BalanceFactor:     *balance,
+		MaxLoRA:           *maxLoRA,
+		AdapterLoad:       *adapterLd,
 		PrefixBlocks:      prefixes,
 		PromptPrefix:      *promptPfx,
 		Out:               *out,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/kvxds/kvxds/test/workload"
@@ -42,6 +43,9 @@ type workloadPlan struct {
 	// counts its distinct non-empty Session keys.
 	MeanPrompt, MeanOutput float64
 	Sessions               int
+	// Adapters counts the distinct LoRA adapters the stream's requests
+	// name.
+	Adapters int
 }
 
 // planWorkload generates a workload's request stream and derives its rate, time
@@ -96,7 +100,7 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 	p := &workloadPlan{Name: name, Shape: shape, Capacity: capacity, Load: c.Load, Rate: rate,
 		KVBlocks: kv, KVWhy: why, TimeScale: scale, Duration: dur, Requests: reqs,
 		Warmup: int(c.WarmupFraction * float64(len(reqs))), Escape: c.Escape}
-	sessions := map[string]bool{}
+	sessions, adapters := map[string]bool{}, map[string]bool{}
 	p.HotSession = hotSession(reqs)
 	limit := kv * simConfig(kv, 1).BlockSize
 	for _, r := range reqs {
@@ -104,6 +108,9 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 		p.MeanOutput += float64(r.MaxTokens)
 		if r.Session != "" {
 			sessions[r.Session] = true
+		}
+		if r.Adapter != "" {
+			adapters[r.Adapter] = true
 		}
 		if r.Tokens+r.MaxTokens-1 > limit {
 			return nil, fmt.Errorf("%s: request %d needs %d tokens of KV but a replica holds %d; raise --kv-blocks",
@@ -113,6 +120,7 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 	p.MeanPrompt /= float64(len(reqs))
 	p.MeanOutput /= float64(len(reqs))
 	p.Sessions = len(sessions)
+	p.Adapters = len(adapters)
 	return p, nil
 }
 
@@ -120,26 +128,31 @@ func planWorkload(c Config, name string) (*workloadPlan, error) {
 type WorkloadReport struct {
 	Name string
 	// DataPlane carried the requests.
-	DataPlane  DataPlane
-	Replicas   int
-	Load       float64
-	Rate       float64 // requests per simulated second, whole fleet
-	Capacity   float64 // per replica, requests per simulated second
-	KVBlocks   int
-	KVWhy      string
-	TimeScale  float64
-	Duration   time.Duration // simulated
-	Requests   int
-	Warmup     int
-	Sessions   int // distinct non-empty Session keys
-	MeanPrompt float64
-	MeanOutput float64
-	EscapeNote string
+	DataPlane DataPlane
+	Replicas  int
+	Load      float64
+	Rate      float64 // requests per simulated second, whole fleet
+	Capacity  float64 // per replica, requests per simulated second
+	KVBlocks  int
+	KVWhy     string
+	TimeScale float64
+	Duration  time.Duration // simulated
+	Requests  int
+	Warmup    int
+	Sessions  int // distinct non-empty Session keys
+	// Adapters counts the distinct LoRA adapters the requests name; MaxLoRA
+	// is each replica's adapter slots.
+	Adapters, MaxLoRA int
+	MeanPrompt        float64
+	MeanOutput        float64
+	EscapeNote        string
 	// GroupNote says how KVXDSGroups ran: its group and its weights.
 	GroupNote string
-	Modes     []ModeResult
-	Targets   []Target
-	Charts    []string
+	// AdapterNote says how KVXDSAdapters placed the adapters.
+	AdapterNote string
+	Modes       []ModeResult
+	Targets     []Target
+	Charts      []string
 	// Rolling holds the rolling workload's results (its Modes are empty);
 	// nil for the other workloads.
 	Rolling *RollingReport
@@ -237,7 +250,7 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 	}
 	wr := &WorkloadReport{Name: name, DataPlane: c.DataPlane, Replicas: c.Replicas, Load: p.Load, Rate: p.Rate, Capacity: p.Capacity,
 		KVBlocks: p.KVBlocks, KVWhy: p.KVWhy, TimeScale: p.TimeScale, Duration: p.Duration,
-		Requests: len(p.Requests), Warmup: p.Warmup, Sessions: p.Sessions,
+		Requests: len(p.Requests), Warmup: p.Warmup, Sessions: p.Sessions, Adapters: p.Adapters, MaxLoRA: c.MaxLoRA,
 		MeanPrompt: p.MeanPrompt, MeanOutput: p.MeanOutput}
 	for _, m := range c.Modes {
 		if err := ctx.Err(); err != nil {
@@ -252,7 +265,7 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 			q = withBodyKey(p, PrefixKey(c.PromptPrefix))
 		case KVXDSConversation:
 			q = withBodyKey(p, ConversationKey())
-		case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded:
+		case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded, KVXDSAdapters:
 			if p.Sessions == 0 {
 				if c.Progress != nil {
 					fmt.Fprintf(c.Progress, "%s: no request carries a session id; %s skipped\n", name, m)
@@ -290,10 +303,16 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 			return nil, fmt.Errorf("%s, %s, %s: %w", name, c.DataPlane, m, err)
 		}
 		res := summarize(m, q, run, c.Replicas)
+		if c.Progress != nil && res.Failed > 0 {
+			fmt.Fprintf(c.Progress, "%s, %s, %s: %d requests failed: %s\n", name, c.DataPlane, m, res.Failed, failures(run.Results, 3))
+		}
 		if m == KVXDSPrefix {
 			res.Mode = Mode(fmt.Sprintf("kvxds prompt_prefix=%d%s", c.PromptPrefix, bareLabel(c)))
 		}
 		wr.Modes = append(wr.Modes, res)
+		if run.AdapterNote != "" {
+			wr.AdapterNote = run.AdapterNote
+		}
 		if q.BodyKey.HCL != "" && c.Progress != nil {
 			fmt.Fprintf(c.Progress, "%s: %d distinct %s keys\n", name, q.Sessions, q.BodyKey.Label)
 		}
@@ -367,6 +386,8 @@ func Targets(w *WorkloadReport) []Target {
 	ub, okUB := w.Mode(UpperBound)
 	kc, okKC := w.Mode(KVXDSConversation)
 	ix, okIX := w.Mode(Index)
+	ka, okKA := w.Mode(KVXDSAdapters)
+	il, okIL := w.Mode(IndexLLMDLoRA)
 	// The conversation key against what a client with a session id gets
 	// (chat), and against the approximate-index router (the workloads of
 	// clients that send none): hit rate within 5%, TTFT no worse.
@@ -399,6 +420,24 @@ func Targets(w *WorkloadReport) []Target {
 			add("kvxds client TTFT p95 ≤ 0.25 × round_robin", fmt.Sprintf("%s / %s = %.2f× (engine: %s / %s = %.2f×)",
 				secs(kv.ClientTTFT.P95), secs(rr.ClientTTFT.P95), t,
 				secs(kv.EngineTTFT.P95), secs(rr.EngineTTFT.P95), kv.EngineTTFT.P95/rr.EngineTTFT.P95), t <= 0.25)
+		}
+	case "multi-lora":
+		// Against the router that scores adapters per request (llm-d's
+		// lora-affinity scorer on its default profile), and the bound.
+		if okKA && okIL {
+			r := ka.SwapIns / il.SwapIns
+			add("kvxds+adapters swap-ins ≤ 0.25 × index-llmd+lora", fmt.Sprintf("%.0f / %.0f = %.2f× (%.1f / %.1f per 1k requests)",
+				ka.SwapIns, il.SwapIns, r, ka.SwapInsPer1k, il.SwapInsPer1k), ka.SwapIns <= 0.25*il.SwapIns)
+			t := ka.ClientTTFT.P95 / il.ClientTTFT.P95
+			add("kvxds+adapters client TTFT p95 ≤ 0.8 × index-llmd+lora", fmt.Sprintf("%s / %s = %.2f×",
+				secs(ka.ClientTTFT.P95), secs(il.ClientTTFT.P95), t), t <= 0.8)
+		}
+		if okKA && okUB {
+			r := ka.HitRate / ub.HitRate
+			add("kvxds+adapters hit rate ≥ 0.95 × upper bound", fmt.Sprintf("%.3f / %.3f = %.2f×", ka.HitRate, ub.HitRate, r), r >= 0.95)
+		}
+		if okKA {
+			add("kvxds+adapters max/mean queue depth ≤ 1.3", fmt.Sprintf("%.2f (kvxds: %s)", ka.Balance, ratioOr(kv.Balance, okKV)), ka.Balance <= 1.3)
 		}
 	case "unique-short":
 		if okKV && okRR {
@@ -462,4 +501,35 @@ func secs(s float64) string {
 	default:
 		return fmt.Sprintf("%.2fs", s)
 	}
+}
+
+// failures lists up to n distinct kinds of error of the failed results,
+// each with its count; errors naming a cluster the data plane did not
+// know are one kind, whichever cluster they name.
+func failures(res []reqResult, n int) string {
+	count := map[string]int{}
+	var order []string
+	for _, r := range res {
+		if r.Err == nil {
+			continue
+		}
+		e := r.Err.Error()
+		for _, kind := range []string{"unknown cluster selected for RPC", "no cluster "} {
+			if i := strings.Index(e, kind); i >= 0 {
+				e = e[:i+len(kind)] + "…"
+			}
+		}
+		if count[e] == 0 {
+			order = append(order, e)
+		}
+		count[e]++
+	}
+	var out []string
+	for _, e := range order[:min(n, len(order))] {
+		out = append(out, fmt.Sprintf("%d× %s", count[e], e))
+	}
+	if len(order) > n {
+		out = append(out, fmt.Sprintf("and %d more kinds", len(order)-n))
+	}
+	return strings.Join(out, "; ")
 }

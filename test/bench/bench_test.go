@@ -246,6 +246,9 @@ func TestPolicies(t *testing.T) {
 				if groups := len(p.Pools[0].Groups); groups != 0 != (m == KVXDSGroups) {
 					t.Errorf("%s: %d groups", m, groups)
 				}
+				if lora := p.Pools[0].LoRA; (lora != nil) != (m == KVXDSAdapters) {
+					t.Errorf("%s: adapters %v", m, lora)
+				}
 				deployed := strings.Contains(text, DeployedBlocks(scale))
 				if want := m.Deployable() && !bare; deployed != want {
 					t.Errorf("%s, bare %v: documented blocks %v, want %v:\n%s", m, bare, deployed, want, text)

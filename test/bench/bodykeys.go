@@ -8,20 +8,22 @@ import (
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
-// chatModel is the model name of every chat body the bench builds.
+// chatModel is the base model name the bench's chat bodies carry; a
+// request under a LoRA adapter names the adapter instead.
 const chatModel = "bench"
 
-// KeyBody is the OpenAI chat-completions body a client without a session
-// id sends for r (workload.ChatBody): its system prompt and first user
-// message as messages of their own, the rest of its prompt as one more.
-// A request without chat structure (a trace replay, a single-shot call)
-// is one user message.
+// KeyBody is the OpenAI chat-completions body a client sends for r
+// (workload.ChatBody), which Envoy's filters read: its model (r's adapter,
+// else chatModel), its system prompt and first user message as messages
+// of their own, the rest of its prompt as one more. A request without
+// chat structure (a trace replay, a single-shot call) is one user
+// message.
 func KeyBody(r *Request) []byte {
 	w := r.Request
 	if w.Lead == 0 {
 		w.System, w.Lead = 0, len(w.Prompt)
 	}
-	return workload.ChatBody(chatModel, w)
+	return workload.ChatBody(w.Model(chatModel), w)
 }
 
 // BodyKey is the key of a body-keyed kvxds mode: the policy's key block

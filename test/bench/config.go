@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
@@ -68,6 +69,16 @@ const (
 	// KV-utilisation scorers, max-score picker), in the load generator as
 	// Index is. It runs only when asked for (OptionalModes).
 	IndexLLMD Mode = "index-llmd"
+	// KVXDSAdapters is KVXDS (the deployed policy) plus an adapters block
+	// (AdaptersBlock): kvxds places each LoRA adapter on replicas of its
+	// own, sized to its demand, within Config.MaxLoRA slots per replica.
+	// It runs only when asked for (OptionalModes).
+	KVXDSAdapters Mode = "kvxds+adapters"
+	// IndexLLMDLoRA is IndexLLMD with llm-d's lora-affinity scorer added
+	// to the profile (LLMDConfig.LoRAWeight), reading each replica's
+	// vllm:lora_requests_info. It runs only when asked for
+	// (OptionalModes).
+	IndexLLMDLoRA Mode = "index-llmd+lora"
 	// UpperBound is computed offline: the same prompts in arrival order
 	// through one prefix cache as large as the whole fleet's.
 	UpperBound Mode = "upper-bound"
@@ -80,21 +91,22 @@ func AllModes() []Mode {
 
 // OptionalModes are the modes that run only when named.
 func OptionalModes() []Mode {
-	return []Mode{KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, Index, IndexLLMD}
+	return []Mode{KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, KVXDSAdapters, Index, IndexLLMD, IndexLLMDLoRA}
 }
 
 // Live reports whether the mode runs traffic (every mode but UpperBound).
 func (m Mode) Live() bool { return m != UpperBound }
 
 // Routed reports whether a router in the load generator picks each
-// request's replica (Index, IndexLLMD) instead of the data plane.
-func (m Mode) Routed() bool { return m == Index || m == IndexLLMD }
+// request's replica (Index, IndexLLMD, IndexLLMDLoRA) instead of the
+// data plane.
+func (m Mode) Routed() bool { return m == Index || m == IndexLLMD || m == IndexLLMDLoRA }
 
 // Hashed reports whether the mode's pool hashes on a key (the kvxds
 // modes), where hot keys apply.
 func (m Mode) Hashed() bool {
 	switch m {
-	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation:
+	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, KVXDSAdapters:
 		return true
 	}
 	return false
@@ -105,7 +117,7 @@ func (m Mode) Hashed() bool {
 // weights blocks.
 func (m Mode) Deployable() bool {
 	switch m {
-	case KVXDS, KVXDSBounded, KVXDSPrefix, KVXDSConversation:
+	case KVXDS, KVXDSBounded, KVXDSPrefix, KVXDSConversation, KVXDSAdapters:
 		return true
 	}
 	return false
@@ -252,6 +264,15 @@ type Config struct {
 	// the one a RunWorkload uses (default grpc-go).
 	DataPlanes []DataPlane
 	DataPlane  DataPlane
+	// MaxLoRA is every simulated replica's LoRA adapter slots (vLLM
+	// --max-loras), which its engine reports in vllm:lora_requests_info,
+	// and KVXDSAdapters' max_lora. Default 4: multi-lora's hot adapters
+	// and a few of its tail fit on a replica, not all 100 (vLLM's own
+	// default, 1, would swap on every second request under round robin).
+	MaxLoRA int
+	// AdapterLoad is the engine time of one adapter swap-in. Zero keeps
+	// the simulator's (sim.DefaultConfig).
+	AdapterLoad time.Duration
 	// BalanceFactor is KVXDSBounded's balance_factor (percent). Default
 	// 150, the default kvxds gives a pool with a prompt_prefix key.
 	BalanceFactor int
@@ -308,6 +329,12 @@ func (c Config) Defaults() Config {
 	}
 	if c.BalanceFactor == 0 {
 		c.BalanceFactor = 150
+	}
+	if c.MaxLoRA == 0 {
+		c.MaxLoRA = 4
+	}
+	if c.AdapterLoad == 0 {
+		c.AdapterLoad = sim.DefaultConfig().AdapterLoad
 	}
 	if c.GroupReplicas == 0 {
 		c.GroupReplicas = 2
@@ -394,6 +421,10 @@ func (c Config) Validate() error {
 		// What a policy accepts: a shorter prefix is the same for every
 		// chat body.
 		return fmt.Errorf("prompt prefix must be at least %d bytes, not %d", policy.MinPromptPrefix, c.PromptPrefix)
+	case c.MaxLoRA < 1 || c.MaxLoRA > fleet.MaxAdapterSlots:
+		return fmt.Errorf("max LoRA slots must be 1 to %d, not %d", fleet.MaxAdapterSlots, c.MaxLoRA)
+	case c.AdapterLoad < 0:
+		return fmt.Errorf("adapter load time must not be negative, not %v", c.AdapterLoad)
 	case c.BalanceFactor <= 100:
 		return fmt.Errorf("balance factor must be above 100 (percent of the mean load), not %d", c.BalanceFactor)
 	case c.GroupWeightLevels < 1:
@@ -467,6 +498,10 @@ func Profiles() map[string]Profile {
 			"90% of them behind one 2,000-token system prompt (125 blocks, cached wherever its conversations run); a " +
 			"replica holds its ≈1/8 share of the conversations plus the running requests, not the whole set",
 			WallFactor: 2},
+		"multi-lora": {KVBlocks: 4000, Why: "chat-apps' structure over 100 adapters: ≈140 live conversations of ≈1.5k tokens " +
+			"on average (≈200k tokens, ≈12.5k blocks) and 100 adapter system prompts of 100–400 tokens (≈1.6k blocks), " +
+			"each adapter's cache its own, across the fleet; a replica holds its ≈1/8 share plus ≈0.8k blocks of " +
+			"running requests, not the whole set"},
 		"unique-short": {KVBlocks: 3000, Why: "no prefix is ever reused; 48k tokens hold ≈200 running requests " +
 			"of ≈220 tokens, so the KV pool does not limit batching"},
 	}

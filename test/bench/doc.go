@@ -24,7 +24,15 @@
 // its prompt_prefix of Config.PromptPrefix bytes, or its conversation key
 // (the leading messages). The grpc-go clients compute the key as Envoy's
 // filter would and send it as x-session-id; the Envoy data plane runs the
-// served filter on the body. Config.Bare (--bare) renders kvxds,
+// served filter on the body. kvxds+adapters and index-llmd+lora, run
+// only when named, are for LoRA adapters (the multi-lora workload): the
+// deployed kvxds policy plus an adapters block (AdaptersBlock: each
+// adapter on replicas of its own within Config.MaxLoRA slots), and
+// LLMDRouter with llm-d's lora-affinity scorer on each replica's
+// vllm:lora_requests_info. Requests name their adapter in the chat body's
+// model (which Envoy's filter copies into x-kvxds-adapter) and, over gRPC,
+// in x-kvxds-adapter metadata; every replica has Config.MaxLoRA slots, and
+// the report counts each mode's swap-ins (sim:lora_swap_ins_total). Config.Bare (--bare) renders kvxds,
 // kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics,
 // escape and weights blocks: pure consistent hashing, for comparison.
 //

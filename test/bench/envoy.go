@@ -528,11 +528,17 @@ func (ec *envoyCluster) weightedRR(n uint64) int {
 
 // completionsBody is the OpenAI completions request the Envoy data plane
 // sends: the same prompt as the gRPC payload, so the engines see the same
-// tokens under both data planes; the prompt comes first.
+// tokens under both data planes; the prompt comes first. A request under
+// an adapter names it as the model, which the engine runs under (without
+// one, the engine's own base model).
 func completionsBody(r *Request) []byte {
-	b := make([]byte, 0, len(r.Prompt)+64)
+	b := make([]byte, 0, len(r.Prompt)+len(r.Adapter)+80)
 	b = append(b, `{"prompt":`...)
 	b = strconv.AppendQuote(b, r.Prompt) // workload text is printable ASCII
+	if r.Adapter != "" {
+		b = append(b, `,"model":`...)
+		b = strconv.AppendQuote(b, r.Adapter)
+	}
 	b = append(b, `,"max_tokens":`...)
 	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
 	b = append(b, `,"stream":true}`...)

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"encoding/binary"
 	"hash/fnv"
+	"slices"
 	"sync"
 )
 
@@ -30,6 +31,18 @@ import (
 //   - pkg/epp/framework/plugins/scheduling/picker/maxscore/picker.go: the
 //     highest weighted sum wins, equal scores in turn.
 //
+// With LoRAWeight, the profile also has llm-d's lora-affinity scorer
+// (pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/
+// lora_affinity.go), reading each replica's vllm:lora_requests_info as
+// the metrics extractor publishes it (the newest series' running and
+// waiting adapters and max_lora): 1 where the request's model is running,
+// else 0.8 where running plus waiting adapters are fewer than max_lora (a
+// free slot), else 0.6 where it is waiting, else 0. vLLM writes its
+// in-flight adapters into both labels, so an adapter in flight counts
+// twice against max_lora, as it does in llm-d. The request's model (its
+// adapter, or the base model) also seeds the prefix index's hash chain, as
+// llm-d's approximate prefix hashing does with the target model.
+//
 // The model leaves out what the default profile adds around the scoring
 // (flow control, the saturation detector's admission) and, with
 // autoTune, the block size raised to 64 tokens and the LRU sized from
@@ -47,6 +60,38 @@ type LLMDConfig struct {
 	MaxPrefixTokens int
 	// LRUCapacity is each replica's number of block hashes.
 	LRUCapacity int
+	// LoRAWeight weights the lora-affinity score; 0 leaves the scorer
+	// out (llm-d's default profile). DefaultLLMDLoRAWeight is the weight
+	// llm-d gives a scorer added to a profile without one.
+	LoRAWeight float64
+}
+
+// DefaultLLMDLoRAWeight is the lora-affinity scorer's weight in
+// IndexLLMDLoRA: llm-d's DefaultScorerWeight (pkg/epp/config/loader/
+// defaults.go), which a scorer named in a profile without a weight gets;
+// the default profile itself has no lora-affinity scorer.
+const DefaultLLMDLoRAWeight = 1.0
+
+// LoRAState is a replica's vllm:lora_requests_info as llm-d reads it:
+// the newest series' running_lora_adapters, waiting_lora_adapters and
+// max_lora.
+type LoRAState struct {
+	Running, Waiting []string
+	MaxLoRA          int
+}
+
+// loraAffinity is llm-d's lora-affinity score of a replica in state s for
+// a request under model.
+func loraAffinity(s LoRAState, model string) float64 {
+	switch {
+	case slices.Contains(s.Running, model):
+		return 1
+	case len(s.Running)+len(s.Waiting) < s.MaxLoRA:
+		return 0.8
+	case slices.Contains(s.Waiting, model):
+		return 0.6
+	}
+	return 0
 }
 
 // DefaultLLMDConfig is llm-d's default profile.
@@ -63,6 +108,9 @@ type LLMDRouter struct {
 	cfg LLMDConfig
 	// stats reads replica i's waiting requests and KV-cache usage.
 	stats func(i int) (waiting int, kvUsage float64)
+	// lora reads replica i's adapters (WithLoRA); nil without the
+	// lora-affinity scorer.
+	lora func(i int) LoRAState
 
 	mu      sync.Mutex
 	n       int
@@ -91,12 +139,25 @@ func NewLLMDRouter(n int, cfg LLMDConfig, stats func(i int) (int, float64)) *LLM
 	return x
 }
 
-// blockHashes cuts a prompt into blocks and chains their hashes.
-func (x *LLMDRouter) blockHashes(prompt string) []uint64 {
+// WithLoRA adds the lora-affinity scorer (weight cfg.LoRAWeight), which
+// reads replica i's adapters with lora, and returns x.
+func (x *LLMDRouter) WithLoRA(lora func(i int) LoRAState) *LLMDRouter {
+	x.lora = lora
+	return x
+}
+
+// blockHashes cuts a prompt into blocks and chains their hashes, the
+// first one onto the model's hash (none for "").
+func (x *LLMDRouter) blockHashes(prompt, model string) []uint64 {
 	size := x.cfg.BlockTokens * x.cfg.CharsPerToken
 	limit := x.cfg.MaxPrefixTokens / x.cfg.BlockTokens
 	var out []uint64
 	var prev [8]byte
+	if model != "" {
+		h := fnv.New64a()
+		h.Write([]byte(model))
+		binary.LittleEndian.PutUint64(prev[:], h.Sum64())
+	}
 	for i := 0; i < len(prompt) && len(out) < limit; i += size {
 		h := fnv.New64a()
 		h.Write(prev[:])
@@ -110,7 +171,7 @@ func (x *LLMDRouter) blockHashes(prompt string) []uint64 {
 
 // Scores returns each replica's weighted score for a prompt, and the
 // prompt's block hashes and per-replica matches.
-func (x *LLMDRouter) scores(hashes []uint64) (score []float64, match []int) {
+func (x *LLMDRouter) scores(hashes []uint64, model string) (score []float64, match []int) {
 	match = make([]int, x.n)
 	for _, h := range hashes {
 		s := x.holders[h]
@@ -142,17 +203,25 @@ func (x *LLMDRouter) scores(hashes []uint64) (score []float64, match []int) {
 			p = float64(match[i]) / float64(len(hashes))
 		}
 		score[i] = x.cfg.QueueWeight*q + x.cfg.KVWeight*(1-usage[i]) + x.cfg.PrefixWeight*p
+		if x.lora != nil {
+			score[i] += x.cfg.LoRAWeight * loraAffinity(x.lora(i), model)
+		}
 	}
 	return score, match
 }
 
 // Pick chooses the replica with the highest score (equal scores in turn)
 // and adds the prompt's blocks to its LRU.
-func (x *LLMDRouter) Pick(prompt string) int {
-	hashes := x.blockHashes(prompt)
+func (x *LLMDRouter) Pick(prompt string) int { return x.PickModel(prompt, "") }
+
+// PickModel is Pick for a request naming model (an adapter or the base
+// model; "" names none), which the lora-affinity scorer looks for and the
+// prefix index's hashes start from.
+func (x *LLMDRouter) PickModel(prompt, model string) int {
+	hashes := x.blockHashes(prompt, model)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	score, match := x.scores(hashes)
+	score, match := x.scores(hashes, model)
 	best := score[0]
 	for _, s := range score {
 		best = max(best, s)

@@ -26,21 +26,21 @@ func block(c byte) string { return strings.Repeat(string(c), 64) }
 
 func TestLLMDBlockHashes(t *testing.T) {
 	x, _ := newFakeLLMD(1, DefaultLLMDConfig())
-	if got := len(x.blockHashes(block('a') + block('b') + "tail")); got != 3 {
+	if got := len(x.blockHashes(block('a')+block('b')+"tail", "")); got != 3 {
 		t.Errorf("%d blocks, want 3 (the last one partial)", got)
 	}
 	// Chained: the same block after a different first block hashes apart.
-	ab, cb := x.blockHashes(block('a')+block('b')), x.blockHashes(block('c')+block('b'))
+	ab, cb := x.blockHashes(block('a')+block('b'), ""), x.blockHashes(block('c')+block('b'), "")
 	if ab[1] == cb[1] {
 		t.Error("block b hashes alike after different prefixes")
 	}
-	if again := x.blockHashes(block('a') + block('b')); again[1] != ab[1] {
+	if again := x.blockHashes(block('a')+block('b'), ""); again[1] != ab[1] {
 		t.Error("block hashes are not deterministic")
 	}
 	cfg := DefaultLLMDConfig()
 	cfg.MaxPrefixTokens = 32 // two blocks
 	y, _ := newFakeLLMD(1, cfg)
-	if got := len(y.blockHashes(strings.Repeat(block('a'), 5))); got != 2 {
+	if got := len(y.blockHashes(strings.Repeat(block('a'), 5), "")); got != 2 {
 		t.Errorf("%d blocks under a 2-block cap", got)
 	}
 }
@@ -72,12 +72,12 @@ func TestLLMDRouter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			x, f := newFakeLLMD(len(tc.wait), DefaultLLMDConfig())
 			for i, p := range tc.served {
-				x.commit(x.blockHashes(p), i)
+				x.commit(x.blockHashes(p, ""), i)
 			}
 			copy(f.waiting, tc.wait)
 			copy(f.kv, tc.kv)
 			if got := x.Pick(tc.prompt); got != tc.want {
-				score, match := x.scores(x.blockHashes(tc.prompt))
+				score, match := x.scores(x.blockHashes(tc.prompt, ""), "")
 				t.Errorf("Pick = %d, want %d (scores %v, matches %v)", got, tc.want, score, match)
 			}
 		})
@@ -89,14 +89,14 @@ func TestLLMDRouter(t *testing.T) {
 func TestLLMDQueueScore(t *testing.T) {
 	x, f := newFakeLLMD(3, DefaultLLMDConfig())
 	f.waiting = []int{4, 2, 0}
-	score, _ := x.scores(nil)
+	score, _ := x.scores(nil, "")
 	for i, want := range []float64{0 + 2, 2*0.5 + 2, 2*1 + 2} {
 		if math.Abs(score[i]-want) > 1e-9 {
 			t.Errorf("replica %d: score %v, want %v", i, score[i], want)
 		}
 	}
 	f.waiting = []int{3, 3, 3}
-	if score, _ := x.scores(nil); score[0] != 4 || score[2] != 4 {
+	if score, _ := x.scores(nil, ""); score[0] != 4 || score[2] != 4 {
 		t.Errorf("equal queues: scores %v, want 4 each", score)
 	}
 }
@@ -115,14 +115,14 @@ func TestLLMDTiesAndEviction(t *testing.T) {
 	// Replica 0 holds a; two more blocks of its own push it out.
 	x.turn = 0
 	x.Pick(block('a') + block('p'))
-	if s := x.holders[x.blockHashes(block('a'))[0]]; len(s) != 1 {
+	if s := x.holders[x.blockHashes(block('a'), "")[0]]; len(s) != 1 {
 		t.Fatalf("block a held by %v", s)
 	}
 	x.turn = 0
 	if got := x.Pick(block('q') + block('r')); got != 0 {
 		t.Fatalf("unmatched prompt went to %d, want 0 in turn", got)
 	}
-	if s := x.holders[x.blockHashes(block('a'))[0]]; len(s) != 0 {
+	if s := x.holders[x.blockHashes(block('a'), "")[0]]; len(s) != 0 {
 		t.Errorf("block a still held by %v after replica 0's LRU evicted it", s)
 	}
 	if m, b := x.Matched(); m != 1 || b != 7 {

@@ -148,6 +148,8 @@ type PolicyOptions struct {
 	// EscapeSet are attributes written into the deployed escape block
 	// (Config.EscapeSet).
 	EscapeSet []string
+	// MaxLoRA is KVXDSAdapters' max_lora (Config.MaxLoRA).
+	MaxLoRA int
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -170,13 +172,13 @@ func Policy(o PolicyOptions) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %q {\n  port = 10000\n", PoolName)
 	switch o.Mode {
-	case RoundRobin, Index, IndexLLMD:
+	case RoundRobin, Index, IndexLLMD, IndexLLMDLoRA:
 		// The index routers route around kvxds: the pool only feeds the
 		// samplers.
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	case LeastRequest:
 		b.WriteString("  load_balancing = \"least_request\"\n")
-	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation:
+	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, KVXDSAdapters:
 		key := fmt.Sprintf("header = %q", SessionHeader)
 		if o.BodyKey != "" {
 			key = o.BodyKey
@@ -280,6 +282,9 @@ func Policy(o PolicyOptions) (string, error) {
 		fmt.Fprintf(&b, "  group \"hot\" {\n    match {\n      header = %q\n      values = [%q]\n    }\n    replicas  = %d\n    exclusive = %t\n  }\n",
 			SessionHeader, o.GroupKey, o.GroupReplicas, !o.GroupShared)
 	}
+	if o.Mode == KVXDSAdapters {
+		b.WriteString(AdaptersBlock(o.TimeScale, o.MaxLoRA))
+	}
 	b.WriteString("}\n")
 	return b.String(), nil
 }
@@ -368,4 +373,30 @@ func escapeLines(set []string) string {
 		fmt.Fprintf(&b, "    %s\n", strings.TrimSpace(a))
 	}
 	return b.String()
+}
+
+// AdaptersBlock is KVXDSAdapters' adapters block as a policy written from
+// the policy reference has it for the bench's fleet: the base model the
+// clients name (chatModel, so that its requests use no adapter), the
+// engines' max_lora (which they also report, and kvxds believes), and the
+// default header and body field; the durations, whose defaults
+// (fleet.DefaultAdaptersInterval between two placement changes,
+// fleet.DefaultAdaptersHalfLife of an adapter's observed demand) are
+// engine time, divided by the time scale into kvxds's wall time, as
+// DeployedBlocks does.
+func AdaptersBlock(timeScale float64, maxLoRA int) string {
+	if !(timeScale > 0) {
+		timeScale = 1
+	}
+	wall := func(d time.Duration) string {
+		return time.Duration(float64(d) / timeScale).Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf(`  # LoRA adapters; durations in wall time at time scale %g.
+  adapters {
+    base_models = [%q]
+    max_lora    = %d
+    interval    = %q
+    half_life   = %q
+  }
+`, timeScale, chatModel, max(maxLoRA, 1), wall(fleet.DefaultAdaptersInterval), wall(fleet.DefaultAdaptersHalfLife))
 }

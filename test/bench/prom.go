@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -22,7 +24,10 @@ type EngineCounters struct {
 	PrefixQueries float64 // vllm:prefix_cache_queries_total
 	PrefixHits    float64 // vllm:prefix_cache_hits_total
 	Preemptions   float64 // vllm:num_preemptions_total
-	TTFT          Histogram
+	// LoRASwapIns is sim:lora_swap_ins_total: adapters loaded into a
+	// slot (0 where the page has none).
+	LoRASwapIns float64
+	TTFT        Histogram
 }
 
 // Histogram is a cumulative Prometheus histogram: Counts[i] observations
@@ -48,6 +53,7 @@ func (c EngineCounters) Add(d EngineCounters) EngineCounters {
 		PrefixQueries: c.PrefixQueries + d.PrefixQueries,
 		PrefixHits:    c.PrefixHits + d.PrefixHits,
 		Preemptions:   c.Preemptions + d.Preemptions,
+		LoRASwapIns:   c.LoRASwapIns + d.LoRASwapIns,
 		TTFT:          c.TTFT.merge(d.TTFT, 1),
 	}
 }
@@ -58,6 +64,7 @@ func (c EngineCounters) Sub(d EngineCounters) EngineCounters {
 		PrefixQueries: c.PrefixQueries - d.PrefixQueries,
 		PrefixHits:    c.PrefixHits - d.PrefixHits,
 		Preemptions:   c.Preemptions - d.Preemptions,
+		LoRASwapIns:   c.LoRASwapIns - d.LoRASwapIns,
 		TTFT:          c.TTFT.merge(d.TTFT, -1),
 	}
 }
@@ -180,6 +187,12 @@ func engineCounters(fams map[string]*dto.MetricFamily) (EngineCounters, error) {
 	c.PrefixQueries = pick(sim.MetricPrefixQueries)
 	c.PrefixHits = pick(sim.MetricPrefixHits)
 	c.Preemptions = pick(sim.MetricPreemptions)
+	// The simulator's own counter: optional, a vLLM page has none.
+	if _, ok := fams[sim.MetricLoRASwapIns]; ok {
+		c.LoRASwapIns = counter(sim.MetricLoRASwapIns)
+	} else if _, ok := fams[trimTotal(sim.MetricLoRASwapIns)]; ok {
+		c.LoRASwapIns = counter(trimTotal(sim.MetricLoRASwapIns))
+	}
 	f, ok := fams[sim.MetricTTFT]
 	if !ok {
 		if err == nil {
@@ -211,4 +224,44 @@ func trimTotal(name string) string {
 		return name[:len(name)-len(suffix)]
 	}
 	return name
+}
+
+// LoRAInfo reads vllm:lora_requests_info from a parsed /metrics page as
+// llm-d's metrics extractor does: of its series, the one with the newest
+// value (a Unix time) wins; its running_lora_adapters and
+// waiting_lora_adapters labels are comma-separated adapter names, and
+// max_lora the slots. ok is false when the page has no series.
+func LoRAInfo(fams map[string]*dto.MetricFamily) (s LoRAState, ok bool, err error) {
+	f := fams[sim.MetricLoRAInfo]
+	if f == nil {
+		return s, false, nil
+	}
+	var newest *dto.Metric
+	for _, m := range f.GetMetric() {
+		if newest == nil || m.GetGauge().GetValue() > newest.GetGauge().GetValue() {
+			newest = m
+		}
+	}
+	if newest == nil {
+		return s, false, nil
+	}
+	split := func(v string) []string {
+		if v == "" {
+			return nil
+		}
+		return strings.Split(v, ",")
+	}
+	for _, l := range newest.GetLabel() {
+		switch l.GetName() {
+		case "running_lora_adapters":
+			s.Running = split(l.GetValue())
+		case "waiting_lora_adapters":
+			s.Waiting = split(l.GetValue())
+		case "max_lora":
+			if s.MaxLoRA, err = strconv.Atoi(l.GetValue()); err != nil {
+				return s, false, fmt.Errorf("%s: max_lora %q: %w", sim.MetricLoRAInfo, l.GetValue(), err)
+			}
+		}
+	}
+	return s, true, nil
 }

@@ -173,6 +173,9 @@ func (wr *WorkloadReport) markdownTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "Client TTFT minus the engine's own TTFT of the same request (mean): %s.\n\n", strings.Join(notes, ", "))
 	}
+	if wr.Adapters > 0 {
+		wr.adaptersTable(w)
+	}
 	if wr.EscapeNote != "" {
 		fmt.Fprintf(w, "kvxds+weights: %s.\n\n", wr.EscapeNote)
 	}
@@ -192,6 +195,24 @@ func (wr *WorkloadReport) markdownTable(w io.Writer) {
 	}
 }
 
+// adaptersTable writes each live mode's adapter swap-ins and spread.
+func (wr *WorkloadReport) adaptersTable(w io.Writer) {
+	fmt.Fprintf(w, "LoRA adapters: %d named by the requests; each replica holds %d (max_lora) and pays a swap-in to load "+
+		"another. Swap-ins: sim:lora_swap_ins_total over the measured part; spread: the replicas each adapter's "+
+		"measured requests ran on, averaged over those requests.\n\n", wr.Adapters, wr.MaxLoRA)
+	fmt.Fprintf(w, "| mode | swap-ins | per 1,000 requests | replicas per adapter |\n|---|---|---|---|\n")
+	for _, m := range wr.Modes {
+		if !m.Mode.Live() {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", m.Mode, num(m.SwapIns, 0), num(m.SwapInsPer1k, 1), num(m.AdapterSpread, 2))
+	}
+	fmt.Fprintln(w)
+	if wr.AdapterNote != "" {
+		fmt.Fprintf(w, "kvxds+adapters: %s.\n\n", wr.AdapterNote)
+	}
+}
+
 // cpuSaturated is the fraction of the machine's cores above which a
 // mode's timings are flagged as distorted.
 const cpuSaturated = 0.85
@@ -203,7 +224,8 @@ func csvHeader() []string {
 		"ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "engine_ttft_p50_s", "engine_ttft_p95_s", "engine_ttft_p99_s",
 		"ttft_overhead_s", "throughput_rps", "throughput_tps", "queue_mean", "queue_busiest_mean", "queue_max",
 		"balance", "kv_usage_mean", "sessions_moved", "multi_request_sessions", "preemptions", "escapes",
-		"weight_moves", "cpu_cores", "machine_cores", "wall_s", "queue_mean_per_replica", "data_plane"}
+		"weight_moves", "cpu_cores", "machine_cores", "wall_s", "queue_mean_per_replica", "data_plane",
+		"lora_swap_ins", "lora_swap_ins_per_1k", "adapter_spread"}
 }
 
 // CSV writes one row per workload and mode.
@@ -234,7 +256,8 @@ func (r *Report) CSV(w io.Writer) error {
 				f(m.TTFTOverhead), f(m.ReqPerSec), f(m.TokPerSec), f(mean), f(busiest), strconv.Itoa(peak),
 				f(m.Balance), f(m.KVMean), strconv.Itoa(m.SessionsMoved), strconv.Itoa(m.MultiSessions),
 				f(m.Preemptions), strconv.Itoa(m.Escapes), strconv.Itoa(m.WeightMoves),
-				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " "), cmp.Or(string(wr.DataPlane), string(GRPCGo))}
+				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " "), cmp.Or(string(wr.DataPlane), string(GRPCGo)),
+				f(m.SwapIns), f(m.SwapInsPer1k), f(m.AdapterSpread)}
 			if err := cw.Write(row); err != nil {
 				return err
 			}

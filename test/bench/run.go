@@ -59,12 +59,16 @@ type liveRun struct {
 	Escapes     int              // transitions of a replica out of the hash table
 	WeightMoves int              // changes of a replica's weight
 	Policy      string
+	// AdapterNote says how kvxds placed the adapters (KVXDSAdapters).
+	AdapterNote string
 }
 
 // runLive runs one live mode on a fresh fleet and a fresh kvxds, through
 // data plane dp.
 func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataPlane) (*liveRun, error) {
-	reps, err := sim.StartFleet(c.Replicas, simConfig(w.KVBlocks, w.TimeScale))
+	scfg := simConfig(w.KVBlocks, w.TimeScale)
+	scfg.MaxLoRA, scfg.AdapterLoad = c.MaxLoRA, c.AdapterLoad
+	reps, err := sim.StartFleet(c.Replicas, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting the simulated fleet: %w", err)
 	}
@@ -88,7 +92,8 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
 		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared,
-		BalanceFactor: c.BalanceFactor, BodyKey: bodyKeyHCL(w, dp), Bare: c.Bare, NoHotKeys: c.NoHotKeys, EscapeSet: c.EscapeSet})
+		BalanceFactor: c.BalanceFactor, BodyKey: bodyKeyHCL(w, dp), Bare: c.Bare, NoHotKeys: c.NoHotKeys, EscapeSet: c.EscapeSet,
+		MaxLoRA: c.MaxLoRA})
 	if err != nil {
 		return nil, err
 	}
@@ -106,12 +111,26 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 		if g.clients, err = k.dialDirect(ctx, addrs); err != nil {
 			return nil, err
 		}
-		if mode == IndexLLMD {
-			g.index = NewLLMDRouter(len(reps), DefaultLLMDConfig(), func(i int) (int, float64) {
+		switch mode {
+		case IndexLLMD, IndexLLMDLoRA:
+			cfg := DefaultLLMDConfig()
+			if mode == IndexLLMDLoRA {
+				cfg.LoRAWeight = DefaultLLMDLoRAWeight
+			}
+			x := NewLLMDRouter(len(reps), cfg, func(i int) (int, float64) {
 				st := reps[i].Stats()
 				return st.Waiting, st.KVUsage
 			})
-		} else {
+			if mode == IndexLLMDLoRA {
+				// Read live, as the other signals are: the stand-in
+				// for llm-d's 50 ms scrape.
+				x.WithLoRA(func(i int) LoRAState {
+					st := reps[i].Stats()
+					return LoRAState{Running: st.LoRAInFlight, Waiting: st.LoRAInFlight, MaxLoRA: st.MaxLoRA}
+				})
+			}
+			g.index = x
+		default:
 			g.index = NewIndexRouter(len(reps), DefaultIndexConfig())
 		}
 	} else if dp == Envoy {
@@ -133,6 +152,11 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	if err := g.dispatch(ctx); err != nil {
 		return nil, err
+	}
+	if mode == KVXDSAdapters {
+		if run.AdapterNote, err = adapterPlacement(ctx, k.http, k.ctrl.AdminAddr(), c.Replicas, c.MaxLoRA); err != nil {
+			return nil, err
+		}
 	}
 	if c.Progress != nil && g.envoys != nil {
 		var sum adsenvoy.AccessLogStats
@@ -360,6 +384,11 @@ type Router interface {
 	Done(replica int)
 }
 
+// modelRouter is a Router that also reads the model a request names.
+type modelRouter interface {
+	PickModel(prompt, model string) int
+}
+
 // dispatcher replays one workload plan open-loop through the clients.
 type dispatcher struct {
 	cfg     Config
@@ -496,7 +525,12 @@ dispatch:
 				}
 			}
 			if g.index != nil {
-				at := g.index.Pick(r.Prompt)
+				var at int
+				if mr, ok := g.index.(modelRouter); ok {
+					at = mr.PickModel(r.Prompt, r.Model(chatModel))
+				} else {
+					at = g.index.Pick(r.Prompt)
+				}
 				res[i] = g.send(ctx, g.clients[at], r, start)
 				g.index.Done(at)
 			} else if g.envoys != nil {
@@ -546,7 +580,9 @@ dispatch:
 
 // send runs one request to completion, with header x-session-id =
 // r.Session, or none if r.Session is empty, and x-kvxds-spread = r.Spread
-// likewise.
+// and x-kvxds-adapter = r.Adapter likewise: a gRPC client names its
+// adapter in metadata, which its route matches and the engine runs
+// under.
 func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r *Request, start time.Time) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
 	ctx, cancel := context.WithCancel(ctx)
@@ -556,6 +592,9 @@ func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r 
 	}
 	if r.Spread != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, SpreadHeader, r.Spread)
+	}
+	if r.Adapter != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, sim.MDAdapter, r.Adapter)
 	}
 	stream, err := cl.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{
 		Payload: &testgrpc.Payload{Body: r.Body},

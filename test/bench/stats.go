@@ -68,6 +68,14 @@ type ModeResult struct {
 	SessionsMoved, MultiSessions int
 	// Preemptions is the increase of vllm:num_preemptions_total.
 	Preemptions float64
+	// SwapIns is the increase of sim:lora_swap_ins_total (adapters loaded
+	// into a slot), SwapInsPer1k the same per 1,000 measured requests.
+	SwapIns, SwapInsPer1k float64
+	// AdapterSpread is the mean, over the measured requests under an
+	// adapter, of the number of replicas their adapter's measured
+	// requests ran on (NaN without adapters): how widely each adapter,
+	// weighted by its traffic, is spread.
+	AdapterSpread float64
 	// Escapes counts replicas taken out of the hash table by kvxds and
 	// WeightMoves changes of a replica's weight (KVXDSWeights).
 	Escapes, WeightMoves int
@@ -136,6 +144,11 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 	m.HitRate, m.HitTokens, m.QueryToks = d.HitRate(), d.PrefixHits, d.PrefixQueries
 	m.EngineTTFT = histQuantiles(d.TTFT)
 	m.Preemptions = d.Preemptions
+	m.SwapIns = d.LoRASwapIns
+	if m.Measured > 0 {
+		m.SwapInsPer1k = 1000 * m.SwapIns / float64(m.Measured)
+	}
+	m.AdapterSpread = adapterSpread(w.Requests[w.Warmup:], run.Results[w.Warmup:])
 
 	// Client side.
 	var ttft []float64
@@ -254,7 +267,7 @@ func UpperBoundResult(reqs []Request, warm, blocks, blockSize int) ModeResult {
 		c.Insert(append(t, gen[:max(len(gen)-1, 0)]...))
 	}
 	m := ModeResult{Mode: UpperBound, Requests: len(reqs), Measured: len(reqs) - warm,
-		HitTokens: hits, QueryToks: queries,
+		HitTokens: hits, QueryToks: queries, SwapIns: nan(), SwapInsPer1k: nan(), AdapterSpread: nan(),
 		ClientTTFT: Quantiles{nan(), nan(), nan()}, EngineTTFT: Quantiles{nan(), nan(), nan()},
 		TTFTOverhead: nan(), ClientHitRate: nan(), ReqPerSec: nan(), TokPerSec: nan(), Balance: nan(), KVMean: nan(),
 		MachineCores: nan()}
@@ -272,4 +285,31 @@ func sessionOf(r *Request) string {
 		return r.Session
 	}
 	return r.Conversation
+}
+
+// adapterSpread is ModeResult.AdapterSpread of the requests reqs and
+// their results res (same length; failed requests left out).
+func adapterSpread(reqs []Request, res []reqResult) float64 {
+	on := map[string]map[string]bool{}
+	n := map[string]int{}
+	for i := range reqs {
+		a := reqs[i].Adapter
+		if a == "" || res[i].Err != nil || res[i].Replica == "" {
+			continue
+		}
+		if on[a] == nil {
+			on[a] = map[string]bool{}
+		}
+		on[a][res[i].Replica] = true
+		n[a]++
+	}
+	total, sum := 0, 0.0
+	for a, k := range n {
+		total += k
+		sum += float64(k * len(on[a]))
+	}
+	if total == 0 {
+		return math.NaN()
+	}
+	return sum / float64(total)
 }

@@ -458,5 +458,7 @@ func (e *engine) snapshot() Stats {
 	s.CachedBlocks = e.cache.CachedBlocks()
 	s.SimTime = e.now
 	s.LoRALoaded = e.lora.loadedNames()
+	s.LoRAInFlight = slices.Clone(e.lora.inflight)
+	s.MaxLoRA = e.lora.max
 	return s
 }

@@ -45,6 +45,13 @@ type Stats struct {
 	LoRAEvictions int64
 	// LoRALoaded lists the adapters holding a slot now, sorted.
 	LoRALoaded []string
+	// LoRAInFlight lists the adapters with a request waiting or running,
+	// in the order each first arrived, and MaxLoRA is the engine's slots:
+	// what the newest series of vllm:lora_requests_info says now (its
+	// running_lora_adapters and waiting_lora_adapters both hold the
+	// in-flight list, as vLLM writes them, and max_lora the slots).
+	LoRAInFlight []string
+	MaxLoRA      int
 
 	Waiting      int     // vllm:num_requests_waiting
 	Running      int     // vllm:num_requests_running

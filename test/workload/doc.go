@@ -42,7 +42,7 @@
 //     session key is the application, so one key carries 90% of the
 //     requests.
 //
-// One more, not among [Names] until the benchmark replays adapters:
+// LoRA adapters:
 //
 //   - multi-lora ([MultiLoRA]): chat over 100 LoRA adapters of one base
 //     model, each conversation bound to one adapter (Request.Adapter),

@@ -28,9 +28,6 @@ import (
 //
 // Conversations start as a Poisson process at rate / Turns.Expected();
 // each turn depends on the previous one. Lengths are in tokens.
-//
-// It is not among [Names]: every name there needs a benchmark profile
-// (its KV sizing), which the benchmark adds when it replays adapters.
 type MultiLoRAWorkload struct {
 	// Adapters is the number of adapters. Default 100.
 	Adapters int

@@ -84,6 +84,7 @@ var builtins = []struct {
 	{"agent-stateless", func() Generator { return AgentStateless() }},
 	{"retrieval", func() Generator { return Retrieval() }},
 	{"system-prompt", func() Generator { return SystemPrompt() }},
+	{"multi-lora", func() Generator { return MultiLoRA() }},
 }
 
 // ByName returns a new built-in generator with its default parameters:
@@ -91,7 +92,8 @@ var builtins = []struct {
 // prompts), "agent", "shared-prefix", "few-shot", "zipf-tenants",
 // "unique-short", or one of the workloads whose clients send no session
 // id: "chat-stateless", "branching", "agent-stateless", "retrieval"; or
-// "system-prompt", one hot system prompt in front of most conversations.
+// "system-prompt", one hot system prompt in front of most conversations; or
+// "multi-lora", chat over many LoRA adapters of one base model.
 func ByName(name string) (Generator, bool) {
 	for _, b := range builtins {
 		if b.name == name {

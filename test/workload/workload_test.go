@@ -99,7 +99,7 @@ func checkStream(t *testing.T, name string, reqs []Request, duration time.Durati
 
 func TestNamesAndByName(t *testing.T) {
 	want := []string{"chat", "chat-apps", "agent", "shared-prefix", "few-shot", "zipf-tenants", "unique-short",
-		"chat-stateless", "branching", "agent-stateless", "retrieval", "system-prompt"}
+		"chat-stateless", "branching", "agent-stateless", "retrieval", "system-prompt", "multi-lora"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
