@@ -105,6 +105,11 @@ bench: microbench clusterbench adsbench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
 	./bin/kvxds-bench --workload chat,zipf-tenants,system-prompt --modes round_robin,kvxds,kvxds+bounded,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes
 	./bin/kvxds-bench --workload zipf-tenants,system-prompt --modes kvxds --no-hot-keys --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/no-hot-keys
+	for n in 1 8; do \
+	  ./bin/kvxds-bench --workload chat,zipf-tenants,system-prompt --modes round_robin,least_request,kvxds,index,index-llmd,upper-bound --data-plane envoy --clients $$n --replicas 8 --load 0.7 --out bench-out/hotkeys/sessions-envoy-$$n && \
+	  ./bin/kvxds-bench --workload agent-stateless,retrieval --modes round_robin,least_request,kvxds+conversation,index,index-llmd,upper-bound --data-plane envoy --clients $$n --replicas 8 --load 0.7 --out bench-out/hotkeys/stateless-envoy-$$n || exit 1; \
+	done
+	./bin/kvxds-bench --workload retrieval --modes kvxds+prefix --prompt-prefix 2048 --data-plane envoy --clients 8 --replicas 8 --load 0.7 --out bench-out/hotkeys/retrieval-prefix-2048
 	./bin/kvxds-bench --workload zipf-tenants --modes kvxds+bounded --balance-factor 125 --data-plane envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/bounded-125
 	./bin/kvxds-bench --workload multi-lora --modes round_robin,kvxds,kvxds+adapters,index-llmd+lora,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --clients 8 --out bench-out/lora
 	./bin/kvxds-bench --trace $(MOONCAKE) --modes round_robin,least_request,kvxds,upper-bound --prefix-blocks 1,4,8 --time-scale 5 --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/trace
