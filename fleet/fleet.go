@@ -393,6 +393,10 @@ func (f Fleet) Normalize() Fleet {
 		}
 		if p.Hash.Hot != nil {
 			h := p.Hash.Hot.withDefaults()
+			h.Declared = slices.Clone(h.Declared)
+			slices.SortFunc(h.Declared, func(a, b DeclaredHotKey) int {
+				return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
+			})
 			p.Hash.Hot = &h
 			// Envoy reads the spread sub-key from the body.
 			if p.Hash.MaxBodyBytes == 0 {
@@ -475,6 +479,7 @@ func (f Fleet) Validate() error {
 		}
 		errs = append(errs, p.validateGroups()...)
 		errs = append(errs, p.validateHotKeys()...)
+		errs = append(errs, p.validateDeclared()...)
 		errs = append(errs, p.validateAdapters()...)
 		ids := map[string]bool{}
 		for _, e := range p.Endpoints {

@@ -45,6 +45,22 @@ type HotKeys struct {
 	// HalfLife is how fast a key's observed load is forgotten (a duration
 	// string in JSON).
 	HalfLife time.Duration `json:"-"`
+	// Declared are the values the operator declares always hot (the
+	// policy's declared blocks), sorted by key and value: values of
+	// header keys, for pools whose data plane sends no access logs
+	// (proxyless gRPC clients). They come from the policy, so every
+	// instance serves them without the leader's decisions.
+	Declared []DeclaredHotKey `json:"declared,omitempty"`
+}
+
+// DeclaredHotKey is a value of a header key of the chain that is always
+// hot: it is in the pool's table, spread over every replica, whatever
+// the logs say.
+type DeclaredHotKey struct {
+	// Key is the index in Hash.Keys of a header key.
+	Key int `json:"key"`
+	// Value is the header's value, as clients send it.
+	Value string `json:"value"`
 }
 
 // hotKeysJSON is HotKeys' serialised form: durations as Go duration
@@ -56,11 +72,13 @@ type hotKeysJSON struct {
 	LogCluster string  `json:"log_cluster"`
 	Interval   string  `json:"interval,omitempty"`
 	HalfLife   string  `json:"half_life,omitempty"`
+
+	Declared []DeclaredHotKey `json:"declared,omitempty"`
 }
 
 // MarshalJSON writes h with its durations as strings.
 func (h HotKeys) MarshalJSON() ([]byte, error) {
-	j := hotKeysJSON{Share: h.Share, Max: h.Max, SpreadBy: h.SpreadBy, LogCluster: h.LogCluster}
+	j := hotKeysJSON{Share: h.Share, Max: h.Max, SpreadBy: h.SpreadBy, LogCluster: h.LogCluster, Declared: h.Declared}
 	if h.Interval != 0 {
 		j.Interval = h.Interval.String()
 	}
@@ -76,7 +94,7 @@ func (h *HotKeys) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*h = HotKeys{Share: j.Share, Max: j.Max, SpreadBy: j.SpreadBy, LogCluster: j.LogCluster}
+	*h = HotKeys{Share: j.Share, Max: j.Max, SpreadBy: j.SpreadBy, LogCluster: j.LogCluster, Declared: j.Declared}
 	for _, d := range []struct {
 		name, s string
 		dst     *time.Duration
@@ -105,6 +123,9 @@ type HotKey struct {
 	// Spread is the number of sub-key buckets the key is spread over: a
 	// power of two, at least 2 and at most MaxSpread.
 	Spread int `json:"spread"`
+	// Declared says the entry is one of HotKeys.Declared rather than
+	// learned: it is never dropped for Max.
+	Declared bool `json:"declared,omitempty"`
 }
 
 // SpreadBits is the length of a spread sub-key's header value: that many
@@ -198,6 +219,32 @@ func (h HotKeys) validate() []error {
 	if h.Interval <= 0 || h.HalfLife <= 0 {
 		bad("interval %s and half-life %s must be positive", h.Interval, h.HalfLife)
 	}
+	if len(h.Declared) > h.Max {
+		bad("%d declared values, above max %d", len(h.Declared), h.Max)
+	}
+	for i, e := range h.Declared {
+		if why := CheckHotKeyValue(e.Value); why != "" {
+			bad("declared value %d: %s", i, why)
+		}
+		if i > 0 && cmp.Or(cmp.Compare(h.Declared[i-1].Key, e.Key), cmp.Compare(h.Declared[i-1].Value, e.Value)) >= 0 {
+			bad("declared value %d: not sorted by key and value, or repeated", i)
+		}
+	}
+	return errs
+}
+
+// validateDeclared reports declared values whose key is not a header key
+// of the pool's chain.
+func (p Pool) validateDeclared() []error {
+	if p.Balancer != ConsistentHash || p.Hash.Hot == nil {
+		return nil
+	}
+	var errs []error
+	for i, e := range p.Hash.Hot.Declared {
+		if e.Key < 0 || e.Key >= len(p.Hash.Keys) || p.Hash.Keys[e.Key].Header == "" {
+			errs = append(errs, fmt.Errorf("pool %q: hot keys: declared value %d: key %d is not a header key of the chain", p.Name, i, e.Key))
+		}
+	}
 	return errs
 }
 
@@ -221,27 +268,47 @@ func checkHotKey(p *Pool, e HotKey) string {
 		return fmt.Sprintf("key index %d outside the chain of %d keys", e.Key, len(p.Hash.Keys))
 	case p.Hash.Keys[e.Key].Cookie != "" || p.Hash.Keys[e.Key].QueryParameter != "":
 		return fmt.Sprintf("key %d is not a header or body key", e.Key)
-	case e.Value == "":
-		return "empty value"
-	case len(e.Value) > MaxHotKeyValue:
-		return fmt.Sprintf("value of %d bytes, above %d", len(e.Value), MaxHotKeyValue)
 	case e.Spread < 2 || e.Spread > MaxSpread || e.Spread&(e.Spread-1) != 0:
 		return fmt.Sprintf("spread %d is not a power of two in 2..%d", e.Spread, MaxSpread)
 	case math.IsNaN(e.Share) || e.Share < 0 || e.Share > 1:
 		return fmt.Sprintf("share %g outside [0, 1]", e.Share)
 	}
-	// Printable ASCII without surrounding spaces: what every client
-	// carries and compares unchanged in a header (gRPC metadata values
-	// are printable ASCII; HTTP strips surrounding whitespace).
-	for i := 0; i < len(e.Value); i++ {
-		if c := e.Value[i]; c < 0x20 || c > 0x7e {
+	return CheckHotKeyValue(e.Value)
+}
+
+// CheckHotKeyValue says why v cannot be a hot key's value, or "": it
+// must be 1 to MaxHotKeyValue bytes of printable ASCII without
+// surrounding spaces, what every client carries and compares unchanged
+// in a header (gRPC metadata values are printable ASCII; HTTP strips
+// surrounding whitespace).
+func CheckHotKeyValue(v string) string {
+	switch {
+	case v == "":
+		return "empty value"
+	case len(v) > MaxHotKeyValue:
+		return fmt.Sprintf("value of %d bytes, above %d", len(v), MaxHotKeyValue)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e {
 			return fmt.Sprintf("value byte %#x is not printable ASCII", c)
 		}
 	}
-	if e.Value[0] == ' ' || e.Value[len(e.Value)-1] == ' ' {
+	if v[0] == ' ' || v[len(v)-1] == ' ' {
 		return "value starts or ends with a space"
 	}
 	return ""
+}
+
+// compareKept orders a table by what stays under Max: declared entries
+// first, then the highest shares, then key and value.
+func compareKept(a, b HotKey) int {
+	if a.Declared != b.Declared {
+		if a.Declared {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(cmp.Compare(b.Share, a.Share), compareHotKeys(a, b))
 }
 
 // compareHotKeys orders a table by key index, then value.
@@ -282,9 +349,7 @@ func dropBadHotKeys(p *Pool) []HotKeyDrop {
 		keep = append(keep, e)
 	}
 	if n := p.Hash.Hot.Max; n > 0 && len(keep) > n {
-		slices.SortStableFunc(keep, func(a, b HotKey) int {
-			return cmp.Or(cmp.Compare(b.Share, a.Share), compareHotKeys(a, b))
-		})
+		slices.SortStableFunc(keep, compareKept)
 		for _, e := range keep[n:] {
 			drop(e, "beyond the pool's %d hot keys", n)
 		}

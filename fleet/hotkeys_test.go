@@ -99,6 +99,22 @@ func TestPrepareHotKeyTable(t *testing.T) {
 		t.Error("Prepare modified its input's table")
 	}
 
+	// A declared entry stays under max whatever the learned shares.
+	decl := hotPool(HotKey{Key: 0, Value: "z", Spread: 16, Declared: true},
+		HotKey{Key: 0, Value: "a", Share: 0.5, Spread: 4}, HotKey{Key: 0, Value: "b", Share: 0.4, Spread: 4})
+	decl.Hash.Hot.Max = 2
+	m, err = Prepare(Fleet{Pools: []Pool{decl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, k := range m.Fleet().Pools[0].HotKeys {
+		kept = append(kept, k.Value)
+	}
+	if want := []string{"a", "z"}; !reflect.DeepEqual(kept, want) {
+		t.Errorf("kept %q under max 2, want %q", kept, want)
+	}
+
 	// A pool without hot keys serves no table.
 	off := hotPool(HotKey{Key: 0, Value: "a", Spread: 2})
 	off.Hash.Hot = nil
@@ -111,13 +127,20 @@ func TestPrepareHotKeyTable(t *testing.T) {
 // Bad settings are the policy's to report; the model rejects them too.
 func TestValidateHotKeySettings(t *testing.T) {
 	for name, mutate := range map[string]func(h *HotKeys){
-		"share 1":          func(h *HotKeys) { h.Share = 1 },
-		"negative share":   func(h *HotKeys) { h.Share = -0.1 },
-		"max above 256":    func(h *HotKeys) { h.Max = MaxHotKeys + 1 },
-		"header spread":    func(h *HotKeys) { h.SpreadBy = HashKey{Header: "x"} },
-		"two spread keys":  func(h *HotKeys) { h.SpreadBy = HashKey{Conversation: true, PromptPrefix: 64} },
-		"negative spread":  func(h *HotKeys) { h.SpreadBy = HashKey{PromptPrefix: -1} },
-		"negative halving": func(h *HotKeys) { h.HalfLife = -time.Second },
+		"share 1":           func(h *HotKeys) { h.Share = 1 },
+		"negative share":    func(h *HotKeys) { h.Share = -0.1 },
+		"max above 256":     func(h *HotKeys) { h.Max = MaxHotKeys + 1 },
+		"header spread":     func(h *HotKeys) { h.SpreadBy = HashKey{Header: "x"} },
+		"two spread keys":   func(h *HotKeys) { h.SpreadBy = HashKey{Conversation: true, PromptPrefix: 64} },
+		"negative spread":   func(h *HotKeys) { h.SpreadBy = HashKey{PromptPrefix: -1} },
+		"negative halving":  func(h *HotKeys) { h.HalfLife = -time.Second },
+		"declared body key": func(h *HotKeys) { h.Declared = []DeclaredHotKey{{Key: 1, Value: "a"}} },
+		"declared cookie":   func(h *HotKeys) { h.Declared = []DeclaredHotKey{{Key: 2, Value: "a"}} },
+		"declared outside":  func(h *HotKeys) { h.Declared = []DeclaredHotKey{{Key: 3, Value: "a"}} },
+		"declared empty":    func(h *HotKeys) { h.Declared = []DeclaredHotKey{{Key: 0, Value: ""}} },
+		"declared tab":      func(h *HotKeys) { h.Declared = []DeclaredHotKey{{Key: 0, Value: "a\tb"}} },
+		"declared repeated": func(h *HotKeys) { h.Declared = []DeclaredHotKey{{Key: 0, Value: "a"}, {Key: 0, Value: "a"}} },
+		"declared over max": func(h *HotKeys) { h.Max = 1; h.Declared = []DeclaredHotKey{{Key: 0, Value: "a"}, {Key: 0, Value: "b"}} },
 	} {
 		p := hotPool()
 		mutate(p.Hash.Hot)
@@ -132,7 +155,7 @@ func TestValidateHotKeySettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := *m.Fleet().Pools[0].Hash.Hot; got != DefaultHotKeys() {
+	if got := *m.Fleet().Pools[0].Hash.Hot; !reflect.DeepEqual(got, DefaultHotKeys()) {
 		t.Errorf("defaults %+v, want %+v", got, DefaultHotKeys())
 	}
 	if p.Hash.Hot.Max != 0 {
@@ -153,7 +176,19 @@ func TestHotKeysJSON(t *testing.T) {
 		t.Errorf("JSON %s, want %s", b, want)
 	}
 	var back HotKeys
-	if err := json.Unmarshal(b, &back); err != nil || back != h {
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, h) {
+		t.Errorf("read back %+v, %v; want %+v", back, err, h)
+	}
+	// Declared values travel with the settings.
+	h.Declared = []DeclaredHotKey{{Key: 0, Value: "app-0"}}
+	if b, err = json.Marshal(h); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"declared":[{"key":0,"value":"app-0"}]`) {
+		t.Errorf("JSON %s lacks the declared values", b)
+	}
+	back = HotKeys{}
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, h) {
 		t.Errorf("read back %+v, %v; want %+v", back, err, h)
 	}
 	if err := json.Unmarshal([]byte(`{"interval":"soon"}`), &back); err == nil {

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -20,6 +23,15 @@ type hotKeysSpec struct {
 	Interval   *hcl.Attribute `hcl:"interval,optional"`
 	HalfLife   *hcl.Attribute `hcl:"half_life,optional"`
 	SpreadBy   []spreadBySpec `hcl:"spread_by,block"`
+	Declared   []declaredSpec `hcl:"declared,block"`
+}
+
+// declaredSpec is a hot_keys block's declared block: values of one header
+// key of the chain that are always hot.
+type declaredSpec struct {
+	DefRange hcl.Range      `hcl:",def_range"`
+	Header   *hcl.Attribute `hcl:"header,optional"`
+	Values   *hcl.Attribute `hcl:"values,optional"`
 }
 
 func (s hotKeysSpec) defRange() hcl.Range { return s.DefRange }
@@ -97,6 +109,7 @@ func (d *decoder) hotKeysBlock(spec *hotKeysSpec, keys []fleet.HashKey) (fleet.H
 		}
 		*t.dst = dur
 	}
+	h.Declared = d.declared(spec.Declared, keys, h.Max, spec.Max)
 	atMostOne(d, spec.SpreadBy, "a", "spread_by", "This hot_keys block", keepOne)
 	for i := range spec.SpreadBy {
 		if k, ok := d.spreadBy(&spec.SpreadBy[i], keys); ok && i == 0 {
@@ -147,6 +160,109 @@ func (d *decoder) spreadBy(spec *spreadBySpec, keys []fleet.HashKey) (fleet.Hash
 		}
 	}
 	return k, true
+}
+
+// declared decodes a hot_keys block's declared blocks: each names a
+// header key of the chain and its values that are always hot. Together
+// they hold at most max values (maxAttr is the block's max, nil when
+// unset). The result is sorted by key and value.
+func (d *decoder) declared(specs []declaredSpec, keys []fleet.HashKey, max int, maxAttr *hcl.Attribute) []fleet.DeclaredHotKey {
+	var out []fleet.DeclaredHotKey
+	seen := map[fleet.DeclaredHotKey]bool{}
+	headers := map[int]hcl.Range{}
+	for i := range specs {
+		spec := &specs[i]
+		key, ok := d.declaredHeader(spec, keys)
+		if ok {
+			if first, dup := headers[key]; dup {
+				d.errorf(spec.Header.Expr.Range(), "Duplicate declared header",
+					"Header %q already has a declared block at line %d; list all its values there.", keys[key].Header, first.Start.Line)
+				ok = false
+			} else {
+				headers[key] = spec.DefRange
+			}
+		}
+		a := spec.Values
+		if a == nil {
+			d.errorf(spec.DefRange, "Missing values",
+				`A declared block needs values, the header values that are always hot, as in declared { header = "x-tenant-id" values = ["acme"] }.`)
+			continue
+		}
+		v, good := d.value(a.Name, a.Expr, cty.List(cty.String), "a list of strings")
+		if !good {
+			continue
+		}
+		if v.LengthInt() == 0 {
+			d.errorf(a.Expr.Range(), "Empty values", `A declared block declares no hot value; list the values that are always hot, as in values = ["acme"], or remove the block.`)
+			continue
+		}
+		for _, e := range v.AsValueSlice() {
+			if e.IsNull() {
+				d.errorf(a.Expr.Range(), "Invalid hot value", "values must not hold null.")
+				continue
+			}
+			s := e.AsString()
+			if why := fleet.CheckHotKeyValue(s); why != "" {
+				d.errorf(a.Expr.Range(), "Invalid hot value",
+					"%q cannot be a hot value: %s; a hot value is 1 to %d bytes of printable ASCII without surrounding spaces, as clients send it in the header.", s, why, fleet.MaxHotKeyValue)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			k := fleet.DeclaredHotKey{Key: key, Value: s}
+			if seen[k] {
+				d.errorf(a.Expr.Range(), "Duplicate hot value", "%q is listed twice; list each value once.", s)
+				continue
+			}
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	if len(out) > max {
+		subject := specs[0].DefRange
+		detail := fmt.Sprintf("The declared blocks list %d hot values, above this block's max of %d hot keys (the default is %d); declared values count in max: raise max or declare fewer.", len(out), max, fleet.DefaultHotKeysMax)
+		if maxAttr != nil {
+			subject = maxAttr.Expr.Range()
+		}
+		d.errorf(subject, "Too many declared values", "%s", detail)
+	}
+	slices.SortFunc(out, func(a, b fleet.DeclaredHotKey) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
+	})
+	return out
+}
+
+// declaredHeader decodes a declared block's header: a header key of the
+// chain, returned as its index.
+func (d *decoder) declaredHeader(spec *declaredSpec, keys []fleet.HashKey) (int, bool) {
+	a := spec.Header
+	if a == nil {
+		d.errorf(spec.DefRange, "Missing header",
+			`A declared block needs header, the header key of the chain its values belong to, as in declared { header = "x-tenant-id" values = ["acme"] }.`)
+		return 0, false
+	}
+	h, ok := d.str(a.Name, a.Expr)
+	if !ok {
+		return 0, false
+	}
+	var headers []string
+	for i, k := range keys {
+		if k.Header != "" && strings.EqualFold(k.Header, h) {
+			return i, true
+		}
+		if k.Header != "" {
+			headers = append(headers, fmt.Sprintf("%q", k.Header))
+		}
+	}
+	if len(headers) == 0 {
+		d.errorf(a.Expr.Range(), "Declared header not in the chain",
+			"Header %q is not a key of this hash block, which has no header key: declared values are values of a header key (clients send them; body keys are hashes Envoy computes). Add key { header = %q } to the chain.", h, strings.ToLower(h))
+		return 0, false
+	}
+	d.errorf(a.Expr.Range(), "Declared header not in the chain",
+		"Header %q is not a header key of this hash block; name one of %s.", h, strings.Join(headers, ", "))
+	return 0, false
 }
 
 // checkClusterName checks an Envoy cluster name: not empty, printable.

@@ -42,6 +42,18 @@ func TestHotKeysBlock(t *testing.T) {
       spread_by { json_field = "metadata.conversation_id" }
     }`), &fleet.HotKeys{Share: 0.125, Max: 256, LogCluster: "xds_cluster", Interval: 30 * time.Second, HalfLife: 5 * time.Minute,
 			SpreadBy: fleet.HashKey{JSONField: "metadata.conversation_id"}}},
+		{"declared", pool("", `hot_keys {
+      max = 3
+      declared {
+        header = "X-Tenant"
+        values = ["globex", "acme", "app-0"]
+      }
+    }`), func() *fleet.HotKeys {
+			h := fleet.DefaultHotKeys()
+			h.Max = 3
+			h.Declared = []fleet.DeclaredHotKey{{Key: 0, Value: "acme"}, {Key: 0, Value: "app-0"}, {Key: 0, Value: "globex"}}
+			return &h
+		}()},
 		{"prompt prefix", pool("", `hot_keys {
       spread_by { prompt_prefix = 2048 }
     }`), func() *fleet.HotKeys {

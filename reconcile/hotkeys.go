@@ -423,38 +423,75 @@ func keyName(keys []fleet.HashKey, i int) string {
 }
 
 // WithHotKeys puts each pool's hot-key table into f: pools that hash
-// with hot keys on take their table's entries that name a key of their
-// chain and a valid spread, sorted by key and value; other pools none.
+// with hot keys on take their declared values (Hot.Declared, spread over
+// every healthy replica) and their table's entries that name a key of
+// their chain and a valid spread, sorted by key and value; other pools
+// none. Declared values come from the policy, so every instance serves
+// them alike, leader or not, with logs or without.
 func WithHotKeys(f fleet.Fleet, tables HotTables) fleet.Fleet {
+	byID := func(a, b fleet.HotKey) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
+	}
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		p.HotKeys = nil
 		if p.Balancer != fleet.ConsistentHash || p.Hash.Hot == nil {
 			continue
 		}
+		declared := declaredHotKeys(p)
 		var keys []fleet.HotKey
 		for _, k := range tables[p.Name] {
 			if k.Key < 0 || k.Key >= len(p.Hash.Keys) || k.Spread < 2 || k.Spread > fleet.MaxSpread ||
 				k.Spread&(k.Spread-1) != 0 || !hotkeys.ValidValue(k.Value) {
 				continue
 			}
+			if _, ok := slices.BinarySearchFunc(declared, k, byID); ok {
+				continue // declared: served as declared, not twice
+			}
+			k.Declared = false
 			keys = append(keys, k)
-		}
-		byID := func(a, b fleet.HotKey) int {
-			return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
 		}
 		slices.SortStableFunc(keys, byID)
 		keys = slices.CompactFunc(keys, func(a, b fleet.HotKey) bool { return byID(a, b) == 0 })
-		// A table decided under a larger max (a policy edit the leader
-		// has not yet decided under): its highest shares.
-		if max := p.Hash.Hot.Max; max > 0 && len(keys) > max {
+		// Learned entries fill what the declared values leave of max;
+		// a table decided under a larger max (a policy edit the leader
+		// has not yet decided under) keeps its highest shares.
+		if room := max(p.Hash.Hot.Max-len(declared), 0); p.Hash.Hot.Max > 0 && len(keys) > room {
 			slices.SortStableFunc(keys, func(a, b fleet.HotKey) int { return cmp.Or(cmp.Compare(b.Share, a.Share), byID(a, b)) })
-			keys = keys[:max]
-			slices.SortFunc(keys, byID)
+			keys = keys[:room]
 		}
-		p.HotKeys = keys
+		keys = append(keys, declared...)
+		slices.SortFunc(keys, byID)
+		if len(keys) > 0 {
+			p.HotKeys = keys
+		}
 	}
 	return f
+}
+
+// declaredHotKeys are a pool's declared values as table entries, sorted
+// by key and value: each spread as widely as a key filling every healthy
+// replica (hotkeys.Spread(1, healthy)), with share 1, since nothing
+// measured it.
+func declaredHotKeys(p *fleet.Pool) []fleet.HotKey {
+	if len(p.Hash.Hot.Declared) == 0 {
+		return nil
+	}
+	healthy := 0
+	for _, e := range p.Endpoints {
+		if e.Health == fleet.Healthy {
+			healthy++
+		}
+	}
+	spread := hotkeys.Spread(1, healthy)
+	out := make([]fleet.HotKey, 0, len(p.Hash.Hot.Declared))
+	for _, d := range p.Hash.Hot.Declared {
+		out = append(out, fleet.HotKey{Key: d.Key, Value: d.Value, Share: 1, Spread: spread, Declared: true})
+	}
+	slices.SortFunc(out, func(a, b fleet.HotKey) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
+	})
+	return slices.CompactFunc(out, func(a, b fleet.HotKey) bool { return a.Key == b.Key && a.Value == b.Value })
 }
 
 // envoyResources are the Envoy resources of a pushed model: the sink's

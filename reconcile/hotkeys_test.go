@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/hotkeys"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/server"
@@ -88,6 +89,63 @@ func TestWithHotKeys(t *testing.T) {
 	want = []fleet.HotKey{{Key: 0, Value: "a", Share: 0.5, Spread: 8}, {Key: 1, Value: "00000000000000ff", Share: 0.3, Spread: 4}}
 	if got := f.Pools[0].HotKeys; !reflect.DeepEqual(got, want) {
 		t.Errorf("chat's table over max = %+v, want %+v", got, want)
+	}
+}
+
+// Declared values are in the table without any decision (a follower
+// without the leader's document, a pool no log reaches), spread over
+// every healthy replica, counted in max before the learned entries, and
+// never twice.
+func TestWithHotKeysDeclared(t *testing.T) {
+	p := withHot(t, mustParse(t, hotPolicy), "chat", time.Second)
+	p.Pools[0].Hash.Hot.Max = 3
+	p.Pools[0].Hash.Hot.Declared = []fleet.DeclaredHotKey{{Key: 0, Value: "app-0"}, {Key: 0, Value: "acme"}}
+	wide := hotkeys.Spread(1, 4) // four healthy replicas
+	if wide != 64 {
+		t.Fatalf("Spread(1, 4) = %d, want 64", wide)
+	}
+	declared := []fleet.HotKey{
+		{Key: 0, Value: "acme", Share: 1, Spread: wide, Declared: true},
+		{Key: 0, Value: "app-0", Share: 1, Spread: wide, Declared: true},
+	}
+	for _, tc := range []struct {
+		name  string
+		table []fleet.HotKey
+		want  []fleet.HotKey
+	}{
+		{"no table", nil, declared},
+		{"learned beside", []fleet.HotKey{{Key: 0, Value: "b", Share: 0.2, Spread: 2}},
+			[]fleet.HotKey{declared[0], declared[1], {Key: 0, Value: "b", Share: 0.2, Spread: 2}}},
+		{"learned too", []fleet.HotKey{{Key: 0, Value: "app-0", Share: 0.9, Spread: 8}}, declared},
+		{"over max", []fleet.HotKey{
+			{Key: 0, Value: "b", Share: 0.2, Spread: 2},
+			{Key: 1, Value: "00000000000000ff", Share: 0.3, Spread: 4},
+		}, []fleet.HotKey{declared[0], declared[1], {Key: 1, Value: "00000000000000ff", Share: 0.3, Spread: 4}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := WithHotKeys(Join(p, StaticTargets(p), nil), HotTables{"chat": tc.table})
+			if got := f.Pools[0].HotKeys; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("chat's table = %+v, want %+v", got, tc.want)
+			}
+			m, err := fleet.Prepare(f)
+			if err != nil {
+				t.Fatalf("the model does not prepare: %v", err)
+			}
+			if got := m.Fleet().Pools[0].HotKeys; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("prepared table = %+v, want %+v (drops %+v)", got, tc.want, m.HotKeyDrops())
+			}
+		})
+	}
+	// A replica out of the table narrows the spread to what the healthy
+	// ones fill.
+	targets := StaticTargets(p)
+	f := Join(p, targets, nil)
+	for i := range f.Pools[0].Endpoints[1:] {
+		f.Pools[0].Endpoints[1+i].Health = fleet.Draining
+	}
+	f = WithHotKeys(f, nil)
+	if got, want := f.Pools[0].HotKeys[0].Spread, hotkeys.Spread(1, 1); got != want {
+		t.Errorf("spread with one healthy replica %d, want %d", got, want)
 	}
 }
 

@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		clients    = fs.Int("clients", 2, "grpc-go xDS clients, or simulated Envoys on the envoy data plane, sharing the requests (each its own xDS node, connections and requests in flight)")
 		bare       = fs.Bool("bare", false, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics, escape and weights blocks: pure consistent hashing (default: those blocks at their documented defaults)")
 		escapeSet  = fs.String("escape-set", "", "semicolon-separated attributes written into every kvxds mode's deployed escape block, as in \"max_kv_occupancy = 1\": the ablation of a threshold (default: the documented defaults)")
+		hotValues  = fs.String("hot-values", "", "comma-separated values of the session header every kvxds mode declares always hot (hash { hot_keys { declared { header = \"x-session-id\" values = [...] } } }), as an operator of a pool without access logs does; not with a body key")
 		noHotKeys  = fs.Bool("no-hot-keys", false, "every kvxds mode with hot keys off (hash { hot_keys { enabled = false } }), and the grpc-go clients send no x-kvxds-spread: the ablation (default: hot keys at kvxds's defaults, interval and half-life divided by the time scale; grpc-go clients send each request's spread sub-key from its conversation key)")
 		echo       = fs.Bool("echo-replies", true, "next turns re-send the engine's own reply (see test/bench.PrepareRequests)")
 		budget     = fs.Float64("message-budget", 40000, "streamed tokens per wall second the automatic time scale aims at")
@@ -176,6 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Clients:           *clients,
 		Bare:              *bare,
 		NoHotKeys:         *noHotKeys,
+		HotValues:         splitNonEmpty(*hotValues, ","),
 		EscapeSet:         splitNonEmpty(*escapeSet, ";"),
 		EchoReplies:       *echo,
 		Rolling:           rolling,

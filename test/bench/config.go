@@ -216,6 +216,11 @@ type Config struct {
 	// at kvxds's defaults (HotKeysBlock), and the grpc-go clients send
 	// each request's spread sub-key, computed from its conversation key.
 	NoHotKeys bool
+	// HotValues are values of the session header that every kvxds mode
+	// declares always hot (hash { hot_keys { declared { } } }): what an
+	// operator of a pool without access logs (proxyless gRPC clients)
+	// declares. Empty declares none.
+	HotValues []string
 	// EscapeSet are attributes ("max_kv_occupancy = 1") written into the
 	// deployed escape block of every kvxds mode: the ablation of one
 	// threshold. Empty keeps the documented defaults.

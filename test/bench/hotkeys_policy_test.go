@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 )
 
@@ -28,7 +30,7 @@ func TestHotKeysBlock(t *testing.T) {
 		{scale: 1, off: true, want: map[string]string{"enabled": "false"}},
 		{scale: 15, off: true, want: map[string]string{"enabled": "false"}},
 	} {
-		text := HotKeysBlock(tc.scale, tc.off)
+		text := HotKeysBlock(tc.scale, tc.off, nil)
 		if tc.want == nil {
 			if text != "" {
 				t.Errorf("scale %g: %q, want nothing", tc.scale, text)
@@ -99,5 +101,29 @@ func TestPolicyHotKeys(t *testing.T) {
 				t.Errorf("%s: hot keys %v under off = %v", m, p.Pools[0].Hash.Hot != nil, off)
 			}
 		}
+	}
+}
+
+// --hot-values declares values of the session header always hot in every
+// hash mode, at any time scale, and a body-keyed pool refuses them.
+func TestPolicyHotValues(t *testing.T) {
+	for _, scale := range []float64{1, 15} {
+		text, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: []string{"127.0.0.1:8001"}, TimeScale: scale,
+			Scrape: 250 * time.Millisecond, Escape: DefaultEscape().Resolve(6), HotValues: []string{"app-0", "app-1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, diags := policy.Parse([]byte(text), "kvxds.hcl")
+		if diags.HasErrors() {
+			t.Fatalf("scale %g: %s\n%s", scale, policy.Format(diags), text)
+		}
+		want := []fleet.DeclaredHotKey{{Key: 0, Value: "app-0"}, {Key: 0, Value: "app-1"}}
+		if hot := p.Pools[0].Hash.Hot; hot == nil || !reflect.DeepEqual(hot.Declared, want) {
+			t.Errorf("scale %g: hot keys %+v, want declared %+v:\n%s", scale, hot, want, text)
+		}
+	}
+	if _, err := Policy(PolicyOptions{Mode: KVXDSConversation, Endpoints: []string{"127.0.0.1:8001"}, TimeScale: 1,
+		BodyKey: "conversation = true", HotValues: []string{"app-0"}}); err == nil {
+		t.Error("hot values accepted in a body-keyed pool")
 	}
 }

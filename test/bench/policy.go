@@ -145,6 +145,9 @@ type PolicyOptions struct {
 	Bare bool
 	// NoHotKeys turns the hash modes' hot keys off (Config.NoHotKeys).
 	NoHotKeys bool
+	// HotValues are values of SessionHeader declared always hot in the
+	// hash modes (Config.HotValues).
+	HotValues []string
 	// EscapeSet are attributes written into the deployed escape block
 	// (Config.EscapeSet).
 	EscapeSet []string
@@ -188,7 +191,10 @@ func Policy(o PolicyOptions) (string, error) {
 		if o.Mode == KVXDSBounded {
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
 		}
-		b.WriteString(HotKeysBlock(o.TimeScale, o.NoHotKeys))
+		if len(o.HotValues) > 0 && o.BodyKey != "" {
+			return "", fmt.Errorf("hot values are values of %s, which a body-keyed pool does not key on", SessionHeader)
+		}
+		b.WriteString(HotKeysBlock(o.TimeScale, o.NoHotKeys, o.HotValues))
 		b.WriteString("  }\n")
 	default:
 		return "", fmt.Errorf("mode %q has no policy", o.Mode)
@@ -346,24 +352,36 @@ func DeployedBlocks(timeScale float64, escapeSet ...string) string {
 // (fleet.DefaultHotKeysInterval between two table changes,
 // fleet.DefaultHotKeysHalfLife of a key's observed load) are engine time
 // and so are divided by the time scale into kvxds's wall time, as
-// DeployedBlocks does; the block is left out at scale 1. off turns hot
-// keys off instead (the ablation, Config.NoHotKeys).
-func HotKeysBlock(timeScale float64, off bool) string {
+// DeployedBlocks does; the durations are left out at scale 1. values,
+// if any, are declared always hot, as values of SessionHeader (a
+// declared block). off turns hot keys off instead (the ablation,
+// Config.NoHotKeys).
+func HotKeysBlock(timeScale float64, off bool, values []string) string {
 	if off {
 		return "    hot_keys { enabled = false }\n"
 	}
-	if !(timeScale > 0) || timeScale == 1 {
+	var b strings.Builder
+	if timeScale > 0 && timeScale != 1 {
+		wall := func(d time.Duration) string {
+			return time.Duration(float64(d) / timeScale).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "      # durations in wall time at time scale %g\n      interval  = %q\n      half_life = %q\n",
+			timeScale, wall(fleet.DefaultHotKeysInterval), wall(fleet.DefaultHotKeysHalfLife))
+	}
+	if len(values) > 0 {
+		quoted := make([]string, len(values))
+		for i, v := range values {
+			quoted[i] = fmt.Sprintf("%q", v)
+		}
+		fmt.Fprintf(&b, "      declared {\n        header = %q\n        values = [%s]\n      }\n", SessionHeader, strings.Join(quoted, ", "))
+		if len(values) > fleet.DefaultHotKeysMax {
+			fmt.Fprintf(&b, "      max = %d\n", len(values))
+		}
+	}
+	if b.Len() == 0 {
 		return ""
 	}
-	wall := func(d time.Duration) string {
-		return time.Duration(float64(d) / timeScale).Round(time.Millisecond).String()
-	}
-	return fmt.Sprintf(`    # Hot keys at their defaults; durations in wall time at time scale %g.
-    hot_keys {
-      interval  = %q
-      half_life = %q
-    }
-`, timeScale, wall(fleet.DefaultHotKeysInterval), wall(fleet.DefaultHotKeysHalfLife))
+	return "    # Hot keys at their defaults.\n    hot_keys {\n" + b.String() + "    }\n"
 }
 
 // escapeLines writes each attribute on its own line of the escape block.

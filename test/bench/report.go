@@ -101,6 +101,9 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys))
+	if len(r.Config.HotValues) > 0 && !r.Config.NoHotKeys {
+		fmt.Fprintf(w, "Declared always hot (--hot-values) in every kvxds mode: %s = %s.\n\n", SessionHeader, strings.Join(r.Config.HotValues, ", "))
+	}
 	for i := range r.Workloads {
 		wr := &r.Workloads[i]
 		wr.markdownTable(w)
