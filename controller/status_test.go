@@ -84,7 +84,7 @@ func TestStatusEndpoint(t *testing.T) {
 		if rep.Source != "static" || rep.QueueDepth == nil || rep.TableShare == nil {
 			t.Errorf("replica %+v: want a static replica with its queue and share", rep)
 		}
-		if rep.Address == engines[1].addr && rep.Reason != "queue depth 50 ≥ 10" {
+		if rep.Address == engines[1].addr && rep.Reason != "queue depth 50 ≥ 10 and ≥ 2× its peers' mean" {
 			t.Errorf("saturated replica's reason %q", rep.Reason)
 		}
 	}

@@ -94,7 +94,12 @@ pool "chat" {
     interval = "250ms"
     timeout  = "200ms"
   }
-  escape { max_queue_depth = 2 }
+  # Absolute thresholds: both replicas queue alike, and the pool must
+  # fall back when both saturate (relative ones would judge neither).
+  escape {
+    max_queue_depth = 2
+    relative_queue  = 0
+  }
 }
 `
 	leader := startKVXDS(t, "leader", pool)
