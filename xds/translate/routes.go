@@ -96,6 +96,10 @@ func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Rout
 	}
 	var routes []*routev3.Route
 	for _, g := range p.Groups {
+		if !g.Routed() {
+			// Its cluster is served without routes (fleet.StageAdding).
+			continue
+		}
 		inner := slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return k.Header == g.Header })
 		hp := hashPolicies(inner)
 		cluster := p.Name
@@ -130,6 +134,10 @@ func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Ro
 	hp := hashPolicies(slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return strings.ToLower(k.Header) == header }))
 	routes := make([]*routev3.Route, 0, len(p.Adapters))
 	for _, a := range p.Adapters {
+		if !a.Routed() {
+			// Its cluster is served without a route (fleet.StageAdding).
+			continue
+		}
 		cluster := p.Name
 		if groupTables(kind) {
 			cluster = a.ClusterName(p.Name)
