@@ -98,15 +98,15 @@ type Reconciler struct {
 	policy     *policy.Policy
 	fleet      fleet.Fleet
 	ha         haState
-	served     ha.Decisions            // the decisions of the last push
-	servedHot  HotTables               // the hot-key tables of the last push
-	servedLoRA Placements              // the adapter placements of the last push
+	served     ha.Decisions // the decisions of the last push
+	servedHot  HotTables    // the hot-key tables of the last push
+	servedLoRA Placements   // the adapter placements of the last push
 	// The stages of the groups of the last push (nil before the first),
 	// and the timer of the next stage due.
 	groupStages groupStages
 	stageTimer  *time.Timer
-	model      fleet.Model             // the model of the last push
-	discovered []discovery.PoolTargets // the discovered replicas of the last push
+	model       fleet.Model             // the model of the last push
+	discovered  []discovery.PoolTargets // the discovered replicas of the last push
 	// For the status: when each replica entered its health, and its
 	// share of gRPC clients' ring, as of the last push.
 	since  map[string]map[string]healthSince
