@@ -665,7 +665,7 @@ func (s *adapterState) status(f fleet.Fleet, plan func(string) fleet.Plan, view 
 		}
 		pl := plan(p.Name)
 		for j, a := range p.Adapters {
-			sa := status.Adapter{Name: a.Name, Replicas: a.Replicas, Share: a.Share, InFlight: eng.inFlight[a.Name]}
+			sa := status.Adapter{Name: a.Name, Replicas: a.Replicas, Share: a.Share, InFlight: eng.inFlight[a.Name], Stage: a.Stage}
 			if j < len(pl.Adapters) {
 				sa.OverCapacity = pl.Adapters[j].OverCapacity
 				for _, e := range pl.Adapters[j].Members {

@@ -3,14 +3,12 @@ package translate
 import (
 	"testing"
 
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-
 	"github.com/kvxds/kvxds/fleet"
 )
 
-// named is what a translation serves: its clusters, and the clusters its
-// routes name.
-type named struct{ clusters, routed map[string]bool }
+// named is what a translation serves: its clusters, the clusters its
+// routes send requests to, and those only its staged routes name.
+type named struct{ clusters, routed, staged map[string]bool }
 
 func servedNames(t *testing.T, f fleet.Fleet, kind Kind) named {
 	t.Helper()
@@ -22,16 +20,19 @@ func servedNames(t *testing.T, f fleet.Fleet, kind Kind) named {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := named{clusters: map[string]bool{}, routed: map[string]bool{}}
+	n := named{clusters: map[string]bool{}, routed: map[string]bool{}, staged: map[string]bool{}}
 	for _, c := range r.Clusters {
 		n.clusters[c.GetName()] = true
 	}
 	for _, rc := range r.Routes {
 		for _, vh := range rc.GetVirtualHosts() {
 			for _, rt := range vh.GetRoutes() {
-				if a, ok := rt.GetAction().(*routev3.Route_Route); ok {
-					n.routed[a.Route.GetCluster()] = true
+				c := rt.GetRoute().GetCluster()
+				if hs := rt.GetMatch().GetHeaders(); len(hs) == 1 && hs[0].GetName() == StagedHeader {
+					n.staged[c] = true
+					continue
 				}
+				n.routed[c] = true
 			}
 		}
 	}
@@ -39,10 +40,12 @@ func servedNames(t *testing.T, f fleet.Fleet, kind Kind) named {
 }
 
 // A group or an adapter placed and removed in stages never has a route
-// naming a cluster that the previous push did not serve, nor loses a
-// cluster that the previous push's routes named; and each stage does
-// what it says: adding serves the cluster without its route, leaving
-// keeps the cluster without its route.
+// sending requests to a cluster that the previous push did not serve
+// (for gRPC: that no route of the previous push named, since gRPC
+// clients fetch only those), nor loses a cluster that the previous
+// push's routes sent requests to; and each stage does what it says:
+// adding and leaving serve the cluster without its route (for gRPC, named
+// only by a staged route, after the catch-all).
 func TestStagesMakeBeforeBreak(t *testing.T) {
 	withGroup := func(stage string) fleet.Fleet {
 		f := adapterFleet(6)
@@ -79,21 +82,23 @@ func TestStagesMakeBeforeBreak(t *testing.T) {
 					// grpc-js serves no group or adapter clusters: their
 					// routes go to the pool's.
 					wantCluster, wantRouted := s.cluster && kind != GRPCJS, s.routed && kind != GRPCJS
-					if n.clusters[tc.cluster] != wantCluster || n.routed[tc.cluster] != wantRouted {
-						t.Errorf("%v %s: cluster served %v, routed %v; want %v, %v", kind, s.name, n.clusters[tc.cluster], n.routed[tc.cluster], wantCluster, wantRouted)
+					wantStaged := wantCluster && !wantRouted && kind != Envoy
+					if n.clusters[tc.cluster] != wantCluster || n.routed[tc.cluster] != wantRouted || n.staged[tc.cluster] != wantStaged {
+						t.Errorf("%v %s: cluster served %v, routed %v, staged %v; want %v, %v, %v", kind, s.name,
+							n.clusters[tc.cluster], n.routed[tc.cluster], n.staged[tc.cluster], wantCluster, wantRouted, wantStaged)
 					}
 					if i == 0 {
 						prev = n
 						continue
 					}
 					for c := range n.routed {
-						if !prev.clusters[c] {
-							t.Errorf("%v %s: a route names %q, which the previous push did not serve", kind, s.name, c)
+						if !prev.clusters[c] || kind != Envoy && !prev.routed[c] && !prev.staged[c] {
+							t.Errorf("%v %s: a route sends requests to %q, which the previous push did not serve or name", kind, s.name, c)
 						}
 					}
 					for c := range prev.routed {
-						if !n.clusters[c] {
-							t.Errorf("%v %s: cluster %q removed while the previous push routed to it", kind, s.name, c)
+						if !n.clusters[c] || kind != Envoy && !n.routed[c] && !n.staged[c] {
+							t.Errorf("%v %s: cluster %q removed, or named by no route, while the previous push routed to it", kind, s.name, c)
 						}
 					}
 					prev = n
