@@ -229,7 +229,14 @@ type Adapter struct {
 	// Share is its share of the pool's requests when it was decided: it
 	// orders placement (the largest first take free slots).
 	Share float64 `json:"share"`
+	// Stage is "" once the adapter is routed; StageAdding or
+	// StageLeaving while its cluster is served without its route. Each
+	// decision advances every adapter one stage (see StageAdding).
+	Stage string `json:"stage,omitempty"`
 }
+
+// Routed reports whether a's route is served (its stage is "").
+func (a Adapter) Routed() bool { return a.Stage == "" }
 
 // ClusterName is the name of a's cluster and assignment in pool.
 func (a Adapter) ClusterName(pool string) string { return pool + AdapterInfix + a.Name }
@@ -262,6 +269,8 @@ func checkAdapter(p *Pool, a Adapter) string {
 		return fmt.Sprintf("replicas %d below 1", a.Replicas)
 	case math.IsNaN(a.Share) || a.Share < 0 || a.Share > 1:
 		return fmt.Sprintf("share %g outside [0, 1]", a.Share)
+	case !validStage(a.Stage):
+		return fmt.Sprintf("unknown stage %q", a.Stage)
 	}
 	return ""
 }

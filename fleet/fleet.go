@@ -176,7 +176,34 @@ type Group struct {
 	// (the pool's largest metric-driven weight multiplier; 0 means 1):
 	// it sizes the group's gRPC ring.
 	MemberWeight uint32 `json:"member_weight,omitempty"`
+	// Stage is "" once the group is routed; StageAdding or StageLeaving
+	// while its cluster is served without its routes (see StageAdding).
+	Stage string `json:"stage,omitempty"`
 }
+
+// Routed reports whether g's routes are served (its stage is "").
+func (g Group) Routed() bool { return g.Stage == "" }
+
+// Stages of a group's or an adapter's routes (Group.Stage,
+// Adapter.Stage), make before break: a route names a cluster only after
+// that cluster was served in an earlier push, and a cluster goes only
+// after its routes went in an earlier one. A client given both in one
+// push may install the route before the cluster (Envoy answers "no
+// cluster", grpc-go "unknown cluster selected for RPC"): the protocol
+// orders nothing across resource types, and a client that has the
+// cluster still has to fetch its endpoints. Meanwhile the group's or
+// adapter's requests take the pool's own routes, which are always valid.
+const (
+	// StageAdding is a cluster served whose routes come with a later
+	// push.
+	StageAdding = "adding"
+	// StageLeaving is a cluster whose routes are gone and which goes
+	// with a later push, so that no request is routed to a cluster its
+	// client has just lost.
+	StageLeaving = "leaving"
+)
+
+func validStage(s string) bool { return s == "" || s == StageAdding || s == StageLeaving }
 
 // ClusterName is the name of g's cluster and assignment in pool.
 func (g Group) ClusterName(pool string) string { return pool + GroupInfix + g.Name }
@@ -556,6 +583,9 @@ func (p Pool) validateGroups() []error {
 		}
 		if g.Replicas < 1 {
 			bad("replicas %d below 1", g.Replicas)
+		}
+		if !validStage(g.Stage) {
+			bad("unknown stage %q", g.Stage)
 		}
 	}
 	return errs

@@ -359,9 +359,13 @@ func (s *adapterState) decide(now time.Time, leading bool, view func() map[strin
 // hysteresis, at most settings.Max adapters, the always-placed first.
 func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand, now time.Time) fleet.AdapterPlacement {
 	prev := s.own[name]
+	// Leaving adapters are not placed any more: they only wait for their
+	// cluster to go (stageAdapters).
 	old := map[string]fleet.Adapter{}
 	for _, a := range prev.Adapters {
-		old[a.Name] = a
+		if a.Stage != fleet.StageLeaving {
+			old[a.Name] = a
+		}
 	}
 	healthy := max(ap.healthy, 1)
 	need := map[string]int{}
@@ -389,8 +393,18 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 			need[n] = clampInt(r, 1, healthy)
 		}
 	default:
-		// No signal: the placement stays, with the engines' slots.
-		out := fleet.AdapterPlacement{Adapters: slices.Clone(prev.Adapters), Slots: prev.Slots}
+		// No signal: the placement stays (its stages advance, and the
+		// always-placed join), with the engines' slots.
+		want := make([]fleet.Adapter, 0, len(old)+len(ap.settings.Always))
+		for _, a := range old {
+			want = append(want, a)
+		}
+		for _, n := range ap.settings.Always {
+			if _, ok := old[n]; !ok {
+				want = append(want, fleet.Adapter{Name: n, Replicas: 1})
+			}
+		}
+		out := fleet.AdapterPlacement{Adapters: stageAdapters(want, prev.Adapters, ap.settings.Max), Slots: prev.Slots}
 		if len(eng.slots) > 0 {
 			out.Slots = eng.slots
 		}
@@ -457,7 +471,7 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 	if len(out) > ap.settings.Max {
 		out = out[:ap.settings.Max]
 	}
-	slices.SortFunc(out, func(a, b fleet.Adapter) int { return cmp.Compare(a.Name, b.Name) })
+	out = stageAdapters(out, prev.Adapters, ap.settings.Max)
 	// Shares move every decision; a placement changes only when an
 	// adapter's replicas do, so keep the shares it was decided with
 	// unless the order of placement (by share) changes.
@@ -471,6 +485,61 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 	return fleet.AdapterPlacement{Adapters: out, Slots: slots}
 }
 
+// stageAdapters returns the adapters of a decision that wants the
+// adapters want placed, one stage on from the previous decision prev
+// (make before break, see fleet.StageAdding): an adapter prev served
+// (in any stage) is routed, one it did not serve is adding; one prev
+// routed and want drops is leaving, with its previous replicas, so that
+// its cluster outlives its route by one decision; one prev had adding or
+// leaving and want drops is gone (no route of it was served). Leaving
+// adapters count toward max: adding ones, of lowest share first, wait
+// for a later decision when they would exceed it. The result is sorted
+// by name.
+func stageAdapters(want, prev []fleet.Adapter, max int) []fleet.Adapter {
+	before := make(map[string]fleet.Adapter, len(prev))
+	for _, a := range prev {
+		before[a.Name] = a
+	}
+	out := make([]fleet.Adapter, 0, len(want)+len(prev))
+	kept := map[string]bool{}
+	for _, a := range want {
+		a.Stage = fleet.StageAdding
+		if _, ok := before[a.Name]; ok {
+			a.Stage = ""
+		}
+		kept[a.Name] = true
+		out = append(out, a)
+	}
+	for _, a := range prev {
+		if a.Stage == "" && !kept[a.Name] {
+			a.Stage = fleet.StageLeaving
+			out = append(out, a)
+		}
+	}
+	if len(out) > max {
+		// Only adding adapters go: the others were all in prev, which
+		// held at most max.
+		slices.SortStableFunc(out, func(a, b fleet.Adapter) int {
+			return cmp.Or(cmp.Compare(stageRank(a), stageRank(b)), byShareThenName(a, b))
+		})
+		out = out[:max]
+	}
+	slices.SortFunc(out, func(a, b fleet.Adapter) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// stageRank orders adding adapters last.
+func stageRank(a fleet.Adapter) int {
+	if a.Stage == fleet.StageAdding {
+		return 1
+	}
+	return 0
+}
+
+func byShareThenName(a, b fleet.Adapter) int {
+	return cmp.Or(cmp.Compare(b.Share, a.Share), cmp.Compare(a.Name, b.Name))
+}
+
 func clampInt(v, lo, hi int) int { return max(lo, min(v, hi)) }
 
 // round6 keeps a share to six decimals, so placements compare and
@@ -478,7 +547,9 @@ func clampInt(v, lo, hi int) int { return max(lo, min(v, hi)) }
 func round6(f float64) float64 { return math.Round(f*1e6) / 1e6 }
 
 func sameReplicas(a, b []fleet.Adapter) bool {
-	return slices.EqualFunc(a, b, func(x, y fleet.Adapter) bool { return x.Name == y.Name && x.Replicas == y.Replicas })
+	return slices.EqualFunc(a, b, func(x, y fleet.Adapter) bool {
+		return x.Name == y.Name && x.Replicas == y.Replicas && x.Stage == y.Stage
+	})
 }
 
 // sameOrder reports whether a and b (same names) order alike by share.
@@ -547,7 +618,9 @@ func WithAdapters(f fleet.Fleet, placements Placements) fleet.Fleet {
 		as := slices.Clone(pl.Adapters)
 		for _, n := range p.LoRA.Always {
 			if !slices.ContainsFunc(as, func(a fleet.Adapter) bool { return a.Name == n }) {
-				as = append(as, fleet.Adapter{Name: n, Replicas: 1})
+				// Not decided yet: its cluster first, its route with the
+				// decision that places it.
+				as = append(as, fleet.Adapter{Name: n, Replicas: 1, Stage: fleet.StageAdding})
 			}
 		}
 		slices.SortStableFunc(as, func(a, b fleet.Adapter) int { return cmp.Compare(a.Name, b.Name) })
@@ -592,7 +665,7 @@ func (s *adapterState) status(f fleet.Fleet, plan func(string) fleet.Plan, view 
 		}
 		pl := plan(p.Name)
 		for j, a := range p.Adapters {
-			sa := status.Adapter{Name: a.Name, Replicas: a.Replicas, Share: a.Share, InFlight: eng.inFlight[a.Name]}
+			sa := status.Adapter{Name: a.Name, Replicas: a.Replicas, Share: a.Share, InFlight: eng.inFlight[a.Name], Stage: a.Stage}
 			if j < len(pl.Adapters) {
 				sa.OverCapacity = pl.Adapters[j].OverCapacity
 				for _, e := range pl.Adapters[j].Members {

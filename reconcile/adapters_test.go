@@ -70,7 +70,16 @@ func TestDecideAdapters(t *testing.T) {
 	replicas := func(pl fleet.AdapterPlacement) map[string]int {
 		out := map[string]int{}
 		for _, a := range pl.Adapters {
-			out[a.Name] = a.Replicas
+			if a.Stage != fleet.StageLeaving {
+				out[a.Name] = a.Replicas
+			}
+		}
+		return out
+	}
+	stages := func(pl fleet.AdapterPlacement) map[string]string {
+		out := map[string]string{}
+		for _, a := range pl.Adapters {
+			out[a.Name] = a.Stage
 		}
 		return out
 	}
@@ -80,6 +89,10 @@ func TestDecideAdapters(t *testing.T) {
 	if got, want := replicas(pl), map[string]int{"sql": 6, "fr": 2}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas %v, want %v", got, want)
 	}
+	// Placed: clusters first, routes with the next decision.
+	if got, want := stages(pl), map[string]string{"sql": fleet.StageAdding, "fr": fleet.StageAdding}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("stages %v, want %v", got, want)
+	}
 	s.own["chat"] = pl
 	// Demand falls below half: the placement holds for an interval.
 	t1 := t0.Add(10 * time.Minute) // the old counts decayed away
@@ -87,6 +100,9 @@ func TestDecideAdapters(t *testing.T) {
 	pl = s.decidePool("chat", ap, engineDemand{}, t1)
 	if got := replicas(pl); got["sql"] != 6 || got["fr"] != 2 {
 		t.Fatalf("shrank at once: %v", got)
+	}
+	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("stages %v, want both routed", got)
 	}
 	s.own["chat"] = pl
 	t2 := t1.Add(set.Interval)
@@ -104,6 +120,26 @@ func TestDecideAdapters(t *testing.T) {
 	}
 	if pl.Slots["r1"] != 2 {
 		t.Errorf("slots %v, want r1's reported 2", pl.Slots)
+	}
+	s.own["chat"] = pl
+	// An adapter no longer seen, after an interval below half, loses its
+	// route first, and its cluster with the next decision.
+	t3 = t3.Add(set.Interval)
+	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3}}, t3)
+	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("stages %v, want %v (fr held an interval)", got, want)
+	}
+	s.own["chat"] = pl
+	t3 = t3.Add(set.Interval)
+	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3}}, t3)
+	if got, want := stages(pl), map[string]string{"sql": "", "fr": fleet.StageLeaving}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("stages %v, want %v", got, want)
+	}
+	s.own["chat"] = pl
+	t3 = t3.Add(set.Interval)
+	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3, "fr": 1}}, t3)
+	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("stages %v, want %v (a leaving adapter's cluster is served: it is routed at once)", got, want)
 	}
 	s.own["chat"] = pl
 	// Nothing at all: the placement stays.
@@ -127,8 +163,9 @@ func TestAdaptersStandalone(t *testing.T) {
 	if err := r.Apply(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	// Before any decision the always-placed adapter is on one replica.
-	if got := r.Fleet().Pools[0].Adapters; !reflect.DeepEqual(got, []fleet.Adapter{{Name: "always-on", Replicas: 1}}) {
+	// Before any decision the always-placed adapter is on one replica,
+	// its cluster served before its route.
+	if got := r.Fleet().Pools[0].Adapters; !reflect.DeepEqual(got, []fleet.Adapter{{Name: "always-on", Replicas: 1, Stage: fleet.StageAdding}}) {
 		t.Fatalf("adapters before any log: %+v", got)
 	}
 	before := srv.Versions(translate.Envoy)
@@ -153,8 +190,8 @@ func TestAdaptersStandalone(t *testing.T) {
 		}
 		sink.Observe(req)
 	}
-	waitFor(t, "sql-lora placed", func() bool {
-		return slices.ContainsFunc(r.Fleet().Pools[0].Adapters, func(a fleet.Adapter) bool { return a.Name == "sql-lora" })
+	waitFor(t, "sql-lora placed and routed", func() bool {
+		return slices.ContainsFunc(r.Fleet().Pools[0].Adapters, func(a fleet.Adapter) bool { return a.Name == "sql-lora" && a.Routed() })
 	})
 	var sql fleet.Adapter
 	for _, a := range r.Fleet().Pools[0].Adapters {
@@ -211,7 +248,7 @@ func TestAdaptersFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := r.Fleet().Pools[0]
-	if want := []fleet.Adapter{{Name: "always-on", Replicas: 1}, {Name: "fr", Replicas: 2, Share: 0.1}}; !reflect.DeepEqual(f.Adapters, want) {
+	if want := []fleet.Adapter{{Name: "always-on", Replicas: 1, Stage: fleet.StageAdding}, {Name: "fr", Replicas: 2, Share: 0.1}}; !reflect.DeepEqual(f.Adapters, want) {
 		t.Errorf("adapters %+v, want %+v", f.Adapters, want)
 	}
 	if f.Endpoints[0].MaxLoRA != 8 || f.Endpoints[1].MaxLoRA != 0 {
@@ -242,5 +279,33 @@ pool "plain" {
 	}
 	if _, err := fleet.Prepare(f); err != nil {
 		t.Error(err)
+	}
+}
+
+// Each decision moves every adapter one stage on: make before break.
+func TestStageAdapters(t *testing.T) {
+	a := func(name, stage string, share float64) fleet.Adapter {
+		return fleet.Adapter{Name: name, Replicas: 1, Share: share, Stage: stage}
+	}
+	for _, tc := range []struct {
+		name       string
+		want, prev []fleet.Adapter
+		max        int
+		out        []fleet.Adapter
+	}{
+		{"new ones are adding", []fleet.Adapter{a("x", "", 0.1)}, nil, 8, []fleet.Adapter{a("x", fleet.StageAdding, 0.1)}},
+		{"adding ones are routed", []fleet.Adapter{a("x", "", 0.1)}, []fleet.Adapter{a("x", fleet.StageAdding, 0.1)}, 8, []fleet.Adapter{a("x", "", 0.1)}},
+		{"routed ones dropped are leaving", nil, []fleet.Adapter{a("x", "", 0.1)}, 8, []fleet.Adapter{a("x", fleet.StageLeaving, 0.1)}},
+		{"leaving ones are gone", nil, []fleet.Adapter{a("x", fleet.StageLeaving, 0.1)}, 8, []fleet.Adapter{}},
+		{"adding ones dropped are gone", nil, []fleet.Adapter{a("x", fleet.StageAdding, 0.1)}, 8, []fleet.Adapter{}},
+		{"leaving ones wanted again are routed", []fleet.Adapter{a("x", "", 0.2)}, []fleet.Adapter{a("x", fleet.StageLeaving, 0.1)}, 8, []fleet.Adapter{a("x", "", 0.2)}},
+		{"leaving ones keep their slot under max", []fleet.Adapter{a("y", "", 0.5), a("z", "", 0.3)}, []fleet.Adapter{a("x", "", 0.1)}, 2,
+			[]fleet.Adapter{a("x", fleet.StageLeaving, 0.1), a("y", fleet.StageAdding, 0.5)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stageAdapters(tc.want, tc.prev, tc.max); !reflect.DeepEqual(got, tc.out) {
+				t.Errorf("got %+v, want %+v", got, tc.out)
+			}
+		})
 	}
 }

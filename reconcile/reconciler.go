@@ -88,6 +88,8 @@ type Reconciler struct {
 	hot         *hotState
 	lora        *adapterState
 	now         func() time.Time
+	// stageCh asks for a push when a group's stage is due (stageGroups).
+	stageCh chan struct{}
 
 	// pushMu serialises pushes, so that a push never reverts a newer
 	// policy; mu guards what readers see.
@@ -96,11 +98,15 @@ type Reconciler struct {
 	policy     *policy.Policy
 	fleet      fleet.Fleet
 	ha         haState
-	served     ha.Decisions            // the decisions of the last push
-	servedHot  HotTables               // the hot-key tables of the last push
-	servedLoRA Placements              // the adapter placements of the last push
-	model      fleet.Model             // the model of the last push
-	discovered []discovery.PoolTargets // the discovered replicas of the last push
+	served     ha.Decisions // the decisions of the last push
+	servedHot  HotTables    // the hot-key tables of the last push
+	servedLoRA Placements   // the adapter placements of the last push
+	// The stages of the groups of the last push (nil before the first),
+	// and the timer of the next stage due.
+	groupStages groupStages
+	stageTimer  *time.Timer
+	model       fleet.Model             // the model of the last push
+	discovered  []discovery.PoolTargets // the discovered replicas of the last push
 	// For the status: when each replica entered its health, and its
 	// share of gRPC clients' ring, as of the last push.
 	since  map[string]map[string]healthSince
@@ -139,6 +145,7 @@ func New(opts Options) *Reconciler {
 		disc:        discovery.NewManager(log.Named("discovery"), reg),
 		metricsCh:   make(chan struct{}, 1),
 		haCh:        make(chan struct{}, 1),
+		stageCh:     make(chan struct{}, 1),
 		costWake:    make(chan struct{}, 1),
 		costStop:    make(chan struct{}),
 		id:          opts.ID,
@@ -240,6 +247,9 @@ func (r *Reconciler) Run(ctx context.Context) {
 			cause = causeMetrics
 		case <-r.haCh:
 			cause = causeLeader
+		case <-r.stageCh:
+			// A group's next stage: it finishes a policy's change.
+			cause = causePolicy
 		case <-hotTimer.C:
 			r.mu.Lock()
 			leading := r.leadingLocked()
@@ -283,6 +293,11 @@ func (r *Reconciler) Run(ctx context.Context) {
 func (r *Reconciler) Close() {
 	r.scrape.Stop()
 	r.disc.Stop()
+	r.mu.Lock()
+	if r.stageTimer != nil {
+		r.stageTimer.Stop()
+	}
+	r.mu.Unlock()
 	r.stopOnce.Do(func() { close(r.costStop) })
 }
 
@@ -316,7 +331,12 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	hot := r.hotTables()
 	placements := r.placements()
 	discovered := r.disc.Targets()
-	m, err := fleet.Prepare(WithAdapters(WithHotKeys(Join(p, discovered, decisions), hot), placements))
+	now := r.now()
+	r.mu.Lock()
+	prevStages := r.groupStages
+	r.mu.Unlock()
+	joined, stages, wake := stageGroups(Join(p, discovered, decisions), prevStages, now)
+	m, err := fleet.Prepare(WithAdapters(WithHotKeys(joined, hot), placements))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -342,8 +362,20 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	}
 	r.hot.update(f, m.Plan, envoyResources(r.sink, m))
 	r.lora.update(f, m.Plan)
-	now := r.now()
 	r.mu.Lock()
+	r.groupStages = stages
+	if r.stageTimer != nil {
+		r.stageTimer.Stop()
+		r.stageTimer = nil
+	}
+	if wake > 0 {
+		r.stageTimer = time.AfterFunc(wake, func() {
+			select {
+			case r.stageCh <- struct{}{}:
+			default:
+			}
+		})
+	}
 	r.policy, r.fleet, r.served, r.servedHot, r.discovered = p, f, decisions, hot, discovered
 	r.servedLoRA, r.model = placements, m
 	r.since = trackSince(r.since, f, decisions, now)

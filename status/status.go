@@ -246,6 +246,9 @@ type Adapter struct {
 	// OverCapacity is set when every healthy replica's slots were full
 	// and it took its first-ranked replica anyway.
 	OverCapacity bool `json:"over_capacity,omitempty"`
+	// Stage is fleet.StageAdding or fleet.StageLeaving while its cluster
+	// is served without its route, "" once routed.
+	Stage string `json:"stage,omitempty"`
 }
 
 // AdapterMember is one member replica of a placed adapter.

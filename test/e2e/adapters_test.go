@@ -218,8 +218,9 @@ func (a *adapterServer) serve(t *testing.T, all []member, placement ...fleet.Ada
 // Adapters placed on several replicas: grpc-go hashes each adapter's
 // sessions over its members exactly as the ring over them says, and the
 // base model's over the pool; grpc-js hashes both over the pool. A new
-// adapter reaches grpc-go as one cluster, one route configuration and one
-// assignment, and grpc-js as a route configuration alone; an adapter's
+// adapter reaches grpc-go as one cluster, one route configuration (its
+// staged route) and one assignment, then its route, and grpc-js as its
+// route alone; an adapter's
 // replicas decided anew reach grpc-go as its assignment and cluster.
 func TestAdapterTables(t *testing.T) {
 	for _, dp := range dataPlanes {
@@ -261,16 +262,28 @@ func TestAdapterTables(t *testing.T) {
 			}
 			checkRouted(t, cl, "base model", routeEach(t, cl, withAdapter(calls[:80], "llama-3.1-8b")), predict(all, ss))
 
-			// A new adapter.
+			// A new adapter, placed as the leader places it: its cluster
+			// (named by a staged route) first, then its route.
 			before := a.srv.Versions(kind)
-			placed = a.serve(t, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
-				fleet.Adapter{Name: "new-lora", Replicas: 2, Share: 0.1})
+			a.serve(t, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
+				fleet.Adapter{Name: "new-lora", Replicas: 2, Share: 0.1, Stage: fleet.StageAdding})
 			after := a.srv.Versions(kind)
 			for typ, v := range before {
 				changed := after[typ] != v
-				wantChanged := typ == resourcev3.RouteType || !js && (typ == resourcev3.ClusterType || typ == resourcev3.EndpointType)
+				wantChanged := !js && (typ == resourcev3.RouteType || typ == resourcev3.ClusterType || typ == resourcev3.EndpointType)
 				if changed != wantChanged {
 					t.Errorf("a new adapter: %s changed %t, want %t", typ, changed, wantChanged)
+				}
+			}
+			// Not routed yet: its calls take the pool's table.
+			checkRouted(t, cl, "adapter new-lora, adding", routeEach(t, cl, withAdapter(calls[:40], "new-lora")), predict(all, ss))
+			before = a.srv.Versions(kind)
+			placed = a.serve(t, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
+				fleet.Adapter{Name: "new-lora", Replicas: 2, Share: 0.1})
+			after = a.srv.Versions(kind)
+			for typ, v := range before {
+				if changed, wantChanged := after[typ] != v, typ == resourcev3.RouteType; changed != wantChanged {
+					t.Errorf("a new adapter routed: %s changed %t, want %t", typ, changed, wantChanged)
 				}
 			}
 			settleRouted(t, cl, withAdapter(calls, "new-lora"), want("new-lora", placed["new-lora"]), "adapter new-lora")

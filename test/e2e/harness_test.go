@@ -60,6 +60,7 @@ type backend struct {
 	kv          float64 // vllm:kv_cache_usage_perc
 	preemptions float64 // vllm:num_preemptions_total
 	metricsDown bool    // /metrics answers 503
+	adapters    string  // vllm:lora_requests_info's running adapters ("": no series)
 }
 
 func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
@@ -72,6 +73,14 @@ func (b *backend) setLoad(queue, kv float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.queue, b.kv = queue, kv
+}
+
+// setAdapters makes the metrics page report adapters (comma-separated)
+// running, as vLLM does for a multi-LoRA engine with four slots.
+func (b *backend) setAdapters(adapters string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.adapters = adapters
 }
 
 func (b *backend) setMetricsDown(down bool) {
@@ -107,7 +116,7 @@ python_gc_objects_collected_total{generation="0"} 18044.0
 
 func (b *backend) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	b.mu.Lock()
-	down, q, kv, pre := b.metricsDown, b.queue, b.kv, b.preemptions
+	down, q, kv, pre, adapters := b.metricsDown, b.queue, b.kv, b.preemptions, b.adapters
 	b.mu.Unlock()
 	if down {
 		http.Error(w, "metrics unavailable", http.StatusServiceUnavailable)
@@ -115,6 +124,11 @@ func (b *backend) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	fmt.Fprintf(w, metricsPage, q, kv, pre)
+	if adapters != "" {
+		// vLLM writes the time of the current lists as the value.
+		fmt.Fprintf(w, "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n"+
+			"vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=%q,waiting_lora_adapters=\"\"} %d\n", adapters, time.Now().Unix())
+	}
 }
 
 func startBackends(t testing.TB, n int) []*backend {

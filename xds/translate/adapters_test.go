@@ -108,10 +108,13 @@ func TestAdapterUpdateCost(t *testing.T) {
 		after fleet.Fleet
 		want  map[Kind]map[string]int
 	}{
-		{"adapter appears", adapterFleet(8, append(slices.Clone(base), fleet.Adapter{Name: "d", Replicas: 2, Share: 0.05})...), map[Kind]map[string]int{
-			Envoy: {"cds": 1, "rds": 1, "eds": 1}, GRPC: {"cds": 1, "rds": 1, "eds": 1}, GRPCJS: {"rds": 1}}},
-		{"adapter leaves", adapterFleet(8, base[:2]...), map[Kind]map[string]int{
-			Envoy: {"cds": 1, "rds": 1, "eds": 1}, GRPC: {"cds": 1, "rds": 1, "eds": 1}, GRPCJS: {"rds": 1}}},
+		// Placed and removed in two steps each (fleet.StageAdding): the
+		// cluster first, then its route; the route first, then its
+		// cluster.
+		{"adapter placed", adapterFleet(8, append(slices.Clone(base), fleet.Adapter{Name: "d", Replicas: 2, Share: 0.05, Stage: fleet.StageAdding})...), map[Kind]map[string]int{
+			Envoy: {"cds": 1, "eds": 1}, GRPC: {"cds": 1, "rds": 1, "eds": 1}, GRPCJS: {}}},
+		{"adapter leaving", adapterFleet(8, base[0], base[1], fleet.Adapter{Name: "c", Replicas: 1, Share: 0.1, Stage: fleet.StageLeaving}), map[Kind]map[string]int{
+			Envoy: {"rds": 1}, GRPC: {"rds": 1}, GRPCJS: {"rds": 1}}},
 		{"replicas decided anew", adapterFleet(8, fleet.Adapter{Name: "a", Replicas: 3, Share: 0.3}, base[1], base[2]), map[Kind]map[string]int{
 			Envoy: {"eds": 1}, GRPC: {"cds": 1, "eds": 1}, GRPCJS: {}}},
 		{"a member of one adapter leaves", leave, map[Kind]map[string]int{
@@ -131,6 +134,21 @@ func TestAdapterUpdateCost(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The second steps: a route added to a served cluster, a cluster
+	// removed after its route (for gRPC with the staged route that named
+	// it meanwhile).
+	placed := adapterFleet(8, append(slices.Clone(base), fleet.Adapter{Name: "d", Replicas: 2, Share: 0.05, Stage: fleet.StageAdding})...)
+	routed := adapterFleet(8, append(slices.Clone(base), fleet.Adapter{Name: "d", Replicas: 2, Share: 0.05})...)
+	leaving := adapterFleet(8, base[0], base[1], fleet.Adapter{Name: "c", Replicas: 1, Share: 0.1, Stage: fleet.StageLeaving})
+	for _, kind := range []Kind{Envoy, GRPC} {
+		if got := updates(byName(t, placed, kind), byName(t, routed, kind)); got["rds"] != 1 || got["cds"]+got["eds"]+got["lds"] != 0 {
+			t.Errorf("%s: routing a placed adapter: %v, want 1 rds", kind, got)
+		}
+		wantRDS := map[Kind]int{Envoy: 0, GRPC: 1}[kind]
+		if got := updates(byName(t, leaving, kind), byName(t, adapterFleet(8, base[:2]...), kind)); got["cds"] != 1 || got["eds"] != 1 || got["rds"] != wantRDS || got["lds"] != 0 {
+			t.Errorf("%s: removing a leaving adapter: %v, want 1 cds, 1 eds, %d rds", kind, got, wantRDS)
+		}
 	}
 	// A replica joining that no adapter ranks among its members changes
 	// only the pool's own resources.

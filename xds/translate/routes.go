@@ -60,6 +60,7 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 		}
 		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(keyless, nil)})
 	}
+	routes = append(routes, stagedRoutes(p, kind)...)
 	rc := &routev3.RouteConfiguration{
 		Name: p.Name,
 		VirtualHosts: []*routev3.VirtualHost{{
@@ -96,6 +97,10 @@ func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Rout
 	}
 	var routes []*routev3.Route
 	for _, g := range p.Groups {
+		if !g.Routed() {
+			// Its cluster is served without routes (stagedRoutes).
+			continue
+		}
 		inner := slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return k.Header == g.Header })
 		hp := hashPolicies(inner)
 		cluster := p.Name
@@ -130,6 +135,10 @@ func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Ro
 	hp := hashPolicies(slices.DeleteFunc(slices.Clone(keys), func(k fleet.HashKey) bool { return strings.ToLower(k.Header) == header }))
 	routes := make([]*routev3.Route, 0, len(p.Adapters))
 	for _, a := range p.Adapters {
+		if !a.Routed() {
+			// Its cluster is served without a route (stagedRoutes).
+			continue
+		}
 		cluster := p.Name
 		if groupTables(kind) {
 			cluster = a.ClusterName(p.Name)
@@ -142,6 +151,52 @@ func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Ro
 			}},
 		}}
 		routes = append(routes, &routev3.Route{Match: m, Action: routeAction(p, cluster, hp)})
+	}
+	return routes
+}
+
+// StagedHeader is the header of staged routes (stagedRoutes), which no
+// request reaches.
+const StagedHeader = "x-kvxds-staged"
+
+// stagedRoutes returns, for a kind with group tables, one route per
+// group or adapter cluster served without its routes (fleet.StageAdding,
+// fleet.StageLeaving), after the pool's catch-all route, so that no
+// request ever matches it (it also matches only StagedHeader set to the
+// cluster's name). It is there for gRPC clients: they fetch only the
+// clusters that their routes name, and build a cluster's balancer only
+// once a route names it; and grpc-go installs a new route table before
+// its balancer has the new clusters, so an RPC matching a route to a
+// cluster new to it in between fails ("unknown cluster selected for
+// RPC"). Named by an unreachable route first, the cluster is fetched and
+// its balancer built before any request can be routed to it, and kept
+// until after the last request could be. Envoy fetches every cluster
+// and needs none; grpc-js has no group tables.
+func stagedRoutes(p *fleet.Pool, kind Kind) []*routev3.Route {
+	if kind == Envoy || !groupTables(kind) {
+		return nil
+	}
+	var clusters []string
+	for _, g := range p.Groups {
+		if !g.Routed() {
+			clusters = append(clusters, g.ClusterName(p.Name))
+		}
+	}
+	for _, a := range p.Adapters {
+		if !a.Routed() {
+			clusters = append(clusters, a.ClusterName(p.Name))
+		}
+	}
+	routes := make([]*routev3.Route, 0, len(clusters))
+	for _, c := range clusters {
+		m := prefixMatch()
+		m.Headers = []*routev3.HeaderMatcher{{
+			Name: StagedHeader,
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+				MatchPattern: &matcherv3.StringMatcher_Exact{Exact: c},
+			}},
+		}}
+		routes = append(routes, &routev3.Route{Match: m, Action: routeAction(p, c, nil)})
 	}
 	return routes
 }
