@@ -102,13 +102,18 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 	if a := c.Fleet().Pools[0].Adapters[0]; a.Name != "sql-lora" || a.Replicas != 2 {
 		t.Errorf("placed %+v, want sql-lora on 2", a)
 	}
-	res := c.Server().Resources(translate.Envoy)
-	found := false
-	for _, cl := range res.Clusters {
-		found = found || cl.GetName() == "chat/adapter/sql-lora"
+	// Make before break: the adapter's cluster is served first, its
+	// route from the next decision on.
+	served := func() (cluster, route bool) {
+		res := c.Server().Resources(translate.Envoy)
+		for _, cl := range res.Clusters {
+			cluster = cluster || cl.GetName() == "chat/adapter/sql-lora"
+		}
+		return cluster, len(res.Routes) > 0 && strings.Contains(res.Routes[0].String(), "sql-lora")
 	}
-	if !found || !strings.Contains(res.Routes[0].String(), "sql-lora") {
-		t.Errorf("the served resources lack the adapter's cluster or route")
+	waitUntil(t, "sql-lora routed", func() bool { _, r := served(); return r })
+	if cluster, _ := served(); !cluster {
+		t.Errorf("the served resources route to sql-lora without its cluster")
 	}
 	if v := c.Server().Versions(translate.Envoy)["type.googleapis.com/envoy.config.listener.v3.Listener"]; v != listeners {
 		t.Errorf("the listener moved with the placement")
