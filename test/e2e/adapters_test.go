@@ -1,21 +1,16 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/reconcile"
-	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
@@ -153,59 +148,22 @@ func ids(ms []member) []string {
 	return out
 }
 
-// adapterServer serves pool "chat" over bs with a placement the test
-// sets, from an ADS server (the placement is decided elsewhere).
-type adapterServer struct {
-	srv  *server.Server
-	addr string
-	pool fleet.Pool
-}
-
-func startAdapterServer(t *testing.T, bs []*backend) *adapterServer {
+// startAdapterServer serves pool "chat" over bs with a placement the
+// test sets (the placement is decided elsewhere).
+func startAdapterServer(t *testing.T, bs []*backend) *modelServer {
 	t.Helper()
 	p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000,
 		Hash: fleet.Hash{Keys: []fleet.HashKey{{Header: "x-session-id"}}},
 		LoRA: &fleet.Adapters{MaxLoRA: 4, BaseModels: []string{"llama-3.1-8b"}}}}
-	for _, b := range bs {
-		host, port, err := net.SplitHostPort(b.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.ParseUint(port, 10, 32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The address as identity: grpc-js places replicas by address.
-		p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: host, Port: uint32(n), HashKey: b.addr})
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &adapterServer{srv: server.New(server.Options{}), addr: lis.Addr().String(), pool: p}
-	g := grpc.NewServer(a.srv.GRPCOptions()...)
-	a.srv.Register(g)
-	go g.Serve(a.srv.Listener(lis))
-	t.Cleanup(g.Stop)
-	return a
+	// The address as identity: grpc-js places replicas by address.
+	return startModelServer(t, p, bs, func(b *backend) string { return b.addr })
 }
 
-// serve pushes the pool with placement as its adapters and returns each
-// adapter's members.
-func (a *adapterServer) serve(t *testing.T, all []member, placement ...fleet.Adapter) map[string][]member {
+// servePlacement pushes the pool with placement as its adapters and
+// returns each adapter's members.
+func servePlacement(t *testing.T, s *modelServer, all []member, placement ...fleet.Adapter) map[string][]member {
 	t.Helper()
-	p := a.pool
-	p.Adapters = placement
-	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := m.AdapterDrops(); len(d) > 0 {
-		t.Fatalf("adapters dropped: %+v", d)
-	}
-	if err := a.srv.Update(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
+	m := s.push(t, func(p *fleet.Pool) { p.Adapters = placement })
 	out := map[string][]member{}
 	for _, ap := range m.Plan("chat").Adapters {
 		for _, e := range ap.Members {
@@ -236,7 +194,7 @@ func TestAdapterTables(t *testing.T) {
 				all = append(all, member{b, 1})
 			}
 			a := startAdapterServer(t, bs)
-			placed := a.serve(t, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2})
+			placed := servePlacement(t, a, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2})
 			cl := dp.new(t, a.addr)
 			ss := sessions(200)
 			calls := sessionCalls(ss)
@@ -265,7 +223,7 @@ func TestAdapterTables(t *testing.T) {
 			// A new adapter, placed as the leader places it: its cluster
 			// (named by a staged route) first, then its route.
 			before := a.srv.Versions(kind)
-			a.serve(t, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
+			servePlacement(t, a, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
 				fleet.Adapter{Name: "new-lora", Replicas: 2, Share: 0.1, Stage: fleet.StageAdding})
 			after := a.srv.Versions(kind)
 			for typ, v := range before {
@@ -278,7 +236,7 @@ func TestAdapterTables(t *testing.T) {
 			// Not routed yet: its calls take the pool's table.
 			checkRouted(t, cl, "adapter new-lora, adding", routeEach(t, cl, withAdapter(calls[:40], "new-lora")), predict(all, ss))
 			before = a.srv.Versions(kind)
-			placed = a.serve(t, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
+			placed = servePlacement(t, a, all, fleet.Adapter{Name: "sql-lora", Replicas: 3, Share: 0.4}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
 				fleet.Adapter{Name: "new-lora", Replicas: 2, Share: 0.1})
 			after = a.srv.Versions(kind)
 			for typ, v := range before {
@@ -290,7 +248,7 @@ func TestAdapterTables(t *testing.T) {
 
 			// sql-lora's replicas decided anew: no route changes.
 			before = a.srv.Versions(kind)
-			placed = a.serve(t, all, fleet.Adapter{Name: "sql-lora", Replicas: 4, Share: 0.5}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
+			placed = servePlacement(t, a, all, fleet.Adapter{Name: "sql-lora", Replicas: 4, Share: 0.5}, fleet.Adapter{Name: "chat-fr", Replicas: 2, Share: 0.2},
 				fleet.Adapter{Name: "new-lora", Replicas: 2, Share: 0.1})
 			after = a.srv.Versions(kind)
 			if after[resourcev3.RouteType] != before[resourcev3.RouteType] || after[resourcev3.ListenerType] != before[resourcev3.ListenerType] {

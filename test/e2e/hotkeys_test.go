@@ -1,76 +1,35 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"testing"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
 
 	"github.com/kvxds/kvxds/fleet"
-	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
-// hotKeysServer serves pool "chat" over bs, hashing on header x-tenant,
-// from an ADS server whose model the test sets (the hot-key table is
-// decided elsewhere; this test serves one).
-type hotKeysServer struct {
-	srv  *server.Server
-	addr string
-	pool fleet.Pool
-}
-
-func startHotKeysServer(t *testing.T, bs []*backend) *hotKeysServer {
+// startHotKeysServer serves pool "chat" over bs, hashing on header
+// x-tenant, with a hot-key table the test sets (the table is decided
+// elsewhere; this test serves one).
+func startHotKeysServer(t *testing.T, bs []*backend) *modelServer {
 	t.Helper()
 	hot := fleet.DefaultHotKeys()
 	p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: fleet.Hash{
 		Keys: []fleet.HashKey{{Header: "x-tenant"}}, Hot: &hot,
 	}}}
-	for _, b := range bs {
-		host, port, err := net.SplitHostPort(b.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.ParseUint(port, 10, 32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: host, Port: uint32(n), HashKey: b.id})
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &hotKeysServer{srv: server.New(server.Options{}), addr: lis.Addr().String(), pool: p}
-	g := grpc.NewServer(h.srv.GRPCOptions()...)
-	h.srv.Register(g)
-	go g.Serve(h.srv.Listener(lis))
-	t.Cleanup(g.Stop)
-	h.serve(t, nil)
-	return h
+	s := startModelServer(t, p, bs, func(b *backend) string { return b.id })
+	serveHotKeys(t, s, nil)
+	return s
 }
 
-// serve pushes the pool with table as its hot keys.
-func (h *hotKeysServer) serve(t *testing.T, table []fleet.HotKey) {
+// serveHotKeys pushes the pool with table as its hot keys.
+func serveHotKeys(t *testing.T, s *modelServer, table []fleet.HotKey) {
 	t.Helper()
-	p := h.pool
-	p.HotKeys = table
-	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := m.HotKeyDrops(); len(d) > 0 {
-		t.Fatalf("table entries dropped: %+v", d)
-	}
-	if err := h.srv.Update(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
+	s.push(t, func(p *fleet.Pool) { p.HotKeys = table })
 }
 
 // spreadValues are n spread header values of distinct conversations.
@@ -121,7 +80,7 @@ func TestHotKeysProxyless(t *testing.T) {
 				kind = translate.GRPCJS
 			}
 			before := h.srv.Versions(kind)
-			h.serve(t, []fleet.HotKey{{Key: 0, Value: "acme", Share: 0.6, Spread: 8}})
+			serveHotKeys(t, h, []fleet.HotKey{{Key: 0, Value: "acme", Share: 0.6, Spread: 8}})
 			after := h.srv.Versions(kind)
 			for typ, v := range before {
 				if changed := after[typ] != v; changed != (typ == resourcev3.RouteType) {
