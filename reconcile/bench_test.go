@@ -115,3 +115,51 @@ func BenchmarkServedShares(b *testing.B) {
 		servedShares(m, sv)
 	}
 }
+
+// BenchmarkHotKeyHomes is what pools with hot keys on (the default for
+// hashing pools) spend to tell requests sent away from their key's first
+// replica, at 100 and 1,000 replicas: "push" is a push's share when the
+// pool's cluster and replicas did not change (the balancer is kept),
+// "changed" when they did (the balancer left for later), "first" the
+// first logged request after a change (the balancer built: the pool's
+// Maglev table with every replica in it).
+func BenchmarkHotKeyHomes(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		in := benchStatusInput(b, n)
+		m, err := fleet.Prepare(in.fleet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if m.Fleet().Pools[0].Hash.Hot == nil {
+			b.Fatal("hot keys are off")
+		}
+		res, err := translate.Translate(m, translate.Envoy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		names := []string{"chat"}
+		kept := homeTables(res, names, nil)
+		kept["chat"].first("acme")
+		again, err := translate.Translate(m, translate.Envoy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, bc := range []struct {
+			name string
+			run  func() bool
+		}{
+			{"push", func() bool { return homeTables(again, names, kept)["chat"].bal == kept["chat"].bal }},
+			{"changed", func() bool { return homeTables(res, names, nil)["chat"] != nil }},
+			{"first", func() bool { return homeTables(res, names, nil)["chat"].first("acme") >= 0 }},
+		} {
+			b.Run(fmt.Sprintf("%s/%d", bc.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if !bc.run() {
+						b.Fatal("no home table")
+					}
+				}
+			})
+		}
+	}
+}

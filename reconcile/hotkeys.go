@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,11 +87,28 @@ type hotPool struct {
 
 // homeTable answers which replica a key's hash falls on when every
 // replica of an assignment is in the table, and whether that replica is
-// in the table as served.
+// in the table as served. Its balancer is built at the first logged
+// request that needs it, not at the push: at 1,000 replicas a build
+// costs about as much as the rest of a push, and a balancer whose
+// cluster and replicas (health aside) did not change is kept from one
+// push to the next.
 type homeTable struct {
-	b       *envoylb.Balancer
-	addrs   []string
-	serving []bool
+	cluster *clusterv3.Cluster
+	cla     *endpointv3.ClusterLoadAssignment
+	// hosts and lweights are the assignment's, every host healthy: what
+	// the balancer is built from.
+	hosts    []envoylb.Host
+	lweights []uint32
+	addrs    []string
+	serving  []bool
+	// bal is shared by the push's tables over the same replicas.
+	bal *homeBalancer
+}
+
+// homeBalancer is a home table's balancer, built on first use.
+type homeBalancer struct {
+	built bool
+	b     *envoylb.Balancer // nil when built: not a hashing cluster
 }
 
 func newHotState(reg prometheus.Registerer) *hotState {
@@ -155,7 +173,11 @@ func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *tran
 		for _, g := range plan(p.Name).Groups {
 			names = append(names, g.Cluster)
 		}
-		hp.homes = homeTables(res, names)
+		var old map[string]*homeTable
+		if prev := h.pools[p.Name]; prev != nil {
+			old = prev.homes
+		}
+		hp.homes = homeTables(res, names, old)
 		for _, n := range names {
 			clusters[n] = p.Name
 		}
@@ -182,8 +204,9 @@ func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *tran
 	h.pools, h.clusters = pools, clusters
 }
 
-// homeTables builds the home table of each named cluster of res.
-func homeTables(res *translate.Resources, names []string) map[string]*homeTable {
+// homeTables are the home tables of the named clusters of res, sharing
+// old's balancers where their cluster and replicas are unchanged.
+func homeTables(res *translate.Resources, names []string, old map[string]*homeTable) map[string]*homeTable {
 	out := map[string]*homeTable{}
 	if res == nil {
 		return out
@@ -204,36 +227,47 @@ func homeTables(res *translate.Resources, names []string) map[string]*homeTable 
 		if cla == nil {
 			continue
 		}
-		hosts, _, err := envoylb.Hosts(cla)
+		hosts, lweights, err := envoylb.Hosts(cla)
 		if err != nil {
 			continue
 		}
-		// The table with every replica in it: where the key goes
-		// when nothing is out.
-		all := proto.Clone(cla).(*endpointv3.ClusterLoadAssignment)
-		for _, lle := range all.GetEndpoints() {
-			for _, e := range lle.GetLbEndpoints() {
-				e.HealthStatus = corev3.HealthStatus_HEALTHY
-			}
+		ht := &homeTable{cluster: c, cla: cla, hosts: hosts, lweights: lweights,
+			addrs: make([]string, len(hosts)), serving: make([]bool, len(hosts)), bal: &homeBalancer{}}
+		for i := range hosts {
+			ht.addrs[i], ht.serving[i] = hosts[i].Address, hosts[i].Health == envoylb.Healthy
+			hosts[i].Health = envoylb.Healthy
 		}
-		b, err := envoylb.NewBalancer(c, all)
-		if err != nil {
-			continue // not hashing
-		}
-		ht := &homeTable{b: b, addrs: make([]string, len(hosts)), serving: make([]bool, len(hosts))}
-		for i, hst := range hosts {
-			ht.addrs[i], ht.serving[i] = hst.Address, hst.Health == envoylb.Healthy
+		if o := old[c.GetName()]; o != nil && slices.Equal(o.hosts, hosts) && slices.Equal(o.lweights, lweights) && proto.Equal(o.cluster, c) {
+			ht.bal = o.bal
 		}
 		out[c.GetName()] = ht
 	}
 	return out
 }
 
-// first is the index of the replica a key value hashes to in t: Envoy
-// hashes a header value as XXH64 with seed 0.
+// first is the index of the replica a key value hashes to in t (Envoy
+// hashes a header value as XXH64 with seed 0), -1 if t does not hash.
 func (t *homeTable) first(value string) int {
+	hb := t.bal
+	if !hb.built {
+		hb.built = true
+		// The table with every replica in it: where the key goes when
+		// nothing is out.
+		all := proto.Clone(t.cla).(*endpointv3.ClusterLoadAssignment)
+		for _, lle := range all.GetEndpoints() {
+			for _, e := range lle.GetLbEndpoints() {
+				e.HealthStatus = corev3.HealthStatus_HEALTHY
+			}
+		}
+		if b, err := envoylb.NewBalancer(t.cluster, all); err == nil {
+			hb.b = b
+		}
+	}
+	if hb.b == nil {
+		return -1
+	}
 	hash, _ := envoylb.HeaderHash([]string{value})
-	return t.b.Owner(hash)
+	return hb.b.Owner(hash)
 }
 
 // AccessLogSink is where the access log service hands this instance's
