@@ -180,78 +180,82 @@ func movement(before, after map[string]string, changed string, exps ...expectati
 // TestRingMembership: with each gRPC client, removing (or draining) one
 // of N replicas moves its own sessions and almost no others, and adding
 // one moves about 1/(N+1) of sessions, all to it; clients settle on
-// exactly the ring kvxds sized. Weights 1 and 1..4.
+// exactly the ring kvxds sized. Each client on three pool sizes, with
+// weights 1 and 1..4 between them (the sessions' predicted replicas come
+// from the ring model, xds/ringhash, whatever the size).
 func TestRingMembership(t *testing.T) {
 	ss := sessions(numSessions)
 	sample := ss[:200]
 	for _, dp := range dataPlanes {
-		for _, n := range []int{4, 8, 16} {
-			for _, weighted := range []bool{false, true} {
-				t.Run(fmt.Sprintf("%s/N=%d/weighted=%v", dp.name, n, weighted), func(t *testing.T) {
-					bs := startBackends(t, n+1)
-					var members []member
-					for i, b := range bs[:n] {
-						w := 1
-						if weighted {
-							w = 1 + i%4
-						}
-						members = append(members, member{b, w})
+		for _, c := range []struct {
+			n        int
+			weighted bool
+		}{{4, true}, {8, false}, {16, true}} {
+			n, weighted := c.n, c.weighted
+			t.Run(fmt.Sprintf("%s/N=%d/weighted=%v", dp.name, n, weighted), func(t *testing.T) {
+				bs := startBackends(t, n+1)
+				var members []member
+				for i, b := range bs[:n] {
+					w := 1
+					if weighted {
+						w = 1 + i%4
 					}
-					path, xdsAddr, adminAddr := policyFile(t)
-					writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
-					k := startInProcess(t, path, xdsAddr, adminAddr)
-					defer k.stop()
-					cl := dp.new(t, xdsAddr)
-					want := predict(members, ss)
-					before := settle(t, cl, ss, want, "start")
-					// A second client probes during each change.
-					pc := dp.new(t, xdsAddr)
-					settle(t, pc, sample, predict(members, sample), "the probing client")
+					members = append(members, member{b, w})
+				}
+				path, xdsAddr, adminAddr := policyFile(t)
+				writeAtomic(t, path, policyText(xdsAddr, adminAddr, members))
+				k := startInProcess(t, path, xdsAddr, adminAddr)
+				defer k.stop()
+				cl := dp.new(t, xdsAddr)
+				want := predict(members, ss)
+				before := settle(t, cl, ss, want, "start")
+				// A second client probes during each change.
+				pc := dp.new(t, xdsAddr)
+				settle(t, pc, sample, predict(members, sample), "the probing client")
 
-					// Remove one.
-					gone := members[n/2]
-					rest := slices.Delete(slices.Clone(members), n/2, n/2+1)
-					p := startProber(pc, sample)
-					writeAtomic(t, path, policyText(xdsAddr, adminAddr, rest))
-					wantRest := predict(rest, ss)
-					after := settle(t, cl, ss, wantRest, "after removing a replica")
-					stray, probes, window := p.transient(sample, before, after)
-					own, between := movement(before, after, gone.b.id, want, wantRest)
-					t.Logf("removing 1 of %d: %d sessions moved from it (it had %d), %d between the others; transient: %d of %d probes strayed over %v",
-						n, own, shares(before)[gone.b.id], between, stray, probes, window)
-					if own != shares(before)[gone.b.id] {
-						t.Errorf("%d of the removed replica's %d sessions moved", own, shares(before)[gone.b.id])
-					}
-					if between > numSessions/100 {
-						t.Errorf("removing a replica moved %d sessions between the others, more than 1%%", between)
-					}
+				// Remove one.
+				gone := members[n/2]
+				rest := slices.Delete(slices.Clone(members), n/2, n/2+1)
+				p := startProber(pc, sample)
+				writeAtomic(t, path, policyText(xdsAddr, adminAddr, rest))
+				wantRest := predict(rest, ss)
+				after := settle(t, cl, ss, wantRest, "after removing a replica")
+				stray, probes, window := p.transient(sample, before, after)
+				own, between := movement(before, after, gone.b.id, want, wantRest)
+				t.Logf("removing 1 of %d: %d sessions moved from it (it had %d), %d between the others; transient: %d of %d probes strayed over %v",
+					n, own, shares(before)[gone.b.id], between, stray, probes, window)
+				if own != shares(before)[gone.b.id] {
+					t.Errorf("%d of the removed replica's %d sessions moved", own, shares(before)[gone.b.id])
+				}
+				if between > numSessions/100 {
+					t.Errorf("removing a replica moved %d sessions between the others, more than 1%%", between)
+				}
 
-					// Add a new one.
-					added := member{bs[n], 1 + n%4}
-					if !weighted {
-						added.weight = 1
-					}
-					grown := append(slices.Clone(rest), added)
-					p = startProber(pc, sample)
-					writeAtomic(t, path, policyText(xdsAddr, adminAddr, grown))
-					wantGrown := predict(grown, ss)
-					final := settle(t, cl, ss, wantGrown, "after adding a replica")
-					stray, probes, window = p.transient(sample, after, final)
-					own, between = movement(after, final, added.b.id, wantRest, wantGrown)
-					ideal := float64(added.weight) / float64(totalWeight(grown))
-					t.Logf("adding 1 to %d: %d sessions moved to it (weight share %.3f: %d), %d between the others; transient: %d of %d probes strayed over %v",
-						n-1, own, ideal, int(ideal*numSessions), between, stray, probes, window)
-					if between > numSessions/100 {
-						t.Errorf("adding a replica moved %d sessions between the others, more than 1%%", between)
-					}
-					if own == 0 {
-						t.Error("the new replica received no session")
-					}
-					if n := metric(t, adminAddr, "kvxds_xds_nacks_total"); n != 0 {
-						t.Errorf("clients rejected %v responses", n)
-					}
-				})
-			}
+				// Add a new one.
+				added := member{bs[n], 1 + n%4}
+				if !weighted {
+					added.weight = 1
+				}
+				grown := append(slices.Clone(rest), added)
+				p = startProber(pc, sample)
+				writeAtomic(t, path, policyText(xdsAddr, adminAddr, grown))
+				wantGrown := predict(grown, ss)
+				final := settle(t, cl, ss, wantGrown, "after adding a replica")
+				stray, probes, window = p.transient(sample, after, final)
+				own, between = movement(after, final, added.b.id, wantRest, wantGrown)
+				ideal := float64(added.weight) / float64(totalWeight(grown))
+				t.Logf("adding 1 to %d: %d sessions moved to it (weight share %.3f: %d), %d between the others; transient: %d of %d probes strayed over %v",
+					n-1, own, ideal, int(ideal*numSessions), between, stray, probes, window)
+				if between > numSessions/100 {
+					t.Errorf("adding a replica moved %d sessions between the others, more than 1%%", between)
+				}
+				if own == 0 {
+					t.Error("the new replica received no session")
+				}
+				if n := metric(t, adminAddr, "kvxds_xds_nacks_total"); n != 0 {
+					t.Errorf("clients rejected %v responses", n)
+				}
+			})
 		}
 	}
 }
