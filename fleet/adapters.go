@@ -434,27 +434,28 @@ func planAdapters(p *Pool) []AdapterPlan {
 	slices.SortStableFunc(order, byShare)
 	used := make([]int, len(p.Endpoints))
 	plans := make(map[string]AdapterPlan, len(order))
+	holds := func(i int) bool { return p.Endpoints[i].HoldsAdapters() }
 	for _, a := range order {
 		var idx []int
-		healthy := 0
+		held := 0
 		over := false
 		ranking := AdapterRanking(p, a.Name)
 		for _, i := range ranking {
-			if healthy == a.Replicas {
+			if held == a.Replicas {
 				break
 			}
 			if used[i] >= p.LoRA.Slots(&p.Endpoints[i]) {
 				continue
 			}
 			idx = append(idx, i)
-			if p.Endpoints[i].Health == Healthy {
-				healthy++
+			if holds(i) {
+				held++
 			}
 		}
-		if healthy == 0 {
-			// Every healthy replica is full: the first-ranked one takes
-			// it anyway, beyond its slots.
-			if j := slices.IndexFunc(ranking, func(i int) bool { return p.Endpoints[i].Health == Healthy }); j >= 0 {
+		if held == 0 {
+			// Every replica that can hold it is full: the first-ranked
+			// one takes it anyway, beyond its slots.
+			if j := slices.IndexFunc(ranking, holds); j >= 0 {
 				idx = append(idx, ranking[j])
 				over = true
 			}
@@ -463,10 +464,7 @@ func planAdapters(p *Pool) []AdapterPlan {
 			used[i]++
 		}
 		slices.Sort(idx)
-		ms := make([]Endpoint, len(idx))
-		for j, i := range idx {
-			ms[j] = p.Endpoints[i]
-		}
+		ms := adapterMembers(p, idx)
 		plans[a.Name] = AdapterPlan{Name: a.Name, OverCapacity: over, GroupPlan: GroupPlan{
 			Cluster: a.ClusterName(p.Name), Members: ms,
 			PerWeight:     GroupEntriesPerWeight(a.Replicas, p.LoRA.MemberWeight, p.Hash.GRPCRingCap),
@@ -478,4 +476,39 @@ func planAdapters(p *Pool) []AdapterPlan {
 		out[i] = plans[a.Name]
 	}
 	return out
+}
+
+// HoldsAdapters reports whether e counts toward the replicas of the
+// adapters it is a member of, and toward the replicas adapters are sized
+// against: a healthy replica, or one the escape hatch took out for now
+// (saturated). Saturation comes and goes with load: a
+// fill-in for it would load the adapter on another replica (a swap-in and
+// a cold cache) only to move it back when the member recovers. A replica
+// that drains to leave, is degraded or unhealthy gets a fill-in.
+func (e *Endpoint) HoldsAdapters() bool {
+	return e.Health == Healthy || e.Health == Draining && e.Saturated
+}
+
+// adapterMembers returns the endpoints idx (ascending) of p as an
+// adapter's members. A saturated member is served draining, so that the
+// adapter's requests go to its other members meanwhile; when no member is
+// healthy, the saturated ones are served healthy: the adapter has nowhere
+// else it is loaded, and a table without a healthy endpoint fails
+// requests on gRPC clients (the pool's escape hatch likewise keeps every
+// replica when too many are saturated).
+func adapterMembers(p *Pool, idx []int) []Endpoint {
+	ms := make([]Endpoint, len(idx))
+	healthy := false
+	for j, i := range idx {
+		ms[j] = p.Endpoints[i]
+		healthy = healthy || ms[j].Health == Healthy
+	}
+	if !healthy {
+		for j := range ms {
+			if ms[j].Saturated {
+				ms[j].Health = Healthy
+			}
+		}
+	}
+	return ms
 }

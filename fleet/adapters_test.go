@@ -151,6 +151,21 @@ func TestAdapterPlacementStable(t *testing.T) {
 				}
 			}
 		})
+		t.Run("saturate "+id, func(t *testing.T) {
+			p := adapterPool(16, 8, adapters...)
+			p.Endpoints[i].Health, p.Endpoints[i].Saturated = Draining, true
+			_, pl := prepareOne(t, p)
+			if got := placement(pl); !maps.EqualFunc(got, before, slices.Equal) {
+				t.Errorf("a saturated replica moved adapters: %v → %v", before, got)
+			}
+			for _, a := range pl.Adapters {
+				for _, e := range a.Members {
+					if want := map[bool]Health{true: Draining, false: Healthy}[e.HashKey == id]; e.Health != want {
+						t.Errorf("%s: member %s served %s, want %s", a.Name, e.HashKey, e.Health, want)
+					}
+				}
+			}
+		})
 	}
 	// The ranking is apart from a tenant group's of the same name.
 	p := adapterPool(16, 8)
@@ -158,6 +173,54 @@ func TestAdapterPlacementStable(t *testing.T) {
 	gm := memberIDs(GroupMembers(&n.Fleet().Pools[0], Group{Name: "a-0", Replicas: 2}))
 	if slices.Equal(gm, before["a-0"]) {
 		t.Errorf("adapter a-0 and group a-0 rank alike: %v", gm)
+	}
+}
+
+// A saturated member keeps its place and is served draining while the
+// adapter has a healthy member, healthy when it has none; a replica that
+// is draining to leave, degraded or unhealthy gets a stand-in.
+func TestAdapterSaturatedMembers(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		replicas  int
+		health    []Health // of the adapter's ranked members, in rank order
+		saturated []bool
+		want      int // members
+		served    []Health
+	}{
+		{"saturated of two", 2, []Health{Draining, Healthy}, []bool{true, false}, 2, []Health{Draining, Healthy}},
+		{"all saturated", 2, []Health{Draining, Draining}, []bool{true, true}, 2, []Health{Healthy, Healthy}},
+		{"the only one saturated", 1, []Health{Draining}, []bool{true}, 1, []Health{Healthy}},
+		{"draining to leave", 1, []Health{Draining, Healthy}, []bool{false, false}, 2, []Health{Draining, Healthy}},
+		{"unhealthy beside saturated", 2, []Health{Unhealthy, Draining, Healthy}, []bool{false, true, false}, 3, []Health{Unhealthy, Draining, Healthy}},
+		{"degraded", 1, []Health{Degraded, Healthy}, []bool{false, false}, 2, []Health{Degraded, Healthy}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := adapterPool(8, 4, Adapter{Name: "sql", Replicas: tc.replicas, Share: 0.1})
+			n, _ := prepareOne(t, p)
+			rank := AdapterRanking(&n.Fleet().Pools[0], "sql")
+			byKey := map[string]int{}
+			for j, h := range tc.health {
+				e := &p.Endpoints[rank[j]]
+				e.Health, e.Saturated = h, tc.saturated[j]
+				byKey[e.HashKey] = j
+			}
+			_, pl := prepareOne(t, p)
+			ms := pl.Adapters[0].Members
+			if len(ms) != tc.want {
+				t.Fatalf("%d members %v, want %d", len(ms), memberIDs(ms), tc.want)
+			}
+			for _, e := range ms {
+				j, ok := byKey[e.HashKey]
+				if !ok {
+					t.Errorf("member %s is not among the first-ranked %d", e.HashKey, len(tc.health))
+					continue
+				}
+				if e.Health != tc.served[j] {
+					t.Errorf("member %s (rank %d) served %s, want %s", e.HashKey, j, e.Health, tc.served[j])
+				}
+			}
+		})
 	}
 }
 

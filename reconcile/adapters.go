@@ -144,8 +144,11 @@ func (s *adapterState) update(f fleet.Fleet, plan func(string) fleet.Plan) {
 		} else {
 			ap.sketch = hotkeys.NewSketch(ap.settings.HalfLife)
 		}
+		// Sized against the replicas that hold adapters: a saturated one
+		// keeps its adapters, and saturation coming and going must not
+		// resize them.
 		for _, e := range p.Endpoints {
-			if e.Health == fleet.Healthy {
+			if e.HoldsAdapters() {
 				ap.healthy++
 			}
 		}
