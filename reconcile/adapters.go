@@ -50,6 +50,12 @@ const (
 	// minAdapterShare is the share of the pool's logged requests below
 	// which a learned adapter is not placed (it uses the pool's routes).
 	minAdapterShare = 0.001
+	// shareBand is how far an adapter's share must move from the share
+	// it was last decided with (a factor either way) before the new one
+	// is decided: placement takes free slots in order of decided share,
+	// and shares that swap order on noise would move adapters between
+	// slots at every decision.
+	shareBand = math.Sqrt2
 )
 
 // Causes of a placement move, as kvxds_adapter_moves_total labels them.
@@ -453,7 +459,12 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 		if r <= 0 {
 			continue
 		}
-		out = append(out, fleet.Adapter{Name: n, Replicas: min(r, healthy), Share: round6(share[n])})
+		sh := round6(share[n])
+		if o, ok := old[n]; ok && sh >= o.Share/shareBand && sh <= o.Share*shareBand {
+			// Shares order the placement: noise must not reorder it.
+			sh = o.Share
+		}
+		out = append(out, fleet.Adapter{Name: n, Replicas: min(r, healthy), Share: sh})
 	}
 	for n := range below {
 		if _, ok := need[n]; !ok {

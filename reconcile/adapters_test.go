@@ -148,6 +148,49 @@ func TestDecideAdapters(t *testing.T) {
 	}
 }
 
+// A decided share stays until the measured one moves past a factor of
+// √2 from it, so that noise does not reorder the placement (fr stays at
+// 15% throughout).
+func TestAdapterShareBand(t *testing.T) {
+	set := fleet.DefaultAdapters()
+	set.BaseModels = []string{"llama"}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name string
+		sql  int // requests of sql in 1,000
+		want float64
+	}{
+		{"unchanged", 200, 0.2},
+		{"below fr, within the band", 145, 0.2},
+		{"a little more", 280, 0.2},
+		{"past the band", 140, 0.14},
+		{"far more", 290, 0.29},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newAdapterState(prometheus.NewRegistry())
+			ap := adapterTestPool(set, 8)
+			s.pools["chat"] = ap
+			s.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "fr", Replicas: 2, Share: 0.15}, {Name: "sql", Replicas: 3, Share: 0.2}}}
+			for i := range 1000 {
+				switch {
+				case i < tc.sql:
+					ap.sketch.Observe(adapterKey, "sql", t0)
+				case i < tc.sql+150:
+					ap.sketch.Observe(adapterKey, "fr", t0)
+				default:
+					ap.sketch.Observe(baseKey, baseValue, t0)
+				}
+			}
+			ap.observed = 1000
+			pl := s.decidePool("chat", ap, engineDemand{}, t0)
+			i := slices.IndexFunc(pl.Adapters, func(a fleet.Adapter) bool { return a.Name == "sql" })
+			if i < 0 || pl.Adapters[i].Share != tc.want {
+				t.Errorf("%+v, want sql's share %g", pl.Adapters, tc.want)
+			}
+		})
+	}
+}
+
 // A standalone instance learns adapters from the logged requests, places
 // them in the model, the served resources and the status; an adapter's
 // appearing costs a cluster and a route change, and counts as a demand
