@@ -200,8 +200,8 @@ func TestAdapterPlacementStable(t *testing.T) {
 			}
 			for _, a := range pl.Adapters {
 				for _, e := range a.Members {
-					if want := map[bool]Health{true: Draining, false: Healthy}[e.HashKey == id]; e.Health != want {
-						t.Errorf("%s: member %s served %s, want %s", a.Name, e.HashKey, e.Health, want)
+					if e.Health != Healthy {
+						t.Errorf("%s: member %s served %s, want healthy", a.Name, e.HashKey, e.Health)
 					}
 				}
 			}
@@ -216,9 +216,8 @@ func TestAdapterPlacementStable(t *testing.T) {
 	}
 }
 
-// A saturated member keeps its place and is served draining while the
-// adapter has a healthy member, healthy when it has none; a replica that
-// is draining to leave, degraded or unhealthy gets a stand-in.
+// A saturated member keeps its place and is served healthy; a replica
+// that is draining to leave, degraded or unhealthy gets a stand-in.
 func TestAdapterSaturatedMembers(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -228,11 +227,11 @@ func TestAdapterSaturatedMembers(t *testing.T) {
 		want      int // members
 		served    []Health
 	}{
-		{"saturated of two", 2, []Health{Draining, Healthy}, []bool{true, false}, 2, []Health{Draining, Healthy}},
+		{"saturated of two", 2, []Health{Draining, Healthy}, []bool{true, false}, 2, []Health{Healthy, Healthy}},
 		{"all saturated", 2, []Health{Draining, Draining}, []bool{true, true}, 2, []Health{Healthy, Healthy}},
 		{"the only one saturated", 1, []Health{Draining}, []bool{true}, 1, []Health{Healthy}},
 		{"draining to leave", 1, []Health{Draining, Healthy}, []bool{false, false}, 2, []Health{Draining, Healthy}},
-		{"unhealthy beside saturated", 2, []Health{Unhealthy, Draining, Healthy}, []bool{false, true, false}, 3, []Health{Unhealthy, Draining, Healthy}},
+		{"unhealthy beside saturated", 2, []Health{Unhealthy, Draining, Healthy}, []bool{false, true, false}, 3, []Health{Unhealthy, Healthy, Healthy}},
 		{"degraded", 1, []Health{Degraded, Healthy}, []bool{false, false}, 2, []Health{Degraded, Healthy}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
