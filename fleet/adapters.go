@@ -513,22 +513,21 @@ func TailSlots(n int) int {
 // HoldsAdapters reports whether e counts toward the replicas of the
 // adapters it is a member of, and toward the replicas adapters are sized
 // against: a healthy replica, or one the escape hatch took out for now
-// (saturated). Saturation comes and goes with load: a
-// fill-in for it would load the adapter on another replica (a swap-in and
-// a cold cache) only to move it back when the member recovers. A replica
-// that drains to leave, is degraded or unhealthy gets a fill-in.
+// (saturated). Saturation comes and goes with load: a fill-in for it
+// would load the adapter on another replica (a swap-in and a cold cache)
+// only to move it back when the member recovers. A replica that drains
+// to leave, is degraded or unhealthy gets a fill-in.
 func (e *Endpoint) HoldsAdapters() bool {
 	return e.Health == Healthy || e.Health == Draining && e.Saturated
 }
 
 // adapterMembers returns the endpoints idx (ascending) of p as an
 // adapter's members. A saturated member is served healthy: the escape
-// hatch takes it out of the pool's own table, whose keys its peers can
-// serve warm, but the adapter's other members hold none of its
-// conversations' caches, so moving them would lose their prefixes and
-// swap nothing off the replica that the next recovery would not bring
-// back (measured: a higher hit rate, fewer sessions moved, the same
-// TTFT).
+// hatch takes it out of the pool's own table, whose keys its peers serve
+// warm, but the adapter's other members hold none of its conversations'
+// caches, and moving them there loses their prefixes for a load that
+// comes back with the recovery (measured: a higher hit rate, fewer
+// sessions moved, the same TTFT).
 func adapterMembers(p *Pool, idx []int) []Endpoint {
 	ms := make([]Endpoint, len(idx))
 	for j, i := range idx {

@@ -367,7 +367,8 @@ type Endpoint struct {
 	MaxLoRA int `json:"max_lora,omitempty"`
 	// Saturated is set on a Draining endpoint that the escape hatch took
 	// out of the hash table until it recovers: it stays in the pool, so
-	// placements that hold it (adapters) keep it rather than fill in.
+	// the adapters it is a member of keep it, served healthy in their
+	// tables, rather than fill in.
 	Saturated bool `json:"saturated,omitempty"`
 }
 
