@@ -367,28 +367,42 @@ type AdapterPlan struct {
 	// (Adapter.ClusterName), members (in hash key order) and ring sizes.
 	Name string
 	GroupPlan
-	// OverCapacity is set when every healthy replica's slots were taken
-	// by adapters of larger share, so the adapter takes its first-ranked
-	// healthy replica anyway: its engine swaps it in and out.
+	// OverCapacity is set when the adapter is in the tail: the slots for
+	// placed adapters were taken by adapters of larger share, so it is on
+	// its first-ranked replica that holds adapters, in the slots kept for
+	// the tail there (TailSlots), which its engine swaps among the tail's
+	// adapters.
 	OverCapacity bool
 }
 
 // Adapter placement.
 //
-// Adapters are placed in order of share, highest first (then by name),
-// so the busiest take free slots first. Each ranks the pool's replicas by
-// rendezvous hashing, xxhash64("adapter\x00" + name + "\x00" + identity)
-// highest first (the prefix keeps its ranking apart from a tenant group
-// of the same name), and takes replicas in rank order, skipping those
-// whose slots are full, until it holds Replicas healthy ones. A replica's
-// slots are its engine's max_lora (Endpoint.MaxLoRA) when reported, else
-// the policy's MaxLoRA; each member takes one. A replica that is draining,
-// degraded or unhealthy keeps its place (and its slot) with its health,
-// as in a group, so it gets no new requests while the next-ranked replica
-// fills in. When no healthy replica has a free slot the adapter takes its
-// first-ranked healthy replica anyway (OverCapacity). A replica joining
-// or leaving moves only the adapters that rank it among their members,
-// and those whose slots it changes.
+// Adapters are placed in order of decided share, highest first (then by
+// name), so the busiest take slots first; the decision keeps an adapter's
+// share until it moves by more than a factor of √2, so that noise does
+// not reorder them. Each ranks the pool's replicas by rendezvous hashing,
+// xxhash64("adapter\x00" + name + "\x00" + identity) highest first (the
+// prefix keeps its ranking apart from a tenant group of the same name),
+// and takes replicas in rank order, skipping those whose slots for placed
+// adapters are taken, until it holds Replicas that hold adapters. A
+// replica's slots are its engine's max_lora (Endpoint.MaxLoRA) when
+// reported, else the policy's MaxLoRA; a quarter of them (at least one)
+// are for placed adapters, one each per member, and the rest are kept for
+// the tail (TailSlots). An adapter that finds no slot is in the tail
+// (OverCapacity): one member, its first-ranked replica that holds
+// adapters, where the tail's adapters share the slots kept for them. A
+// tail adapter's replica depends on the replicas alone, so it never moves
+// for capacity, and its conversations stay together.
+//
+// A replica that is saturated (the escape hatch, Endpoint.Saturated)
+// keeps its place and counts toward the adapter's replicas: saturation
+// passes, and a fill-in would load the adapter elsewhere only to move it
+// back. It is served healthy in the adapter's table (adapterMembers). A
+// replica that drains to leave, is degraded or unhealthy keeps its place
+// (and its slot) with its health, as in a group, so it gets no new
+// requests while the next-ranked replica fills in. A replica joining or
+// leaving moves only the adapters that rank it among their members, and
+// those whose slots it changes.
 
 // adapterScore is an endpoint's weight in adapter's ranking.
 func adapterScore(adapter, identity string) uint64 {
@@ -432,41 +446,44 @@ func planAdapters(p *Pool) []AdapterPlan {
 	}
 	order := slices.Clone(p.Adapters)
 	slices.SortStableFunc(order, byShare)
-	used := make([]int, len(p.Endpoints))
+	// free is each replica's slots for placed adapters: all but the
+	// tail's (TailSlots).
+	free := make([]int, len(p.Endpoints))
+	for i := range p.Endpoints {
+		n := p.LoRA.Slots(&p.Endpoints[i])
+		free[i] = n - TailSlots(n)
+	}
+	holds := func(i int) bool { return p.Endpoints[i].HoldsAdapters() }
 	plans := make(map[string]AdapterPlan, len(order))
 	for _, a := range order {
 		var idx []int
-		healthy := 0
+		held := 0
 		over := false
 		ranking := AdapterRanking(p, a.Name)
 		for _, i := range ranking {
-			if healthy == a.Replicas {
+			if held == a.Replicas {
 				break
 			}
-			if used[i] >= p.LoRA.Slots(&p.Endpoints[i]) {
+			if free[i] == 0 {
 				continue
 			}
+			free[i]--
 			idx = append(idx, i)
-			if p.Endpoints[i].Health == Healthy {
-				healthy++
+			if holds(i) {
+				held++
 			}
 		}
-		if healthy == 0 {
-			// Every healthy replica is full: the first-ranked one takes
-			// it anyway, beyond its slots.
-			if j := slices.IndexFunc(ranking, func(i int) bool { return p.Endpoints[i].Health == Healthy }); j >= 0 {
+		if held == 0 {
+			// No slot of its own: the adapter is in the tail, on its
+			// first-ranked replica that holds adapters, where it shares
+			// the slots kept for the tail.
+			if j := slices.IndexFunc(ranking, holds); j >= 0 {
 				idx = append(idx, ranking[j])
 				over = true
 			}
 		}
-		for _, i := range idx {
-			used[i]++
-		}
 		slices.Sort(idx)
-		ms := make([]Endpoint, len(idx))
-		for j, i := range idx {
-			ms[j] = p.Endpoints[i]
-		}
+		ms := adapterMembers(p, idx)
 		plans[a.Name] = AdapterPlan{Name: a.Name, OverCapacity: over, GroupPlan: GroupPlan{
 			Cluster: a.ClusterName(p.Name), Members: ms,
 			PerWeight:     GroupEntriesPerWeight(a.Replicas, p.LoRA.MemberWeight, p.Hash.GRPCRingCap),
@@ -478,4 +495,46 @@ func planAdapters(p *Pool) []AdapterPlan {
 		out[i] = plans[a.Name]
 	}
 	return out
+}
+
+// TailSlots is how many of a replica's n adapter slots are kept for the
+// tail: all but a quarter (at least one). The slots of its own that an
+// adapter takes only keep the busiest adapters apart, one per replica
+// first; an adapter that finds none is in the tail, on its first-ranked
+// replica, whose engine keeps what is busy there loaded (its least
+// recently used adapter is evicted). Measured on the multi-lora benchmark
+// (docs/benchmarks/workloads.md): a quarter of the slots for placed
+// adapters swaps less and moves adapters less than three quarters, since
+// the tail's adapters, on one replica each, never move for capacity.
+func TailSlots(n int) int {
+	return n - max(1, n/4)
+}
+
+// HoldsAdapters reports whether e counts toward the replicas of the
+// adapters it is a member of, and toward the replicas adapters are sized
+// against: a healthy replica, or one the escape hatch took out for now
+// (saturated). Saturation comes and goes with load: a fill-in for it
+// would load the adapter on another replica (a swap-in and a cold cache)
+// only to move it back when the member recovers. A replica that drains
+// to leave, is degraded or unhealthy gets a fill-in.
+func (e *Endpoint) HoldsAdapters() bool {
+	return e.Health == Healthy || e.Health == Draining && e.Saturated
+}
+
+// adapterMembers returns the endpoints idx (ascending) of p as an
+// adapter's members. A saturated member is served healthy: the escape
+// hatch takes it out of the pool's own table, whose keys its peers serve
+// warm, but the adapter's other members hold none of its conversations'
+// caches, and moving them there loses their prefixes for a load that
+// comes back with the recovery (measured: a higher hit rate, fewer
+// sessions moved, the same TTFT).
+func adapterMembers(p *Pool, idx []int) []Endpoint {
+	ms := make([]Endpoint, len(idx))
+	for j, i := range idx {
+		ms[j] = p.Endpoints[i]
+		if ms[j].Saturated {
+			ms[j].Health = Healthy
+		}
+	}
+	return ms
 }

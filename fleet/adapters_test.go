@@ -40,22 +40,25 @@ func placement(pl Plan) map[string][]string {
 }
 
 // Each adapter takes its top-ranked replicas with a free slot, the
-// largest shares first, and no replica holds more than its slots unless
-// every healthy replica is full.
+// largest shares first, and no replica holds more placed adapters than its
+// slots less the tail's; adapters that find no slot join the tail, each on
+// its first-ranked replica.
 func TestAdapterPlacementCapacity(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		replicas, slots  int
 		adapters         []Adapter
 		engineSlots      map[int]int // replica index → reported max_lora
-		wantOver         []string
+		wantTail         []string
 		wantMembersTotal int
 	}{
-		{name: "room for all", replicas: 8, slots: 4, adapters: ads(10, 2), wantMembersTotal: 20},
-		{name: "exactly full", replicas: 4, slots: 2, adapters: ads(8, 1), wantMembersTotal: 8},
-		{name: "over capacity", replicas: 4, slots: 1, adapters: ads(6, 1), wantOver: []string{"a-4", "a-5"}, wantMembersTotal: 6},
+		{name: "room for all", replicas: 8, slots: 12, adapters: ads(10, 2), wantMembersTotal: 20},
+		{name: "the tail keeps a slot", replicas: 4, slots: 2, adapters: ads(8, 1), wantTail: []string{"a-4", "a-5", "a-6", "a-7"}, wantMembersTotal: 8},
+		{name: "one slot keeps none", replicas: 4, slots: 1, adapters: ads(6, 1), wantTail: []string{"a-4", "a-5"}, wantMembersTotal: 6},
 		{name: "partial when full", replicas: 4, slots: 1, adapters: []Adapter{{Name: "big", Replicas: 3, Share: 0.6}, {Name: "small", Replicas: 2, Share: 0.1}}, wantMembersTotal: 4},
-		{name: "engine slots believed", replicas: 4, slots: 1, adapters: ads(6, 1), engineSlots: map[int]int{0: 2, 1: 2}, wantMembersTotal: 6},
+		{name: "engine slots believed", replicas: 4, slots: 1, adapters: ads(6, 1), engineSlots: map[int]int{0: 8, 1: 8}, wantMembersTotal: 6},
+		{name: "busiest first", replicas: 2, slots: 8, adapters: []Adapter{{Name: "z", Replicas: 2, Share: 0.5}, {Name: "y", Replicas: 2, Share: 0.01}, {Name: "x", Replicas: 1, Share: 0.2}, {Name: "w", Replicas: 1, Share: 0.05}},
+			wantTail: []string{"y"}, wantMembersTotal: 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := adapterPool(tc.replicas, tc.slots, tc.adapters...)
@@ -67,38 +70,74 @@ func TestAdapterPlacementCapacity(t *testing.T) {
 			if len(pl.Adapters) != len(tc.adapters) {
 				t.Fatalf("%d adapter plans, want %d", len(pl.Adapters), len(tc.adapters))
 			}
-			used := map[string]int{}
+			placed := map[string]int{}
 			total := 0
-			var over []string
+			var tail []string
 			for _, a := range pl.Adapters {
 				if a.Cluster != "chat/adapter/"+a.Name {
 					t.Errorf("adapter %s: cluster %q", a.Name, a.Cluster)
-				}
-				if a.OverCapacity {
-					over = append(over, a.Name)
-				}
-				for _, e := range a.Members {
-					used[e.HashKey]++
 				}
 				total += len(a.Members)
 				if len(a.Members) == 0 {
 					t.Errorf("adapter %s has no member", a.Name)
 				}
+				if !a.OverCapacity {
+					for _, e := range a.Members {
+						placed[e.HashKey]++
+					}
+					continue
+				}
+				tail = append(tail, a.Name)
+				first := n.Endpoints[AdapterRanking(&n, a.Name)[0]].HashKey
+				if ids := memberIDs(a.Members); !slices.Equal(ids, []string{first}) {
+					t.Errorf("tail adapter %s on %v, want its first-ranked replica %s", a.Name, ids, first)
+				}
 			}
 			if total != tc.wantMembersTotal {
 				t.Errorf("%d members in all, want %d: %v", total, tc.wantMembersTotal, placement(pl))
 			}
-			if !slices.Equal(over, tc.wantOver) {
-				t.Errorf("over capacity %v, want %v", over, tc.wantOver)
+			if !slices.Equal(tail, tc.wantTail) {
+				t.Errorf("tail %v, want %v", tail, tc.wantTail)
 			}
-			if len(tc.wantOver) == 0 {
-				for _, e := range n.Endpoints {
-					if used[e.HashKey] > n.LoRA.Slots(&e) {
-						t.Errorf("replica %s holds %d adapters, above its %d slots", e.HashKey, used[e.HashKey], n.LoRA.Slots(&e))
-					}
+			for _, e := range n.Endpoints {
+				if slots := n.LoRA.Slots(&e); placed[e.HashKey] > slots-TailSlots(slots) {
+					t.Errorf("replica %s holds %d placed adapters, above its %d slots less %d for the tail", e.HashKey, placed[e.HashKey], slots, TailSlots(slots))
 				}
 			}
 		})
+	}
+}
+
+func TestTailSlots(t *testing.T) {
+	for n, want := range map[int]int{1: 0, 2: 1, 3: 2, 4: 3, 8: 6, 12: 9} {
+		if got := TailSlots(n); got != want {
+			t.Errorf("TailSlots(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+// An adapter in the tail before and after a change of shares stays on
+// its replica, whatever the order of the others.
+func TestAdapterTailStable(t *testing.T) {
+	before := ads(40, 1)
+	after := slices.Clone(before)
+	for i := range after {
+		after[i].Share = float64((i*7)%40+1) / 100 // reordered
+	}
+	_, pb := prepareOne(t, adapterPool(8, 4, before...))
+	_, pa := prepareOne(t, adapterPool(8, 4, after...))
+	tail := 0
+	for i := range pb.Adapters {
+		b, a := pb.Adapters[i], pa.Adapters[i]
+		if b.OverCapacity && a.OverCapacity {
+			tail++
+			if !slices.Equal(memberIDs(b.Members), memberIDs(a.Members)) {
+				t.Errorf("tail adapter %s moved: %v → %v", b.Name, memberIDs(b.Members), memberIDs(a.Members))
+			}
+		}
+	}
+	if tail < 20 {
+		t.Errorf("only %d adapters in the tail both times", tail)
 	}
 }
 
@@ -115,14 +154,15 @@ func ads(n, replicas int) []Adapter {
 // With free slots, a replica leaving moves only the adapters it was a
 // member of, each by one replica; a replica joining enters only adapters
 // that rank it among their members. A draining member keeps its place.
+// (32 slots: a quarter, 8, for placed adapters, more than they need.)
 func TestAdapterPlacementStable(t *testing.T) {
 	adapters := ads(12, 2)
-	_, base := prepareOne(t, adapterPool(16, 8, adapters...))
+	_, base := prepareOne(t, adapterPool(16, 32, adapters...))
 	before := placement(base)
 	for i := range 16 {
 		id := fmt.Sprintf("r-%d", i)
 		t.Run("leave "+id, func(t *testing.T) {
-			p := adapterPool(16, 8, adapters...)
+			p := adapterPool(16, 32, adapters...)
 			p.Endpoints = slices.Delete(p.Endpoints, i, i+1)
 			_, pl := prepareOne(t, p)
 			for name, ms := range placement(pl) {
@@ -138,7 +178,7 @@ func TestAdapterPlacementStable(t *testing.T) {
 			}
 		})
 		t.Run("drain "+id, func(t *testing.T) {
-			p := adapterPool(16, 8, adapters...)
+			p := adapterPool(16, 32, adapters...)
 			p.Endpoints[i].Health = Draining
 			_, pl := prepareOne(t, p)
 			for name, ms := range placement(pl) {
@@ -151,13 +191,75 @@ func TestAdapterPlacementStable(t *testing.T) {
 				}
 			}
 		})
+		t.Run("saturate "+id, func(t *testing.T) {
+			p := adapterPool(16, 32, adapters...)
+			p.Endpoints[i].Health, p.Endpoints[i].Saturated = Draining, true
+			_, pl := prepareOne(t, p)
+			if got := placement(pl); !maps.EqualFunc(got, before, slices.Equal) {
+				t.Errorf("a saturated replica moved adapters: %v → %v", before, got)
+			}
+			for _, a := range pl.Adapters {
+				for _, e := range a.Members {
+					if e.Health != Healthy {
+						t.Errorf("%s: member %s served %s, want healthy", a.Name, e.HashKey, e.Health)
+					}
+				}
+			}
+		})
 	}
 	// The ranking is apart from a tenant group's of the same name.
-	p := adapterPool(16, 8)
+	p := adapterPool(16, 32)
 	n, _ := prepareOne(t, p)
 	gm := memberIDs(GroupMembers(&n.Fleet().Pools[0], Group{Name: "a-0", Replicas: 2}))
 	if slices.Equal(gm, before["a-0"]) {
 		t.Errorf("adapter a-0 and group a-0 rank alike: %v", gm)
+	}
+}
+
+// A saturated member keeps its place and is served healthy; a replica
+// that is draining to leave, degraded or unhealthy gets a stand-in.
+func TestAdapterSaturatedMembers(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		replicas  int
+		health    []Health // of the adapter's ranked members, in rank order
+		saturated []bool
+		want      int // members
+		served    []Health
+	}{
+		{"saturated of two", 2, []Health{Draining, Healthy}, []bool{true, false}, 2, []Health{Healthy, Healthy}},
+		{"all saturated", 2, []Health{Draining, Draining}, []bool{true, true}, 2, []Health{Healthy, Healthy}},
+		{"the only one saturated", 1, []Health{Draining}, []bool{true}, 1, []Health{Healthy}},
+		{"draining to leave", 1, []Health{Draining, Healthy}, []bool{false, false}, 2, []Health{Draining, Healthy}},
+		{"unhealthy beside saturated", 2, []Health{Unhealthy, Draining, Healthy}, []bool{false, true, false}, 3, []Health{Unhealthy, Healthy, Healthy}},
+		{"degraded", 1, []Health{Degraded, Healthy}, []bool{false, false}, 2, []Health{Degraded, Healthy}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := adapterPool(8, 4, Adapter{Name: "sql", Replicas: tc.replicas, Share: 0.1})
+			n, _ := prepareOne(t, p)
+			rank := AdapterRanking(&n.Fleet().Pools[0], "sql")
+			byKey := map[string]int{}
+			for j, h := range tc.health {
+				e := &p.Endpoints[rank[j]]
+				e.Health, e.Saturated = h, tc.saturated[j]
+				byKey[e.HashKey] = j
+			}
+			_, pl := prepareOne(t, p)
+			ms := pl.Adapters[0].Members
+			if len(ms) != tc.want {
+				t.Fatalf("%d members %v, want %d", len(ms), memberIDs(ms), tc.want)
+			}
+			for _, e := range ms {
+				j, ok := byKey[e.HashKey]
+				if !ok {
+					t.Errorf("member %s is not among the first-ranked %d", e.HashKey, len(tc.health))
+					continue
+				}
+				if e.Health != tc.served[j] {
+					t.Errorf("member %s (rank %d) served %s, want %s", e.HashKey, j, e.Health, tc.served[j])
+				}
+			}
+		})
 	}
 }
 

@@ -365,6 +365,11 @@ type Endpoint struct {
 	// MaxLoRA is the adapter slots the replica's engine reports (its
 	// max_lora); 0 when unknown, and then the pool's Adapters.MaxLoRA.
 	MaxLoRA int `json:"max_lora,omitempty"`
+	// Saturated is set on a Draining endpoint that the escape hatch took
+	// out of the hash table until it recovers: it stays in the pool, so
+	// the adapters it is a member of keep it, served healthy in their
+	// tables, rather than fill in.
+	Saturated bool `json:"saturated,omitempty"`
 }
 
 // Identity is the endpoint's place on the hash ring: its hash key, or its
@@ -448,6 +453,8 @@ func (f Fleet) Normalize() Fleet {
 				e.Weight = 1
 			}
 			e.HashKey = e.Identity()
+			// Only a draining replica is saturated.
+			e.Saturated = e.Saturated && e.Health == Draining
 			eps[j] = e
 		}
 		slices.SortFunc(eps, func(a, b Endpoint) int {

@@ -50,6 +50,16 @@ const (
 	// minAdapterShare is the share of the pool's logged requests below
 	// which a learned adapter is not placed (it uses the pool's routes).
 	minAdapterShare = 0.001
+	// shareBand is how far an adapter's share must move from the share
+	// it was last decided with (a factor either way) before the new one
+	// is decided: placement takes free slots in order of decided share,
+	// and shares that swap order on noise would move adapters between
+	// slots at every decision.
+	shareBand = math.Sqrt2
+	// minInFlight is the smoothed replicas an adapter the engines report
+	// must keep to stay placed (engineNeed): a single report is forgotten
+	// after about three half-lives.
+	minInFlight = 0.1
 )
 
 // Causes of a placement move, as kvxds_adapter_moves_total labels them.
@@ -72,6 +82,11 @@ type adapterState struct {
 	// below is, by pool and adapter, since when its need has been below
 	// half of its replicas (shrinking waits a full interval).
 	below map[string]map[string]time.Time
+	// inFlight is, by pool and adapter, the replicas the engines report
+	// it in flight on, smoothed over the half-life (engineNeed), with
+	// when it was last updated.
+	inFlight   map[string]map[string]float64
+	inFlightAt map[string]time.Time
 	// served are the members each placed adapter had at the last push,
 	// by pool and adapter, with the adapter's replicas and the pool's
 	// replicas and health then, to tell what moved it.
@@ -111,7 +126,7 @@ func newAdapterState(reg prometheus.Registerer) *adapterState {
 	f := promauto.With(reg)
 	return &adapterState{
 		pools: map[string]*adapterPool{}, own: Placements{}, decided: map[string]time.Time{},
-		below: map[string]map[string]time.Time{}, served: map[string]servedAdapters{}, seen: map[string]*adapterSeen{},
+		below: map[string]map[string]time.Time{}, inFlight: map[string]map[string]float64{}, inFlightAt: map[string]time.Time{}, served: map[string]servedAdapters{}, seen: map[string]*adapterSeen{},
 		moves: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_adapter_moves_total",
 			Help: "Placed LoRA adapters whose member replicas changed at a push, by pool and cause: demand (its replicas were decided anew, or it was placed or removed), membership (a replica joined, left or changed health), capacity (a replica's adapter slots, or a busier adapter, took its place).",
@@ -144,8 +159,11 @@ func (s *adapterState) update(f fleet.Fleet, plan func(string) fleet.Plan) {
 		} else {
 			ap.sketch = hotkeys.NewSketch(ap.settings.HalfLife)
 		}
+		// Sized against the replicas that hold adapters: a saturated one
+		// keeps its adapters, and saturation coming and going must not
+		// resize them.
 		for _, e := range p.Endpoints {
-			if e.Health == fleet.Healthy {
+			if e.HoldsAdapters() {
 				ap.healthy++
 			}
 		}
@@ -176,6 +194,8 @@ func (s *adapterState) update(f fleet.Fleet, plan func(string) fleet.Plan) {
 			delete(s.own, name)
 			delete(s.decided, name)
 			delete(s.below, name)
+			delete(s.inFlight, name)
+			delete(s.inFlightAt, name)
 			delete(s.served, name)
 			for _, c := range moveCauses {
 				s.moves.DeleteLabelValues(name, c)
@@ -383,14 +403,12 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 			need[e.ID.Value] = clampInt(int(math.Ceil(e.Share*float64(healthy)*adapterHeadroom)), 1, healthy)
 		}
 	case eng.reporting > 0 && len(eng.inFlight) > 0:
-		// In flight on r replicas: keep it on as many (without headroom,
-		// which would grow a placement that its own members report).
-		for n, r := range eng.inFlight {
-			if ap.settings.IsBase(n) || fleet.CheckAdapterName(n) != "" {
-				continue
-			}
-			share[n] = float64(r) / float64(eng.reporting)
-			need[n] = clampInt(r, 1, healthy)
+		// In flight on r replicas, smoothed: keep it on as many (without
+		// headroom, which would grow a placement that its own members
+		// report).
+		for n, r := range s.engineNeed(name, ap, eng, now) {
+			share[n] = r / float64(eng.reporting)
+			need[n] = clampInt(int(math.Round(r)), 1, healthy)
 		}
 	default:
 		// No signal: the placement stays (its stages advance, and the
@@ -450,7 +468,12 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 		if r <= 0 {
 			continue
 		}
-		out = append(out, fleet.Adapter{Name: n, Replicas: min(r, healthy), Share: round6(share[n])})
+		sh := round6(share[n])
+		if o, ok := old[n]; ok && sh >= o.Share/shareBand && sh <= o.Share*shareBand {
+			// Shares order the placement: noise must not reorder it.
+			sh = o.Share
+		}
+		out = append(out, fleet.Adapter{Name: n, Replicas: min(r, healthy), Share: sh})
 	}
 	for n := range below {
 		if _, ok := need[n]; !ok {
@@ -483,6 +506,49 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 		slots = eng.slots
 	}
 	return fleet.AdapterPlacement{Adapters: out, Slots: slots}
+}
+
+// engineNeed smooths the replicas each adapter is in flight on over the
+// pool's half-life, as logged requests are: an engine reports only the
+// adapters with a request in flight at the scrape, so a rare adapter
+// comes and goes from one decision to the next, and a placement that
+// followed it would move it out and back in each time (a cold cache and a
+// swap-in). A new adapter starts at what it is in flight on now; one no
+// longer reported decays, and is not placed once below minInFlight.
+func (s *adapterState) engineNeed(pool string, ap *adapterPool, eng engineDemand, now time.Time) map[string]float64 {
+	avg := s.inFlight[pool]
+	if avg == nil {
+		avg = map[string]float64{}
+		s.inFlight[pool] = avg
+	}
+	keep := 1.0
+	if at, ok := s.inFlightAt[pool]; ok && now.After(at) {
+		keep = math.Exp2(-float64(now.Sub(at)) / float64(ap.settings.HalfLife))
+	}
+	s.inFlightAt[pool] = now
+	for n, r := range eng.inFlight {
+		if ap.settings.IsBase(n) || fleet.CheckAdapterName(n) != "" {
+			continue
+		}
+		if _, ok := avg[n]; !ok {
+			avg[n] = float64(r)
+			continue
+		}
+		avg[n] = keep*avg[n] + (1-keep)*float64(r)
+	}
+	out := map[string]float64{}
+	for n, a := range avg {
+		if _, ok := eng.inFlight[n]; !ok {
+			a *= keep
+			avg[n] = a
+		}
+		if a < minInFlight {
+			delete(avg, n)
+			continue
+		}
+		out[n] = a
+	}
+	return out
 }
 
 // stageAdapters returns the adapters of a decision that wants the

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -45,7 +46,8 @@ func adapterTestPool(a fleet.Adapters, healthy int) *adapterPool {
 
 // Decisions size each adapter from its share of the pool's requests,
 // grow at once, shrink only after a full interval below half, fall back
-// on the engines without logs, and keep the placement without either.
+// on the engines without logs (smoothed over the half-life), and keep the
+// placement without either.
 func TestDecideAdapters(t *testing.T) {
 	set := fleet.DefaultAdapters()
 	set.Interval = 10 * time.Second
@@ -122,9 +124,16 @@ func TestDecideAdapters(t *testing.T) {
 		t.Errorf("slots %v, want r1's reported 2", pl.Slots)
 	}
 	s.own["chat"] = pl
-	// An adapter no longer seen, after an interval below half, loses its
-	// route first, and its cluster with the next decision.
+	// An adapter the engines no longer report is forgotten over the
+	// half-life; then, after an interval below half, it loses its route
+	// first, and its cluster with the next decision.
 	t3 = t3.Add(set.Interval)
+	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3}}, t3)
+	if got := replicas(pl); !reflect.DeepEqual(got, map[string]int{"sql": 3, "fr": 2}) {
+		t.Fatalf("one decision without fr: %v, want it kept on 2", got)
+	}
+	s.own["chat"] = pl
+	t3 = t3.Add(5 * set.HalfLife) // 2 × 2⁻⁵ in flight: below minInFlight
 	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3}}, t3)
 	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("stages %v, want %v (fr held an interval)", got, want)
@@ -145,6 +154,92 @@ func TestDecideAdapters(t *testing.T) {
 	// Nothing at all: the placement stays.
 	if got := s.decidePool("chat", ap, engineDemand{}, t3.Add(set.Interval)); !equalPlacement(got, pl) {
 		t.Errorf("without signals the placement changed: %+v → %+v", pl, got)
+	}
+}
+
+// The engines' in-flight reports are smoothed over the half-life: a rare
+// adapter that comes and goes stays placed, a dip does not shrink a busy
+// one, and one no longer reported is forgotten after a few half-lives.
+func TestEngineNeed(t *testing.T) {
+	set := fleet.DefaultAdapters() // interval 10 s, half-life 1 min
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name    string
+		reports []map[string]int // one per decision, an interval apart
+		want    map[string]int   // rounded, of the last
+	}{
+		{"new at what it is in flight on", []map[string]int{{"a": 3}}, map[string]int{"a": 3}},
+		{"a dip does not shrink", []map[string]int{{"a": 3}, {"a": 3}, {"a": 1}}, map[string]int{"a": 3}},
+		{"a rare adapter stays", []map[string]int{{"a": 2, "r": 1}, {"a": 2}, {"a": 2, "r": 1}, {"a": 2}, {"a": 2}}, map[string]int{"a": 2, "r": 1}},
+		{"a burst does not grow", []map[string]int{{"a": 2}, {"a": 2}, {"a": 6}}, map[string]int{"a": 2}},
+		{"the base model is no adapter", []map[string]int{{"a": 1, "llama": 8}}, map[string]int{"a": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set.BaseModels = []string{"llama"}
+			s := newAdapterState(prometheus.NewRegistry())
+			ap := adapterTestPool(set, 8)
+			var got map[string]float64
+			for i, r := range tc.reports {
+				got = s.engineNeed("chat", ap, engineDemand{reporting: 8, inFlight: r}, t0.Add(time.Duration(i)*set.Interval))
+			}
+			rounded := map[string]int{}
+			for n, v := range got {
+				rounded[n] = int(math.Round(max(v, 1)))
+			}
+			if !reflect.DeepEqual(rounded, tc.want) {
+				t.Errorf("%v (%v), want %v", rounded, got, tc.want)
+			}
+		})
+	}
+	// Forgotten: 1 in flight, then nothing for five half-lives.
+	s := newAdapterState(prometheus.NewRegistry())
+	ap := adapterTestPool(set, 8)
+	s.engineNeed("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"r": 1}}, t0)
+	if got := s.engineNeed("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"a": 1}}, t0.Add(5*set.HalfLife)); len(got) != 1 {
+		t.Errorf("%v, want r forgotten", got)
+	}
+}
+
+// A decided share stays until the measured one moves past a factor of
+// √2 from it, so that noise does not reorder the placement (fr stays at
+// 15% throughout).
+func TestAdapterShareBand(t *testing.T) {
+	set := fleet.DefaultAdapters()
+	set.BaseModels = []string{"llama"}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name string
+		sql  int // requests of sql in 1,000
+		want float64
+	}{
+		{"unchanged", 200, 0.2},
+		{"below fr, within the band", 145, 0.2},
+		{"a little more", 280, 0.2},
+		{"past the band", 140, 0.14},
+		{"far more", 290, 0.29},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newAdapterState(prometheus.NewRegistry())
+			ap := adapterTestPool(set, 8)
+			s.pools["chat"] = ap
+			s.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "fr", Replicas: 2, Share: 0.15}, {Name: "sql", Replicas: 3, Share: 0.2}}}
+			for i := range 1000 {
+				switch {
+				case i < tc.sql:
+					ap.sketch.Observe(adapterKey, "sql", t0)
+				case i < tc.sql+150:
+					ap.sketch.Observe(adapterKey, "fr", t0)
+				default:
+					ap.sketch.Observe(baseKey, baseValue, t0)
+				}
+			}
+			ap.observed = 1000
+			pl := s.decidePool("chat", ap, engineDemand{}, t0)
+			i := slices.IndexFunc(pl.Adapters, func(a fleet.Adapter) bool { return a.Name == "sql" })
+			if i < 0 || pl.Adapters[i].Share != tc.want {
+				t.Errorf("%+v, want sql's share %g", pl.Adapters, tc.want)
+			}
+		})
 	}
 }
 

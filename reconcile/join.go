@@ -27,7 +27,8 @@ func StaticTargets(p *policy.Policy) []discovery.PoolTargets {
 //
 // A decision's weight multiplies the replica's static weight, and a
 // saturated replica is draining, which takes it out of Envoy's and gRPC's
-// hash tables for new requests while in-flight ones finish.
+// hash tables for new requests while in-flight ones finish; a healthy one
+// is marked Saturated, so that placements know it will be back.
 func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[string]map[string]weights.Decision) fleet.Fleet {
 	targets := map[string][]fleet.Endpoint{}
 	for _, pt := range discovered {
@@ -52,6 +53,9 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 					e.Weight = max(e.Weight, 1) * d.Weight
 				}
 				if d.Saturated {
+					// Saturated only when that is all that takes it out:
+					// a replica draining to leave still leaves.
+					e.Saturated = e.Health == fleet.Healthy
 					e.Health = fleet.Draining
 				}
 			}

@@ -45,6 +45,7 @@ pool "batch" {
 			{Host: "10.0.0.2", Port: 80, HashKey: "b"},
 			{Host: "10.0.0.3", Port: 80, Weight: 3}, // identity: its address
 			{Host: "10.0.0.4", Port: 80, HashKey: "d", Health: fleet.Draining},
+			{Host: "10.0.0.5", Port: 80, HashKey: "e", Health: fleet.Draining},
 		}},
 		{Pool: "batch", Targets: []fleet.Endpoint{{Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 5}}},
 	}
@@ -54,7 +55,8 @@ pool "batch" {
 			"a":           {Weight: 4},
 			"b":           {Weight: 2, Saturated: true},
 			"10.0.0.3:80": {Weight: 2},
-			"d":           {Weight: 3}, // a terminating replica stays draining
+			"d":           {Weight: 3},                  // a terminating replica stays draining
+			"e":           {Weight: 1, Saturated: true}, // and is not saturated: it leaves
 		},
 	}).Normalize()
 	// Discovered targets are shared with the next push.
@@ -63,9 +65,10 @@ pool "batch" {
 	}
 	want := map[string]fleet.Endpoint{
 		"a":           {Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 8},
-		"b":           {Host: "10.0.0.2", Port: 80, HashKey: "b", Weight: 2, Health: fleet.Draining},
+		"b":           {Host: "10.0.0.2", Port: 80, HashKey: "b", Weight: 2, Health: fleet.Draining, Saturated: true},
 		"10.0.0.3:80": {Host: "10.0.0.3", Port: 80, HashKey: "10.0.0.3:80", Weight: 6},
 		"d":           {Host: "10.0.0.4", Port: 80, HashKey: "d", Weight: 3, Health: fleet.Draining},
+		"e":           {Host: "10.0.0.5", Port: 80, HashKey: "e", Weight: 1, Health: fleet.Draining},
 	}
 	for _, pool := range got.Pools {
 		for _, e := range pool.Endpoints {

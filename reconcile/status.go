@@ -394,7 +394,7 @@ func newStatusCollector(r *Reconciler) *statusCollector {
 		adapterInFlight: prometheus.NewDesc("kvxds_adapter_in_flight_replicas",
 			"Replicas whose engine reports a placed adapter in flight (its spread), by pool and adapter; from this instance's scrapes.", []string{"pool", "adapter"}, nil),
 		adapterOver: prometheus.NewDesc("kvxds_adapter_over_capacity",
-			"1 for a placed adapter that found every healthy replica's slots full and took its first-ranked replica anyway.", []string{"pool", "adapter"}, nil),
+			"1 for a placed adapter in the tail: no slot of its own was left, so it is on its first-ranked replica, in the slots kept there for the tail.", []string{"pool", "adapter"}, nil),
 		adapterOverfull: prometheus.NewDesc("kvxds_adapter_overfull_replicas",
 			"Replicas of a pool whose engine reports more adapters in flight than its max_lora.", []string{"pool"}, nil),
 	}

@@ -529,7 +529,7 @@ func (f Format) AdapterLines(a *Adapters) []string {
 			l += "; in flight on " + strconv.Itoa(ad.InFlight)
 		}
 		if ad.OverCapacity {
-			l += "; OVER CAPACITY: every replica's slots were full"
+			l += "; TAIL: no slot of its own, shares its replica's tail slots"
 		}
 		out = append(out, l)
 	}

@@ -307,7 +307,7 @@ func TestAdapterLines(t *testing.T) {
 		}, []string{
 			"adapters (x-kvxds-adapter) of 1200 requests logged, 40.0% naming one: 2 placed; moves: demand 2, membership 1, capacity 0",
 			"sql-lora 30.0% on 2 replicas: r-1, r-3 (draining), r-4; in flight on 2",
-			"fr 1.0% on 1 replicas: r-2; in flight on 0; OVER CAPACITY: every replica's slots were full",
+			"fr 1.0% on 1 replicas: r-2; in flight on 0; TAIL: no slot of its own, shares its replica's tail slots",
 			"adapter fields rejected: not_string 3, too_long 1",
 			"OVERFULL: more adapters in flight than max_lora on r-2",
 			"grpc-js hashes adapter requests over the whole pool (no adapter clusters)",

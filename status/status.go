@@ -243,8 +243,9 @@ type Adapter struct {
 	// InFlight is the number of replicas whose engine reports it in
 	// flight (its spread; 0 on a follower, which does not scrape).
 	InFlight int `json:"in_flight"`
-	// OverCapacity is set when every healthy replica's slots were full
-	// and it took its first-ranked replica anyway.
+	// OverCapacity is set when it is in the tail: no slot of its own was
+	// left, so it is on its first-ranked replica, in the slots kept there
+	// for the tail.
 	OverCapacity bool `json:"over_capacity,omitempty"`
 	// Stage is fleet.StageAdding or fleet.StageLeaving while its cluster
 	// is served without its route, "" once routed.

@@ -14,7 +14,7 @@ import (
 // adapterPlacement reads kvxds's own /metrics at admin after a
 // KVXDSAdapters run and says how it placed the adapters: how many, on how
 // many replica places against the fleet's slots (replicas × maxLoRA), how
-// many over capacity, and the moves by cause.
+// many in the tail (kvxds_adapter_over_capacity), and the moves by cause.
 func adapterPlacement(ctx context.Context, hc *http.Client, admin string, replicas, maxLoRA int) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/metrics", nil)
 	if err != nil {
@@ -63,6 +63,6 @@ func adapterPlacement(ctx context.Context, hc *http.Client, admin string, replic
 		moves = []string{"none"}
 	}
 	return fmt.Sprintf("at the end, kvxds placed %d adapters on %.0f replica places (the fleet has %d × %d = %d slots), "+
-		"%.0f of them over capacity; adapters moved: %s", placed, places, replicas, maxLoRA, replicas*maxLoRA, over,
+		"%.0f of them in the tail; adapters moved: %s", placed, places, replicas, maxLoRA, replicas*maxLoRA, over,
 		strings.Join(moves, ", ")), nil
 }

@@ -274,7 +274,7 @@ func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, e
 			}
 		}
 		if !m.Live() {
-			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize))
+			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize, c.Replicas*c.MaxLoRA))
 			continue
 		}
 		if m == KVXDSWeights || m == KVXDSGroups {
@@ -426,8 +426,16 @@ func Targets(w *WorkloadReport) []Target {
 		// lora-affinity scorer on its default profile), and the bound.
 		if okKA && okIL {
 			r := ka.SwapIns / il.SwapIns
-			add("kvxds+adapters swap-ins ≤ 0.25 × index-llmd+lora", fmt.Sprintf("%.0f / %.0f = %.2f× (%.1f / %.1f per 1k requests)",
-				ka.SwapIns, il.SwapIns, r, ka.SwapInsPer1k, il.SwapInsPer1k), ka.SwapIns <= 0.25*il.SwapIns)
+			floor := ""
+			if okUB && !math.IsNaN(ub.SwapIns) {
+				reach := "reachable"
+				if ub.SwapIns > 0.25*il.SwapIns {
+					reach = "no router reaches 0.25×"
+				}
+				floor = fmt.Sprintf("; floor %.0f = %.2f×: %s", ub.SwapIns, ub.SwapIns/il.SwapIns, reach)
+			}
+			add("kvxds+adapters swap-ins ≤ 0.25 × index-llmd+lora", fmt.Sprintf("%.0f / %.0f = %.2f× (%.1f / %.1f per 1k requests%s)",
+				ka.SwapIns, il.SwapIns, r, ka.SwapInsPer1k, il.SwapInsPer1k, floor), ka.SwapIns <= 0.25*il.SwapIns)
 			t := ka.ClientTTFT.P95 / il.ClientTTFT.P95
 			add("kvxds+adapters client TTFT p95 ≤ 0.8 × index-llmd+lora", fmt.Sprintf("%s / %s = %.2f×",
 				secs(ka.ClientTTFT.P95), secs(il.ClientTTFT.P95), t), t <= 0.8)

@@ -255,7 +255,7 @@ func TestEnvoyAdapterHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(note, "placed 1 adapters on 1 replica places (the fleet has 3 × 2 = 6 slots), 0 of them over capacity") {
+	if !strings.Contains(note, "placed 1 adapters on 1 replica places (the fleet has 3 × 2 = 6 slots), 0 of them in the tail") {
 		t.Errorf("placement note: %s", note)
 	}
 }

@@ -205,12 +205,21 @@ func (wr *WorkloadReport) adaptersTable(w io.Writer) {
 		"measured requests ran on, averaged over those requests.\n\n", wr.Adapters, wr.MaxLoRA)
 	fmt.Fprintf(w, "| mode | swap-ins | per 1,000 requests | replicas per adapter |\n|---|---|---|---|\n")
 	for _, m := range wr.Modes {
+		name := string(m.Mode)
 		if !m.Mode.Live() {
-			continue
+			if math.IsNaN(m.SwapIns) {
+				continue
+			}
+			name = fmt.Sprintf("floor (%d slots)", wr.Replicas*wr.MaxLoRA)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", m.Mode, num(m.SwapIns, 0), num(m.SwapInsPer1k, 1), num(m.AdapterSpread, 2))
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", name, num(m.SwapIns, 0), num(m.SwapInsPer1k, 1), num(m.AdapterSpread, 2))
 	}
 	fmt.Fprintln(w)
+	if ub, ok := wr.Mode(UpperBound); ok && !math.IsNaN(ub.SwapIns) {
+		fmt.Fprintf(w, "Floor: the fewest swap-ins any router could have, Belady's MIN over the measured requests' adapters "+
+			"in one cache of the fleet's %d slots, from the best loaded start (SwapInFloor): routing, queues and each "+
+			"replica's own %d slots only raise it.\n\n", wr.Replicas*wr.MaxLoRA, wr.MaxLoRA)
+	}
 	if wr.AdapterNote != "" {
 		fmt.Fprintf(w, "kvxds+adapters: %s.\n\n", wr.AdapterNote)
 	}

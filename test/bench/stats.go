@@ -249,8 +249,10 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 // (never its last token), then the prompt and the tokens the engine would
 // generate for it (all but the last, whose KV is never computed) are
 // inserted. Only requests from warm on are counted. Sessions play no part:
-// the bound is the same with or without them.
-func UpperBoundResult(reqs []Request, warm, blocks, blockSize int) ModeResult {
+// the bound is the same with or without them. When requests name LoRA
+// adapters, its swap-ins are the floor of a fleet of slots adapter slots
+// (SwapInFloor).
+func UpperBoundResult(reqs []Request, warm, blocks, blockSize, slots int) ModeResult {
 	c := sim.NewCache(blocks, blockSize)
 	var hits, queries float64
 	for i, r := range reqs {
@@ -274,6 +276,12 @@ func UpperBoundResult(reqs []Request, warm, blocks, blockSize int) ModeResult {
 	if queries > 0 {
 		m.HitRate = hits / queries
 		m.ClientHitRate = m.HitRate
+	}
+	if slices.ContainsFunc(reqs, func(r Request) bool { return r.Adapter != "" }) {
+		m.SwapIns = float64(SwapInFloor(reqs, warm, slots))
+		if m.Measured > 0 {
+			m.SwapInsPer1k = 1000 * m.SwapIns / float64(m.Measured)
+		}
 	}
 	return m
 }

@@ -107,7 +107,7 @@ func runTraceWorkload(ctx context.Context, c Config) (*WorkloadReport, error) {
 		}
 		switch m {
 		case UpperBound:
-			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize))
+			wr.Modes = append(wr.Modes, UpperBoundResult(p.Requests, p.Warmup, c.Replicas*p.KVBlocks, simConfig(p.KVBlocks, 1).BlockSize, c.Replicas*c.MaxLoRA))
 		case KVXDS, KVXDSPrefix:
 			// A trace has no session ids: kvxds keys on the prompt
 			// prefix, once when both modes are named.

@@ -18,13 +18,13 @@ import (
 var adapterNames = []string{"chat-fr", "code-py", "legal-en", "med-de", "sql-lora"}
 
 // adaptersBlock places adapterNames, each on one replica until demand
-// says more, with two slots per replica (free slots: a member leaving
-// moves only its own adapters).
+// says more, with eight slots per replica, two of them for placed
+// adapters (free slots: a member leaving moves only its own adapters).
 func adaptersBlock() string {
 	return fmt.Sprintf(`  adapters {
     base_models = ["llama-3.1-8b"]
     adapters    = ["%s"]
-    max_lora    = 2
+    max_lora    = 8
   }
 `, strings.Join(adapterNames, `", "`))
 }
@@ -93,7 +93,7 @@ func TestAdapters(t *testing.T) {
 			}
 			for id, n := range slots {
 				if n > 2 {
-					t.Fatalf("replica %s holds %d adapters, above its 2 slots", id, n)
+					t.Fatalf("replica %s holds %d adapters, above its 2 slots for placed adapters", id, n)
 				}
 			}
 

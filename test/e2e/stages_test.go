@@ -14,7 +14,8 @@ import (
 )
 
 // stagesBlock scrapes the engines often and decides adapter placements
-// every second, from what the engines report in flight.
+// every second, from what the engines report in flight, forgotten over a
+// half-life of a second.
 const stagesBlock = `  metrics {
     engine      = "vllm"
     interval    = "500ms"
@@ -25,6 +26,7 @@ const stagesBlock = `  metrics {
     base_models = ["llama-3.1-8b"]
     max_lora    = 4
     interval    = "1s"
+    half_life   = "1s"
   }
 `
 
