@@ -179,14 +179,29 @@ func envoyTransport() *http.Transport {
 // update rebuilds the state after each response; the last complete one
 // stays while a cluster waits for its assignment, or a response or the
 // stream fails.
+//
+// The tables are built while requests keep routing on the last state, and
+// a cluster whose resources did not change keeps its table: Envoy builds a
+// cluster's load balancer on its main thread when the cluster's hosts
+// change and hands it to the workers, which never wait for it.
 func (e *envoyClient) update(r adsenvoy.Resources, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if err != nil {
+		e.mu.Lock()
 		e.err = err
+		e.mu.Unlock()
 		return
 	}
-	st, err := buildEnvoyState(r)
+	// Updates come one at a time, from the ADS stream's goroutine.
+	e.mu.Lock()
+	prev := e.state
+	e.mu.Unlock()
+	var prevRouter *envoylb.Router
+	if prev != nil {
+		prevRouter = prev.router
+	}
+	st, err := buildEnvoyState(r, prevRouter)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if err != nil {
 		e.err = err
 		return
@@ -235,8 +250,9 @@ func (e *envoyClient) startLoggers(cfgs []*grpcalsv3.HttpGrpcAccessLogConfig) er
 
 // buildEnvoyState builds the tables of a complete resource set: the pool's
 // listener (PoolName), its route configuration, and every cluster with its
-// assignment.
-func buildEnvoyState(r adsenvoy.Resources) (*envoyState, error) {
+// assignment, keeping prev's tables of unchanged clusters (prev may be
+// nil).
+func buildEnvoyState(r adsenvoy.Resources, prev *envoylb.Router) (*envoyState, error) {
 	st := &envoyState{clusters: map[string]*envoyCluster{}}
 	for _, l := range r.Listeners {
 		if l.GetName() != PoolName {
@@ -304,7 +320,7 @@ func buildEnvoyState(r adsenvoy.Resources) (*envoyState, error) {
 		}
 		st.clusters[c.GetName()] = ec
 	}
-	rt, err := envoylb.NewRouter(r.Routes, r.Clusters, r.Assignments)
+	rt, err := envoylb.NewRouterFrom(prev, r.Routes, r.Clusters, r.Assignments)
 	if err != nil {
 		return nil, err
 	}

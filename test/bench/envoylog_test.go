@@ -170,7 +170,7 @@ func TestEnvoyAccessLog(t *testing.T) {
 		}
 		bad.Listeners = append(bad.Listeners, l)
 	}
-	if _, err := buildEnvoyState(bad); err == nil || !strings.Contains(err.Error(), "elsewhere") {
+	if _, err := buildEnvoyState(bad, nil); err == nil || !strings.Contains(err.Error(), "elsewhere") {
 		t.Errorf("a logger of cluster elsewhere: error %v", err)
 	}
 

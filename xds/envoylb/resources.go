@@ -16,6 +16,7 @@ import (
 	maglevv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
 	ringhashv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/ring_hash/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // ErrNotHashing is returned for a cluster whose load balancer does not
@@ -220,16 +221,31 @@ type Router struct {
 	// compiled hash policies and header regexes, by route.
 	policies map[*routev3.Route]HashPolicy
 	regexes  map[*routev3.HeaderMatcher]*regexp.Regexp
+	// from is what each cluster's table was built from.
+	from map[string]builtFrom
+}
+
+type builtFrom struct {
+	cluster *clusterv3.Cluster
+	cla     *endpointv3.ClusterLoadAssignment
 }
 
 // NewRouter builds the tables of every cluster and reads every route.
 func NewRouter(routes []*routev3.RouteConfiguration, clusters []*clusterv3.Cluster, clas []*endpointv3.ClusterLoadAssignment) (*Router, error) {
+	return NewRouterFrom(nil, routes, clusters, clas)
+}
+
+// NewRouterFrom is NewRouter keeping prev's table of every cluster whose
+// Cluster and assignment are unchanged, as Envoy rebuilds a cluster's
+// load balancer only when its own hosts change. prev may be nil.
+func NewRouterFrom(prev *Router, routes []*routev3.RouteConfiguration, clusters []*clusterv3.Cluster, clas []*endpointv3.ClusterLoadAssignment) (*Router, error) {
 	r := &Router{
 		routes:   map[string]*routev3.RouteConfiguration{},
 		clusters: map[string]*Balancer{},
 		keyless:  map[string]bool{},
 		policies: map[*routev3.Route]HashPolicy{},
 		regexes:  map[*routev3.HeaderMatcher]*regexp.Regexp{},
+		from:     map[string]builtFrom{},
 	}
 	byName := map[string]*endpointv3.ClusterLoadAssignment{}
 	for _, cla := range clas {
@@ -243,6 +259,17 @@ func NewRouter(routes []*routev3.RouteConfiguration, clusters []*clusterv3.Clust
 		cla, ok := byName[name]
 		if !ok {
 			return nil, fmt.Errorf("cluster %s: no assignment %s", c.GetName(), name)
+		}
+		r.from[c.GetName()] = builtFrom{c, cla}
+		if prev != nil {
+			if was, ok := prev.from[c.GetName()]; ok && proto.Equal(was.cluster, c) && proto.Equal(was.cla, cla) {
+				if b := prev.clusters[c.GetName()]; b != nil {
+					r.clusters[c.GetName()] = b
+				} else {
+					r.keyless[c.GetName()] = prev.keyless[c.GetName()]
+				}
+				continue
+			}
 		}
 		b, err := NewBalancer(c, cla)
 		switch {

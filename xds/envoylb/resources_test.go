@@ -271,3 +271,61 @@ func TestServedHotKeys(t *testing.T) {
 		t.Errorf("session request on %d, want %d", d.Host, s)
 	}
 }
+
+// TestRouterFrom keeps the table of a cluster whose Cluster and
+// assignment are unchanged and builds anew one whose hosts changed.
+func TestRouterFrom(t *testing.T) {
+	p := chatPool(fleet.Maglev)
+	p.Groups = []fleet.Group{{Name: "hot", Header: "x-tenant", Values: []string{"acme"}, Replicas: 2, Exclusive: true}}
+	translated := func(p fleet.Pool) *translate.Resources {
+		t.Helper()
+		m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := translate.Translate(m, translate.Envoy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := translated(p)
+	first, err := NewRouter(res.Routes, res.Clusters, res.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := p.Groups[0].ClusterName("chat")
+	// The same resources translated again: every table kept.
+	again := translated(p)
+	same, err := NewRouterFrom(first, again.Routes, again.Clusters, again.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"chat", group} {
+		if same.Balancer(c) != first.Balancer(c) {
+			t.Errorf("%s: an unchanged cluster's table was built again", c)
+		}
+	}
+	// The replicas' weights changed: the pool's table is built anew and
+	// equals one built from scratch.
+	for i := range p.Endpoints {
+		p.Endpoints[i].Weight++
+	}
+	changed := translated(p)
+	next, err := NewRouterFrom(same, changed.Routes, changed.Clusters, changed.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := NewRouter(changed.Routes, changed.Clusters, changed.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Balancer("chat") == same.Balancer("chat") {
+		t.Fatal("a changed cluster kept its old table")
+	}
+	for h := range uint64(2000) {
+		if a, b := next.Balancer("chat").Owner(h*0x9e3779b97f4a7c15), fresh.Balancer("chat").Owner(h*0x9e3779b97f4a7c15); a != b {
+			t.Fatalf("hash %d: owner %d, built from scratch %d", h, a, b)
+		}
+	}
+}
