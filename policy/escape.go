@@ -18,9 +18,11 @@ type escapeSpec struct {
 	ResumeQueueDepth     *hcl.Attribute `hcl:"resume_queue_depth,optional"`
 	ResumeKVOccupancy    *hcl.Attribute `hcl:"resume_kv_occupancy,optional"`
 	Hold                 *hcl.Attribute `hcl:"hold,optional"`
+	Sustain              *hcl.Attribute `hcl:"sustain,optional"`
 	RelativeQueue        *hcl.Attribute `hcl:"relative_queue,optional"`
 	RelativeKVMargin     *hcl.Attribute `hcl:"relative_kv_margin,optional"`
 	MaxSaturatedFraction *hcl.Attribute `hcl:"max_saturated_fraction,optional"`
+	MaxEscapedFraction   *hcl.Attribute `hcl:"max_escaped_fraction,optional"`
 }
 
 func (s escapeSpec) defRange() hcl.Range { return s.DefRange }
@@ -36,9 +38,9 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 	attrs := map[string]*hcl.Attribute{
 		"max_queue_depth": spec.MaxQueueDepth, "max_kv_occupancy": spec.MaxKVOccupancy,
 		"max_preemption_rate": spec.MaxPreemptionRate, "resume_queue_depth": spec.ResumeQueueDepth,
-		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold,
+		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold, "sustain": spec.Sustain,
 		"relative_queue": spec.RelativeQueue, "relative_kv_margin": spec.RelativeKVMargin,
-		"max_saturated_fraction": spec.MaxSaturatedFraction,
+		"max_saturated_fraction": spec.MaxSaturatedFraction, "max_escaped_fraction": spec.MaxEscapedFraction,
 	}
 	numbers, defaults := escapeNumbers(&e), escapeNumbers(&def)
 	failed := map[string]bool{}
@@ -49,6 +51,9 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 	var ok bool
 	if e.Hold, ok = d.durationOr(spec.Hold, e.Hold, fmt.Sprintf("The default is %q.", weights.DefaultHold.String())); !ok {
 		failed["hold"] = true
+	}
+	if e.Sustain, ok = d.durationOr(spec.Sustain, e.Sustain, fmt.Sprintf("The default is %q: a replica leaves once it has been hot this long.", weights.DefaultSustain.String())); !ok {
+		failed["sustain"] = true
 	}
 
 	// Values out of their own range: reported below, and the defaults
@@ -114,6 +119,9 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 		case "max_saturated_fraction":
 			outOfRange(path, "Invalid saturated fraction", unitClosed,
 				fmt.Sprintf(" (the default is %g); it is the largest fraction of the pool out of the hash table at once", def.MaxSaturatedFraction))
+		case "max_escaped_fraction":
+			outOfRange(path, "Invalid escaped fraction", unitClosed,
+				fmt.Sprintf(" (the default is %g); at most this fraction of the pool is out at once, the first saturated", def.MaxEscapedFraction))
 		default:
 			d.errorf(attrs[path].Expr.Range(), "Invalid escape setting", "%s.", own[path].Msg)
 		}
@@ -146,6 +154,7 @@ func escapeNumbers(e *weights.Escape) map[string]*float64 {
 		"max_queue_depth": &e.MaxQueueDepth, "max_kv_occupancy": &e.MaxKVOccupancy,
 		"max_preemption_rate": &e.MaxPreemptionRate, "resume_queue_depth": &e.ResumeQueueDepth,
 		"resume_kv_occupancy": &e.ResumeKVOccupancy, "max_saturated_fraction": &e.MaxSaturatedFraction,
-		"relative_queue": &e.RelativeQueue, "relative_kv_margin": &e.RelativeKVMargin,
+		"max_escaped_fraction": &e.MaxEscapedFraction,
+		"relative_queue":       &e.RelativeQueue, "relative_kv_margin": &e.RelativeKVMargin,
 	}
 }

@@ -32,7 +32,9 @@ const (
 	DefaultMaxPreemptionRate    = 0.0
 	DefaultResumeKVMargin       = 0.1
 	DefaultHold                 = 30 * time.Second
+	DefaultSustain              = time.Duration(0)
 	DefaultMaxSaturatedFraction = 0.5
+	DefaultMaxEscapedFraction   = 1.0
 	// A replica is saturated by its queue only at twice its peers' mean
 	// queue, and by its KV occupancy only 0.1 above theirs: when the
 	// whole pool is busy, moving keys adds misses and no capacity.
@@ -131,9 +133,11 @@ func DefaultEscape() Escape {
 		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
 		ResumeKVOccupancy:    DefaultResumeKVOccupancy(DefaultMaxKVOccupancy),
 		Hold:                 DefaultHold,
+		Sustain:              DefaultSustain,
 		RelativeQueue:        DefaultRelativeQueue,
 		RelativeKVMargin:     DefaultRelativeKVMargin,
 		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
+		MaxEscapedFraction:   DefaultMaxEscapedFraction,
 	}
 }
 

@@ -209,6 +209,11 @@ type memo struct {
 	saturated bool
 	calm      bool      // an unbroken run of calm observations is under way
 	calmSince time.Time // first observation of that run
+	hot       bool      // an unbroken run of saturating observations is under way
+	hotSince  time.Time // first observation of that run
+	// saturatedAt is the observation that saturated it: who stays out
+	// under MaxEscapedFraction.
+	saturatedAt time.Time
 }
 
 // Result is one step's outcome for a pool.
@@ -307,7 +312,7 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 		case r.hasGood:
 			// Stale: forget what the old metrics said, so that they never
 			// keep the replica out and resumed metrics start afresh.
-			r.saturated, r.calm = false, false
+			r.saturated, r.calm, r.hot = false, false, false
 			r.hasEWMA, r.hasPre = false, false
 		}
 		next.replicas[id] = r
@@ -356,6 +361,26 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 	if res.Saturated > limit {
 		res.Fallback = true
 		for _, id := range members {
+			d := res.Decisions[id]
+			d.Saturated = false
+			res.Decisions[id] = d
+		}
+		return next, res
+	}
+	if escaped := int(math.Floor(cfg.MaxEscapedFraction*float64(len(members)) + 1e-9)); res.Saturated > escaped {
+		// The first saturated stay out (ties by id, members being
+		// sorted), so a replica that is out is not swapped for a later
+		// one, and the rest wait in the table.
+		var out []string
+		for _, id := range members {
+			if res.Decisions[id].Saturated {
+				out = append(out, id)
+			}
+		}
+		slices.SortStableFunc(out, func(a, b string) int {
+			return next.replicas[a].saturatedAt.Compare(next.replicas[b].saturatedAt)
+		})
+		for _, id := range out[escaped:] {
 			d := res.Decisions[id]
 			d.Saturated = false
 			res.Decisions[id] = d
@@ -515,8 +540,17 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 		(preempted && rate > cfg.MaxPreemptionRate)
 	calm := !hotQ(cfg.ResumeQueueDepth) && !hotKV(cfg.ResumeKVOccupancy) && !preempted
 	switch {
+	case saturating && !r.saturated:
+		// It leaves only once the run has lasted Sustain: a burst that
+		// ends sooner would move keys to cold caches for nothing.
+		if !r.hot {
+			r.hot, r.hotSince = true, t
+		}
+		if t.Sub(r.hotSince) >= cfg.Sustain {
+			r.saturated, r.calm, r.hot, r.saturatedAt = true, false, false, t
+		}
 	case saturating:
-		r.saturated, r.calm = true, false
+		r.calm = false
 	case r.saturated && calm:
 		if !r.calm {
 			r.calm, r.calmSince = true, t
@@ -526,6 +560,9 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 		}
 	case r.saturated:
 		r.calm = false // a dip back above the resume thresholds
+	}
+	if !saturating {
+		r.hot = false
 	}
 	if r.saturated {
 		return // weight frozen while out
@@ -714,8 +751,14 @@ func (e Escape) Validate() error {
 	if e.Hold < 0 {
 		errs.add("hold", nil, "Hold (%v) must not be negative", e.Hold)
 	}
+	if e.Sustain < 0 {
+		errs.add("sustain", nil, "Sustain (%v) must not be negative", e.Sustain)
+	}
 	if !(e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
 		errs.add("max_saturated_fraction", nil, "MaxSaturatedFraction (%v) must be in [0, 1]", e.MaxSaturatedFraction)
+	}
+	if !(e.MaxEscapedFraction >= 0 && e.MaxEscapedFraction <= 1) {
+		errs.add("max_escaped_fraction", nil, "MaxEscapedFraction (%v) must be in [0, 1]", e.MaxEscapedFraction)
 	}
 	return errors.Join(errs...)
 }

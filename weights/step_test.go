@@ -56,6 +56,7 @@ func stepTestConfig() Config {
 			Hold:              30 * time.Second,
 			// 1: a single replica may be taken out (no fallback).
 			MaxSaturatedFraction: 1,
+			MaxEscapedFraction:   1,
 		},
 		StaleAfter: 60 * time.Second,
 	}
@@ -271,6 +272,38 @@ func TestStepSaturation(t *testing.T) {
 			{at: 60, sig: sigQ(0), want: wantServing(4)},        // counter gone
 			{at: 65, sig: sigQP(0, 1000), want: wantServing(4)}, // counter back: rebase, no rate
 		}},
+		{"sustain: a burst shorter than it stays in", func(c *Config) { c.Sustain = 10 * time.Second }, []stepTick{
+			{at: 0, sig: sigQ(0), want: wantServing(4)},
+			{at: 5, sig: sigQ(12), want: wantServing(1)}, // hot run starts; the weight still follows
+			{at: 10, sig: sigQ(12), want: wantServing(1)},
+			{at: 12, sig: sigQ(6), want: wantServing(1)}, // below max: the run breaks
+			{at: 15, sig: sigQ(12), want: wantServing(1)},
+			{at: 20, sig: sigQ(12), want: wantServing(1)},
+			{at: 25, sig: sigQ(12), want: wantOut(1)}, // 10 s hot since 15
+			{at: 30, sig: sigQ(12), want: wantOut(1)},
+		}},
+		{"sustain: failed scrapes do not break the run", func(c *Config) { c.Sustain = 10 * time.Second }, []stepTick{
+			{at: 0, sig: sigKV(0.95), want: wantServing(1)},
+			{at: 5, want: wantServing(1)}, // failed
+			{at: 10, sig: sigKV(0.95), want: wantOut(1)},
+		}},
+		{"sustain: preemptions too", func(c *Config) { c.Sustain = 10 * time.Second }, []stepTick{
+			{at: 0, sig: sigQP(0, 0), want: wantServing(4)},
+			{at: 5, sig: sigQP(0, 10), want: wantServing(4)},
+			{at: 10, sig: sigQP(0, 10), want: wantServing(4)}, // no preemption: the run breaks
+			{at: 15, sig: sigQP(0, 20), want: wantServing(4)},
+			{at: 20, sig: sigQP(0, 30), want: wantServing(4)},
+			{at: 25, sig: sigQP(0, 40), want: wantOut(4)},
+		}},
+		{"sustain: the hold is unchanged once out", func(c *Config) { c.Sustain = 5 * time.Second }, []stepTick{
+			{at: 0, sig: sigQ(0), want: wantServing(4)},
+			{at: 5, sig: sigQ(10), want: wantServing(1)},
+			{at: 10, sig: sigQ(10), want: wantOut(1)},
+			{at: 15, sig: sigQ(3), want: wantOut(1)},
+			{at: 45, sig: sigQ(3), want: wantServing(1)},
+			{at: 50, sig: sigQ(10), want: wantServing(1)}, // a new run must last Sustain again
+			{at: 55, sig: sigQ(10), want: wantOut(1)},
+		}},
 		{"weight frozen while out, kept on return", func(c *Config) { c.Smoothing = 0.5 }, []stepTick{
 			{at: 0, sig: sigQ(7), want: wantServing(2)},   // s 0.3: level 1
 			{at: 100, sig: sigQ(10), want: wantOut(2)},    // f = 0 is not folded ...
@@ -460,6 +493,64 @@ func TestStepFallback(t *testing.T) {
 	}
 }
 
+// escapedRound is one Step of TestStepMaxEscaped: every replica's queue
+// depth, and the health wanted.
+type escapedRound struct {
+	at     float64
+	qs     []float64
+	health string
+}
+
+// TestStepMaxEscaped: at most floor(MaxEscapedFraction × n) replicas are
+// out at once, those saturated first; the rest wait in the table with
+// their weight frozen and leave when a place frees.
+func TestStepMaxEscaped(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, tc := range []struct {
+		name     string
+		fraction float64
+		rounds   []escapedRound
+	}{
+		{name: "a quarter of eight", fraction: 0.25, rounds: []escapedRound{
+			{0, []float64{0, 0, 0, 0, 0, 0, 0, 0}, "a:serving b:serving c:serving d:serving e:serving f:serving g:serving h:serving"},
+			{5, []float64{0, 0, 0, 10, 0, 0, 0, 0}, "a:serving b:serving c:serving d:saturated e:serving f:serving g:serving h:serving"},
+			// a, b and c saturate together: a (by id) joins d; b and c wait.
+			{10, []float64{10, 10, 10, 10, 0, 0, 0, 0}, "a:saturated b:serving c:serving d:saturated e:serving f:serving g:serving h:serving"},
+			{15, []float64{10, 10, 10, 3, 0, 0, 0, 0}, "a:saturated b:serving c:serving d:saturated e:serving f:serving g:serving h:serving"},
+			// d has been calm for its hold: it returns and b takes its place.
+			{45, []float64{10, 10, 10, 3, 0, 0, 0, 0}, "a:saturated b:saturated c:serving d:serving e:serving f:serving g:serving h:serving"},
+		}},
+		{name: "none", fraction: 0, rounds: []escapedRound{
+			{0, []float64{10, 0, 0, 0, 0, 0, 0, 0}, "a:serving b:serving c:serving d:serving e:serving f:serving g:serving h:serving"},
+		}},
+		{name: "all", fraction: 1, rounds: []escapedRound{
+			{0, []float64{10, 10, 10, 0, 0, 0, 0, 0}, "a:saturated b:saturated c:saturated d:serving e:serving f:serving g:serving h:serving"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := stepTestConfig()
+			cfg.MaxEscapedFraction = tc.fraction
+			p := &stepPool{t: t, cfg: cfg, ids: ids}
+			for _, r := range tc.rounds {
+				var obs []Observation
+				sat := 0
+				for i, v := range r.qs {
+					obs = append(obs, goodObs(ids[i], r.at, sigQ(v)))
+				}
+				res := p.step(r.at, obs...)
+				for _, id := range ids {
+					if p.st.replicas[id].saturated {
+						sat++
+					}
+				}
+				if got := stepHealths(res, ids); got != r.health || res.Fallback || res.Saturated != sat {
+					t.Fatalf("t=%vs: %s fallback=%v saturated=%d; want %s, %d saturated", r.at, got, res.Fallback, res.Saturated, r.health, sat)
+				}
+			}
+		})
+	}
+}
+
 func TestStepNeutralWeight(t *testing.T) {
 	cfg := stepTestConfig()
 	ids := []string{"a", "b", "c", "d", "e"}
@@ -600,6 +691,12 @@ func TestConfigValidate(t *testing.T) {
 		{"fraction negative", func(c *Config) { c.MaxSaturatedFraction = -0.1 }, []string{"MaxSaturatedFraction"}},
 		{"fraction > 1", func(c *Config) { c.MaxSaturatedFraction = 1.5 }, []string{"MaxSaturatedFraction"}},
 		{"fraction 0", func(c *Config) { c.MaxSaturatedFraction = 0 }, nil},
+		{"negative sustain", func(c *Config) { c.Sustain = -time.Second }, []string{"Sustain"}},
+		{"zero sustain", func(c *Config) { c.Sustain = 0 }, nil},
+		{"escaped fraction negative", func(c *Config) { c.MaxEscapedFraction = -0.1 }, []string{"MaxEscapedFraction"}},
+		{"escaped fraction > 1", func(c *Config) { c.MaxEscapedFraction = 1.5 }, []string{"MaxEscapedFraction (1.5) must be in [0, 1]"}},
+		{"escaped fraction NaN", func(c *Config) { c.MaxEscapedFraction = math.NaN() }, []string{"MaxEscapedFraction"}},
+		{"escaped fraction 0", func(c *Config) { c.MaxEscapedFraction = 0 }, nil},
 		{"stale zero", func(c *Config) { c.StaleAfter = 0 }, []string{"StaleAfter"}},
 		{"stale negative", func(c *Config) { c.StaleAfter = -time.Second }, []string{"StaleAfter"}},
 		{"zero value", func(c *Config) { *c = Config{} }, []string{"MinWeight", "Levels", "Smoothing",

@@ -219,6 +219,11 @@ type Escape struct {
 	ResumeQueueDepth  float64
 	ResumeKVOccupancy float64
 	Hold              time.Duration
+	// Sustain is how long a replica must stay hot before it leaves: from
+	// the first observation of an unbroken run of saturating ones to a
+	// later one of the run (0: at the first). A burst shorter than
+	// Sustain moves no key.
+	Sustain time.Duration
 	// RelativeQueue and RelativeKVMargin make saturation relative to the
 	// replica's peers (the other fresh replicas of its weight domain): the
 	// queue signal counts only when the queue is also at least
@@ -233,4 +238,10 @@ type Escape struct {
 	// that may be out of the hash table at once; beyond it every replica
 	// stays in (pure affinity), so the rest are not swamped.
 	MaxSaturatedFraction float64
+	// MaxEscapedFraction, in [0, 1], bounds how many saturated replicas
+	// are out at once: floor(MaxEscapedFraction × n) of a pool of n. The
+	// ones saturated first stay out; the others wait in the table, still
+	// saturated (weight frozen), and leave when a place frees. It keeps
+	// the set that is out from churning while much of the pool is hot.
+	MaxEscapedFraction float64
 }
