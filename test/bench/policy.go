@@ -3,10 +3,13 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/weights"
 )
 
 // PoolName is the pool every generated policy defines; clients dial
@@ -148,9 +151,9 @@ type PolicyOptions struct {
 	// HotValues are values of SessionHeader declared always hot in the
 	// hash modes (Config.HotValues).
 	HotValues []string
-	// EscapeSet are attributes written into the deployed escape block
-	// (Config.EscapeSet).
-	EscapeSet []string
+	// EscapeSet and WeightsSet are attributes written into the deployed
+	// escape and weights blocks (Config.EscapeSet, Config.WeightsSet).
+	EscapeSet, WeightsSet []string
 	// MaxLoRA is KVXDSAdapters' max_lora (Config.MaxLoRA).
 	MaxLoRA int
 }
@@ -188,7 +191,11 @@ func Policy(o PolicyOptions) (string, error) {
 		}
 		fmt.Fprintf(&b, "  load_balancing = \"hash\"\n  hash {\n    algorithm     = \"ring_hash\"\n    min_ring_size = %d\n    key { %s }\n",
 			RingSize, key)
-		if o.Mode == KVXDSBounded {
+		switch {
+		case o.Mode == KVXDSBounded:
+			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+		case o.BodyKey != "" && o.BalanceFactor != 0 && o.BalanceFactor != policy.DefaultPromptPrefixBalanceFactor:
+			// A body key's bounded load away from the default it gets.
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
 		}
 		if len(o.HotValues) > 0 && o.BodyKey != "" {
@@ -212,7 +219,7 @@ func Policy(o PolicyOptions) (string, error) {
 	escape := o.Mode == KVXDSWeights || o.Mode == KVXDSGroups
 	switch {
 	case o.Mode.Deployable() && !o.Bare:
-		b.WriteString(DeployedBlocks(o.TimeScale, o.EscapeSet...))
+		b.WriteString(DeployedBlocksSet(o.TimeScale, o.EscapeSet, o.WeightsSet))
 	case !escape && o.Kubernetes == nil:
 		// Scraped for the status page only: no replica can reach a
 		// threshold and the weights stay 1, so every mode routes as it
@@ -302,6 +309,7 @@ const (
 	docMetricsTimeout  = time.Second
 	docStaleAfter      = 5 // × interval
 	docEscapeHold      = 30 * time.Second
+	docEscapeSustain   = weights.DefaultSustain
 	docWeightsInterval = 30 * time.Second
 	// minMetricsInterval is the shortest interval kvxds accepts.
 	minMetricsInterval = 100 * time.Millisecond
@@ -313,12 +321,19 @@ const (
 // vllm:num_requests_waiting), and every threshold, level and factor at
 // its default, left out. Only the durations are written: the documented
 // defaults (2 s interval, 1 s timeout, stale after 5 intervals, 30 s hold
-// and min_interval) are engine time, so they are divided by the time scale
-// into the wall time kvxds runs on (the interval no shorter than kvxds's
-// 100 ms, the timeout then half of it).
+// and min_interval, the escape block's sustain) are engine time, so they
+// are divided by the time scale into the wall time kvxds runs on (the
+// interval no shorter than kvxds's 100 ms, the timeout then half of it).
 // Each of escapeSet ("max_kv_occupancy = 1") is written into the escape
 // block as it is: an ablation of one threshold.
 func DeployedBlocks(timeScale float64, escapeSet ...string) string {
+	return DeployedBlocksSet(timeScale, escapeSet, nil)
+}
+
+// DeployedBlocksSet is DeployedBlocks with weightsSet ("max = 1") written
+// into the weights block too. A duration either set names is written as
+// the set has it (wall time), not from its default.
+func DeployedBlocksSet(timeScale float64, escapeSet, weightsSet []string) string {
 	if !(timeScale > 0) {
 		timeScale = 1
 	}
@@ -329,6 +344,8 @@ func DeployedBlocks(timeScale float64, escapeSet ...string) string {
 	if interval < minMetricsInterval {
 		interval, timeout = minMetricsInterval, minMetricsInterval/2
 	}
+	escape := durationLines(escapeSet, "hold", wall(docEscapeHold), "sustain", wall(docEscapeSustain))
+	weightsLines := durationLines(weightsSet, "min_interval", wall(docWeightsInterval))
 	return fmt.Sprintf(`  # The documented defaults; durations in wall time at time scale %g.
   metrics {
     engine      = "vllm"
@@ -337,13 +354,29 @@ func DeployedBlocks(timeScale float64, escapeSet ...string) string {
     stale_after = %q
   }
   escape {
-    hold = %q
-%s  }
+%s%s  }
   weights {
-    min_interval = %q
-  }
+%s%s  }
 `, timeScale, interval.String(), timeout.String(), (docStaleAfter * interval).String(),
-		wall(docEscapeHold).String(), escapeLines(escapeSet), wall(docWeightsInterval).String())
+		escape, escapeLines(escapeSet), weightsLines, escapeLines(weightsSet))
+}
+
+// durationLines writes each named duration (name, value pairs) as an
+// attribute line, but those that set already names; a zero duration is
+// left out, as it is the default.
+func durationLines(set []string, pairs ...any) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, d := pairs[i].(string), pairs[i+1].(time.Duration)
+		if d == 0 || slices.ContainsFunc(set, func(a string) bool {
+			k, _, _ := strings.Cut(a, "=")
+			return strings.TrimSpace(k) == name
+		}) {
+			continue
+		}
+		fmt.Fprintf(&b, "    %s = %q\n", name, d.String())
+	}
+	return b.String()
 }
 
 // HotKeysBlock is a hash mode's hot_keys block (inside its hash block) as
