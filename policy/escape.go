@@ -19,6 +19,7 @@ type escapeSpec struct {
 	ResumeKVOccupancy    *hcl.Attribute `hcl:"resume_kv_occupancy,optional"`
 	Hold                 *hcl.Attribute `hcl:"hold,optional"`
 	Sustain              *hcl.Attribute `hcl:"sustain,optional"`
+	FallbackHold         *hcl.Attribute `hcl:"fallback_hold,optional"`
 	RelativeQueue        *hcl.Attribute `hcl:"relative_queue,optional"`
 	RelativeKVMargin     *hcl.Attribute `hcl:"relative_kv_margin,optional"`
 	MaxSaturatedFraction *hcl.Attribute `hcl:"max_saturated_fraction,optional"`
@@ -38,7 +39,7 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 	attrs := map[string]*hcl.Attribute{
 		"max_queue_depth": spec.MaxQueueDepth, "max_kv_occupancy": spec.MaxKVOccupancy,
 		"max_preemption_rate": spec.MaxPreemptionRate, "resume_queue_depth": spec.ResumeQueueDepth,
-		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold, "sustain": spec.Sustain,
+		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold, "sustain": spec.Sustain, "fallback_hold": spec.FallbackHold,
 		"relative_queue": spec.RelativeQueue, "relative_kv_margin": spec.RelativeKVMargin,
 		"max_saturated_fraction": spec.MaxSaturatedFraction, "max_escaped_fraction": spec.MaxEscapedFraction,
 	}
@@ -54,6 +55,9 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 	}
 	if e.Sustain, ok = d.durationOr(spec.Sustain, e.Sustain, fmt.Sprintf("The default is %q: a replica leaves once it has been hot this long.", weights.DefaultSustain.String())); !ok {
 		failed["sustain"] = true
+	}
+	if e.FallbackHold, ok = d.durationOr(spec.FallbackHold, e.FallbackHold, fmt.Sprintf("The default is %q.", weights.DefaultFallbackHold.String())); !ok {
+		failed["fallback_hold"] = true
 	}
 
 	// Values out of their own range: reported below, and the defaults

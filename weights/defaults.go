@@ -33,6 +33,7 @@ const (
 	DefaultResumeKVMargin       = 0.1
 	DefaultHold                 = 30 * time.Second
 	DefaultSustain              = time.Duration(0)
+	DefaultFallbackHold         = time.Duration(0)
 	DefaultMaxSaturatedFraction = 0.5
 	DefaultMaxEscapedFraction   = 1.0
 	// A replica is saturated by its queue only at twice its peers' mean
@@ -134,6 +135,7 @@ func DefaultEscape() Escape {
 		ResumeKVOccupancy:    DefaultResumeKVOccupancy(DefaultMaxKVOccupancy),
 		Hold:                 DefaultHold,
 		Sustain:              DefaultSustain,
+		FallbackHold:         DefaultFallbackHold,
 		RelativeQueue:        DefaultRelativeQueue,
 		RelativeKVMargin:     DefaultRelativeKVMargin,
 		MaxSaturatedFraction: DefaultMaxSaturatedFraction,

@@ -87,10 +87,16 @@
 // the mean, so that in a small pool a hot replica is compared with the
 // others' load, not with a mean it pulls up.
 //
-// A good observation saturates a replica at once (no smoothing: the point
-// is to shed load fast) when its queue is hot at MaxQueueDepth, or its KV
-// occupancy at MaxKVOccupancy, or its preemption rate exceeds
-// MaxPreemptionRate. Preemptions stay absolute: an engine preempts when
+// A good observation is saturating when the replica's queue is hot at
+// MaxQueueDepth, or its KV occupancy at MaxKVOccupancy, or its preemption
+// rate exceeds MaxPreemptionRate. The replica saturates (no smoothing:
+// the point is to shed load fast) at the first saturating observation at
+// least Sustain after the first of an unbroken run of saturating ones; an
+// observation that is not saturating breaks the run, a failed one does
+// not. With Sustain 0 the first saturating observation saturates. A burst
+// of long prompts lifts a replica above its peers for a scrape or two;
+// taking it out then moves its keys to cold caches and back for nothing,
+// while a replica that is truly stuck stays hot past Sustain and leaves. Preemptions stay absolute: an engine preempts when
 // the requests it already runs outgrow its own KV cache (vLLM's
 // scheduler evicts a running request, whose prefill is then computed
 // again), which is lost work on that replica whatever the others do; a
@@ -128,6 +134,14 @@
 // limit or below, the saturated ones leave the table again. A pool of one
 // replica (limit 0 for any fraction below 1) therefore never loses its only
 // replica.
+//
+// Below that limit, at most floor(MaxEscapedFraction·n) saturated replicas
+// are out at once: those saturated first (by the observation that
+// saturated them, then by id). The others stay Saturated in the state
+// (weight frozen, hold running) but not in their Decision: they keep
+// serving their keys and leave when a place frees. When much of the pool
+// is hot, taking more out only moves keys to replicas as busy, and a
+// replica that is out is never swapped for a later one.
 //
 // # Stale or broken metrics
 //
@@ -179,6 +193,11 @@ import (
 // one (to retry, or to compare).
 type State struct {
 	replicas map[string]memo
+	// fallback is whether the last Step fell back to pure affinity, and
+	// fewSince, while it did, since when the saturated have been few
+	// enough again (FallbackHold); fewSince is zero while they are not.
+	fallback bool
+	fewSince time.Time
 }
 
 // memo is one replica's memory. It holds no pointers, so copying it
@@ -358,7 +377,21 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 
 	// The small epsilon keeps e.g. 0.29×100 at 29, not 28.999….
 	limit := int(math.Floor(cfg.MaxSaturatedFraction*float64(len(members)) + 1e-9))
-	if res.Saturated > limit {
+	few := res.Saturated <= limit
+	if next.fallback = !few; few && prev.fallback && cfg.FallbackHold > 0 {
+		// Leave the fallback only once the saturated have been few
+		// enough for FallbackHold: a count hovering at the limit would
+		// otherwise take them all out and put them back every scrape.
+		next.fewSince = prev.fewSince
+		if next.fewSince.IsZero() {
+			next.fewSince = now
+		}
+		next.fallback = now.Sub(next.fewSince) < cfg.FallbackHold
+		if !next.fallback {
+			next.fewSince = time.Time{}
+		}
+	}
+	if next.fallback {
 		res.Fallback = true
 		for _, id := range members {
 			d := res.Decisions[id]
@@ -750,6 +783,9 @@ func (e Escape) Validate() error {
 	}
 	if e.Hold < 0 {
 		errs.add("hold", nil, "Hold (%v) must not be negative", e.Hold)
+	}
+	if e.FallbackHold < 0 {
+		errs.add("fallback_hold", nil, "FallbackHold (%v) must not be negative", e.FallbackHold)
 	}
 	if e.Sustain < 0 {
 		errs.add("sustain", nil, "Sustain (%v) must not be negative", e.Sustain)
