@@ -19,11 +19,9 @@ type escapeSpec struct {
 	ResumeKVOccupancy    *hcl.Attribute `hcl:"resume_kv_occupancy,optional"`
 	Hold                 *hcl.Attribute `hcl:"hold,optional"`
 	Sustain              *hcl.Attribute `hcl:"sustain,optional"`
-	FallbackHold         *hcl.Attribute `hcl:"fallback_hold,optional"`
 	RelativeQueue        *hcl.Attribute `hcl:"relative_queue,optional"`
 	RelativeKVMargin     *hcl.Attribute `hcl:"relative_kv_margin,optional"`
 	MaxSaturatedFraction *hcl.Attribute `hcl:"max_saturated_fraction,optional"`
-	MaxEscapedFraction   *hcl.Attribute `hcl:"max_escaped_fraction,optional"`
 }
 
 func (s escapeSpec) defRange() hcl.Range { return s.DefRange }
@@ -33,15 +31,17 @@ func (s escapeSpec) defRange() hcl.Range { return s.DefRange }
 // is set, so that only values written in the file can conflict. The rules
 // are weights.Escape's own (Validate): a value out of its own range is
 // reported, left at its default and not compared with the others.
-func (d *decoder) escape(spec *escapeSpec) weights.Escape {
-	def := weights.DefaultEscape()
+// bounded is whether the pool's hash block sets balance_factor, which
+// lengthens sustain's default (weights.DefaultEscapeFor).
+func (d *decoder) escape(spec *escapeSpec, bounded bool) weights.Escape {
+	def := weights.DefaultEscapeFor(bounded)
 	e := def
 	attrs := map[string]*hcl.Attribute{
 		"max_queue_depth": spec.MaxQueueDepth, "max_kv_occupancy": spec.MaxKVOccupancy,
 		"max_preemption_rate": spec.MaxPreemptionRate, "resume_queue_depth": spec.ResumeQueueDepth,
-		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold, "sustain": spec.Sustain, "fallback_hold": spec.FallbackHold,
+		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold, "sustain": spec.Sustain,
 		"relative_queue": spec.RelativeQueue, "relative_kv_margin": spec.RelativeKVMargin,
-		"max_saturated_fraction": spec.MaxSaturatedFraction, "max_escaped_fraction": spec.MaxEscapedFraction,
+		"max_saturated_fraction": spec.MaxSaturatedFraction,
 	}
 	numbers, defaults := escapeNumbers(&e), escapeNumbers(&def)
 	failed := map[string]bool{}
@@ -53,11 +53,8 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 	if e.Hold, ok = d.durationOr(spec.Hold, e.Hold, fmt.Sprintf("The default is %q.", weights.DefaultHold.String())); !ok {
 		failed["hold"] = true
 	}
-	if e.Sustain, ok = d.durationOr(spec.Sustain, e.Sustain, fmt.Sprintf("The default is %q: a replica leaves once it has been hot this long.", weights.DefaultSustain.String())); !ok {
+	if e.Sustain, ok = d.durationOr(spec.Sustain, e.Sustain, fmt.Sprintf("The default is %q: a replica leaves once it has been hot this long.", def.Sustain.String())); !ok {
 		failed["sustain"] = true
-	}
-	if e.FallbackHold, ok = d.durationOr(spec.FallbackHold, e.FallbackHold, fmt.Sprintf("The default is %q.", weights.DefaultFallbackHold.String())); !ok {
-		failed["fallback_hold"] = true
 	}
 
 	// Values out of their own range: reported below, and the defaults
@@ -123,9 +120,6 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 		case "max_saturated_fraction":
 			outOfRange(path, "Invalid saturated fraction", unitClosed,
 				fmt.Sprintf(" (the default is %g); it is the largest fraction of the pool out of the hash table at once", def.MaxSaturatedFraction))
-		case "max_escaped_fraction":
-			outOfRange(path, "Invalid escaped fraction", unitClosed,
-				fmt.Sprintf(" (the default is %g); at most this fraction of the pool is out at once, the first saturated", def.MaxEscapedFraction))
 		default:
 			d.errorf(attrs[path].Expr.Range(), "Invalid escape setting", "%s.", own[path].Msg)
 		}
@@ -158,7 +152,6 @@ func escapeNumbers(e *weights.Escape) map[string]*float64 {
 		"max_queue_depth": &e.MaxQueueDepth, "max_kv_occupancy": &e.MaxKVOccupancy,
 		"max_preemption_rate": &e.MaxPreemptionRate, "resume_queue_depth": &e.ResumeQueueDepth,
 		"resume_kv_occupancy": &e.ResumeKVOccupancy, "max_saturated_fraction": &e.MaxSaturatedFraction,
-		"max_escaped_fraction": &e.MaxEscapedFraction,
-		"relative_queue":       &e.RelativeQueue, "relative_kv_margin": &e.RelativeKVMargin,
+		"relative_queue": &e.RelativeQueue, "relative_kv_margin": &e.RelativeKVMargin,
 	}
 }

@@ -135,14 +135,6 @@
 // replica (limit 0 for any fraction below 1) therefore never loses its only
 // replica.
 //
-// Below that limit, at most floor(MaxEscapedFraction·n) saturated replicas
-// are out at once: those saturated first (by the observation that
-// saturated them, then by id). The others stay Saturated in the state
-// (weight frozen, hold running) but not in their Decision: they keep
-// serving their keys and leave when a place frees. When much of the pool
-// is hot, taking more out only moves keys to replicas as busy, and a
-// replica that is out is never swapped for a later one.
-//
 // # Stale or broken metrics
 //
 // A failed observation (Err set) changes nothing: it never saturates a
@@ -193,11 +185,6 @@ import (
 // one (to retry, or to compare).
 type State struct {
 	replicas map[string]memo
-	// fallback is whether the last Step fell back to pure affinity, and
-	// fewSince, while it did, since when the saturated have been few
-	// enough again (FallbackHold); fewSince is zero while they are not.
-	fallback bool
-	fewSince time.Time
 }
 
 // memo is one replica's memory. It holds no pointers, so copying it
@@ -230,9 +217,6 @@ type memo struct {
 	calmSince time.Time // first observation of that run
 	hot       bool      // an unbroken run of saturating observations is under way
 	hotSince  time.Time // first observation of that run
-	// saturatedAt is the observation that saturated it: who stays out
-	// under MaxEscapedFraction.
-	saturatedAt time.Time
 }
 
 // Result is one step's outcome for a pool.
@@ -377,43 +361,9 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 
 	// The small epsilon keeps e.g. 0.29×100 at 29, not 28.999….
 	limit := int(math.Floor(cfg.MaxSaturatedFraction*float64(len(members)) + 1e-9))
-	few := res.Saturated <= limit
-	if next.fallback = !few; few && prev.fallback && cfg.FallbackHold > 0 {
-		// Leave the fallback only once the saturated have been few
-		// enough for FallbackHold: a count hovering at the limit would
-		// otherwise take them all out and put them back every scrape.
-		next.fewSince = prev.fewSince
-		if next.fewSince.IsZero() {
-			next.fewSince = now
-		}
-		next.fallback = now.Sub(next.fewSince) < cfg.FallbackHold
-		if !next.fallback {
-			next.fewSince = time.Time{}
-		}
-	}
-	if next.fallback {
+	if res.Saturated > limit {
 		res.Fallback = true
 		for _, id := range members {
-			d := res.Decisions[id]
-			d.Saturated = false
-			res.Decisions[id] = d
-		}
-		return next, res
-	}
-	if escaped := int(math.Floor(cfg.MaxEscapedFraction*float64(len(members)) + 1e-9)); res.Saturated > escaped {
-		// The first saturated stay out (ties by id, members being
-		// sorted), so a replica that is out is not swapped for a later
-		// one, and the rest wait in the table.
-		var out []string
-		for _, id := range members {
-			if res.Decisions[id].Saturated {
-				out = append(out, id)
-			}
-		}
-		slices.SortStableFunc(out, func(a, b string) int {
-			return next.replicas[a].saturatedAt.Compare(next.replicas[b].saturatedAt)
-		})
-		for _, id := range out[escaped:] {
 			d := res.Decisions[id]
 			d.Saturated = false
 			res.Decisions[id] = d
@@ -580,7 +530,7 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 			r.hot, r.hotSince = true, t
 		}
 		if t.Sub(r.hotSince) >= cfg.Sustain {
-			r.saturated, r.calm, r.hot, r.saturatedAt = true, false, false, t
+			r.saturated, r.calm, r.hot = true, false, false
 		}
 	case saturating:
 		r.calm = false
@@ -784,17 +734,11 @@ func (e Escape) Validate() error {
 	if e.Hold < 0 {
 		errs.add("hold", nil, "Hold (%v) must not be negative", e.Hold)
 	}
-	if e.FallbackHold < 0 {
-		errs.add("fallback_hold", nil, "FallbackHold (%v) must not be negative", e.FallbackHold)
-	}
 	if e.Sustain < 0 {
 		errs.add("sustain", nil, "Sustain (%v) must not be negative", e.Sustain)
 	}
 	if !(e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
 		errs.add("max_saturated_fraction", nil, "MaxSaturatedFraction (%v) must be in [0, 1]", e.MaxSaturatedFraction)
-	}
-	if !(e.MaxEscapedFraction >= 0 && e.MaxEscapedFraction <= 1) {
-		errs.add("max_escaped_fraction", nil, "MaxEscapedFraction (%v) must be in [0, 1]", e.MaxEscapedFraction)
 	}
 	return errors.Join(errs...)
 }

@@ -56,7 +56,6 @@ func stepTestConfig() Config {
 			Hold:              30 * time.Second,
 			// 1: a single replica may be taken out (no fallback).
 			MaxSaturatedFraction: 1,
-			MaxEscapedFraction:   1,
 		},
 		StaleAfter: 60 * time.Second,
 	}
@@ -493,64 +492,6 @@ func TestStepFallback(t *testing.T) {
 	}
 }
 
-// escapedRound is one Step of TestStepMaxEscaped: every replica's queue
-// depth, and the health wanted.
-type escapedRound struct {
-	at     float64
-	qs     []float64
-	health string
-}
-
-// TestStepMaxEscaped: at most floor(MaxEscapedFraction × n) replicas are
-// out at once, those saturated first; the rest wait in the table with
-// their weight frozen and leave when a place frees.
-func TestStepMaxEscaped(t *testing.T) {
-	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
-	for _, tc := range []struct {
-		name     string
-		fraction float64
-		rounds   []escapedRound
-	}{
-		{name: "a quarter of eight", fraction: 0.25, rounds: []escapedRound{
-			{0, []float64{0, 0, 0, 0, 0, 0, 0, 0}, "a:serving b:serving c:serving d:serving e:serving f:serving g:serving h:serving"},
-			{5, []float64{0, 0, 0, 10, 0, 0, 0, 0}, "a:serving b:serving c:serving d:saturated e:serving f:serving g:serving h:serving"},
-			// a, b and c saturate together: a (by id) joins d; b and c wait.
-			{10, []float64{10, 10, 10, 10, 0, 0, 0, 0}, "a:saturated b:serving c:serving d:saturated e:serving f:serving g:serving h:serving"},
-			{15, []float64{10, 10, 10, 3, 0, 0, 0, 0}, "a:saturated b:serving c:serving d:saturated e:serving f:serving g:serving h:serving"},
-			// d has been calm for its hold: it returns and b takes its place.
-			{45, []float64{10, 10, 10, 3, 0, 0, 0, 0}, "a:saturated b:saturated c:serving d:serving e:serving f:serving g:serving h:serving"},
-		}},
-		{name: "none", fraction: 0, rounds: []escapedRound{
-			{0, []float64{10, 0, 0, 0, 0, 0, 0, 0}, "a:serving b:serving c:serving d:serving e:serving f:serving g:serving h:serving"},
-		}},
-		{name: "all", fraction: 1, rounds: []escapedRound{
-			{0, []float64{10, 10, 10, 0, 0, 0, 0, 0}, "a:saturated b:saturated c:saturated d:serving e:serving f:serving g:serving h:serving"},
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := stepTestConfig()
-			cfg.MaxEscapedFraction = tc.fraction
-			p := &stepPool{t: t, cfg: cfg, ids: ids}
-			for _, r := range tc.rounds {
-				var obs []Observation
-				sat := 0
-				for i, v := range r.qs {
-					obs = append(obs, goodObs(ids[i], r.at, sigQ(v)))
-				}
-				res := p.step(r.at, obs...)
-				for _, id := range ids {
-					if p.st.replicas[id].saturated {
-						sat++
-					}
-				}
-				if got := stepHealths(res, ids); got != r.health || res.Fallback || res.Saturated != sat {
-					t.Fatalf("t=%vs: %s fallback=%v saturated=%d; want %s, %d saturated", r.at, got, res.Fallback, res.Saturated, r.health, sat)
-				}
-			}
-		})
-	}
-}
-
 func TestStepNeutralWeight(t *testing.T) {
 	cfg := stepTestConfig()
 	ids := []string{"a", "b", "c", "d", "e"}
@@ -693,10 +634,6 @@ func TestConfigValidate(t *testing.T) {
 		{"fraction 0", func(c *Config) { c.MaxSaturatedFraction = 0 }, nil},
 		{"negative sustain", func(c *Config) { c.Sustain = -time.Second }, []string{"Sustain"}},
 		{"zero sustain", func(c *Config) { c.Sustain = 0 }, nil},
-		{"escaped fraction negative", func(c *Config) { c.MaxEscapedFraction = -0.1 }, []string{"MaxEscapedFraction"}},
-		{"escaped fraction > 1", func(c *Config) { c.MaxEscapedFraction = 1.5 }, []string{"MaxEscapedFraction (1.5) must be in [0, 1]"}},
-		{"escaped fraction NaN", func(c *Config) { c.MaxEscapedFraction = math.NaN() }, []string{"MaxEscapedFraction"}},
-		{"escaped fraction 0", func(c *Config) { c.MaxEscapedFraction = 0 }, nil},
 		{"stale zero", func(c *Config) { c.StaleAfter = 0 }, []string{"StaleAfter"}},
 		{"stale negative", func(c *Config) { c.StaleAfter = -time.Second }, []string{"StaleAfter"}},
 		{"zero value", func(c *Config) { *c = Config{} }, []string{"MinWeight", "Levels", "Smoothing",

@@ -238,14 +238,4 @@ type Escape struct {
 	// that may be out of the hash table at once; beyond it every replica
 	// stays in (pure affinity), so the rest are not swamped.
 	MaxSaturatedFraction float64
-	// FallbackHold is how long the saturated must have been few enough
-	// again (at most MaxSaturatedFraction) before a fallback to pure
-	// affinity ends (0: at once).
-	FallbackHold time.Duration
-	// MaxEscapedFraction, in [0, 1], bounds how many saturated replicas
-	// are out at once: floor(MaxEscapedFraction × n) of a pool of n. The
-	// ones saturated first stay out; the others wait in the table, still
-	// saturated (weight frozen), and leave when a place frees. It keeps
-	// the set that is out from churning while much of the pool is hot.
-	MaxEscapedFraction float64
 }
