@@ -158,6 +158,19 @@ type PolicyOptions struct {
 	MaxLoRA int
 }
 
+// bounded is whether the hash block has a balance_factor, written or a
+// body key's default: the escape block's sustain then defaults to
+// weights.DefaultBoundedSustain.
+func (o *PolicyOptions) bounded() bool {
+	switch o.Mode {
+	case KVXDSBounded:
+		return true
+	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSPrefix, KVXDSConversation, KVXDSAdapters:
+		return o.BodyKey != ""
+	}
+	return false
+}
+
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
 // are the endpoints of Service in Namespace, at the EndpointSlice port
 // named (or numbered) Port, read through Kubeconfig.
@@ -219,7 +232,7 @@ func Policy(o PolicyOptions) (string, error) {
 	escape := o.Mode == KVXDSWeights || o.Mode == KVXDSGroups
 	switch {
 	case o.Mode.Deployable() && !o.Bare:
-		b.WriteString(DeployedBlocksSet(o.TimeScale, o.EscapeSet, o.WeightsSet))
+		b.WriteString(DeployedBlocksSet(o.TimeScale, o.bounded(), o.EscapeSet, o.WeightsSet))
 	case !escape && o.Kubernetes == nil:
 		// Scraped for the status page only: no replica can reach a
 		// threshold and the weights stay 1, so every mode routes as it
@@ -310,7 +323,10 @@ const (
 	docStaleAfter      = 5 // × interval
 	docEscapeHold      = 30 * time.Second
 	docEscapeSustain   = weights.DefaultSustain
-	docWeightsInterval = 30 * time.Second
+	// docEscapeBoundedSustain is sustain's default where the hash block
+	// has a balance_factor.
+	docEscapeBoundedSustain = weights.DefaultBoundedSustain
+	docWeightsInterval      = 30 * time.Second
 	// minMetricsInterval is the shortest interval kvxds accepts.
 	minMetricsInterval = 100 * time.Millisecond
 )
@@ -327,13 +343,15 @@ const (
 // Each of escapeSet ("max_kv_occupancy = 1") is written into the escape
 // block as it is: an ablation of one threshold.
 func DeployedBlocks(timeScale float64, escapeSet ...string) string {
-	return DeployedBlocksSet(timeScale, escapeSet, nil)
+	return DeployedBlocksSet(timeScale, false, escapeSet, nil)
 }
 
-// DeployedBlocksSet is DeployedBlocks with weightsSet ("max = 1") written
-// into the weights block too. A duration either set names is written as
-// the set has it (wall time), not from its default.
-func DeployedBlocksSet(timeScale float64, escapeSet, weightsSet []string) string {
+// DeployedBlocksSet is DeployedBlocks of a pool whose hash block has a
+// balance_factor if bounded (whose sustain then defaults to
+// weights.DefaultBoundedSustain, also engine time), with weightsSet
+// ("max = 1") written into the weights block too. A duration either set
+// names is written as the set has it (wall time), not from its default.
+func DeployedBlocksSet(timeScale float64, bounded bool, escapeSet, weightsSet []string) string {
 	if !(timeScale > 0) {
 		timeScale = 1
 	}
@@ -344,7 +362,11 @@ func DeployedBlocksSet(timeScale float64, escapeSet, weightsSet []string) string
 	if interval < minMetricsInterval {
 		interval, timeout = minMetricsInterval, minMetricsInterval/2
 	}
-	escape := durationLines(escapeSet, "hold", wall(docEscapeHold), "sustain", wall(docEscapeSustain))
+	sustain := docEscapeSustain
+	if bounded {
+		sustain = docEscapeBoundedSustain
+	}
+	escape := durationLines(escapeSet, "hold", wall(docEscapeHold), "sustain", wall(sustain))
 	weightsLines := durationLines(weightsSet, "min_interval", wall(docWeightsInterval))
 	return fmt.Sprintf(`  # The documented defaults; durations in wall time at time scale %g.
   metrics {
