@@ -412,3 +412,29 @@ func TestGroupWeightLevels(t *testing.T) {
 		}
 	}
 }
+
+// A body-keyed mode writes --balance-factor only away from the default a
+// body key gets, and its deployed escape block then carries the bounded
+// sustain.
+func TestBodyKeyBalanceFactor(t *testing.T) {
+	for _, tc := range []struct {
+		factor int
+		want   string
+	}{{125, "balance_factor = 125"}, {200, "balance_factor = 200"}, {policy.DefaultPromptPrefixBalanceFactor, ""}} {
+		text, err := Policy(PolicyOptions{Mode: KVXDSPrefix, Endpoints: []string{"127.0.0.1:8001"}, TimeScale: 10,
+			Scrape: 250 * time.Millisecond, BodyKey: "prompt_prefix = 2048", BalanceFactor: tc.factor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, diags := policy.Parse([]byte(text), "prefix.hcl")
+		if diags.HasErrors() {
+			t.Fatalf("%s\n%s", policy.Format(diags), text)
+		}
+		if got := p.Pools[0].Hash.BalanceFactor; got != uint32(tc.factor) || (tc.want != "") != strings.Contains(text, "balance_factor") {
+			t.Errorf("factor %d: decoded %d, written %v:\n%s", tc.factor, got, strings.Contains(text, "balance_factor"), text)
+		}
+		if !strings.Contains(text, DeployedBlocksSet(10, true, nil, nil)) || p.Pools[0].Escape.Sustain != 3*time.Second {
+			t.Errorf("factor %d: sustain %v, want 3s (30s of engine time):\n%s", tc.factor, p.Pools[0].Escape.Sustain, text)
+		}
+	}
+}
