@@ -3,7 +3,8 @@
 // Every change of an endpoint's weight moves hash keys between replicas,
 // and every moved key is a lost prefix-cache hit. So the weight follows
 // load only coarsely and slowly, while the escape hatch for a replica that
-// cannot take more work acts at once. Affinity is a preference with an
+// cannot take more work acts at once, or once that has lasted Sustain.
+// Affinity is a preference with an
 // escape hatch: a saturated replica leaves the hash table, keeps its
 // identity, and gets its keys back when it recovers.
 //
@@ -96,7 +97,8 @@
 // not. With Sustain 0 the first saturating observation saturates. A burst
 // of long prompts lifts a replica above its peers for a scrape or two;
 // taking it out then moves its keys to cold caches and back for nothing,
-// while a replica that is truly stuck stays hot past Sustain and leaves. Preemptions stay absolute: an engine preempts when
+// while a replica that is truly stuck stays hot past Sustain and leaves.
+// Preemptions stay absolute: an engine preempts when
 // the requests it already runs outgrow its own KV cache (vLLM's
 // scheduler evicts a running request, whose prefill is then computed
 // again), which is lost work on that replica whatever the others do; a
