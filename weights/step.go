@@ -4,9 +4,9 @@
 // and every moved key is a lost prefix-cache hit. So the weight follows
 // load only coarsely and slowly, while the escape hatch for a replica that
 // cannot take more work acts at once, or once that has lasted Sustain.
-// Affinity is a preference with an
-// escape hatch: a saturated replica leaves the hash table, keeps its
-// identity, and gets its keys back when it recovers.
+// Affinity is a preference with an escape hatch: a saturated replica
+// leaves the hash table, keeps its identity, and gets its keys back when
+// it recovers.
 //
 // # Free capacity
 //
