@@ -209,6 +209,40 @@ weights { relative = true }`), poolWeights, weighting(func(w *weights.Weighting)
 		{"admin on another host", `admin { address = "127.0.0.2:18000" }`, addresses,
 			[2]string{"127.0.0.1:18000", "127.0.0.2:18000"}},
 
+		// Where Envoy's bounded load acts (balance_factor set), the escape
+		// hatch waits 30s and the weights stay at min, unless written.
+		{"bounded load: sustain", hashBlock(`balance_factor = 150`) + `pool "q" {
+  port = 10001
+  hash {
+    key { header = "x-session-id" }
+  }
+}
+`, func(p *Policy) any { return [2]weights.Escape{p.Pools[0].Escape, p.Pools[1].Escape} },
+			[2]weights.Escape{escape(func(e *weights.Escape) { e.Sustain = 30 * time.Second }), defaultEscapeValues}},
+		{"bounded load: static weights", hashBlock(`balance_factor = 150`), poolWeights,
+			weighting(func(w *weights.Weighting) { w.MaxWeight, w.Levels = 1, 1 })},
+		{"bounded load: written values stand", `pool "p" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+    balance_factor = 125
+  }
+  metrics {}
+  escape { sustain = "0s" }
+  weights { max = 4 }
+}
+`, func(p *Policy) any { return [2]any{p.Pools[0].Escape, p.Pools[0].Weights} }, [2]any{defaultEscapeValues, defaultWeightsValues}},
+		{"bounded load: levels raise max", `pool "p" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+    balance_factor = 125
+  }
+  metrics {}
+  weights { levels = 3 }
+}
+`, poolWeights, weighting(func(w *weights.Weighting) { w.MaxWeight, w.Levels = 3, 3 })},
+
 		{"everything follows", poolWith(`metrics { interval = "500ms" }
 escape { resume_queue_depth = 12 }
 weights { min = 5 }`), pool, Pool{
@@ -346,4 +380,27 @@ func combinations(settings []setting) [][]string {
 		out = next
 	}
 	return out
+}
+
+// A prompt_prefix key sets balance_factor by default, and with it the
+// escape and weights defaults of bounded load.
+func TestBoundedDefaultsFromPromptPrefix(t *testing.T) {
+	p, diags := Parse([]byte(`pool "p" {
+  port = 10000
+  hash {
+    key { prompt_prefix = 2048 }
+  }
+  metrics {}
+}
+`), "p.hcl")
+	if diags.HasErrors() {
+		t.Fatalf("unexpected errors:\n%s", Format(diags))
+	}
+	pool := p.Pools[0]
+	if pool.Hash.BalanceFactor != DefaultPromptPrefixBalanceFactor || pool.Escape.Sustain != 30*time.Second ||
+		pool.Weights.MaxWeight != 1 || pool.Weights.Levels != 1 {
+		t.Errorf("balance_factor %d, sustain %v, weights %d..%d in %d levels; want %d, 30s, 1..1 in 1",
+			pool.Hash.BalanceFactor, pool.Escape.Sustain, pool.Weights.MinWeight, pool.Weights.MaxWeight, pool.Weights.Levels,
+			DefaultPromptPrefixBalanceFactor)
+	}
 }

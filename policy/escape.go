@@ -18,6 +18,7 @@ type escapeSpec struct {
 	ResumeQueueDepth     *hcl.Attribute `hcl:"resume_queue_depth,optional"`
 	ResumeKVOccupancy    *hcl.Attribute `hcl:"resume_kv_occupancy,optional"`
 	Hold                 *hcl.Attribute `hcl:"hold,optional"`
+	Sustain              *hcl.Attribute `hcl:"sustain,optional"`
 	RelativeQueue        *hcl.Attribute `hcl:"relative_queue,optional"`
 	RelativeKVMargin     *hcl.Attribute `hcl:"relative_kv_margin,optional"`
 	MaxSaturatedFraction *hcl.Attribute `hcl:"max_saturated_fraction,optional"`
@@ -30,13 +31,15 @@ func (s escapeSpec) defRange() hcl.Range { return s.DefRange }
 // is set, so that only values written in the file can conflict. The rules
 // are weights.Escape's own (Validate): a value out of its own range is
 // reported, left at its default and not compared with the others.
-func (d *decoder) escape(spec *escapeSpec) weights.Escape {
-	def := weights.DefaultEscape()
+// bounded is whether the pool's hash block sets balance_factor, which
+// lengthens sustain's default (weights.DefaultEscapeFor).
+func (d *decoder) escape(spec *escapeSpec, bounded bool) weights.Escape {
+	def := weights.DefaultEscapeFor(bounded)
 	e := def
 	attrs := map[string]*hcl.Attribute{
 		"max_queue_depth": spec.MaxQueueDepth, "max_kv_occupancy": spec.MaxKVOccupancy,
 		"max_preemption_rate": spec.MaxPreemptionRate, "resume_queue_depth": spec.ResumeQueueDepth,
-		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold,
+		"resume_kv_occupancy": spec.ResumeKVOccupancy, "hold": spec.Hold, "sustain": spec.Sustain,
 		"relative_queue": spec.RelativeQueue, "relative_kv_margin": spec.RelativeKVMargin,
 		"max_saturated_fraction": spec.MaxSaturatedFraction,
 	}
@@ -49,6 +52,9 @@ func (d *decoder) escape(spec *escapeSpec) weights.Escape {
 	var ok bool
 	if e.Hold, ok = d.durationOr(spec.Hold, e.Hold, fmt.Sprintf("The default is %q.", weights.DefaultHold.String())); !ok {
 		failed["hold"] = true
+	}
+	if e.Sustain, ok = d.durationOr(spec.Sustain, e.Sustain, fmt.Sprintf("The default is %q: a replica leaves once it has been hot this long.", def.Sustain.String())); !ok {
+		failed["sustain"] = true
 	}
 
 	// Values out of their own range: reported below, and the defaults

@@ -65,11 +65,12 @@
 //	  resume_queue_depth     = 4    # max_queue_depth / 2; > 0, < max_queue_depth
 //	  resume_kv_occupancy    = 0.8  # max_kv_occupancy - weights.DefaultResumeKVMargin (0.1), or max_kv_occupancy / 2 if at most 0.1; > 0, < max_kv_occupancy
 //	  hold                   = "30s" # weights.DefaultHold; below both resume values this long to recover
+//	  sustain                = "0s" # weights.DefaultSustain, weights.DefaultBoundedSustain (30s) with a balance_factor; hot this long to leave
 //	  max_saturated_fraction = 0.5  # weights.DefaultMaxSaturatedFraction; in [0, 1]; beyond it, pure affinity
 //	}
 //	weights {                # the multiplier of each endpoint's static weight
 //	  min          = 1       # weights.DefaultMinWeight; >= 1
-//	  max          = 4       # weights.DefaultMaxWeight, raised to min, and to min + levels - 1 (at most 128); min..weights.MaxWeightMultiplier (128)
+//	  max          = 4       # weights.DefaultMaxWeight (min with a balance_factor), raised to min, and to min + levels - 1 (at most 128); min..weights.MaxWeightMultiplier (128)
 //	  levels       = 4       # min(weights.DefaultLevels, max - min + 1); 1..max - min + 1
 //	  smoothing    = 0.3     # weights.DefaultSmoothing; EWMA weight of a new observation, in (0, 1]
 //	  hysteresis   = 0.5     # weights.DefaultHysteresis; fraction of a level's width, in [0, 1)

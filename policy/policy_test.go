@@ -96,11 +96,19 @@ var (
 		ResumeQueueDepth:     4,
 		ResumeKVOccupancy:    0.8,
 		Hold:                 30 * time.Second,
+		Sustain:              0,
 		RelativeQueue:        2,
 		RelativeKVMargin:     0.1,
 		MaxSaturatedFraction: 0.5,
 	}
 	defaultWeightsValues = weights.Weighting{MinWeight: 1, MaxWeight: 4, Levels: 4, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
+	// Where the hash block sets balance_factor.
+	boundedEscapeValues = func() weights.Escape {
+		e := defaultEscapeValues
+		e.Sustain = 30 * time.Second // weights.DefaultBoundedSustain
+		return e
+	}()
+	boundedWeightsValues = weights.Weighting{MinWeight: 1, MaxWeight: 1, Levels: 1, Smoothing: 0.3, Hysteresis: 0.5, MinChangeInterval: 30 * time.Second}
 	defaultMetricsValues = weights.Metrics{
 		Engine:     "vllm",
 		Scrape:     weights.Scrape{Interval: 2 * time.Second, Timeout: time.Second},
@@ -183,6 +191,9 @@ func TestDecodedValues(t *testing.T) {
 					{Host: "127.0.0.1", Port: 8001, Weight: 1},
 					{Host: "127.0.0.1", Port: 8002, Weight: 1},
 				},
+				// balance_factor: the defaults of bounded load.
+				Escape:  boundedEscapeValues,
+				Weights: boundedWeightsValues,
 			}),
 		}},
 		{"ring_hash.hcl", &Policy{
@@ -395,6 +406,7 @@ func TestDefaultConstants(t *testing.T) {
 		ResumeQueueDepth:     weights.DefaultMaxQueueDepth / 2,
 		ResumeKVOccupancy:    weights.DefaultMaxKVOccupancy - weights.DefaultResumeKVMargin,
 		Hold:                 weights.DefaultHold,
+		Sustain:              weights.DefaultSustain,
 		RelativeQueue:        weights.DefaultRelativeQueue,
 		RelativeKVMargin:     weights.DefaultRelativeKVMargin,
 		MaxSaturatedFraction: weights.DefaultMaxSaturatedFraction,
@@ -415,6 +427,15 @@ func TestDefaultConstants(t *testing.T) {
 	}
 	if got := weights.DefaultWeighting(); got != defaultWeightsValues {
 		t.Errorf("weights.DefaultWeighting() = %+v, want %+v", got, defaultWeightsValues)
+	}
+	if got := weights.DefaultEscapeFor(true); got != boundedEscapeValues {
+		t.Errorf("weights.DefaultEscapeFor(true) = %+v, want %+v", got, boundedEscapeValues)
+	}
+	if got := weights.DefaultWeightingFor(true); got != boundedWeightsValues {
+		t.Errorf("weights.DefaultWeightingFor(true) = %+v, want %+v", got, boundedWeightsValues)
+	}
+	if weights.DefaultEscapeFor(false) != defaultEscapeValues || weights.DefaultWeightingFor(false) != defaultWeightsValues {
+		t.Error("the defaults without bounded load differ from DefaultEscape and DefaultWeighting")
 	}
 	// A pool with empty metrics, escape and weights blocks runs Step with
 	// the scraper's own defaults.

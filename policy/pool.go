@@ -167,16 +167,19 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		}
 	}
 	atMostOne(d, spec.Metrics, "a", "metrics", owner, keepOne)
-	pool.Escape = weights.DefaultEscape()
+	// Where Envoy's bounded load acts per request, the escape hatch and
+	// the weights default to moving keys less (weights.DefaultEscapeFor).
+	bounded := pool.Balancer == fleet.ConsistentHash && pool.Hash.BalanceFactor != 0
+	pool.Escape = weights.DefaultEscapeFor(bounded)
 	for i := range spec.Escape {
-		if e := d.escape(&spec.Escape[i]); i == 0 {
+		if e := d.escape(&spec.Escape[i], bounded); i == 0 {
 			pool.Escape = e
 		}
 	}
 	atMostOne(d, spec.Escape, "an", "escape", owner, keepOne)
-	pool.Weights = weights.DefaultWeighting()
+	pool.Weights = weights.DefaultWeightingFor(bounded)
 	for i := range spec.Weights {
-		if w := d.weights(&spec.Weights[i]); i == 0 {
+		if w := d.weights(&spec.Weights[i], bounded); i == 0 {
 			pool.Weights = w
 		}
 	}

@@ -26,9 +26,11 @@ func (s weightsSpec) defRange() hcl.Range { return s.DefRange }
 // levels, and levels left unset fits min..max, so that only values
 // written in the file can conflict. The rules are weights.Weighting's
 // own (Validate); a value that did not decode is left at its default and
-// not compared with the others.
-func (d *decoder) weights(spec *weightsSpec) weights.Weighting {
-	w := weights.DefaultWeighting()
+// not compared with the others. bounded is whether the pool's hash block
+// sets balance_factor: then max left unset, with levels unset too, stays
+// at min (weights.DefaultWeightingFor).
+func (d *decoder) weights(spec *weightsSpec, bounded bool) weights.Weighting {
+	w := weights.DefaultWeightingFor(bounded)
 	failed := map[string]bool{}
 	if a := spec.Min; a != nil {
 		if n, good := d.uintIn(a.Name, a.Expr, 1, weights.MaxWeightMultiplier, "Invalid weight range"); good {
@@ -72,7 +74,7 @@ func (d *decoder) weights(spec *weightsSpec) weights.Weighting {
 		}
 	}
 
-	def := weights.DefaultWeighting()
+	def := weights.DefaultWeightingFor(bounded)
 	attrs := map[string]*hcl.Attribute{"min": spec.Min, "max": spec.Max, "levels": spec.Levels,
 		"smoothing": spec.Smoothing, "hysteresis": spec.Hysteresis, "min_interval": spec.MinInterval}
 	for _, e := range d.fieldErrors(w.Validate(), attrs, failed, spec.DefRange) {

@@ -32,6 +32,7 @@ const (
 	DefaultMaxPreemptionRate    = 0.0
 	DefaultResumeKVMargin       = 0.1
 	DefaultHold                 = 30 * time.Second
+	DefaultSustain              = time.Duration(0)
 	DefaultMaxSaturatedFraction = 0.5
 	// A replica is saturated by its queue only at twice its peers' mean
 	// queue, and by its KV occupancy only 0.1 above theirs: when the
@@ -131,10 +132,41 @@ func DefaultEscape() Escape {
 		ResumeQueueDepth:     DefaultMaxQueueDepth / 2,
 		ResumeKVOccupancy:    DefaultResumeKVOccupancy(DefaultMaxKVOccupancy),
 		Hold:                 DefaultHold,
+		Sustain:              DefaultSustain,
 		RelativeQueue:        DefaultRelativeQueue,
 		RelativeKVMargin:     DefaultRelativeKVMargin,
 		MaxSaturatedFraction: DefaultMaxSaturatedFraction,
 	}
+}
+
+// Where the pool's hash block sets balance_factor, Envoy's bounded load
+// already moves each request off a replica that holds more than that
+// share of the mean load, per request, before any scrape. The escape
+// hatch then only has to catch a replica that stays hot, and every weight
+// move or escape only moves keys to cold caches: the escape block's
+// sustain defaults to DefaultBoundedSustain, and the weights stay at min
+// (one level) unless max or levels is set.
+const DefaultBoundedSustain = 30 * time.Second
+
+// DefaultEscapeFor is DefaultEscape, or with bounded (the hash block sets
+// balance_factor) the escape defaults where Envoy's bounded load acts.
+func DefaultEscapeFor(bounded bool) Escape {
+	e := DefaultEscape()
+	if bounded {
+		e.Sustain = DefaultBoundedSustain
+	}
+	return e
+}
+
+// DefaultWeightingFor is DefaultWeighting, or with bounded (the hash
+// block sets balance_factor) the weights defaults where Envoy's bounded
+// load acts: one level, MaxWeight at MinWeight.
+func DefaultWeightingFor(bounded bool) Weighting {
+	w := DefaultWeighting()
+	if bounded {
+		w.MaxWeight, w.Levels = w.MinWeight, 1
+	}
+	return w
 }
 
 // DefaultResumeKVOccupancy is ResumeKVOccupancy's default for a maximum:

@@ -3,9 +3,10 @@
 // Every change of an endpoint's weight moves hash keys between replicas,
 // and every moved key is a lost prefix-cache hit. So the weight follows
 // load only coarsely and slowly, while the escape hatch for a replica that
-// cannot take more work acts at once. Affinity is a preference with an
-// escape hatch: a saturated replica leaves the hash table, keeps its
-// identity, and gets its keys back when it recovers.
+// cannot take more work acts at once, or once that has lasted Sustain.
+// Affinity is a preference with an escape hatch: a saturated replica
+// leaves the hash table, keeps its identity, and gets its keys back when
+// it recovers.
 //
 // # Free capacity
 //
@@ -87,10 +88,17 @@
 // the mean, so that in a small pool a hot replica is compared with the
 // others' load, not with a mean it pulls up.
 //
-// A good observation saturates a replica at once (no smoothing: the point
-// is to shed load fast) when its queue is hot at MaxQueueDepth, or its KV
-// occupancy at MaxKVOccupancy, or its preemption rate exceeds
-// MaxPreemptionRate. Preemptions stay absolute: an engine preempts when
+// A good observation is saturating when the replica's queue is hot at
+// MaxQueueDepth, or its KV occupancy at MaxKVOccupancy, or its preemption
+// rate exceeds MaxPreemptionRate. The replica saturates (no smoothing:
+// the point is to shed load fast) at the first saturating observation at
+// least Sustain after the first of an unbroken run of saturating ones; an
+// observation that is not saturating breaks the run, a failed one does
+// not. With Sustain 0 the first saturating observation saturates. A burst
+// of long prompts lifts a replica above its peers for a scrape or two;
+// taking it out then moves its keys to cold caches and back for nothing,
+// while a replica that is truly stuck stays hot past Sustain and leaves.
+// Preemptions stay absolute: an engine preempts when
 // the requests it already runs outgrow its own KV cache (vLLM's
 // scheduler evicts a running request, whose prefill is then computed
 // again), which is lost work on that replica whatever the others do; a
@@ -209,6 +217,8 @@ type memo struct {
 	saturated bool
 	calm      bool      // an unbroken run of calm observations is under way
 	calmSince time.Time // first observation of that run
+	hot       bool      // an unbroken run of saturating observations is under way
+	hotSince  time.Time // first observation of that run
 }
 
 // Result is one step's outcome for a pool.
@@ -307,7 +317,7 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 		case r.hasGood:
 			// Stale: forget what the old metrics said, so that they never
 			// keep the replica out and resumed metrics start afresh.
-			r.saturated, r.calm = false, false
+			r.saturated, r.calm, r.hot = false, false, false
 			r.hasEWMA, r.hasPre = false, false
 		}
 		next.replicas[id] = r
@@ -515,8 +525,17 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 		(preempted && rate > cfg.MaxPreemptionRate)
 	calm := !hotQ(cfg.ResumeQueueDepth) && !hotKV(cfg.ResumeKVOccupancy) && !preempted
 	switch {
+	case saturating && !r.saturated:
+		// It leaves only once the run has lasted Sustain: a burst that
+		// ends sooner would move keys to cold caches for nothing.
+		if !r.hot {
+			r.hot, r.hotSince = true, t
+		}
+		if t.Sub(r.hotSince) >= cfg.Sustain {
+			r.saturated, r.calm, r.hot = true, false, false
+		}
 	case saturating:
-		r.saturated, r.calm = true, false
+		r.calm = false
 	case r.saturated && calm:
 		if !r.calm {
 			r.calm, r.calmSince = true, t
@@ -526,6 +545,9 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 		}
 	case r.saturated:
 		r.calm = false // a dip back above the resume thresholds
+	}
+	if !saturating {
+		r.hot = false
 	}
 	if r.saturated {
 		return // weight frozen while out
@@ -713,6 +735,9 @@ func (e Escape) Validate() error {
 	}
 	if e.Hold < 0 {
 		errs.add("hold", nil, "Hold (%v) must not be negative", e.Hold)
+	}
+	if e.Sustain < 0 {
+		errs.add("sustain", nil, "Sustain (%v) must not be negative", e.Sustain)
 	}
 	if !(e.MaxSaturatedFraction >= 0 && e.MaxSaturatedFraction <= 1) {
 		errs.add("max_saturated_fraction", nil, "MaxSaturatedFraction (%v) must be in [0, 1]", e.MaxSaturatedFraction)

@@ -271,6 +271,38 @@ func TestStepSaturation(t *testing.T) {
 			{at: 60, sig: sigQ(0), want: wantServing(4)},        // counter gone
 			{at: 65, sig: sigQP(0, 1000), want: wantServing(4)}, // counter back: rebase, no rate
 		}},
+		{"sustain: a burst shorter than it stays in", func(c *Config) { c.Sustain = 10 * time.Second }, []stepTick{
+			{at: 0, sig: sigQ(0), want: wantServing(4)},
+			{at: 5, sig: sigQ(12), want: wantServing(1)}, // hot run starts; the weight still follows
+			{at: 10, sig: sigQ(12), want: wantServing(1)},
+			{at: 12, sig: sigQ(6), want: wantServing(1)}, // below max: the run breaks
+			{at: 15, sig: sigQ(12), want: wantServing(1)},
+			{at: 20, sig: sigQ(12), want: wantServing(1)},
+			{at: 25, sig: sigQ(12), want: wantOut(1)}, // 10 s hot since 15
+			{at: 30, sig: sigQ(12), want: wantOut(1)},
+		}},
+		{"sustain: failed scrapes do not break the run", func(c *Config) { c.Sustain = 10 * time.Second }, []stepTick{
+			{at: 0, sig: sigKV(0.95), want: wantServing(1)},
+			{at: 5, want: wantServing(1)}, // failed
+			{at: 10, sig: sigKV(0.95), want: wantOut(1)},
+		}},
+		{"sustain: preemptions too", func(c *Config) { c.Sustain = 10 * time.Second }, []stepTick{
+			{at: 0, sig: sigQP(0, 0), want: wantServing(4)},
+			{at: 5, sig: sigQP(0, 10), want: wantServing(4)},
+			{at: 10, sig: sigQP(0, 10), want: wantServing(4)}, // no preemption: the run breaks
+			{at: 15, sig: sigQP(0, 20), want: wantServing(4)},
+			{at: 20, sig: sigQP(0, 30), want: wantServing(4)},
+			{at: 25, sig: sigQP(0, 40), want: wantOut(4)},
+		}},
+		{"sustain: the hold is unchanged once out", func(c *Config) { c.Sustain = 5 * time.Second }, []stepTick{
+			{at: 0, sig: sigQ(0), want: wantServing(4)},
+			{at: 5, sig: sigQ(10), want: wantServing(1)},
+			{at: 10, sig: sigQ(10), want: wantOut(1)},
+			{at: 15, sig: sigQ(3), want: wantOut(1)},
+			{at: 45, sig: sigQ(3), want: wantServing(1)},
+			{at: 50, sig: sigQ(10), want: wantServing(1)}, // a new run must last Sustain again
+			{at: 55, sig: sigQ(10), want: wantOut(1)},
+		}},
 		{"weight frozen while out, kept on return", func(c *Config) { c.Smoothing = 0.5 }, []stepTick{
 			{at: 0, sig: sigQ(7), want: wantServing(2)},   // s 0.3: level 1
 			{at: 100, sig: sigQ(10), want: wantOut(2)},    // f = 0 is not folded ...
@@ -600,6 +632,8 @@ func TestConfigValidate(t *testing.T) {
 		{"fraction negative", func(c *Config) { c.MaxSaturatedFraction = -0.1 }, []string{"MaxSaturatedFraction"}},
 		{"fraction > 1", func(c *Config) { c.MaxSaturatedFraction = 1.5 }, []string{"MaxSaturatedFraction"}},
 		{"fraction 0", func(c *Config) { c.MaxSaturatedFraction = 0 }, nil},
+		{"negative sustain", func(c *Config) { c.Sustain = -time.Second }, []string{"Sustain"}},
+		{"zero sustain", func(c *Config) { c.Sustain = 0 }, nil},
 		{"stale zero", func(c *Config) { c.StaleAfter = 0 }, []string{"StaleAfter"}},
 		{"stale negative", func(c *Config) { c.StaleAfter = -time.Second }, []string{"StaleAfter"}},
 		{"zero value", func(c *Config) { *c = Config{} }, []string{"MinWeight", "Levels", "Smoothing",

@@ -151,6 +151,9 @@ func (p *poolRunner) observe(ids []string, obs []Observation, res Result, now ti
 		case d.Saturated && (!had || !prev.Saturated):
 			escapes++
 			reason := saturationReason(cfg, &sig)
+			if cfg.Sustain > 0 {
+				reason += fmt.Sprintf(", hot for %s", cfg.Sustain)
+			}
 			if rec != nil {
 				rec.reason = reason
 			}

@@ -219,6 +219,11 @@ type Escape struct {
 	ResumeQueueDepth  float64
 	ResumeKVOccupancy float64
 	Hold              time.Duration
+	// Sustain is how long a replica must stay hot before it leaves: from
+	// the first observation of an unbroken run of saturating ones to a
+	// later one of the run (0: at the first). A burst shorter than
+	// Sustain moves no key.
+	Sustain time.Duration
 	// RelativeQueue and RelativeKVMargin make saturation relative to the
 	// replica's peers (the other fresh replicas of its weight domain): the
 	// queue signal counts only when the queue is also at least

@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		clients    = fs.Int("clients", 2, "grpc-go xDS clients, or simulated Envoys on the envoy data plane, sharing the requests (each its own xDS node, connections and requests in flight)")
 		bare       = fs.Bool("bare", false, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics, escape and weights blocks: pure consistent hashing (default: those blocks at their documented defaults)")
 		escapeSet  = fs.String("escape-set", "", "semicolon-separated attributes written into every kvxds mode's deployed escape block, as in \"max_kv_occupancy = 1\": the ablation of a threshold (default: the documented defaults)")
+		weightsSet = fs.String("weights-set", "", "semicolon-separated attributes written into every kvxds mode's deployed weights block, as in \"max = 1\" (default: the documented defaults)")
 		hotValues  = fs.String("hot-values", "", "comma-separated values of the session header every kvxds mode declares always hot (hash { hot_keys { declared { header = \"x-session-id\" values = [...] } } }), as an operator of a pool without access logs does; not with a body key")
 		noHotKeys  = fs.Bool("no-hot-keys", false, "every kvxds mode with hot keys off (hash { hot_keys { enabled = false } }), and the grpc-go clients send no x-kvxds-spread: the ablation (default: hot keys at kvxds's defaults, interval and half-life divided by the time scale; grpc-go clients send each request's spread sub-key from its conversation key)")
 		echo       = fs.Bool("echo-replies", true, "next turns re-send the engine's own reply (see test/bench.PrepareRequests)")
@@ -85,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		promptPfx  = fs.Int("prompt-prefix", 512, "kvxds+prefix: the prompt_prefix key's length in bytes of the chat body's messages")
 		maxLoRA    = fs.Int("max-lora", 4, "LoRA adapter slots of every simulated replica (vLLM --max-loras, reported in vllm:lora_requests_info) and kvxds+adapters' max_lora")
 		adapterLd  = fs.Duration("adapter-load", 0, "engine time of one LoRA adapter swap-in (0: the simulator's default)")
-		balance    = fs.Int("balance-factor", 150, "kvxds+bounded: the hash block's balance_factor (Envoy's hash_balance_factor, percent)")
+		balance    = fs.Int("balance-factor", 150, "kvxds+bounded, and the body-keyed modes on Envoy (whose default is 150): the hash block's balance_factor (Envoy's hash_balance_factor, percent)")
 		workloads  []string
 		prefixes   []int
 	)
@@ -179,6 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		NoHotKeys:         *noHotKeys,
 		HotValues:         splitNonEmpty(*hotValues, ","),
 		EscapeSet:         splitNonEmpty(*escapeSet, ";"),
+		WeightsSet:        splitNonEmpty(*weightsSet, ";"),
 		EchoReplies:       *echo,
 		Rolling:           rolling,
 		AdminAddress:      *admin,

@@ -249,7 +249,7 @@ func TestPolicies(t *testing.T) {
 				if lora := p.Pools[0].LoRA; (lora != nil) != (m == KVXDSAdapters) {
 					t.Errorf("%s: adapters %v", m, lora)
 				}
-				deployed := strings.Contains(text, DeployedBlocks(scale))
+				deployed := strings.Contains(text, DeployedBlocksSet(scale, m == KVXDSBounded, nil, nil))
 				if want := m.Deployable() && !bare; deployed != want {
 					t.Errorf("%s, bare %v: documented blocks %v, want %v:\n%s", m, bare, deployed, want, text)
 				}
@@ -275,8 +275,19 @@ func TestDeployedBlocks(t *testing.T) {
 				t.Errorf("time scale %g: no %s in\n%s", tc.scale, w, text)
 			}
 		}
-		if strings.Contains(text, "max_queue_depth") || strings.Contains(text, "levels") {
+		if strings.Contains(text, "max_queue_depth") || strings.Contains(text, "levels") || strings.Contains(text, "sustain") {
 			t.Errorf("time scale %g: a threshold is written instead of left at its default:\n%s", tc.scale, text)
+		}
+	}
+	// With a balance_factor sustain's default is 30s of engine time, and
+	// a set duration replaces the written default.
+	if text := DeployedBlocksSet(10, true, nil, nil); !strings.Contains(text, `sustain = "3s"`) {
+		t.Errorf("bounded at time scale 10: no sustain = \"3s\" in\n%s", text)
+	}
+	text := DeployedBlocksSet(10, true, []string{`sustain = "1s"`, `hold = "2s"`}, []string{`min_interval = "5s"`, "max = 1"})
+	for _, w := range []string{`sustain = "1s"`, `hold = "2s"`, `min_interval = "5s"`, "max = 1"} {
+		if strings.Count(text, strings.Fields(w)[0]+" ") != 1 || !strings.Contains(text, w) {
+			t.Errorf("set %s: not written once in\n%s", w, text)
 		}
 	}
 }
@@ -398,6 +409,32 @@ func TestGroupWeightLevels(t *testing.T) {
 		}
 		if got := w.MinChangeInterval.Seconds() * scale; math.Abs(got-tc.wantIntervalS) > 1e-6 {
 			t.Errorf("levels %d: min_interval %v simulated seconds, want %v", tc.levels, got, tc.wantIntervalS)
+		}
+	}
+}
+
+// A body-keyed mode writes --balance-factor only away from the default a
+// body key gets, and its deployed escape block then carries the bounded
+// sustain.
+func TestBodyKeyBalanceFactor(t *testing.T) {
+	for _, tc := range []struct {
+		factor int
+		want   string
+	}{{125, "balance_factor = 125"}, {200, "balance_factor = 200"}, {policy.DefaultPromptPrefixBalanceFactor, ""}} {
+		text, err := Policy(PolicyOptions{Mode: KVXDSPrefix, Endpoints: []string{"127.0.0.1:8001"}, TimeScale: 10,
+			Scrape: 250 * time.Millisecond, BodyKey: "prompt_prefix = 2048", BalanceFactor: tc.factor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, diags := policy.Parse([]byte(text), "prefix.hcl")
+		if diags.HasErrors() {
+			t.Fatalf("%s\n%s", policy.Format(diags), text)
+		}
+		if got := p.Pools[0].Hash.BalanceFactor; got != uint32(tc.factor) || (tc.want != "") != strings.Contains(text, "balance_factor") {
+			t.Errorf("factor %d: decoded %d, written %v:\n%s", tc.factor, got, strings.Contains(text, "balance_factor"), text)
+		}
+		if !strings.Contains(text, DeployedBlocksSet(10, true, nil, nil)) || p.Pools[0].Escape.Sustain != 3*time.Second {
+			t.Errorf("factor %d: sustain %v, want 3s (30s of engine time):\n%s", tc.factor, p.Pools[0].Escape.Sustain, text)
 		}
 	}
 }

@@ -225,6 +225,9 @@ type Config struct {
 	// deployed escape block of every kvxds mode: the ablation of one
 	// threshold. Empty keeps the documented defaults.
 	EscapeSet []string
+	// WeightsSet are attributes ("max = 1") written into the deployed
+	// weights block of every kvxds mode, as EscapeSet.
+	WeightsSet []string
 	// EchoReplies makes a dependent request (the next chat turn, the next
 	// agent step) re-send the reply the simulated engine produced for the
 	// request it depends on, as a real client does, instead of the

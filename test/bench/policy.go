@@ -3,10 +3,13 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/policy"
+	"github.com/kvxds/kvxds/weights"
 )
 
 // PoolName is the pool every generated policy defines; clients dial
@@ -148,11 +151,24 @@ type PolicyOptions struct {
 	// HotValues are values of SessionHeader declared always hot in the
 	// hash modes (Config.HotValues).
 	HotValues []string
-	// EscapeSet are attributes written into the deployed escape block
-	// (Config.EscapeSet).
-	EscapeSet []string
+	// EscapeSet and WeightsSet are attributes written into the deployed
+	// escape and weights blocks (Config.EscapeSet, Config.WeightsSet).
+	EscapeSet, WeightsSet []string
 	// MaxLoRA is KVXDSAdapters' max_lora (Config.MaxLoRA).
 	MaxLoRA int
+}
+
+// bounded is whether the hash block has a balance_factor, written or a
+// body key's default: the escape block's sustain then defaults to
+// weights.DefaultBoundedSustain.
+func (o *PolicyOptions) bounded() bool {
+	switch o.Mode {
+	case KVXDSBounded:
+		return true
+	case KVXDS, KVXDSWeights, KVXDSGroups, KVXDSPrefix, KVXDSConversation, KVXDSAdapters:
+		return o.BodyKey != ""
+	}
+	return false
 }
 
 // KubernetesSource is a policy's kubernetes block: the pool's replicas
@@ -188,7 +204,11 @@ func Policy(o PolicyOptions) (string, error) {
 		}
 		fmt.Fprintf(&b, "  load_balancing = \"hash\"\n  hash {\n    algorithm     = \"ring_hash\"\n    min_ring_size = %d\n    key { %s }\n",
 			RingSize, key)
-		if o.Mode == KVXDSBounded {
+		switch {
+		case o.Mode == KVXDSBounded:
+			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+		case o.BodyKey != "" && o.BalanceFactor != 0 && o.BalanceFactor != policy.DefaultPromptPrefixBalanceFactor:
+			// A body key's bounded load away from the default it gets.
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
 		}
 		if len(o.HotValues) > 0 && o.BodyKey != "" {
@@ -212,7 +232,7 @@ func Policy(o PolicyOptions) (string, error) {
 	escape := o.Mode == KVXDSWeights || o.Mode == KVXDSGroups
 	switch {
 	case o.Mode.Deployable() && !o.Bare:
-		b.WriteString(DeployedBlocks(o.TimeScale, o.EscapeSet...))
+		b.WriteString(DeployedBlocksSet(o.TimeScale, o.bounded(), o.EscapeSet, o.WeightsSet))
 	case !escape && o.Kubernetes == nil:
 		// Scraped for the status page only: no replica can reach a
 		// threshold and the weights stay 1, so every mode routes as it
@@ -302,7 +322,11 @@ const (
 	docMetricsTimeout  = time.Second
 	docStaleAfter      = 5 // × interval
 	docEscapeHold      = 30 * time.Second
-	docWeightsInterval = 30 * time.Second
+	docEscapeSustain   = weights.DefaultSustain
+	// docEscapeBoundedSustain is sustain's default where the hash block
+	// has a balance_factor.
+	docEscapeBoundedSustain = weights.DefaultBoundedSustain
+	docWeightsInterval      = 30 * time.Second
 	// minMetricsInterval is the shortest interval kvxds accepts.
 	minMetricsInterval = 100 * time.Millisecond
 )
@@ -313,12 +337,21 @@ const (
 // vllm:num_requests_waiting), and every threshold, level and factor at
 // its default, left out. Only the durations are written: the documented
 // defaults (2 s interval, 1 s timeout, stale after 5 intervals, 30 s hold
-// and min_interval) are engine time, so they are divided by the time scale
-// into the wall time kvxds runs on (the interval no shorter than kvxds's
-// 100 ms, the timeout then half of it).
+// and min_interval, the escape block's sustain) are engine time, so they
+// are divided by the time scale into the wall time kvxds runs on (the
+// interval no shorter than kvxds's 100 ms, the timeout then half of it).
 // Each of escapeSet ("max_kv_occupancy = 1") is written into the escape
 // block as it is: an ablation of one threshold.
 func DeployedBlocks(timeScale float64, escapeSet ...string) string {
+	return DeployedBlocksSet(timeScale, false, escapeSet, nil)
+}
+
+// DeployedBlocksSet is DeployedBlocks of a pool whose hash block has a
+// balance_factor if bounded (whose sustain then defaults to
+// weights.DefaultBoundedSustain, also engine time), with weightsSet
+// ("max = 1") written into the weights block too. A duration either set
+// names is written as the set has it (wall time), not from its default.
+func DeployedBlocksSet(timeScale float64, bounded bool, escapeSet, weightsSet []string) string {
 	if !(timeScale > 0) {
 		timeScale = 1
 	}
@@ -329,6 +362,12 @@ func DeployedBlocks(timeScale float64, escapeSet ...string) string {
 	if interval < minMetricsInterval {
 		interval, timeout = minMetricsInterval, minMetricsInterval/2
 	}
+	sustain := docEscapeSustain
+	if bounded {
+		sustain = docEscapeBoundedSustain
+	}
+	escape := durationLines(escapeSet, "hold", wall(docEscapeHold), "sustain", wall(sustain))
+	weightsLines := durationLines(weightsSet, "min_interval", wall(docWeightsInterval))
 	return fmt.Sprintf(`  # The documented defaults; durations in wall time at time scale %g.
   metrics {
     engine      = "vllm"
@@ -337,13 +376,29 @@ func DeployedBlocks(timeScale float64, escapeSet ...string) string {
     stale_after = %q
   }
   escape {
-    hold = %q
-%s  }
+%s%s  }
   weights {
-    min_interval = %q
-  }
+%s%s  }
 `, timeScale, interval.String(), timeout.String(), (docStaleAfter * interval).String(),
-		wall(docEscapeHold).String(), escapeLines(escapeSet), wall(docWeightsInterval).String())
+		escape, escapeLines(escapeSet), weightsLines, escapeLines(weightsSet))
+}
+
+// durationLines writes each named duration (name, value pairs) as an
+// attribute line, but those that set already names; a zero duration is
+// left out, as it is the default.
+func durationLines(set []string, pairs ...any) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, d := pairs[i].(string), pairs[i+1].(time.Duration)
+		if d == 0 || slices.ContainsFunc(set, func(a string) bool {
+			k, _, _ := strings.Cut(a, "=")
+			return strings.TrimSpace(k) == name
+		}) {
+			continue
+		}
+		fmt.Fprintf(&b, "    %s = %q\n", name, d.String())
+	}
+	return b.String()
 }
 
 // HotKeysBlock is a hash mode's hot_keys block (inside its hash block) as

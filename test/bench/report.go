@@ -99,6 +99,9 @@ func (r *Report) Markdown(w io.Writer) {
 		if len(r.Config.EscapeSet) > 0 {
 			fmt.Fprintf(w, "The escape blocks also set: %s.\n\n", strings.Join(r.Config.EscapeSet, "; "))
 		}
+		if len(r.Config.WeightsSet) > 0 {
+			fmt.Fprintf(w, "The weights blocks also set: %s.\n\n", strings.Join(r.Config.WeightsSet, "; "))
+		}
 	}
 	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys))
 	if len(r.Config.HotValues) > 0 && !r.Config.NoHotKeys {

@@ -29,6 +29,7 @@ func dynamicPolicy(xdsAddr, adminAddr string, members []member, weightsBlock str
     resume_queue_depth  = 2
     resume_kv_occupancy = 0.8
     hold                = "1s"
+    sustain             = "0s" # at once, though the pool has a balance_factor
   }
 %s`, scrapeInterval.String(), weightsBlock))
 }
