@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
@@ -119,35 +116,16 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 		t.Errorf("the listener moved with the placement")
 	}
 
-	var doc status.Status
-	resp, err := http.Get("http://" + c.AdminAddr() + status.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = json.NewDecoder(resp.Body).Decode(&doc)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	as := doc.Pools[0].Adapters
+	as := statusOf(t, c.AdminAddr()).Pools[0].Adapters
 	if as == nil || len(as.Adapters) != 1 || len(as.Adapters[0].Members) != 2 || as.Requests != 400 || as.AdapterRequests != 100 || as.Rejected["not_string"] != 100 {
 		t.Fatalf("status adapters: %+v", as)
 	}
-	mfs := scrape(t, "http://"+c.AdminAddr()+"/metrics")
-	for _, tc := range []struct {
-		name   string
-		labels map[string]string
-		want   float64
-	}{
+	wantMetrics(t, scrape(t, "http://"+c.AdminAddr()+"/metrics"), []metricWant{
 		{"kvxds_adapter_replicas", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 2},
 		{"kvxds_adapter_members", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 2},
 		{"kvxds_adapter_moves_total", map[string]string{"pool": "chat", "cause": "demand"}, 1},
 		{"kvxds_adapter_rejected_total", map[string]string{"pool": "chat", "reason": "not_string"}, 100},
 		{"kvxds_adapter_requests_logged_total", map[string]string{"pool": "chat", "kind": "adapter"}, 100},
 		{"kvxds_access_log_entries_total", map[string]string{"result": "no_key"}, 0},
-	} {
-		if got, ok := sample(mfs, tc.name, tc.labels); !ok || got != tc.want {
-			t.Errorf("%s%v = %v (found %v), want %v", tc.name, tc.labels, got, ok, tc.want)
-		}
-	}
+	})
 }

@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +11,6 @@ import (
 	datav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/hashicorp/go-hclog"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -156,17 +151,7 @@ func TestHotKeysFromAccessLogs(t *testing.T) {
 	}
 
 	// The status document, over HTTP.
-	var st status.Status
-	resp, err := http.Get("http://" + c.AdminAddr() + status.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := st.Pools[0].HotKeys
+	hs := statusOf(t, c.AdminAddr()).Pools[0].HotKeys
 	shown := bodykey.Hash([]byte(hot))[:8]
 	if hs == nil || len(hs.Keys) != 1 || hs.Keys[0].Value != shown || hs.Keys[0].KeyName != "header x-tenant" || hs.Keys[0].Spread != 32 {
 		t.Fatalf("status hot keys: %+v", hs)
@@ -177,11 +162,7 @@ func TestHotKeysFromAccessLogs(t *testing.T) {
 
 	// /metrics, as Prometheus reads it.
 	mfs := scrape(t, "http://"+c.AdminAddr()+"/metrics")
-	for _, tc := range []struct {
-		name   string
-		labels map[string]string
-		want   float64
-	}{
+	wantMetrics(t, mfs, []metricWant{
 		{"kvxds_hot_keys", map[string]string{"pool": "chat"}, 1},
 		{"kvxds_hot_key_spread", map[string]string{"pool": "chat", "key_index": "0", "key": shown}, 32},
 		{"kvxds_requests_away_total", map[string]string{"pool": "chat", "reason": "spread"}, 2},
@@ -191,12 +172,7 @@ func TestHotKeysFromAccessLogs(t *testing.T) {
 		{"kvxds_access_log_entries_total", map[string]string{"result": "malformed_no_request"}, 1},
 		{"kvxds_access_log_streams_refused_total", map[string]string{"reason": "not_envoy"}, 1},
 		{"kvxds_access_log_streams_refused_total", map[string]string{"reason": "no_node"}, 1},
-	} {
-		got, ok := sample(mfs, tc.name, tc.labels)
-		if !ok || got != tc.want {
-			t.Errorf("%s%v = %v (found %v), want %v", tc.name, tc.labels, got, ok, tc.want)
-		}
-	}
+	})
 	if got, ok := sample(mfs, "kvxds_hot_key_share", map[string]string{"pool": "chat", "key_index": "0", "key": shown}); !ok || got < 0.45 || got > 0.55 {
 		t.Errorf("kvxds_hot_key_share = %v (found %v), want about 0.5", got, ok)
 	}
@@ -229,44 +205,4 @@ func envoyFirst(t *testing.T, res *translate.Resources, cluster string) func(str
 	}
 	t.Fatalf("no cluster %s served", cluster)
 	return nil
-}
-
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mfs
-}
-
-func sample(mfs map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
-	mf, ok := mfs[name]
-	if !ok {
-		return 0, false
-	}
-	for _, m := range mf.GetMetric() {
-		match := 0
-		for _, lp := range m.GetLabel() {
-			if v, ok := labels[lp.GetName()]; ok && v == lp.GetValue() {
-				match++
-			}
-		}
-		if match != len(labels) {
-			continue
-		}
-		switch {
-		case m.GetCounter() != nil:
-			return m.GetCounter().GetValue(), true
-		case m.GetGauge() != nil:
-			return m.GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
 }

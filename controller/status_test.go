@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -22,21 +20,7 @@ func TestStatusEndpoint(t *testing.T) {
 	engines := []*engine{startEngine(t), startEngine(t)}
 	engines[1].waiting.Store(50)
 	r := startController(t, "kvxds-status", haPolicy(engines, ""), "")
-	get := func() status.Status {
-		resp, err := http.Get("http://" + r.c.AdminAddr() + status.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
-			t.Fatalf("%s: %s, %s", status.Path, resp.Status, resp.Header.Get("Content-Type"))
-		}
-		var st status.Status
-		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	get := func() status.Status { return statusOf(t, r.c.AdminAddr()) }
 	waitUntil(t, "the busy replica saturated in the status", func() bool {
 		st := get()
 		for _, rep := range st.Pools[0].Replicas {

@@ -34,19 +34,7 @@ func TestEnvoyDataPlane(t *testing.T) {
 	requireLuaJIT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	reps, err := sim.StartFleet(4, simConfig(400, 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range reps {
-			r.Close()
-		}
-	}()
-	addrs := make([]string, len(reps))
-	for i, r := range reps {
-		addrs[i] = r.Addr()
-	}
+	_, addrs := startTestFleet(t, 4)
 	const prefix = 64
 	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(prefix).HCL})
 	if err != nil {
@@ -214,4 +202,24 @@ func TestNodeSeed(t *testing.T) {
 		}
 		seen[s] = node
 	}
+}
+
+// startTestFleet starts n simulated replicas (400 KV blocks, time scale
+// 10), closed when the test ends, and returns them with their addresses.
+func startTestFleet(t *testing.T, n int) ([]*sim.Replica, []string) {
+	t.Helper()
+	reps, err := sim.StartFleet(n, simConfig(400, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, r := range reps {
+			r.Close()
+		}
+	})
+	addrs := make([]string, len(reps))
+	for i, r := range reps {
+		addrs[i] = r.Addr()
+	}
+	return reps, addrs
 }

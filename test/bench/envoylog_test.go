@@ -27,7 +27,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kvxds/kvxds/test/adsenvoy"
-	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/xds/translate"
@@ -113,16 +112,7 @@ func TestEnvoyAccessLog(t *testing.T) {
 	requireLuaJIT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	reps, err := sim.StartFleet(2, simConfig(400, 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range reps {
-			r.Close()
-		}
-	}()
-	addrs := []string{reps[0].Addr(), reps[1].Addr()}
+	reps, addrs := startTestFleet(t, 2)
 	// Hot keys off: the served listener has no access log of its own
 	// and its Lua filter sets no spread sub-key; the test adds its own.
 	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(64).HCL,

@@ -179,19 +179,7 @@ func TestEnvoyAdapterHeader(t *testing.T) {
 	requireLuaJIT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	reps, err := sim.StartFleet(3, simConfig(400, 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range reps {
-			r.Close()
-		}
-	}()
-	addrs := make([]string, len(reps))
-	for i, r := range reps {
-		addrs[i] = r.Addr()
-	}
+	reps, addrs := startTestFleet(t, 3)
 	pol, err := Policy(PolicyOptions{Mode: KVXDSAdapters, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, MaxLoRA: 2})
 	if err != nil {
 		t.Fatal(err)
