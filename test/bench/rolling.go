@@ -420,10 +420,17 @@ type rollPod struct {
 }
 
 // stable reports whether the pod was ready and not terminating throughout
-// [from, to].
+// [from, to], and had been ready for clientLag before from.
 func (p *rollPod) stable(from, to time.Duration) bool {
-	return p.Ready <= from && p.Terminating > to
+	return p.Ready+clientLag <= from && p.Terminating > to
 }
+
+// clientLag is how long after kvxds's model shows a pod ready a client may
+// still route without it: the push and the client's own update take
+// milliseconds on an idle machine and hundreds of them on a loaded one. A
+// turn sent in that window to another pod, and its next turn to the new
+// one, is a move to a pod that changed, not a stray.
+const clientLag = time.Second
 
 // roller plays the rollout on the API server: it starts and stops the
 // pods' replicas and keeps the Service's one EndpointSlice as the

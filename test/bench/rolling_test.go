@@ -31,6 +31,9 @@ func TestClassifyTurn(t *testing.T) {
 		{"stays on a pod that stays", turn("a#0", 1*s), turn("a#0", 2*s), turnStayed},
 		{"moves between pods that stay", turn("a#0", 1*s), turn("b#0", 2*s), turnStrayed},
 		{"moves to a pod that came back", turn("a#0", 7*s), turn("c#1", 9*s), turnMoved},
+		// The clients may not have heard of c#1 yet when the first turn left.
+		{"moves to a pod that came back just before", turn("a#0", 8*s+clientLag/2), turn("c#1", 12*s), turnMoved},
+		{"moves to a pod back for longer than the clients' lag", turn("a#0", 8*s+clientLag), turn("c#1", 12*s), turnStrayed},
 		{"leaves a pod that drains", turn("c#0", 4*s), turn("a#0", 6*s), turnOther},
 		{"stays on a pod that has not drained yet", turn("c#0", 1*s), turn("c#0", 2*s), turnStayed},
 		{"previous turn on a pod not yet ready", turn("c#1", 7*s), turn("c#1", 9*s), turnOther},
