@@ -125,6 +125,9 @@ type Pool struct {
 	// Adapters are the pool's placed LoRA adapters as decided (see
 	// Adapters and LoRA), sorted by name; empty when none is placed.
 	Adapters []Adapter
+	// PrefillTable is the prefill pool's table, in a pool with Prefill:
+	// Prepare builds it from the prefill pool's replicas.
+	PrefillTable *PrefillTable
 }
 
 // Settings are a pool's own settings: everything about it but its name
@@ -152,6 +155,9 @@ type Settings struct {
 	// LoRA places the pool's LoRA adapters (adapters.go); nil turns it
 	// off (consistent-hashing pools only).
 	LoRA *Adapters
+	// Prefill makes the pool the decode side of prefill/decode
+	// disaggregation (prefill.go); nil for none.
+	Prefill *Prefill
 }
 
 // GroupInfix joins a pool's name and a group's name into the name of the
@@ -237,8 +243,11 @@ type poolJSON struct {
 	HotKeys       []HotKey   `json:"hot_keys,omitempty"`
 	LoRA          *Adapters  `json:"lora,omitempty"`
 	Adapters      []Adapter  `json:"adapters,omitempty"`
-	RouteTimeout  string     `json:"route_timeout,omitempty"`
-	IdleTimeout   string     `json:"idle_timeout,omitempty"`
+	Prefill       *Prefill   `json:"prefill,omitempty"`
+	// PrefillTable is written for reading (status); Prepare rebuilds it.
+	PrefillTable *PrefillTable `json:"prefill_table,omitempty"`
+	RouteTimeout string        `json:"route_timeout,omitempty"`
+	IdleTimeout  string        `json:"idle_timeout,omitempty"`
 }
 
 // MarshalJSON writes p with its durations as strings.
@@ -246,7 +255,7 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 	j := poolJSON{
 		Name: p.Name, ListenAddress: p.ListenAddress, Port: p.Port, Balancer: p.Balancer,
 		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups, HotKeys: p.HotKeys,
-		LoRA: p.LoRA, Adapters: p.Adapters,
+		LoRA: p.LoRA, Adapters: p.Adapters, Prefill: p.Prefill, PrefillTable: p.PrefillTable,
 	}
 	if p.RouteTimeout != 0 {
 		j.RouteTimeout = p.RouteTimeout.String()
@@ -265,7 +274,7 @@ func (p *Pool) UnmarshalJSON(b []byte) error {
 	}
 	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, Settings: Settings{
 		ListenAddress: j.ListenAddress, Port: j.Port, Balancer: j.Balancer,
-		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups, LoRA: j.LoRA,
+		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups, LoRA: j.LoRA, Prefill: j.Prefill,
 	}}
 	for _, d := range []struct {
 		s   string
@@ -480,6 +489,10 @@ func (f Fleet) Validate() error {
 	names := map[string]bool{}
 	ports := map[string]string{}
 	errs = append(errs, f.validateMesh()...)
+	byName := make(map[string]*Pool, len(f.Pools))
+	for i := range f.Pools {
+		byName[f.Pools[i].Name] = &f.Pools[i]
+	}
 	for _, p := range f.Pools {
 		if p.Name == "" {
 			errs = append(errs, errors.New("pool with empty name"))
@@ -515,6 +528,7 @@ func (f Fleet) Validate() error {
 		errs = append(errs, p.validateHotKeys()...)
 		errs = append(errs, p.validateDeclared()...)
 		errs = append(errs, p.validateAdapters()...)
+		errs = append(errs, p.validatePrefill(byName)...)
 		ids := map[string]bool{}
 		for _, e := range p.Endpoints {
 			if e.Port == 0 || e.Port > 65535 {

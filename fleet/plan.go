@@ -46,6 +46,16 @@ func Prepare(f Fleet) (Model, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Model{}, fmt.Errorf("fleet: invalid fleet: %w", err)
 	}
+	// Prefill tables are read off the prefill pools as normalised (sorted
+	// by name, so found by search).
+	for i := range n.Pools {
+		p := &n.Pools[i]
+		if p.Prefill == nil {
+			continue
+		}
+		j, _ := slices.BinarySearchFunc(n.Pools, p.Prefill.Pool, func(q Pool, name string) int { return cmp.Compare(q.Name, name) })
+		p.PrefillTable = NewPrefillTable(&n.Pools[j], p)
+	}
 	plans := make([]Plan, len(n.Pools))
 	for i := range n.Pools {
 		plans[i] = planPool(&n.Pools[i])

@@ -46,6 +46,7 @@ type decoder struct {
 	poolNames map[string]hcl.Range // pool name -> label of its first definition
 	meshNames map[string]meshName  // mesh cluster name -> its pool (mesh.go)
 	listeners []listener           // pool.go
+	prefills  []prefillLink        // prefill.go
 }
 
 func (d *decoder) add(diags hcl.Diagnostics) {

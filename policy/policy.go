@@ -259,6 +259,7 @@ func (d *decoder) policy(body hcl.Body) *Policy {
 	}
 	d.checkServerClash(xds, admin)
 	d.checkMeshNames()
+	d.checkPrefills(p.Pools)
 	slices.SortFunc(p.Pools, func(a, b Pool) int { return cmp.Compare(a.Name, b.Name) })
 	return p
 }

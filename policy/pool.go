@@ -71,6 +71,7 @@ type poolSpec struct {
 	Mesh          []meshSpec       `hcl:"mesh,block"`
 	Groups        []groupSpec      `hcl:"group,block"`
 	Adapters      []adaptersSpec   `hcl:"adapters,block"`
+	Prefill       []prefillSpec    `hcl:"prefill,block"`
 }
 
 func (d *decoder) pool(spec *poolSpec) Pool {
@@ -200,6 +201,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	d.poolMesh(spec, &pool)
 	d.poolGroups(spec, &pool)
 	d.poolAdapters(spec, &pool)
+	d.poolPrefill(spec, &pool)
 	if len(spec.Hash) > 0 && spec.Hash[0].PerWeight != nil {
 		d.ringPerWeight(spec.Hash[0].PerWeight, &pool)
 	}

@@ -39,6 +39,13 @@ func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManag
 		}
 		filters = append(filters, f)
 	}
+	if prefills(p, kind) {
+		fs, err := prefillFilters(p)
+		if err != nil {
+			return nil, fmt.Errorf("prefill: %w", err)
+		}
+		filters = append(filters, fs...)
+	}
 	filters = append(filters, &hcmv3.HttpFilter{
 		Name:       wellknown.Router,
 		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
@@ -89,8 +96,15 @@ func buildListener(p *fleet.Pool, kind Kind) (*listenerv3.Listener, error) {
 				}},
 			}},
 		}
+		var limit uint32
 		if luaFilter(p, kind) {
-			l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(bodyBufferLimit(p))
+			limit = bodyBufferLimit(p)
+		}
+		if prefills(p, kind) && prefillBodyKeys(p) {
+			limit = max(limit, uint32(max(prefillBodyLimit(p), envoyDefaultBufferLimit)))
+		}
+		if limit > 0 {
+			l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(limit)
 		}
 	case GRPC, GRPCJS, GRPCNoHash:
 		// A client-side API listener: no address, named after the

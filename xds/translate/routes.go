@@ -61,6 +61,15 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 		routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: action(keyless, nil)})
 	}
 	routes = append(routes, stagedRoutes(p, kind)...)
+	if prefills(p, kind) {
+		md, err := prefillMetadata(p)
+		if err != nil {
+			return nil, fmt.Errorf("prefill table: %w", err)
+		}
+		for _, r := range routes {
+			r.Metadata = md
+		}
+	}
 	rc := &routev3.RouteConfiguration{
 		Name: p.Name,
 		VirtualHosts: []*routev3.VirtualHost{{

@@ -1,0 +1,258 @@
+package fleet
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Prefill/decode disaggregation pairs two pools: the decode pool, where
+// requests are sent and balanced by load, and the prefill pool, whose
+// replicas compute prompts and hand their KV cache to the decode replica.
+// Prefix affinity pays on the prefill side, so the prefill pool is a
+// consistent-hashing pool and its key chain picks the prefill replica:
+//
+//   - Clients that orchestrate the two steps themselves (vLLM's proxy
+//     pattern, proxyless gRPC) use the two pools as two targets: the
+//     prefill pool hashed on its keys, the decode pool balanced.
+//   - Envoy, in front of decode replicas that run llm-d's routing
+//     sidecar, sends each request to a decode replica and names the
+//     prefill replica in a header (Prefill.Header), chosen from the decode
+//     pool's PrefillTable by the prefill pool's key chain: consistent, the
+//     same on every Envoy and every kvxds instance.
+//
+// The table is a pure function of the prefill pool's replicas (Prepare
+// builds it), carried in the decode pool so that a change of the prefill
+// side reaches the decode pool's routes, where Envoy reads it.
+
+// DefaultPrefillHeader is the header llm-d's routing sidecar reads the
+// prefill replica from (host:port).
+const DefaultPrefillHeader = "x-prefiller-host-port"
+
+// PrefillSlots is the number of slots in a prefill table: a key's slot is
+// its hash modulo PrefillSlots, so each replica holds about
+// PrefillSlots/N of the key space, and a replica that joins or leaves
+// moves only slots of its own.
+const PrefillSlots = 1024
+
+// MaxPrefillHosts bounds the replicas a prefill table can name: a slot
+// holds its host's index as three hex digits.
+const MaxPrefillHosts = 4096
+
+// Prefill links a decode pool to its prefill pool.
+type Prefill struct {
+	// Pool names the prefill pool: a consistent-hashing pool without a
+	// prefill block of its own.
+	Pool string `json:"pool"`
+	// Header receives the chosen prefill replica, host:port.
+	Header string `json:"header"`
+	// MinBodyBytes: a request whose declared body is shorter is prefilled
+	// by its decode replica (no header is set); a short prompt costs less
+	// to compute than to transfer. Zero sends every request to a prefill
+	// replica.
+	MinBodyBytes int `json:"min_body_bytes,omitempty"`
+}
+
+// PrefillTable is a decode pool's view of its prefill pool: which replica
+// each slot of the key space prefills on, and the key chain that picks a
+// slot.
+type PrefillTable struct {
+	// Keys is the prefill pool's key chain: the first key a request has
+	// picks its slot; a request with none gets a random slot.
+	Keys []HashKey `json:"keys"`
+	// MaxBodyBytes is the prefill pool's body limit for its body keys.
+	MaxBodyBytes int `json:"max_body_bytes,omitempty"`
+	// Hosts are the serving prefill replicas' addresses (host:port),
+	// sorted; empty when none serves, and the decode replicas prefill
+	// locally.
+	Hosts []string `json:"hosts"`
+	// Slots are PrefillSlots indexes into Hosts; empty with Hosts.
+	Slots []uint16 `json:"slots"`
+}
+
+// Host returns the prefill replica of slot s, or "" if there is none.
+func (t *PrefillTable) Host(s int) string {
+	if t == nil || s < 0 || s >= len(t.Slots) {
+		return ""
+	}
+	return t.Hosts[t.Slots[s]]
+}
+
+// Shares returns each host's number of slots, in Hosts order.
+func (t *PrefillTable) Shares() []int {
+	if t == nil {
+		return nil
+	}
+	out := make([]int, len(t.Hosts))
+	for _, i := range t.Slots {
+		out[i]++
+	}
+	return out
+}
+
+// EncodeSlots is Slots as the Lua filter reads it: three lowercase hex
+// digits per slot, slot 0 first.
+func (t *PrefillTable) EncodeSlots() string {
+	b := make([]byte, 0, 3*len(t.Slots))
+	for _, i := range t.Slots {
+		b = append(b, hexDigit(i>>8), hexDigit(i>>4), hexDigit(i))
+	}
+	return string(b)
+}
+
+func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
+
+// NewPrefillTable builds the table of a prefill pool: every serving
+// replica (healthy, with a weight) takes the slots it wins by weighted
+// rendezvous hashing of its identity, a replica of weight w competing
+// with w virtual identities. Integer hashes only, so every kvxds instance
+// builds the same table on any machine; a replica joining or leaving
+// moves only the slots it wins or held. Replicas sharing an address are
+// served once, under the lowest identity; a replica that decode also
+// lists (a replica in both roles, which discovery may find) is left out:
+// it decodes.
+func NewPrefillTable(prefill, decode *Pool) *PrefillTable {
+	t := &PrefillTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes}
+	type member struct {
+		id   string
+		addr string
+		w    uint32
+	}
+	var ms []member
+	seen := map[string]bool{}
+	for _, e := range decode.Endpoints {
+		seen[e.Address()] = true
+	}
+	eps := slices.Clone(prefill.Endpoints)
+	slices.SortFunc(eps, func(a, b Endpoint) int { return cmp.Compare(a.Identity(), b.Identity()) })
+	for _, e := range eps {
+		if e.Health != Healthy || e.Weight == 0 || seen[e.Address()] {
+			continue
+		}
+		seen[e.Address()] = true
+		ms = append(ms, member{id: e.Identity(), addr: e.Address(), w: e.Weight})
+	}
+	if len(ms) == 0 {
+		return t
+	}
+	if len(ms) > MaxPrefillHosts {
+		ms = ms[:MaxPrefillHosts]
+	}
+	slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.addr, b.addr) })
+	for _, m := range ms {
+		t.Hosts = append(t.Hosts, m.addr)
+	}
+	// Each virtual identity's hash is the same for every slot but mixed
+	// with the slot's, so a table costs one hash per slot and identity.
+	type vnode struct {
+		seed uint64
+		host uint16
+	}
+	// Weights in lowest terms, so that equal replicas compete with one
+	// identity each whatever their scale.
+	var g uint32
+	for _, m := range ms {
+		g = gcd(g, m.w)
+	}
+	var vs []vnode
+	for i, m := range ms {
+		for k := range min(m.w/g, maxPrefillVnodes) {
+			vs = append(vs, vnode{seed: xxhash.Sum64String("prefill\x00" + m.id + "\x00" + strconv.Itoa(int(k))), host: uint16(i)})
+		}
+	}
+	t.Slots = make([]uint16, PrefillSlots)
+	for s := range t.Slots {
+		best, bestScore := vs[0].host, uint64(0)
+		for j, v := range vs {
+			if score := mix64(v.seed ^ (uint64(s)+1)*0x9e3779b97f4a7c15); j == 0 || score > bestScore {
+				best, bestScore = v.host, score
+			}
+		}
+		t.Slots[s] = best
+	}
+	return t
+}
+
+// maxPrefillVnodes caps a replica's virtual identities: a weight beyond it
+// gains no more slots than this many, which keeps a table's cost bounded.
+const maxPrefillVnodes = 64
+
+func gcd(a, b uint32) uint32 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// mix64 is a bijective 64-bit finaliser (splitmix64's): every bit of the
+// result depends on every bit of x.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// validatePrefill checks p's link to its prefill pool, given the pools by
+// name.
+func (p *Pool) validatePrefill(pools map[string]*Pool) []error {
+	pf := p.Prefill
+	if pf == nil {
+		if p.PrefillTable != nil {
+			return []error{fmt.Errorf("pool %q: a prefill table without a prefill pool", p.Name)}
+		}
+		return nil
+	}
+	var errs []error
+	q, ok := pools[pf.Pool]
+	switch {
+	case pf.Pool == p.Name:
+		errs = append(errs, fmt.Errorf("pool %q: prefills on itself", p.Name))
+	case !ok:
+		errs = append(errs, fmt.Errorf("pool %q: prefill pool %q does not exist", p.Name, pf.Pool))
+	case q.Balancer != ConsistentHash:
+		errs = append(errs, fmt.Errorf("pool %q: prefill pool %q does not hash", p.Name, pf.Pool))
+	case q.Prefill != nil:
+		errs = append(errs, fmt.Errorf("pool %q: prefill pool %q has a prefill pool of its own", p.Name, pf.Pool))
+	}
+	if err := CheckPrefillHeader(pf.Header); err != nil {
+		errs = append(errs, fmt.Errorf("pool %q: %w", p.Name, err))
+	}
+	if pf.MinBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("pool %q: negative min_body_bytes %d", p.Name, pf.MinBodyBytes))
+	}
+	return errs
+}
+
+// CheckPrefillHeader reports why Envoy's Lua filter cannot set h as the
+// prefill header, if it cannot: it must be a lowercase header token, not a
+// pseudo-header, nor a header Envoy or HTTP reserve, nor one kvxds
+// generates for itself.
+func CheckPrefillHeader(h string) error {
+	if h == "" {
+		return errors.New("prefill header is empty")
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("prefill header %q: %q is not allowed; use lowercase letters, digits, '-', '_' and '.'", h, c)
+		}
+	}
+	switch h {
+	case "host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te",
+		"content-length", "content-type", "authorization", "cookie":
+		return fmt.Errorf("prefill header %q is reserved by HTTP; name another, as in %q", h, DefaultPrefillHeader)
+	}
+	for _, prefix := range []string{"x-envoy-", "grpc-", "x-kvxds-"} {
+		if len(h) >= len(prefix) && h[:len(prefix)] == prefix {
+			return fmt.Errorf("prefill header %q: headers starting %q are reserved; name another, as in %q", h, prefix, DefaultPrefillHeader)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+package fleet
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func prefillPool(n int) Pool {
+	p := Pool{Name: "p", Settings: Settings{Port: 10001, Balancer: ConsistentHash,
+		Hash: Hash{Keys: []HashKey{{Header: "x-session-id"}}}}}
+	for i := range n {
+		p.Endpoints = append(p.Endpoints, Endpoint{Host: fmt.Sprintf("10.0.1.%d", i+1), Port: 8000,
+			HashKey: fmt.Sprintf("prefill-%d", i), Weight: 1, Health: Healthy})
+	}
+	return p
+}
+
+// slotHosts maps each slot to its host's address.
+func slotHosts(t *PrefillTable) []string {
+	out := make([]string, len(t.Slots))
+	for s := range t.Slots {
+		out[s] = t.Host(s)
+	}
+	return out
+}
+
+func TestPrefillTableBalanceAndStability(t *testing.T) {
+	for _, n := range []int{1, 3, 8, 32} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			p := prefillPool(n)
+			tab := NewPrefillTable(&p, &Pool{})
+			if len(tab.Hosts) != n || len(tab.Slots) != PrefillSlots {
+				t.Fatalf("%d hosts, %d slots", len(tab.Hosts), len(tab.Slots))
+			}
+			// Each host's share within 40% of the ideal (rendezvous over
+			// 1,024 slots: about ±3σ at 32 hosts).
+			ideal := float64(PrefillSlots) / float64(n)
+			for i, c := range tab.Shares() {
+				if float64(c) < 0.6*ideal || float64(c) > 1.4*ideal {
+					t.Errorf("host %s holds %d slots, ideal %.0f", tab.Hosts[i], c, ideal)
+				}
+			}
+			// Deterministic whatever the endpoints' order.
+			q := prefillPool(n)
+			for i, j := 0, len(q.Endpoints)-1; i < j; i, j = i+1, j-1 {
+				q.Endpoints[i], q.Endpoints[j] = q.Endpoints[j], q.Endpoints[i]
+			}
+			if a, b := tab.EncodeSlots(), NewPrefillTable(&q, &Pool{}).EncodeSlots(); a != b {
+				t.Error("the table depends on the endpoints' order")
+			}
+			before := slotHosts(tab)
+			// A replica joining takes slots only for itself.
+			j := prefillPool(n + 1)
+			for s, h := range slotHosts(NewPrefillTable(&j, &Pool{})) {
+				if h != before[s] && h != j.Endpoints[n].Address() {
+					t.Fatalf("join: slot %d moved from %s to %s", s, before[s], h)
+				}
+			}
+			if n == 1 {
+				return
+			}
+			// A replica leaving (or draining) frees only its own slots.
+			gone := p.Endpoints[1].Address()
+			d := prefillPool(n)
+			d.Endpoints[1].Health = Draining
+			for s, h := range slotHosts(NewPrefillTable(&d, &Pool{})) {
+				if before[s] != gone && h != before[s] || h == gone {
+					t.Fatalf("leave: slot %d went from %s to %s", s, before[s], h)
+				}
+			}
+		})
+	}
+}
+
+func TestPrefillTableWeightsAndRoles(t *testing.T) {
+	p := prefillPool(3)
+	p.Endpoints[0].Weight = 3
+	tab := NewPrefillTable(&p, &Pool{})
+	sh := tab.Shares()
+	if r := float64(sh[0]) / float64(sh[1]+sh[2]) * 2; r < 2.2 || r > 3.8 {
+		t.Errorf("weight 3 against two of weight 1: shares %v (ratio %.2f)", sh, r)
+	}
+	// Scaling every weight changes nothing.
+	q := prefillPool(3)
+	for i := range q.Endpoints {
+		q.Endpoints[i].Weight = p.Endpoints[i].Weight * 100
+	}
+	if NewPrefillTable(&q, &Pool{}).EncodeSlots() != tab.EncodeSlots() {
+		t.Error("scaling every weight moved slots")
+	}
+	// A replica the decode pool also lists decodes: it is not in the table.
+	decode := &Pool{Endpoints: []Endpoint{{Host: "10.0.1.2", Port: 8000}}}
+	tab = NewPrefillTable(&p, decode)
+	if strings.Join(tab.Hosts, ",") != "10.0.1.1:8000,10.0.1.3:8000" {
+		t.Errorf("hosts %v, want the replica in both roles left out", tab.Hosts)
+	}
+	// No serving replica: an empty table, and decode prefills locally.
+	for i := range p.Endpoints {
+		p.Endpoints[i].Health = Unhealthy
+	}
+	if tab := NewPrefillTable(&p, &Pool{}); len(tab.Hosts) != 0 || len(tab.Slots) != 0 || tab.Host(0) != "" {
+		t.Errorf("table of no replica: %+v", tab)
+	}
+}
+
+func TestPrepareBuildsPrefillTables(t *testing.T) {
+	pp := prefillPool(4)
+	pp.Name = "chat-prefill"
+	decode := Pool{Name: "chat", Settings: Settings{Port: 10000, Balancer: LeastRequest,
+		Prefill: &Prefill{Pool: "chat-prefill", Header: DefaultPrefillHeader}},
+		Endpoints: []Endpoint{{Host: "10.0.0.1", Port: 8000}}}
+	m, err := Prepare(Fleet{Pools: []Pool{decode, pp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Fleet().Pools[0]
+	if got.Name != "chat" || got.PrefillTable == nil || len(got.PrefillTable.Hosts) != 4 ||
+		got.PrefillTable.Keys[0].Header != "x-session-id" {
+		t.Fatalf("decode pool after Prepare: %+v", got)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(d, p *Pool)
+		want string
+	}{
+		{"unknown", func(d, p *Pool) { d.Prefill.Pool = "nope" }, `prefill pool "nope" does not exist`},
+		{"itself", func(d, p *Pool) { d.Prefill.Pool = "chat" }, "prefills on itself"},
+		{"not hashed", func(d, p *Pool) { p.Balancer = RoundRobin }, "does not hash"},
+		{"chained", func(d, p *Pool) { p.Prefill = &Prefill{Pool: "chat", Header: "x-p"} }, "has a prefill pool of its own"},
+		{"header", func(d, p *Pool) { d.Prefill.Header = "Host" }, `'H' is not allowed`},
+		{"reserved", func(d, p *Pool) { d.Prefill.Header = "x-envoy-original-path" }, "reserved"},
+		{"negative", func(d, p *Pool) { d.Prefill.MinBodyBytes = -1 }, "negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, p := decode, pp
+			pf := *decode.Prefill
+			d.Prefill = &pf
+			tc.edit(&d, &p)
+			_, err := Prepare(Fleet{Pools: []Pool{d, p}})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Prepare: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}

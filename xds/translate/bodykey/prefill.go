@@ -1,0 +1,72 @@
+package bodykey
+
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+//go:embed prefill.lua
+var prefillScript string
+
+// hashStart begins script.lua's keyhash, which the prefill script shares.
+const hashStart = "-- Hash (package bodykey) of s, as 16 hex digits"
+
+// Prefill is how a decode pool's Lua filter names a request's prefill
+// replica (LuaPrefill).
+type Prefill struct {
+	// Keys are the request headers that carry the prefill pool's keys,
+	// in chain order: a header key's own header, a body key's generated
+	// header (set by a filter before this one).
+	Keys []string
+	// Header receives the prefill replica's host:port; the script removes
+	// any the client sent.
+	Header string
+	// MinBody: a request declaring a shorter body gets no header.
+	MinBody int
+	// Slots is the number of slots of the table.
+	Slots int
+}
+
+// LuaPrefill returns the source of the Envoy Lua filter that names a
+// request's prefill replica in p.Header, from the table in its route's
+// metadata (under the filter's name: "hosts" and "slots").
+func LuaPrefill(p Prefill) (string, error) {
+	switch {
+	case p.Header == "":
+		return "", fmt.Errorf("prefill: no header")
+	case p.Slots <= 0:
+		return "", fmt.Errorf("prefill: %d slots", p.Slots)
+	case p.MinBody < 0:
+		return "", fmt.Errorf("prefill: negative body minimum %d", p.MinBody)
+	}
+	h := strings.Index(script, hashStart)
+	e := strings.Index(script, handlerStart)
+	if h < 0 || e < h {
+		return "", fmt.Errorf("script.lua: no keyhash to share")
+	}
+	var b strings.Builder
+	b.WriteString("-- kvxds: the prefill replica of a request (generated).\n")
+	b.WriteString("local find, sub, byte, format, floor = string.find, string.sub, string.byte, string.format, math.floor\n")
+	fmt.Fprintf(&b, "local HASH_SEED1, HASH_SEED2 = 0x%x, 0x%x\nlocal HASH_MUL1, HASH_MUL2 = 0x%x, 0x%x\nlocal HASH_ROT1, HASH_ROT2 = %d, %d\n",
+		hashSeed1, hashSeed2, hashMul1, hashMul2, hashRot1, hashRot2)
+	fmt.Fprintf(&b, "local PREFILL_HEADER = %s\nlocal MIN_BODY = %d\nlocal SLOTS = %d\nlocal PREFILL_KEYS = {", luaString(p.Header), p.MinBody, p.Slots)
+	for i, k := range p.Keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(luaString(strings.ToLower(k)))
+	}
+	b.WriteString("}\n\n")
+	b.WriteString(script[h:e])
+	b.WriteString(prefillScript)
+	return b.String(), nil
+}
+
+// PrefillSlot is the slot of a key's value in a table of n slots, as the
+// prefill script computes it: the first 32 bits of Hash(v) modulo n.
+func PrefillSlot(v string, n int) int {
+	x, _ := strconv.ParseUint(Hash([]byte(v))[:8], 16, 32)
+	return int(x % uint64(n))
+}

@@ -1,0 +1,49 @@
+-- A stand-in for the parts of Envoy's Lua request handle that the
+-- generated prefill script uses, to run it under a plain LuaJIT:
+-- handle:headers() (:get, :replace, :remove), handle:metadata() (:get;
+-- nil-valued without a table, as for a route without metadata), and
+-- handle:logWarn(msg).
+--
+-- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
+-- where TABLE is a file of "slots" on its first line and one host per
+-- line after it ("-" for a route without metadata), and CASES a file of
+-- lines "content-length<TAB>header=value<TAB>...", "-" for no
+-- content-length. Prints per case the value of HEADER after the run, or "-".
+
+local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
+dofile(script)
+
+local md = nil
+local f = assert(io.open(tablefile, "rb"))
+local first = f:read("*l")
+if first ~= "-" then
+  local hosts = {}
+  for line in f:lines() do hosts[#hosts + 1] = line end
+  md = {hosts = hosts, slots = first}
+end
+f:close()
+
+for line in io.lines(casefile) do
+  local fields = {}
+  for x in string.gmatch(line, "[^\t]+") do fields[#fields + 1] = x end
+  local t = {[":method"] = "POST"}
+  if fields[1] ~= "-" then t["content-length"] = fields[1] end
+  for i = 2, #fields do
+    local eq = string.find(fields[i], "=", 1, true)
+    t[string.sub(fields[i], 1, eq - 1)] = string.sub(fields[i], eq + 1)
+  end
+  local h = {}
+  function h:get(name) return t[name] end
+  function h:replace(name, value) t[name] = tostring(value) end
+  function h:remove(name) t[name] = nil end
+  local handle = {}
+  function handle:headers() return h end
+  function handle:metadata()
+    local m = {}
+    function m:get(k) if md == nil then return nil end return md[k] end
+    return m
+  end
+  function handle:logWarn(msg) io.stderr:write(msg, "\n") end
+  envoy_on_request(handle)
+  print(t[header] or "-")
+end

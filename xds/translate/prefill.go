@@ -1,0 +1,136 @@
+package translate
+
+import (
+	"fmt"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+// Prefill/decode disaggregation (fleet.Prefill) changes only the decode
+// pool's Envoy resources. Its listener runs two more Lua filters before
+// the router: the first computes the prefill pool's body keys into their
+// own headers (PrefillKeyHeader; absent when the prefill pool keys on
+// headers alone), the second (PrefillFilterName) picks the prefill
+// replica from the first key present, by the decode pool's
+// fleet.PrefillTable, and names it in the prefill header. The table rides
+// in the metadata of every route of the decode pool, under the second
+// filter's name, so a change of the prefill side is one RDS update of the
+// decode pool: no listener, cluster or endpoint changes.
+//
+// What a stateless data plane decides: a request whose declared body is
+// shorter than min_body_bytes gets no header, so the decode replica
+// prefills it itself. The filter cannot know what the decode replica
+// holds in its own cache.
+//
+// A stale table names a replica that has left until the update lands
+// (milliseconds); the routing sidecar then fails that prefill and the
+// decode replica prefills locally. Proxyless gRPC clients set no header:
+// they address the prefill pool and the decode pool as two targets.
+
+// PrefillFilterName names the decode listener's Lua filter that sets the
+// prefill header, and the route metadata namespace of its table.
+const PrefillFilterName = "kvxds.prefill"
+
+// prefillKeysFilterName names the Lua filter that computes the prefill
+// pool's body keys on the decode listener.
+const prefillKeysFilterName = "kvxds.prefill_keys"
+
+// PrefillKeyHeader is the header of the prefill pool's body key at index i
+// (from 0) of its chain, on the decode listener.
+func PrefillKeyHeader(i int) string { return "x-kvxds-prefill-key-" + strconv.Itoa(i+1) }
+
+// prefills reports whether kind's listener of p names prefill replicas.
+func prefills(p *fleet.Pool, kind Kind) bool {
+	return kind == Envoy && p.Prefill != nil && p.PrefillTable != nil
+}
+
+// prefillBodyKeys reports whether p's prefill pool keys on the body.
+func prefillBodyKeys(p *fleet.Pool) bool {
+	for _, k := range p.PrefillTable.Keys {
+		if k.Body() {
+			return true
+		}
+	}
+	return false
+}
+
+// prefillFilters are the Lua filters of p's decode listener.
+func prefillFilters(p *fleet.Pool) ([]*hcmv3.HttpFilter, error) {
+	var out []*hcmv3.HttpFilter
+	t := p.PrefillTable
+	var keys []bodykey.Key
+	var headers []string
+	for i, k := range t.Keys {
+		switch {
+		case k.Body():
+			h := PrefillKeyHeader(i)
+			keys = append(keys, bodykey.Key{Header: h, JSONField: k.JSONField, PromptPrefix: k.PromptPrefix, Conversation: k.Conversation})
+			headers = append(headers, h)
+		case k.Header != "":
+			headers = append(headers, k.Header)
+		}
+		// Cookies and query parameters are not read: a request keyed on
+		// them alone gets a random prefill replica.
+	}
+	if len(keys) > 0 {
+		src, err := bodykey.Lua(keys, prefillBodyLimit(p))
+		if err != nil {
+			return nil, fmt.Errorf("prefill keys: %w", err)
+		}
+		f, err := luaHTTPFilter(prefillKeysFilterName, "kvxds_prefill_keys", src)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: headers, Header: p.Prefill.Header,
+		MinBody: p.Prefill.MinBodyBytes, Slots: fleet.PrefillSlots})
+	if err != nil {
+		return nil, err
+	}
+	f, err := luaHTTPFilter(PrefillFilterName, "kvxds_prefill", src)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, f), nil
+}
+
+// prefillBodyLimit is the longest body the prefill keys filter reads.
+func prefillBodyLimit(p *fleet.Pool) int {
+	if n := p.PrefillTable.MaxBodyBytes; n > 0 {
+		return n
+	}
+	return fleet.DefaultAdapterBodyBytes
+}
+
+func luaHTTPFilter(name, stats, src string) (*hcmv3.HttpFilter, error) {
+	cfg, err := typed(&luav3.Lua{
+		StatPrefix:        stats,
+		DefaultSourceCode: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: src}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &hcmv3.HttpFilter{Name: name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: cfg}}, nil
+}
+
+// prefillMetadata is the route metadata carrying p's prefill table.
+func prefillMetadata(p *fleet.Pool) (*corev3.Metadata, error) {
+	t := p.PrefillTable
+	hosts := make([]any, len(t.Hosts))
+	for i, h := range t.Hosts {
+		hosts[i] = h
+	}
+	s, err := structpb.NewStruct(map[string]any{"hosts": hosts, "slots": t.EncodeSlots()})
+	if err != nil {
+		return nil, err
+	}
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{PrefillFilterName: s}}, nil
+}
