@@ -26,6 +26,15 @@ type request struct {
 	root      BlockHash // AdapterRoot(adapter), set with adapter
 
 	arrival    float64 // simulated seconds
+	computed   int     // tokens whose KV is computed or scheduled this step
+	prefilled  bool    // the current admission's prefill is done: decoding
+	generated  int
+	lastToken  float64
+	admitted   bool // admitted at least once
+	preemption int  // times preempted
+	state      reqState
+	blocks     SeqBlocks
+
 	// prior is simulated time the request spent before it reached the
 	// engine, which its client's TTFT includes: a remote prefill.
 	prior float64
@@ -38,14 +47,6 @@ type request struct {
 	// Only the last prompt token is computed. A preemption clears it.
 	remoteKV    bool
 	transferred int // prompt tokens whose KV was transferred
-	computed   int     // tokens whose KV is computed or scheduled this step
-	prefilled  bool    // the current admission's prefill is done: decoding
-	generated  int
-	lastToken  float64
-	admitted   bool // admitted at least once
-	preemption int  // times preempted
-	state      reqState
-	blocks     SeqBlocks
 
 	out *output
 }
@@ -67,11 +68,12 @@ type output struct {
 	words        []uint8 // generated tokens, as indexes into outputWords
 	promptTokens int
 	cachedTokens int     // prefix hit on first admission
-	pd           pdResult
 	ttft         float64 // simulated seconds; valid once words is non-empty
 	done         bool
 	reason       string
 	err          error
+
+	pd pdResult // a decode replica's account of the prefill
 }
 
 func newOutput(promptTokens int) *output {
