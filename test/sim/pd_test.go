@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 )
@@ -437,5 +438,54 @@ func TestPDConfig(t *testing.T) {
 		if role.String() != name {
 			t.Errorf("%d: %q, want %q", role, role.String(), name)
 		}
+	}
+}
+
+// The prefill call carries the request's adapter and prompt: over HTTP
+// the body as sent (here a chat request naming an adapter as its model),
+// over gRPC the x-kvxds-adapter header.
+func TestPDPrefillKeepsAdapter(t *testing.T) {
+	msgs := []Message{{Role: "system", Content: longText(200)}, {Role: "user", Content: "hello"}}
+	n := len(Tokenize(RenderChat(msgs)))
+	for _, api := range []string{"http", "grpc"} {
+		t.Run(api, func(t *testing.T) {
+			p := startReplica(t, pdConfig("prefill-0", RolePrefill))
+			d := startReplica(t, pdConfig("decode-0", RoleDecode))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var pd pdResult
+			if api == "http" {
+				b, _ := json.Marshal(map[string]any{"model": "ad-1", "messages": msgs, "max_completion_tokens": 3})
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.Addr()+"/v1/chat/completions", bytes.NewReader(b))
+				req.Header.Set(PrefillerHeader, p.Addr()+", 127.0.0.1:1")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := decodeCompletion(t, resp)
+				if c.Model != "ad-1" || c.Choices[0].Message.Content != OutputText(Tokenize(RenderChat(msgs)), 3) {
+					t.Errorf("reply %+v", c)
+				}
+				pd.Replica, pd.Prompt = resp.Header.Get(HeaderPrefillReplica), atoi(t, resp.Header.Get(HeaderPrefillPrompt))
+			} else {
+				body, _ := json.Marshal(GenerateRequest{Messages: msgs, MaxTokens: 3})
+				var tr metadata.MD
+				_, err := testpb.NewTestServiceClient(dialGRPC(t, d.Addr())).UnaryCall(
+					metadata.AppendToOutgoingContext(ctx, PrefillerHeader, p.Addr(), MDAdapter, "ad-1"),
+					&testpb.SimpleRequest{Payload: &testpb.Payload{Body: body}}, grpc.Trailer(&tr))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pd.Replica, pd.Prompt = tr.Get(MDPrefillReplica)[0], atoi(t, tr.Get(MDPrefillPrompt)[0])
+			}
+			if pd.Replica != "prefill-0" || pd.Prompt != n {
+				t.Errorf("prefill %+v, want prefill-0 with %d prompt tokens", pd, n)
+			}
+			for _, r := range []*Replica{p, d} {
+				if s := r.Stats(); len(s.LoRALoaded) != 1 || s.LoRALoaded[0] != "ad-1" || s.LoRASwapIns != 1 {
+					t.Errorf("%s: adapters %v, %d swap-ins", r.ID(), s.LoRALoaded, s.LoRASwapIns)
+				}
+			}
+		})
 	}
 }
