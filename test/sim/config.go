@@ -80,10 +80,60 @@ type Config struct {
 	// milliseconds; the rest is reading and preparing its weights.
 	AdapterLoad time.Duration
 
+	// Role is the replica's part in prefill/decode disaggregation. The
+	// zero value, RoleBoth, is a replica that prefills and decodes its own
+	// requests; RoleDecode prefills remotely when a request names a
+	// prefill replica (PrefillerHeader). See Role.
+	Role Role
+
+	// TransferPerToken is the simulated time to move one prompt token's KV
+	// from a prefill replica to a decode replica (vLLM's NixlConnector
+	// reading the prefill replica's blocks over RDMA). Default 4 µs.
+	// Assumption: Llama-3.1-8B stores 128 KiB of KV per token; NIXL over
+	// one 400 Gb/s NIC, or GPU to GPU within a node, moves a few tens of
+	// GB/s once a transfer is under way; 128 KiB at ≈ 32 GB/s is 4 µs, so
+	// a 2,000-token prompt moves in 8 ms. Only decode replicas use it.
+	TransferPerToken time.Duration
+
 	// TimeScale is simulated seconds per wall second: 1 is real time, 10
 	// runs ten times faster. Every latency the replica reports (metrics,
 	// x-ttft-seconds, X-Ttft-Seconds) is in simulated seconds. Default 1.
 	TimeScale float64
+}
+
+// Role is a replica's part in prefill/decode (P/D) disaggregation, as
+// llm-d deploys it: the data plane sends a request to a decode replica and
+// names the prefill replica it chose in PrefillerHeader; the decode pod's
+// routing sidecar first sends the request to that replica with max_tokens
+// = 1, then the decode engine pulls the prompt's KV from it and generates.
+type Role uint8
+
+const (
+	// RoleBoth prefills and decodes every request itself (no P/D); it
+	// ignores PrefillerHeader.
+	RoleBoth Role = iota
+	// RolePrefill serves requests as RoleBoth does; decode replicas call
+	// it with max_tokens = 1. Its engine has a KV connector, so it exports
+	// vLLM's external prefix-cache counters (never a hit) and the
+	// simulator's P/D counters (always zero).
+	RolePrefill
+	// RoleDecode prefills a request on the replica named in
+	// PrefillerHeader, receives its KV and decodes; without the header, or
+	// when that replica fails, it prefills locally.
+	RoleDecode
+)
+
+// String is the role's name: "both", "prefill" or "decode".
+func (r Role) String() string {
+	switch r {
+	case RoleBoth:
+		return "both"
+	case RolePrefill:
+		return "prefill"
+	case RoleDecode:
+		return "decode"
+	}
+	return fmt.Sprintf("Role(%d)", uint8(r))
 }
 
 // DefaultConfig returns the defaults described on Config.
@@ -100,6 +150,7 @@ func DefaultConfig() Config {
 		DecodePerSeq:        50 * time.Microsecond,
 		MaxLoRA:             4,
 		AdapterLoad:         50 * time.Millisecond,
+		TransferPerToken:    4 * time.Microsecond,
 		TimeScale:           1,
 	}
 }
@@ -140,6 +191,9 @@ func (c Config) withDefaults() Config {
 	if c.AdapterLoad == 0 {
 		c.AdapterLoad = d.AdapterLoad
 	}
+	if c.TransferPerToken == 0 {
+		c.TransferPerToken = d.TransferPerToken
+	}
 	if c.TimeScale == 0 {
 		c.TimeScale = d.TimeScale
 	}
@@ -162,6 +216,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: MaxLoRA %d must be positive", c.MaxLoRA)
 	case c.DecodeStepBase < 0 || c.DecodePerSeq < 0 || c.AdapterLoad < 0:
 		return fmt.Errorf("sim: step costs must not be negative")
+	case c.TransferPerToken < 0:
+		return fmt.Errorf("sim: TransferPerToken %v must not be negative", c.TransferPerToken)
+	case c.Role > RoleDecode:
+		return fmt.Errorf("sim: unknown Role %d", c.Role)
 	case !(c.TimeScale > 0):
 		return fmt.Errorf("sim: TimeScale %v must be positive", c.TimeScale)
 	}

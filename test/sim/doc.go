@@ -53,10 +53,43 @@
 //     vllm:lora_requests_info is written every step as today's vLLM writes
 //     it (see metrics.go); sim:lora_swap_ins_total and
 //     sim:lora_evictions_total count swap-ins and evictions (Stats too).
+//   - Prefill/decode disaggregation (Config.Role; pd.go), as llm-d runs
+//     it with vLLM's NixlConnector. A RoleDecode replica given a request
+//     whose x-prefiller-host-port header (gRPC metadata too) names a
+//     prefill replica first sends it there over the same API
+//     (StreamingOutputCall, or the same OpenAI path with max_tokens 1 and
+//     stream off), as llm-d's routing sidecar does, and waits for its
+//     token. The request then arrives at the decode engine holding the
+//     blocks it caches itself; the other prompt tokens' KV is transferred
+//     (only those, as NIXL reads only the blocks beyond the local hit) in
+//     Config.TransferPerToken each of simulated time, on the handler's
+//     goroutine, while the engine runs on; a request still waiting for its
+//     KV is passed over, as vLLM's WAITING_FOR_REMOTE_KVS. Admitted, it
+//     allocates the transferred blocks, which become cached blocks of the
+//     decode replica, and computes only the last prompt token, whose step
+//     yields its first token. vllm:prefix_cache_hits_total counts only
+//     local hits; vllm:external_prefix_cache_queries_total and
+//     _hits_total (P/D roles only) count the tokens not found locally and
+//     the transferred ones; cached_tokens counts both, as vLLM's
+//     num_cached_tokens. The client's TTFT (trailer, headers) is the
+//     prefill replica's as it measured it, plus the transfer, plus the
+//     decode engine's wait and step; vLLM's histograms start at the decode
+//     engine. Without the header, or when the prefill replica fails, the
+//     decode replica prefills locally and never fails the client (the real
+//     sidecar would return the prefill error); sim:pd_remote_prefills_total,
+//     sim:pd_local_prefills_total{reason="no_header"|"failed"} and
+//     sim:pd_transferred_tokens_total count them. RolePrefill replicas serve
+//     as RoleBoth ones do; RoleBoth, the zero value, ignores the header and
+//     exports none of this.
 //   - Time: the engine clock advances by the modelled step durations; the
 //     loop sleeps so that simulated time runs Config.TimeScale times as fast
 //     as the wall clock, and sleeps without a timer when idle. One goroutine
 //     per replica; no per-token goroutines or timers.
+//
+// Not modelled for P/D: the network between replicas (a remote prefill
+// costs what the prefill replica measured), blocks held by the prefill
+// replica until the decode replica has read them, KV layouts that differ
+// between the two (heterogeneous TP), and a transfer failing half-way.
 //
 // Not modelled: sampling (every request runs to max_tokens, finish reason
 // "length"), stop strings, max_model_len beyond the KV capacity, vLLM's null
@@ -69,7 +102,7 @@
 // for the sources and assumptions behind each): BlockSize 16, KVBlocks
 // 29000, MaxRunning 256, TokenBudget 8192, PrefillTokensPerSec 10000,
 // DecodeStepBase 12ms, DecodePerSeq 50µs, MaxLoRA 4, AdapterLoad 50ms,
-// TimeScale 1.
+// TransferPerToken 4µs, TimeScale 1.
 //
 // # Interfaces
 //
@@ -83,6 +116,11 @@
 //     model_name=...}) on a per-replica registry.
 //   - gRPC grpc.testing.TestService (StreamingOutputCall streams one message
 //     per token; UnaryCall reports the replica id) and grpc.health.v1.
+//   - A decode replica adds the prefill replica's id, its prompt and cached
+//     tokens and the transferred tokens to each generation's trailer
+//     (x-prefill-replica-id, x-prefill-prompt-tokens,
+//     x-prefill-cached-tokens, x-transferred-tokens) and HTTP headers
+//     (X-Prefill-Replica-Id, …).
 //
 // ListenGRPC adds a second port where gRPC is served by gRPC's own
 // transport (cheaper per streamed token) and HTTP/1.1 as on the first.

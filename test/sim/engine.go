@@ -35,6 +35,19 @@ type request struct {
 	state      reqState
 	blocks     SeqBlocks
 
+	// prior is simulated time the request spent before it reached the
+	// engine, which its client's TTFT includes: a remote prefill.
+	prior float64
+	// readyAt is when a remotely prefilled request's KV has arrived: the
+	// engine admits it no earlier (0: at once).
+	readyAt float64
+	// remoteKV marks a request whose prompt KV is all present when it is
+	// admitted: its locally cached blocks, held in blocks since its
+	// transfer began, and transferred ones, which admission allocates.
+	// Only the last prompt token is computed. A preemption clears it.
+	remoteKV    bool
+	transferred int // prompt tokens whose KV was transferred
+
 	out *output
 }
 
@@ -59,6 +72,8 @@ type output struct {
 	done         bool
 	reason       string
 	err          error
+
+	pd pdResult // a decode replica's account of the prefill
 }
 
 func newOutput(promptTokens int) *output {
@@ -78,10 +93,11 @@ type result struct {
 	CachedTokens int
 	TTFT         float64 // simulated seconds
 	Reason       string  // finish reason once done
+	PD           pdResult
 }
 
 func (o *output) result() result {
-	return result{PromptTokens: o.promptTokens, CachedTokens: o.cachedTokens, TTFT: o.ttft, Reason: o.reason}
+	return result{PromptTokens: o.promptTokens, CachedTokens: o.cachedTokens, TTFT: o.ttft, Reason: o.reason, PD: o.pd}
 }
 
 func (o *output) finish(reason string, err error) {
@@ -216,6 +232,7 @@ func (e *engine) preempt(r *request) {
 	e.cache.Release(&r.blocks)
 	e.lora.release(r.adapter, e.now)
 	r.computed, r.prefilled = 0, false
+	r.remoteKV = false // recomputed locally, hitting what it cached
 	r.preemption++
 	r.state = stateWaiting
 	e.waiting = append(e.waiting, nil)
@@ -235,7 +252,7 @@ func (e *engine) plan() bool {
 				return false
 			}
 			// Idle until the next arrival.
-			if a := e.waiting[0].arrival; a > e.now {
+			if a := e.nextEntry(); a > e.now {
 				e.now = a
 			}
 		}
@@ -252,6 +269,16 @@ func (e *engine) plan() bool {
 			r.out.finish(finishAbort, errUnschedulable)
 		}
 	}
+}
+
+// nextEntry is the earliest time a waiting request may be admitted: its
+// arrival, or later when its KV is still being transferred.
+func (e *engine) nextEntry() float64 {
+	t := max(e.waiting[0].arrival, e.waiting[0].readyAt)
+	for _, r := range e.waiting[1:] {
+		t = min(t, max(r.arrival, r.readyAt))
+	}
+	return t
 }
 
 func (e *engine) schedule() bool {
@@ -298,22 +325,42 @@ func (e *engine) schedule() bool {
 		if r.arrival > e.now {
 			break
 		}
+		if r.readyAt > e.now {
+			// Its KV is still on the way: vLLM keeps such a request
+			// aside (WAITING_FOR_REMOTE_KVS) and schedules those behind.
+			skip++
+			continue
+		}
 		if !e.lora.canAdmit(r.adapter) {
 			skip++
 			continue
 		}
-		// The longest cached run of full blocks, never the last token
-		// (vLLM recomputes it to get logits: max_cache_hit_length =
-		// num_tokens - 1).
-		maxHit := min(len(r.hashes), (len(r.tokens)-1)/bs)
-		hit, unrefHits := e.cache.Match(r.hashes[:maxHit])
-		computed := hit * bs
+		var hit, unrefHits, computed int
+		if r.remoteKV {
+			// The prompt's KV is all here: the blocks it held from its
+			// own cache and the transferred ones. vLLM still recomputes
+			// the last prompt token for its logits
+			// (_update_waiting_for_remote_kv: num_tokens - 1).
+			hit = r.blocks.Len()
+			computed = len(r.tokens) - 1
+		} else {
+			// The longest cached run of full blocks, never the last
+			// token (vLLM recomputes it to get logits:
+			// max_cache_hit_length = num_tokens - 1).
+			maxHit := min(len(r.hashes), (len(r.tokens)-1)/bs)
+			hit, unrefHits = e.cache.Match(r.hashes[:maxHit])
+			computed = hit * bs
+		}
 		n := min(len(r.tokens)-computed, budget)
 		need := ceilDiv(computed+n, bs) - hit
 		if need+unrefHits > e.cache.FreeBlocks() {
 			break
 		}
-		e.cache.Acquire(&r.blocks, r.hashes[:hit])
+		if !r.remoteKV {
+			e.cache.Acquire(&r.blocks, r.hashes[:hit])
+		}
+		// A remote request's transferred blocks are allocated here and
+		// published below: they become cached blocks of this replica.
 		e.cache.Allocate(&r.blocks, need)
 		if evicted, loaded := e.lora.admit(r.adapter, e.now); loaded {
 			e.loads++
@@ -330,19 +377,39 @@ func (e *engine) schedule() bool {
 		// vLLM records the lookup at admission; a re-admitted preempted
 		// request goes to preempted_queries/hits, which are not exported
 		// (KVCacheManager.record_prefix_cache_stats, PrefixCacheStats.record).
+		//
+		// Only local hits are prefix-cache hits. An engine with a KV
+		// connector (a P/D role) also records the connector's lookup of
+		// the rest, vllm:external_prefix_cache_*: the tokens not found
+		// locally, of which the transferred ones hit (Scheduler.schedule:
+		// connector_prefix_cache_queries = num_tokens − local hits, hits
+		// = the connector's matched tokens).
+		local := hit * bs
 		if r.preemption == 0 {
 			e.stats.PrefixQueries += int64(len(r.tokens))
-			e.stats.PrefixHits += int64(computed)
+			e.stats.PrefixHits += int64(local)
 			e.m.prefixQueries.Add(float64(len(r.tokens)))
-			e.m.prefixHits.Add(float64(computed))
+			e.m.prefixHits.Add(float64(local))
+			if e.cfg.Role != RoleBoth {
+				ext := 0
+				if r.remoteKV {
+					ext = r.transferred
+				}
+				e.stats.ExternalQueries += int64(len(r.tokens) - local)
+				e.stats.ExternalHits += int64(ext)
+				e.m.externalQueries.Add(float64(len(r.tokens) - local))
+				e.m.externalHits.Add(float64(ext))
+			}
 		} else {
 			e.stats.PreemptedQueries += int64(len(r.tokens))
-			e.stats.PreemptedHits += int64(computed)
+			e.stats.PreemptedHits += int64(local)
 		}
 		if !r.admitted {
 			r.admitted = true
 			e.m.queueTime.Observe(e.now - r.arrival)
 			r.out.mu.Lock()
+			// vLLM's num_cached_tokens (usage cached_tokens): every
+			// prompt token it did not compute, transferred ones included.
 			r.out.cachedTokens = computed
 			r.out.mu.Unlock()
 		}
@@ -407,7 +474,9 @@ func (e *engine) complete() {
 		o.mu.Lock()
 		o.words = append(o.words, uint8(word))
 		if r.generated == 1 {
-			o.ttft = t - r.arrival
+			// The client's TTFT includes a remote prefill; the engine's
+			// own histogram, below, starts at its arrival, as vLLM's.
+			o.ttft = r.prior + (t - r.arrival)
 		}
 		o.mu.Unlock()
 		if r.generated == 1 {

@@ -93,15 +93,33 @@ type testService struct {
 
 func (s *testService) header() metadata.MD { return metadata.Pairs(MDReplicaID, s.r.cfg.ID) }
 
-func trailer(res result) metadata.MD {
-	return metadata.Pairs(
+func (s *testService) trailer(res result) metadata.MD {
+	kv := []string{
 		MDPromptTokens, strconv.Itoa(res.PromptTokens),
 		MDCachedTokens, strconv.Itoa(res.CachedTokens),
 		MDTTFT, strconv.FormatFloat(res.TTFT, 'f', 6, 64),
-	)
+	}
+	if s.r.cfg.Role == RoleDecode {
+		kv = append(kv, res.PD.md()...)
+	}
+	return metadata.Pairs(kv...)
 }
 
-func submitStatus(err error) error {
+// generate submits a call's request, prefilling it on the prefill
+// replica its metadata names if this is a decode replica.
+func (s *testService) generate(ctx context.Context, g GenerateRequest) (*request, error) {
+	adapter := adapterOf(ctx)
+	var prefiller string
+	if s.r.cfg.Role == RoleDecode {
+		prefiller = prefillerOf(metadata.ValueFromIncomingContext(ctx, PrefillerHeader))
+	}
+	return s.r.generate(ctx, g.Tokens(), g.MaxTokens, adapter, prefiller, s.r.grpcPrefill(g, adapter, prefiller))
+}
+
+func submitStatus(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
 	if errors.Is(err, errClosed) {
 		return status.Error(codes.Unavailable, err.Error())
 	}
@@ -130,16 +148,16 @@ func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (
 	if !ok {
 		return resp, nil
 	}
-	q, err := s.r.submit(g.Tokens(), g.MaxTokens, adapterOf(ctx))
+	q, err := s.generate(ctx, g)
 	if err != nil {
-		return nil, submitStatus(err)
+		return nil, submitStatus(ctx, err)
 	}
 	var text strings.Builder
 	res, err := s.r.follow(ctx, q, appendWords(&text))
 	if err != nil {
 		return nil, followStatus(ctx, err)
 	}
-	grpc.SetTrailer(ctx, trailer(res))
+	grpc.SetTrailer(ctx, s.trailer(res))
 	resp.Payload = &testpb.Payload{Body: []byte(text.String())}
 	return resp, nil
 }
@@ -151,9 +169,9 @@ func (s *testService) StreamingOutputCall(in *testpb.StreamingOutputCallRequest,
 	if !ok {
 		return status.Error(codes.InvalidArgument, `payload body must be JSON {"prompt": "...", "max_tokens": N}`)
 	}
-	q, err := s.r.submit(g.Tokens(), g.MaxTokens, adapterOf(ctx))
+	q, err := s.generate(ctx, g)
 	if err != nil {
-		return submitStatus(err)
+		return submitStatus(ctx, err)
 	}
 	res, err := s.r.follow(ctx, q, func(words []uint8, _ result) error {
 		for _, w := range words {
@@ -168,6 +186,6 @@ func (s *testService) StreamingOutputCall(in *testpb.StreamingOutputCallRequest,
 	if err != nil {
 		return followStatus(ctx, err)
 	}
-	stream.SetTrailer(trailer(res))
+	stream.SetTrailer(s.trailer(res))
 	return nil
 }

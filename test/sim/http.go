@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -192,7 +194,17 @@ func (r *Replica) serveModels(w http.ResponseWriter, _ *http.Request) {
 
 func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat bool) {
 	var body openAIRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, 64<<20))
+	// A decode replica told to prefill elsewhere keeps the body as sent,
+	// to send it there.
+	var prefiller string
+	var raw bytes.Buffer
+	src := io.Reader(http.MaxBytesReader(w, req.Body, 64<<20))
+	if r.cfg.Role == RoleDecode {
+		if prefiller = prefillerOf(req.Header.Values(PrefillerHeader)); prefiller != "" {
+			src = io.TeeReader(src, &raw)
+		}
+	}
+	dec := json.NewDecoder(src)
 	if err := dec.Decode(&body); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
@@ -216,8 +228,11 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	q, err := r.submit(prompt, body.maxTokens(), adapter)
+	q, err := r.generate(req.Context(), prompt, body.maxTokens(), adapter, prefiller, r.httpPrefill(req.URL.Path, raw.Bytes(), prefiller))
 	if err != nil {
+		if req.Context().Err() != nil {
+			return // the client went away during a remote prefill
+		}
 		code := http.StatusBadRequest
 		if errors.Is(err, errClosed) {
 			code = http.StatusServiceUnavailable
@@ -238,6 +253,9 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		h.Set(HeaderPromptTokens, strconv.Itoa(res.PromptTokens))
 		h.Set(HeaderCachedTokens, strconv.Itoa(res.CachedTokens))
 		h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFT, 'f', 6, 64))
+		if r.cfg.Role == RoleDecode {
+			res.PD.setHeaders(h)
+		}
 	}
 
 	if !body.Stream {

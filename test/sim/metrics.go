@@ -42,10 +42,31 @@ const (
 	MetricInterToken       = "vllm:inter_token_latency_seconds"
 	MetricLoRAInfo         = "vllm:lora_requests_info"
 
+	// vLLM's counters of the KV connector's prefix lookups, exported by a
+	// replica with a P/D role only (an engine with a KV connector).
+	MetricExternalQueries = "vllm:external_prefix_cache_queries_total"
+	MetricExternalHits    = "vllm:external_prefix_cache_hits_total"
+
 	// The simulator's own counters, which no engine exports: adapters
 	// loaded into a slot and adapters unloaded to make room.
 	MetricLoRASwapIns   = "sim:lora_swap_ins_total"
 	MetricLoRAEvictions = "sim:lora_evictions_total"
+
+	// Prefill/decode counters of a decode replica, exported by a replica
+	// with a P/D role only: requests prefilled on a prefill replica,
+	// requests prefilled locally by reason (no_header: no prefill replica
+	// named; failed: the named one failed), and prompt tokens whose KV
+	// was transferred.
+	MetricPDRemotePrefills    = "sim:pd_remote_prefills_total"
+	MetricPDLocalPrefills     = "sim:pd_local_prefills_total"
+	MetricPDTransferredTokens = "sim:pd_transferred_tokens_total"
+)
+
+// Reasons a decode replica prefills locally, the reason label of
+// sim:pd_local_prefills_total.
+const (
+	localNoHeader = "no_header"
+	localFailed   = "failed"
 )
 
 // metrics is one replica's vLLM-compatible metric set on its own registry.
@@ -65,6 +86,11 @@ type metrics struct {
 	interToken       prometheus.Observer
 	loraSwapIns      prometheus.Counter
 	loraEvictions    prometheus.Counter
+	externalQueries  prometheus.Counter
+	externalHits     prometheus.Counter
+	pdRemote         prometheus.Counter
+	pdLocal          map[string]prometheus.Counter
+	pdTransferred    prometheus.Counter
 
 	loraInfo    *prometheus.GaugeVec
 	maxLoRA     string
@@ -144,6 +170,28 @@ func newMetrics(cfg Config, g gauges) *metrics {
 	m.maxLoRA = strconv.Itoa(cfg.MaxLoRA)
 	m.loraSwapIns = counter(MetricLoRASwapIns, "LoRA adapters loaded into a slot (simulator).")
 	m.loraEvictions = counter(MetricLoRAEvictions, "LoRA adapters unloaded to make room for another (simulator).")
+
+	// An engine without a KV connector exports none of these; they exist
+	// unregistered so that the engine counts without asking.
+	pd := promauto.With(nil)
+	if cfg.Role != RoleBoth {
+		pd = auto
+	}
+	m.externalQueries = pd.NewCounter(prometheus.CounterOpts{Name: MetricExternalQueries, ConstLabels: labels,
+		Help: "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."})
+	m.externalHits = pd.NewCounter(prometheus.CounterOpts{Name: MetricExternalHits, ConstLabels: labels,
+		Help: "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."})
+	m.pdRemote = pd.NewCounter(prometheus.CounterOpts{Name: MetricPDRemotePrefills, ConstLabels: labels,
+		Help: "Requests prefilled on the prefill replica their x-prefiller-host-port names (simulator)."})
+	local := pd.NewCounterVec(prometheus.CounterOpts{Name: MetricPDLocalPrefills, ConstLabels: labels,
+		Help: "Requests a decode replica prefilled itself: no prefill replica named, or the named one failed (simulator)."},
+		[]string{"reason"})
+	m.pdLocal = map[string]prometheus.Counter{}
+	for _, reason := range []string{localNoHeader, localFailed} {
+		m.pdLocal[reason] = local.WithLabelValues(reason)
+	}
+	m.pdTransferred = pd.NewCounter(prometheus.CounterOpts{Name: MetricPDTransferredTokens, ConstLabels: labels,
+		Help: "Prompt tokens whose KV a decode replica received from a prefill replica (simulator)."})
 
 	// vllm:cache_config_info carries CacheConfig.metrics_info() as labels and
 	// the engine index, but no model_name (loggers.py log_metrics_info).

@@ -43,6 +43,23 @@ type Stats struct {
 	// LoRAEvictions those unloaded to make room (sim:lora_evictions_total).
 	LoRASwapIns   int64
 	LoRAEvictions int64
+	// ExternalQueries and ExternalHits are vllm:external_prefix_cache_*
+	// of a replica with a P/D role: prompt tokens not found in its own
+	// cache at first admission, and those of them it received from a
+	// prefill replica.
+	ExternalQueries int64
+	ExternalHits    int64
+	// RemotePrefills counts requests prefilled on a prefill replica
+	// (sim:pd_remote_prefills_total), LocalPrefills those a decode replica
+	// prefilled itself (sim:pd_local_prefills_total, both reasons), of
+	// which LocalPrefillsFailed because the prefill replica failed, and
+	// TransferredTokens the prompt tokens whose KV it received
+	// (sim:pd_transferred_tokens_total).
+	RemotePrefills      int64
+	LocalPrefills       int64
+	LocalPrefillsFailed int64
+	TransferredTokens   int64
+
 	// LoRALoaded lists the adapters holding a slot now, sorted.
 	LoRALoaded []string
 	// LoRAInFlight lists the adapters with a request waiting or running,
@@ -99,6 +116,9 @@ type Replica struct {
 	serveErr  chan error
 	// extra are ListenGRPC's listeners, closed with the replica.
 	extra []interface{ Close() error }
+
+	// pd is a decode replica's clients of prefill replicas.
+	pd pdClients
 }
 
 // errClosed ends requests still in flight when the replica closes.
@@ -140,6 +160,7 @@ func Serve(cfg Config, ln net.Listener) (*Replica, error) {
 		loopDone: make(chan struct{}),
 		serveErr: make(chan error, 1),
 	}
+	r.pd.http = newPDHTTPClient(cfg)
 	r.m = newMetrics(cfg, r)
 	r.e = newEngine(cfg, r.m)
 	r.e.unixAt = func(t float64) float64 { return float64(r.wallAt(t).UnixNano()) / 1e9 }
@@ -216,6 +237,7 @@ func (r *Replica) Close() error {
 		for _, l := range extra {
 			l.Close()
 		}
+		r.pd.close()
 		r.grpc.Stop()
 		err = r.srv.Close()
 		if serr := <-r.serveErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
@@ -318,6 +340,18 @@ func (r *Replica) loop() {
 // submit hands a tokenized prompt to the engine, to run under a LoRA
 // adapter ("" for the base model).
 func (r *Replica) submit(prompt []int, maxTokens int, adapter string) (*request, error) {
+	q, err := r.newRequest(prompt, maxTokens, adapter)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.enqueue(q); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// newRequest checks and builds a request, not yet handed to the engine.
+func (r *Replica) newRequest(prompt []int, maxTokens int, adapter string) (*request, error) {
 	if len(prompt) == 0 {
 		return nil, errors.New("the prompt is empty")
 	}
@@ -342,19 +376,29 @@ func (r *Replica) submit(prompt []int, maxTokens int, adapter string) (*request,
 		out:       newOutput(len(prompt)),
 	}
 	copy(q.tokens, prompt)
+	return q, nil
+}
+
+// enqueue hands q to the engine, arriving now.
+func (r *Replica) enqueue(q *request) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, errClosed
+		return errClosed
 	}
 	q.arrival = max(r.simNow(), r.e.now)
 	r.e.enqueue(q)
 	r.mu.Unlock()
+	r.wake()
+	return nil
+}
+
+// wake tells an idle loop that there is work.
+func (r *Replica) wake() {
 	select {
 	case r.notify <- struct{}{}:
 	default:
 	}
-	return q, nil
 }
 
 // abort withdraws a request whose client went away.
