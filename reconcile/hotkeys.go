@@ -282,7 +282,10 @@ func (s hotSink) KeyHeaders(name string) (string, []string, bool) {
 	defer h.mu.Unlock()
 	pool, ok := h.clusters[name]
 	if !ok {
-		return s.r.lora.keyHeaders(name)
+		if pool, headers, ok := s.r.lora.keyHeaders(name); ok {
+			return pool, headers, ok
+		}
+		return s.r.prefill.keyHeaders(name)
 	}
 	return pool, h.pools[pool].headers, true
 }
@@ -291,6 +294,7 @@ func (s hotSink) Observe(req accesslog.Request) {
 	h := s.r.hot
 	now := s.r.now()
 	s.r.lora.observe(req, now)
+	s.r.prefill.observe(req)
 	if req.Key < 0 {
 		return // a request without a key, of a pool placing adapters
 	}
@@ -312,6 +316,9 @@ func (s hotSink) Observe(req accesslog.Request) {
 		h.away.WithLabelValues(req.Pool, reason).Inc()
 	}
 }
+
+// PrefillHeader is the prefill header of a decode pool, "" for others.
+func (s hotSink) PrefillHeader(pool string) string { return s.r.prefill.header(pool) }
 
 // awayReason says why a request went to another replica than its key's
 // first, "" if it did not (or it is not known where it went).

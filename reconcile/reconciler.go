@@ -87,6 +87,7 @@ type Reconciler struct {
 	haMetrics   *haMetrics
 	hot         *hotState
 	lora        *adapterState
+	prefill     *prefillState
 	now         func() time.Time
 	// stageCh asks for a push when a group's stage is due (stageGroups).
 	stageCh chan struct{}
@@ -181,6 +182,7 @@ func New(opts Options) *Reconciler {
 	r.haMetrics = newHAMetrics(reg, r)
 	r.hot = newHotState(reg)
 	r.lora = newAdapterState(reg)
+	r.prefill = newPrefillState(reg)
 	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
@@ -362,6 +364,7 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	}
 	r.hot.update(f, m.Plan, envoyResources(r.sink, m))
 	r.lora.update(f, m.Plan)
+	r.prefill.update(f)
 	r.mu.Lock()
 	r.groupStages = stages
 	if r.stageTimer != nil {

@@ -40,6 +40,7 @@ func (r *Reconciler) Status() status.Status {
 	// A follower scrapes nothing: its views are empty.
 	in.views = r.scrape.View()
 	in.adapters = r.lora.status(in.fleet, model.Plan, in.views)
+	in.prefill = r.prefill.status(in.fleet)
 	return buildStatus(&in, r.id, r.HA())
 }
 
@@ -74,6 +75,7 @@ type statusInput struct {
 	rule      status.HotspotRule
 	hot       map[string]*status.HotKeys  // pool → its hot keys, for pools with them on
 	adapters  map[string]*status.Adapters // pool → its adapters, for pools placing them
+	prefill   map[string]*status.Prefill  // decode pool → its prefill side
 }
 
 // healthSince is when a replica entered its current health.
@@ -107,6 +109,7 @@ func buildPools(in *statusInput) []status.Pool {
 		}
 		sp.HotKeys = in.hot[fp.Name]
 		sp.Adapters = in.adapters[fp.Name]
+		sp.Prefill = in.prefill[fp.Name]
 		if scraped {
 			sp.Escapes1h, sp.WeightMoves1h, sp.Fallback = view.Escapes, view.WeightMoves, view.Fallback
 			sp.RecentDecisions = recentDecisions(view.Changes)

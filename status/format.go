@@ -493,6 +493,50 @@ func (f Format) HotKeyLines(h *HotKeys) []string {
 	return append(out, "away from their key's first replica: "+f.Percent(frac(total))+" ("+strings.Join(reasons, ", ")+")")
 }
 
+// PrefillLines says where a decode pool's requests prefill: a head line
+// ("prefill on pool chat-prefill (x-prefiller-host-port, bodies of 2048
+// bytes and more): 3 replicas in 1024 slots; 1200 requests logged: 1100
+// remote, 100 local, 0 unknown"), one line for the table's replicas and
+// their slots, and one per decode replica for the prefill replicas named
+// for its requests. Nil for a nil.
+func (f Format) PrefillLines(p *Prefill) []string {
+	if p == nil {
+		return nil
+	}
+	head := "prefill on pool " + p.Pool + " (" + p.Header
+	if p.MinBodyBytes > 0 {
+		head += ", bodies of " + strconv.Itoa(p.MinBodyBytes) + " bytes and more"
+	}
+	head += "): "
+	if len(p.Hosts) == 0 {
+		head += "NO prefill replica serves: decode replicas prefill every request"
+	} else {
+		head += strconv.Itoa(len(p.Hosts)) + " replicas in " + strconv.Itoa(p.Slots) + " slots"
+	}
+	if p.Requests > 0 {
+		head += "; " + strconv.FormatUint(p.Requests, 10) + " requests logged: " + strconv.FormatUint(p.Remote, 10) + " remote, " +
+			strconv.FormatUint(p.Requests-p.Remote-p.Unknown, 10) + " local, " + strconv.FormatUint(p.Unknown, 10) + " unknown"
+	}
+	out := []string{head}
+	if len(p.Hosts) > 0 {
+		hosts := make([]string, len(p.Hosts))
+		for i, h := range p.Hosts {
+			hosts[i] = h.Address + " " + strconv.Itoa(h.Slots)
+		}
+		out = append(out, "prefill slots: "+strings.Join(hosts, ", "))
+	}
+	for i := 0; i < len(p.Pairs); {
+		j := i
+		var parts []string
+		for ; j < len(p.Pairs) && p.Pairs[j].Decode == p.Pairs[i].Decode; j++ {
+			parts = append(parts, p.Pairs[j].Prefill+" "+strconv.FormatUint(p.Pairs[j].Requests, 10))
+		}
+		out = append(out, "decode "+p.Pairs[i].Decode+" prefilled on: "+strings.Join(parts, ", "))
+		i = j
+	}
+	return out
+}
+
 // AdapterLines says where a pool's LoRA adapters are placed: a head line
 // ("adapters (x-kvxds-adapter) of 1200 requests logged, 40.0% naming
 // one: 3 placed; moves: demand 2, membership 1, capacity 0"), one line

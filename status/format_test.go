@@ -320,3 +320,32 @@ func TestAdapterLines(t *testing.T) {
 		})
 	}
 }
+
+func TestPrefillLines(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    *Prefill
+		want []string
+	}{
+		{"off", nil, nil},
+		{"no prefill replica", &Prefill{Pool: "chat-prefill", Header: "x-prefiller-host-port", Hosts: []PrefillHost{}}, []string{
+			"prefill on pool chat-prefill (x-prefiller-host-port): NO prefill replica serves: decode replicas prefill every request",
+		}},
+		{"serving", &Prefill{Pool: "chat-prefill", Header: "x-prefiller-host-port", MinBodyBytes: 2048, Slots: 1024,
+			Hosts:    []PrefillHost{{"10.0.1.2:8000", 520}, {"10.0.1.1:8000", 504}},
+			Requests: 120, Remote: 100, Unknown: 2,
+			Pairs: []PrefillPair{{"10.0.0.1:8000", "10.0.1.1:8000", 40}, {"10.0.0.1:8000", "10.0.1.2:8000", 10}, {"10.0.0.2:8000", "10.0.1.2:8000", 50}},
+		}, []string{
+			"prefill on pool chat-prefill (x-prefiller-host-port, bodies of 2048 bytes and more): 2 replicas in 1024 slots; 120 requests logged: 100 remote, 18 local, 2 unknown",
+			"prefill slots: 10.0.1.2:8000 520, 10.0.1.1:8000 504",
+			"decode 10.0.0.1:8000 prefilled on: 10.0.1.1:8000 40, 10.0.1.2:8000 10",
+			"decode 10.0.0.2:8000 prefilled on: 10.0.1.2:8000 50",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := TextFormat.PrefillLines(tc.p); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

@@ -181,6 +181,51 @@ type Pool struct {
 	// Adapters is where the pool's LoRA adapters are placed and what
 	// this instance saw of their demand (pools placing adapters only).
 	Adapters *Adapters `json:"adapters,omitempty"`
+	// Prefill is, for the decode pool of prefill/decode disaggregation,
+	// its prefill pool, the table Envoy names prefill replicas from, and
+	// where the logged requests went.
+	Prefill *Prefill `json:"prefill,omitempty"`
+}
+
+// Prefill is a decode pool's prefill side as served, and the requests the
+// Envoys connected to this instance logged for it since it started.
+type Prefill struct {
+	// Pool is the prefill pool; Header the header naming a request's
+	// prefill replica; MinBodyBytes the body below which the decode
+	// replica prefills.
+	Pool         string `json:"pool"`
+	Header       string `json:"header"`
+	MinBodyBytes int    `json:"min_body_bytes,omitempty"`
+	// Hosts are the table's prefill replicas with their slots, highest
+	// first; none while no prefill replica serves (every request then
+	// prefills on its decode replica).
+	Hosts []PrefillHost `json:"hosts"`
+	// Slots is the table's size.
+	Slots int `json:"slots"`
+	// Requests counts the logged requests, Remote those that named a
+	// prefill replica, Unknown those naming one that is not in the table
+	// or sent to a decode replica not in the pool (a stale table, or a
+	// change in flight).
+	Requests uint64 `json:"requests"`
+	Remote   uint64 `json:"remote"`
+	Unknown  uint64 `json:"unknown"`
+	// Pairs are the logged requests by decode replica and the prefill
+	// replica named for them.
+	Pairs []PrefillPair `json:"pairs"`
+}
+
+// PrefillHost is one replica of a prefill table.
+type PrefillHost struct {
+	Address string `json:"address"`
+	Slots   int    `json:"slots"`
+}
+
+// PrefillPair counts the logged requests a decode replica received naming
+// one prefill replica.
+type PrefillPair struct {
+	Decode   string `json:"decode"`
+	Prefill  string `json:"prefill"`
+	Requests uint64 `json:"requests"`
 }
 
 // HotKeys is a pool's hot-key table as served, and the requests the

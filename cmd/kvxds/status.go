@@ -252,6 +252,9 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 	for _, l := range status.TextFormat.AdapterLines(p.Adapters) {
 		fmt.Fprintln(w, "  "+l)
 	}
+	for _, l := range status.TextFormat.PrefillLines(p.Prefill) {
+		fmt.Fprintln(w, "  "+l)
+	}
 	for _, n := range p.SignalNotes() {
 		if n.Level == status.OK {
 			fmt.Fprintln(w, "  signal "+n.Text)

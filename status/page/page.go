@@ -117,6 +117,7 @@ type pagePool struct {
 	Moved        []string // what the pushes cost its sessions
 	HotKeyLines  []string // its hot keys and the requests sent away
 	AdapterLines []string // where its LoRA adapters are placed
+	PrefillLines []string // where a decode pool's requests prefill
 	// Signals are the profile's signals replicas' pages lacked;
 	// SignalsOK says none did.
 	Signals   []status.SignalNote
@@ -185,6 +186,7 @@ func newPagePool(st *status.Status, p *status.Pool, all bool) pagePool {
 	pp.Moved = format.MovedLines(st.Time, p.Name, p.Moved)
 	pp.HotKeyLines = format.HotKeyLines(p.HotKeys)
 	pp.AdapterLines = format.AdapterLines(p.Adapters)
+	pp.PrefillLines = format.PrefillLines(p.Prefill)
 	pp.Signals = p.SignalNotes()
 	if len(pp.Signals) == 0 && p.PagesRead > 0 {
 		pp.SignalsOK = fmt.Sprintf("Every signal the %s profile reads was found on %s.", p.Engine, pagesRead(p.PagesRead))

@@ -69,6 +69,19 @@ type Request struct {
 	// places no adapters. A request of such a pool is handed to the sink
 	// with or without a key (Key -1 without).
 	Adapter, AdapterRejected string
+	// Prefill is the prefill replica the decode pool's Lua filter named
+	// (host:port), "" if none or the pool is no decode pool. A decode
+	// pool's request is handed to the sink with or without a key.
+	Prefill string
+}
+
+// PrefillSink is a Sink that also counts the requests of decode pools
+// (prefill/decode disaggregation).
+type PrefillSink interface {
+	Sink
+	// PrefillHeader is the prefill header of a pool (as KeyHeaders
+	// names it), "" when it is no decode pool.
+	PrefillHeader(pool string) string
 }
 
 // AdapterSink is a Sink that also counts the requests of pools placing
@@ -252,6 +265,16 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 		}
 	}
 	var r Request
+	decode := false
+	if ps, ok := s.sink.(PrefillSink); ok {
+		if h := ps.PrefillHeader(pool); h != "" {
+			decode = true
+			r.Prefill, _ = header(logged, h)
+			if r.Prefill != "" && !validHostPort(r.Prefill) {
+				return ResultBadValue
+			}
+		}
+	}
 	if as, ok := s.sink.(AdapterSink); ok {
 		if h := as.AdapterHeader(pool); h != "" {
 			r.Adapter, _ = header(logged, h)
@@ -269,6 +292,12 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 		}
 	}
 	if key < 0 {
+		if decode {
+			// Every request of a decode pool says where it prefilled.
+			r.Key = -1
+			s.fill(&r, pool, c)
+			s.sink.Observe(r)
+		}
 		return ResultNoKey
 	}
 	if !hotkeys.ValidValue(value) {
@@ -293,6 +322,16 @@ func (s *Service) fill(r *Request, pool string, c *datav3.AccessLogCommon) {
 		r.Start = s.now()
 	}
 	r.Duration = c.GetDuration().AsDuration()
+}
+
+// validHostPort reports whether v is a host:port as a prefill table holds
+// it: an IP address and a port, at most 64 bytes.
+func validHostPort(v string) bool {
+	if len(v) > 64 {
+		return false
+	}
+	_, err := netip.ParseAddrPort(v)
+	return err == nil
 }
 
 // address is a socket address as Envoy prints it: "10.0.0.1:8000",

@@ -267,3 +267,46 @@ func TestAdapterEntries(t *testing.T) {
 		t.Errorf("malformed values = %v, want the bad adapter name", n)
 	}
 }
+
+// prefillSink is fakeSink whose pool "chat" is a decode pool.
+type prefillSink struct{ fakeSink }
+
+func (p *prefillSink) PrefillHeader(pool string) string {
+	if pool == "chat" {
+		return "x-prefiller-host-port"
+	}
+	return ""
+}
+
+// A decode pool hands every request to the sink with the prefill replica
+// named for it, keyed or not; a value that is no host:port is malformed.
+func TestPrefillEntries(t *testing.T) {
+	sink := &prefillSink{}
+	reg := prometheus.NewRegistry()
+	c := serve(t, sink, reg)
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: envoyNode("envoy-1"), LogName: "kvxds/chat"}
+	err := send(t, c, httpLogs(id,
+		entry("chat", "10.0.0.1", 8000, map[string]string{"x-prefiller-host-port": "10.0.1.1:8000"}),
+		entry("chat", "10.0.0.2", 8000, map[string]string{"x-session": "s1", "x-prefiller-host-port": "[fd00::1]:8000"}),
+		entry("chat", "10.0.0.2", 8000, map[string]string{}),
+		entry("chat", "10.0.0.2", 8000, map[string]string{"x-prefiller-host-port": "prefill-0.llm:8000"}),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		key               int
+		upstream, prefill string
+	}
+	var gs []got
+	for _, r := range sink.reqs {
+		gs = append(gs, got{r.Key, r.Upstream, r.Prefill})
+	}
+	want := []got{{-1, "10.0.0.1:8000", "10.0.1.1:8000"}, {0, "10.0.0.2:8000", "[fd00::1]:8000"}, {-1, "10.0.0.2:8000", ""}}
+	if !reflect.DeepEqual(gs, want) {
+		t.Errorf("requests %+v, want %+v", gs, want)
+	}
+	if n := testutil.ToFloat64(mustVec(t, reg, "kvxds_access_log_entries_total", "result", ResultBadValue)); n != 1 {
+		t.Errorf("malformed values = %v, want the prefill host that is no address", n)
+	}
+}

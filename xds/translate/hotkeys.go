@@ -167,6 +167,10 @@ func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	if a := p.LoRA; a != nil {
 		headers = append(headers, a.Header, fleet.AdapterRejectedHeader)
 	}
+	// A decode pool logs the prefill replica named for each request.
+	if pf := p.Prefill; pf != nil {
+		headers = append(headers, pf.Header)
+	}
 	cfg, err := typed(&grpcalsv3.HttpGrpcAccessLogConfig{
 		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{
 			LogName: HotKeyLogName(p.Name),

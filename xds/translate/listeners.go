@@ -51,7 +51,7 @@ func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManag
 		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
 	})
 	var logs []*accesslogv3.AccessLog
-	if kind == Envoy && p.Balancer == fleet.ConsistentHash && (p.Hash.Hot != nil || p.LoRA != nil) {
+	if kind == Envoy && p.Balancer == fleet.ConsistentHash && (p.Hash.Hot != nil || p.LoRA != nil) || prefills(p, kind) {
 		al, err := hotKeyAccessLog(p)
 		if err != nil {
 			return nil, fmt.Errorf("hot keys: %w", err)

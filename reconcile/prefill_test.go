@@ -1,0 +1,97 @@
+package reconcile
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvxds/kvxds/xds/accesslog"
+	"github.com/kvxds/kvxds/xds/server"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+const prefillPolicy = `
+pool "chat" {
+  port           = 10000
+  load_balancing = "least_request"
+  prefill { pool = "chat-prefill" }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000"] }
+}
+pool "chat-prefill" {
+  port = 10001
+  hash {
+    key { header = "x-session-id" }
+  }
+  static { endpoints = [PREFILL] }
+}
+`
+
+// A decode pool's model carries its prefill pool's table; a prefill
+// replica leaving changes the decode pool's routes (the table) and the
+// prefill pool's endpoints, never a listener or Envoy's clusters; the
+// status counts the logged requests by decode and prefill replica and
+// keeps only pairs of replicas the model has.
+func TestPrefillStandalone(t *testing.T) {
+	three := `"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"`
+	reg := prometheus.NewRegistry()
+	srv := server.New(server.Options{})
+	r := New(Options{Sink: srv, Logger: hclog.NewNullLogger(), Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, mustParse(t, strings.Replace(prefillPolicy, "PREFILL", three, 1))); err != nil {
+		t.Fatal(err)
+	}
+	f := r.Fleet()
+	if f.Pools[0].Name != "chat" || f.Pools[0].PrefillTable == nil || len(f.Pools[0].PrefillTable.Hosts) != 3 {
+		t.Fatalf("decode pool %+v", f.Pools[0])
+	}
+	sink := r.AccessLogSink()
+	if h := sink.(accesslog.PrefillSink).PrefillHeader("chat"); h != "x-prefiller-host-port" {
+		t.Fatalf("prefill header %q", h)
+	}
+	if pool, _, ok := sink.KeyHeaders("chat"); !ok || pool != "chat" {
+		t.Fatalf("a decode pool takes no logs")
+	}
+	obs := func(decode, prefill string, n int) {
+		for range n {
+			sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: -1, Upstream: decode, Prefill: prefill})
+		}
+	}
+	obs("10.0.0.1:8000", "10.0.1.1:8000", 5)
+	obs("10.0.0.1:8000", "10.0.1.3:8000", 2)
+	obs("10.0.0.2:8000", "10.0.1.3:8000", 4)
+	obs("10.0.0.2:8000", "", 3)              // prefilled on the decode replica
+	obs("10.0.0.2:8000", "10.0.9.9:8000", 1) // not in the table
+	st := r.Status().Pools[0].Prefill
+	if st == nil || st.Pool != "chat-prefill" || len(st.Hosts) != 3 || st.Slots != 1024 {
+		t.Fatalf("status prefill %+v", st)
+	}
+	if st.Requests != 15 || st.Remote != 11 || st.Unknown != 1 || len(st.Pairs) != 3 || st.Pairs[0].Requests != 5 {
+		t.Errorf("status counts %+v", st)
+	}
+	if got := testutil.ToFloat64(r.prefill.requests.WithLabelValues("chat", prefillLocal)); got != 3 {
+		t.Errorf("local prefills = %v, want 3", got)
+	}
+
+	before := srv.Versions(translate.Envoy)
+	if err := r.Apply(ctx, mustParse(t, strings.Replace(prefillPolicy, "PREFILL", `"10.0.1.1:8000", "10.0.1.2:8000"`, 1))); err != nil {
+		t.Fatal(err)
+	}
+	after := srv.Versions(translate.Envoy)
+	for typ, v := range before {
+		changed := after[typ] != v
+		want := strings.HasSuffix(typ, "RouteConfiguration") || strings.HasSuffix(typ, "ClusterLoadAssignment")
+		if changed != want {
+			t.Errorf("%s changed %v, want %v", typ, changed, want)
+		}
+	}
+	st = r.Status().Pools[0].Prefill
+	if len(st.Hosts) != 2 || len(st.Pairs) != 1 || st.Pairs[0].Prefill != "10.0.1.1:8000" || st.Requests != 15 {
+		t.Errorf("after 10.0.1.3 left: %+v", st)
+	}
+}
