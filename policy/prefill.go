@@ -42,6 +42,10 @@ func (d *decoder) poolPrefill(spec *poolSpec, pool *Pool) {
 		}
 	}
 	atMostOne(d, spec.Prefill, "a", "prefill", fmt.Sprintf("Pool %q", pool.Name), "a decode pool has one prefill pool.")
+	if pool.Prefill != nil && pool.Mesh != nil {
+		d.warnf(spec.Prefill[0].DefRange, "Prefill header not set in the mesh",
+			"Pool %q is served to a mesh's Envoys as endpoints only; they run the mesh's own listeners, not kvxds's Lua filters, so they name no prefill replica. Envoys that take the pool's listener from kvxds do.", pool.Name)
+	}
 }
 
 func (d *decoder) prefill(spec *prefillSpec, pool string) (*fleet.Prefill, hcl.Range, bool) {

@@ -56,6 +56,18 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// The prefill/decode example is valid, and validate says which pool is
+// the decode side.
+func TestValidatePrefillExample(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"validate", "../../examples/prefill-decode/policy.hcl"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if want := "  pool llama: decode side; Envoy names each request's prefill replica of pool llama-prefill in x-prefiller-host-port\n"; !strings.Contains(stdout.String(), want) {
+		t.Errorf("stdout %q lacks %q", stdout.String(), want)
+	}
+}
+
 func TestBootstrap(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"bootstrap", "--node", "n1", "--grpc", "--xds", "10.0.0.1:18000"}, &stdout, &stderr); code != 0 {

@@ -64,6 +64,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 // port shows before anything runs.
 func describeScraping(w io.Writer, p *policy.Policy) {
 	for _, pool := range p.Pools {
+		if pf := pool.Prefill; pf != nil {
+			fmt.Fprintf(w, "  pool %s: decode side; Envoy names each request's prefill replica of pool %s in %s\n", pool.Name, pf.Pool, pf.Header)
+		}
 		m := pool.Metrics
 		if m == nil {
 			fmt.Fprintf(w, "  pool %s: no metrics block: static weights\n", pool.Name)

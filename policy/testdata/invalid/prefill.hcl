@@ -53,3 +53,10 @@ pool "g" {
   load_balancing = "least_request"
   prefill { pool = "e" }
 }
+
+pool "h" {
+  port           = 10007
+  load_balancing = "least_request"
+  prefill { pool = "f" }
+  mesh { eds_cluster_name = "outbound|8000||vllm-decode.llm.svc.cluster.local" }
+}
