@@ -314,9 +314,8 @@ func TestAdaptersStandalone(t *testing.T) {
 	if got := testutil.ToFloat64(r.lora.moves.WithLabelValues("chat", MoveDemand)); got < 1 {
 		t.Errorf("demand moves = %v", got)
 	}
-	if got := testutil.ToFloat64(r.updates.WithLabelValues(causeAdapters)); got < 1 {
-		t.Errorf("adapters pushes = %v", got)
-	}
+	// The push is counted just after the model is shown.
+	waitFor(t, "the adapters push counted", func() bool { return testutil.ToFloat64(r.updates.WithLabelValues(causeAdapters)) >= 1 })
 	// The leader's placement is in its published document.
 	waitFor(t, "the placement published", func() bool {
 		doc, ok := r.board.Get()

@@ -224,9 +224,8 @@ func TestHotKeysStandalone(t *testing.T) {
 			t.Errorf("%s moved from %s to %s with the hot-key table", typ, v, after[typ])
 		}
 	}
-	if got := testutil.ToFloat64(r.updates.WithLabelValues(causeHotKeys)); got < 1 {
-		t.Errorf("hot_keys pushes = %v", got)
-	}
+	// The push is counted just after the model is shown.
+	waitFor(t, "the hot_keys push counted", func() bool { return testutil.ToFloat64(r.updates.WithLabelValues(causeHotKeys)) >= 1 })
 
 	// Requests sent away, by reason.
 	sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: 1, Value: hot, Upstream: otherThan(home)})
