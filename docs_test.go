@@ -309,6 +309,12 @@ pool "b" {
   }
 }
 
+pool "c" {
+  port           = 10002
+  load_balancing = "least_request"
+  prefill { pool = "b" }
+}
+
 ha {
   kubernetes {
     namespace = "kvxds"
@@ -326,7 +332,7 @@ func TestPolicyDefaults(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatalf("the defaults policy does not load:\n%s", policy.Format(diags))
 	}
-	a, b := &p.Pools[0], &p.Pools[1]
+	a, b, c := &p.Pools[0], &p.Pools[1], &p.Pools[2]
 	read := map[string]func() any{
 		"xds.address":                     func() any { return p.XDSAddress },
 		"xds.max_streams_per_address":     func() any { return p.XDS.MaxStreamsPerAddress },
@@ -399,6 +405,8 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.adapters.max":                         func() any { return a.LoRA.Max },
 		"pool.adapters.interval":                    func() any { return a.LoRA.Interval },
 		"pool.adapters.half_life":                   func() any { return a.LoRA.HalfLife },
+		"pool.prefill.header":                       func() any { return c.Prefill.Header },
+		"pool.prefill.min_body_bytes":               func() any { return c.Prefill.MinBodyBytes },
 		"ha.kubernetes.lease_duration":              func() any { return p.HA.Kubernetes.LeaseDuration },
 		"ha.kubernetes.renew_deadline":              func() any { return p.HA.Kubernetes.RenewDeadline },
 		"ha.kubernetes.retry_period":                func() any { return p.HA.Kubernetes.RetryPeriod },
