@@ -78,9 +78,13 @@
 //     decode replica prefills locally and never fails the client (the real
 //     sidecar would return the prefill error); sim:pd_remote_prefills_total,
 //     sim:pd_local_prefills_total{reason="no_header"|"failed"} and
-//     sim:pd_transferred_tokens_total count them. RolePrefill replicas serve
-//     as RoleBoth ones do; RoleBoth, the zero value, ignores the header and
-//     exports none of this.
+//     sim:pd_transferred_tokens_total count them. A client that runs the
+//     two steps itself (vLLM's proxy pattern) prefills on a RolePrefill
+//     replica, which names its address in x-replica-addr on every answer,
+//     and names that replica in x-kv-transfer-from to the decode replica,
+//     which then pulls the KV without calling it. RolePrefill replicas
+//     otherwise serve as RoleBoth ones do; RoleBoth, the zero value,
+//     ignores the headers and exports none of this.
 //   - Time: the engine clock advances by the modelled step durations; the
 //     loop sleeps so that simulated time runs Config.TimeScale times as fast
 //     as the wall clock, and sleeps without a timer when idle. One goroutine

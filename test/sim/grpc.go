@@ -91,7 +91,12 @@ type testService struct {
 	r *Replica
 }
 
-func (s *testService) header() metadata.MD { return metadata.Pairs(MDReplicaID, s.r.cfg.ID) }
+func (s *testService) header() metadata.MD {
+	if s.r.cfg.Role == RolePrefill {
+		return metadata.Pairs(MDReplicaID, s.r.cfg.ID, ReplicaAddrHeader, s.r.Addr())
+	}
+	return metadata.Pairs(MDReplicaID, s.r.cfg.ID)
+}
 
 func (s *testService) trailer(res result) metadata.MD {
 	kv := []string{
@@ -111,6 +116,9 @@ func (s *testService) generate(ctx context.Context, g GenerateRequest) (*request
 	adapter := adapterOf(ctx)
 	var prefiller string
 	if s.r.cfg.Role == RoleDecode {
+		if from := prefillerOf(metadata.ValueFromIncomingContext(ctx, KVFromHeader)); from != "" {
+			return s.r.generate(ctx, g.Tokens(), g.MaxTokens, adapter, from, pulled(from))
+		}
 		prefiller = prefillerOf(metadata.ValueFromIncomingContext(ctx, PrefillerHeader))
 	}
 	return s.r.generate(ctx, g.Tokens(), g.MaxTokens, adapter, prefiller, s.r.grpcPrefill(g, adapter, prefiller))

@@ -168,6 +168,9 @@ func (r *Replica) httpHandler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.m.reg, promhttp.HandlerOpts{}))
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set(HeaderReplicaID, r.cfg.ID)
+		if r.cfg.Role == RolePrefill {
+			w.Header().Set(ReplicaAddrHeader, r.Addr())
+		}
 		mux.ServeHTTP(w, req)
 	})
 }
@@ -228,7 +231,13 @@ func (r *Replica) serveOpenAI(w http.ResponseWriter, req *http.Request, chat boo
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	q, err := r.generate(req.Context(), prompt, body.maxTokens(), adapter, prefiller, r.httpPrefill(req.URL.Path, raw.Bytes(), prefiller))
+	call := r.httpPrefill(req.URL.Path, raw.Bytes(), prefiller)
+	if r.cfg.Role == RoleDecode {
+		if from := prefillerOf(req.Header.Values(KVFromHeader)); from != "" {
+			prefiller, call = from, pulled(from)
+		}
+	}
+	q, err := r.generate(req.Context(), prompt, body.maxTokens(), adapter, prefiller, call)
 	if err != nil {
 		if req.Context().Err() != nil {
 			return // the client went away during a remote prefill

@@ -44,6 +44,29 @@ import (
 // The same happens over gRPC: the header is the call's metadata, and the
 // prefill call is StreamingOutputCall.
 
+// Clients that run the two steps themselves (vLLM's proxy pattern:
+// examples/online_serving/disaggregated_serving) send the prompt to a
+// prefill replica with max_tokens = 1, learn from its answer where its KV
+// is (vLLM's kv_transfer_params: remote_host, remote_port; here the
+// prefill replica's ReplicaAddrHeader), and send the request to a decode
+// replica naming it in KVFromHeader: the decode replica pulls the KV from
+// there without calling it.
+
+// KVFromHeader names, as host:port, the prefill replica that already
+// prefilled a request sent to a decode replica: an HTTP request header or
+// gRPC metadata key. It wins over PrefillerHeader.
+const KVFromHeader = "x-kv-transfer-from"
+
+// ReplicaAddrHeader is a prefill replica's serving address (host:port) on
+// every answer: an HTTP response header and gRPC header key.
+const ReplicaAddrHeader = "x-replica-addr"
+
+// pulled is the prefill of a request a client already prefilled on
+// target: nothing to call, the KV is there.
+func pulled(target string) prefillFunc {
+	return func(context.Context) (remotePrefill, error) { return remotePrefill{replica: target}, nil }
+}
+
 // PrefillerHeader names, as host:port, the prefill replica that should
 // prefill a request sent to a decode replica: an HTTP request header or
 // gRPC metadata key. Of several values (or a comma-separated list) the

@@ -489,3 +489,89 @@ func TestPDPrefillKeepsAdapter(t *testing.T) {
 		})
 	}
 }
+
+// A client that runs the two steps itself (vLLM's proxy pattern) learns
+// the prefill replica's address from its answer and names it in
+// x-kv-transfer-from: the decode replica pulls the KV without calling it,
+// over gRPC and HTTP.
+func TestPDClientOrchestrated(t *testing.T) {
+	for _, api := range []string{"grpc", "http"} {
+		t.Run(api, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pre, err := Start(pdConfig("prefill-0", RolePrefill), "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pre.Close()
+			dec, err := Start(pdConfig("decode-0", RoleDecode), "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dec.Close()
+			prompt := strings.Repeat("the cache is a routing property ", 40)
+			body, _ := json.Marshal(GenerateRequest{Prompt: prompt, MaxTokens: 1})
+			var from string
+			switch api {
+			case "grpc":
+				var hdr metadata.MD
+				if _, err := testpb.NewTestServiceClient(dialGRPC(t, pre.Addr())).UnaryCall(ctx,
+					&testpb.SimpleRequest{Payload: &testpb.Payload{Body: body}}, grpc.Header(&hdr)); err != nil {
+					t.Fatal(err)
+				}
+				if v := hdr.Get(ReplicaAddrHeader); len(v) == 1 {
+					from = v[0]
+				}
+			case "http":
+				b, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 1})
+				resp, err := http.Post("http://"+pre.Addr()+"/v1/completions", "application/json", bytes.NewReader(b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				from = resp.Header.Get(ReplicaAddrHeader)
+			}
+			if from != pre.Addr() {
+				t.Fatalf("the prefill replica says its address is %q, want %q", from, pre.Addr())
+			}
+			var rep pdReply
+			switch api {
+			case "grpc":
+				rep = grpcPDCall(t, metadata.AppendToOutgoingContext(ctx, KVFromHeader, from), dec.Addr(), prompt, 8, "")
+			case "http":
+				rep = httpKVFromCall(t, ctx, dec.Addr(), prompt, 8, from)
+			}
+			if rep.pd.Replica != from || rep.pd.Transferred != rep.prompt || rep.cached != rep.prompt-1 {
+				t.Errorf("decode reply %+v, want the whole prompt (%d tokens) pulled from %s", rep, rep.prompt, from)
+			}
+			ps, ds := pre.Stats(), dec.Stats()
+			if ps.RequestsDone != 1 || ds.RemotePrefills != 1 || ds.LocalPrefills != 0 {
+				t.Errorf("prefill replica finished %d requests (want 1: no second call); decode remote %d, local %d",
+					ps.RequestsDone, ds.RemotePrefills, ds.LocalPrefills)
+			}
+		})
+	}
+}
+
+// httpKVFromCall posts a non-streamed completion naming the prefill
+// replica that already holds the prompt's KV.
+func httpKVFromCall(t *testing.T, ctx context.Context, addr, prompt string, maxTokens int, from string) pdReply {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(KVFromHeader, from)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c completionResponse
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	h := resp.Header
+	return pdReply{prompt: c.Usage.PromptTokens, cached: c.Usage.PromptTokensDetails.CachedTokens,
+		pd: pdResult{Replica: h.Get(HeaderPrefillReplica), Transferred: atoi(t, h.Get(HeaderTransferred))}}
+}
