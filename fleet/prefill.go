@@ -72,6 +72,24 @@ type PrefillTable struct {
 	Hosts []string `json:"hosts"`
 	// Slots are PrefillSlots indexes into Hosts; empty with Hosts.
 	Slots []uint16 `json:"slots"`
+	// Hot are the prefill pool's hot keys (its HotKeys): a request of one
+	// picks its slot by its key and the first log2(Spread) bits of its
+	// spread sub-key (SpreadBy), so the key's conversations spread over
+	// up to Spread slots, each conversation on one.
+	Hot []HotKey `json:"hot,omitempty"`
+	// SpreadBy is the prefill pool's spread sub-key; nil when it finds no
+	// hot keys.
+	SpreadBy *HashKey `json:"spread_by,omitempty"`
+}
+
+// PrefillSlotKey is the value whose hash picks a request's slot: its key's
+// value, and for a hot key with spread sub-key bits (SpreadBits characters
+// '0' and '1'), the value, '#' and the first log2(spread) bits.
+func PrefillSlotKey(value string, spread int, bits string) string {
+	if spread < 2 || len(bits) != SpreadBits {
+		return value
+	}
+	return value + "#" + bits[:SpreadLevel(spread)]
 }
 
 // Host returns the prefill replica of slot s, or "" if there is none.
@@ -117,6 +135,15 @@ func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 // it decodes.
 func NewPrefillTable(prefill, decode *Pool) *PrefillTable {
 	t := &PrefillTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes}
+	if h := prefill.Hash.Hot; h != nil {
+		by := h.SpreadBy
+		t.SpreadBy = &by
+		for _, k := range prefill.HotKeys {
+			if k.Spread >= 2 {
+				t.Hot = append(t.Hot, k)
+			}
+		}
+	}
 	type member struct {
 		id   string
 		addr string

@@ -320,6 +320,11 @@ func (s hotSink) Observe(req accesslog.Request) {
 // PrefillHeader is the prefill header of a decode pool, "" for others.
 func (s hotSink) PrefillHeader(pool string) string { return s.r.prefill.header(pool) }
 
+// PrefillKeys is a decode pool's prefill pool and its key headers.
+func (s hotSink) PrefillKeys(pool string) (string, []string) { return s.r.prefill.keys(pool) }
+
+var _ accesslog.PrefillSink = hotSink{}
+
 // awayReason says why a request went to another replica than its key's
 // first, "" if it did not (or it is not known where it went).
 func (hp *hotPool) awayReason(req accesslog.Request) string {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/accesslog"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // prefillState counts, per decode pool of prefill/decode disaggregation,
@@ -34,7 +35,10 @@ const (
 )
 
 type prefillPool struct {
-	settings                  fleet.Prefill
+	settings fleet.Prefill
+	// keys are the prefill pool's key headers as the decode listener
+	// logs them (translate.PrefillLogHeaders).
+	keys                      []string
 	decode                    map[string]bool // the decode replicas' addresses
 	prefill                   map[string]bool // the table's hosts
 	requests, remote, unknown uint64
@@ -61,7 +65,8 @@ func (s *prefillState) update(f fleet.Fleet) {
 		if p.Prefill == nil || p.PrefillTable == nil {
 			continue
 		}
-		pp := &prefillPool{settings: *p.Prefill, decode: map[string]bool{}, prefill: map[string]bool{}, pairs: map[[2]string]uint64{}}
+		pp := &prefillPool{settings: *p.Prefill, keys: translate.PrefillLogHeaders(p.PrefillTable),
+			decode: map[string]bool{}, prefill: map[string]bool{}, pairs: map[[2]string]uint64{}}
 		for _, e := range p.Endpoints {
 			pp.decode[e.Address()] = true
 		}
@@ -100,6 +105,16 @@ func (s *prefillState) header(pool string) string {
 		return pp.settings.Header
 	}
 	return ""
+}
+
+// keys is a decode pool's prefill pool and its key headers as logged.
+func (s *prefillState) keys(pool string) (string, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pp := s.pools[pool]; pp != nil {
+		return pp.settings.Pool, pp.keys
+	}
+	return "", nil
 }
 
 // keyHeaders resolves a decode pool for the access log service; it has no

@@ -2,8 +2,10 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,5 +95,50 @@ func TestPrefillStandalone(t *testing.T) {
 	st = r.Status().Pools[0].Prefill
 	if len(st.Hosts) != 2 || len(st.Pairs) != 1 || st.Pairs[0].Prefill != "10.0.1.1:8000" || st.Requests != 15 {
 		t.Errorf("after 10.0.1.3 left: %+v", st)
+	}
+}
+
+// A decode pool's logged requests are its prefill pool's too: a prefill
+// key hot among them becomes a hot key of the prefill pool, and its entry
+// reaches the decode pool's prefill table, where Envoy's Lua filter
+// spreads it; a routes-only change of the decode pool.
+func TestPrefillHotKeys(t *testing.T) {
+	p := withHot(t, mustParse(t, strings.Replace(prefillPolicy, "PREFILL",
+		`"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000"`, 1)), "chat-prefill", 50*time.Millisecond)
+	reg := prometheus.NewRegistry()
+	srv := server.New(server.Options{})
+	r := New(Options{Sink: srv, Logger: hclog.NewNullLogger(), Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	sink := r.AccessLogSink().(accesslog.PrefillSink)
+	if pool, keys := sink.PrefillKeys("chat"); pool != "chat-prefill" || strings.Join(keys, ",") != "x-session-id" {
+		t.Fatalf("PrefillKeys(chat) = %q, %q", pool, keys)
+	}
+	before := srv.Versions(translate.Envoy)
+	for i := range 400 {
+		v := fmt.Sprint("s", i)
+		if i%2 == 0 {
+			v = "hot-session"
+		}
+		sink.Observe(accesslog.Request{Pool: "chat-prefill", Key: 0, Value: v})
+	}
+	waitFor(t, "the hot key in the decode pool's prefill table", func() bool {
+		t := r.Fleet().Pools[0].PrefillTable
+		return t != nil && len(t.Hot) == 1
+	})
+	hk := r.Fleet().Pools[0].PrefillTable.Hot[0]
+	if hk.Key != 0 || hk.Value != "hot-session" || hk.Spread < 2 {
+		t.Errorf("hot entry %+v", hk)
+	}
+	after := srv.Versions(translate.Envoy)
+	for typ, v := range before {
+		if changed := after[typ] != v; changed != strings.HasSuffix(typ, "RouteConfiguration") {
+			t.Errorf("%s changed %v with the hot prefill key", typ, changed)
+		}
 	}
 }

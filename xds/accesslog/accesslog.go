@@ -82,6 +82,11 @@ type PrefillSink interface {
 	// PrefillHeader is the prefill header of a pool (as KeyHeaders
 	// names it), "" when it is no decode pool.
 	PrefillHeader(pool string) string
+	// PrefillKeys is a decode pool's prefill pool and the request headers
+	// of its key chain as the decode listener logs them (as KeyHeaders
+	// says them): a decode pool's logged request is also a request of its
+	// prefill pool, whose hot keys are learned from it.
+	PrefillKeys(pool string) (prefill string, headers []string)
 }
 
 // AdapterSink is a Sink that also counts the requests of pools placing
@@ -273,6 +278,7 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 			if r.Prefill != "" && !validHostPort(r.Prefill) {
 				return ResultBadValue
 			}
+			s.prefillKeys(ps, pool, logged, c)
 		}
 	}
 	if as, ok := s.sink.(AdapterSink); ok {
@@ -308,6 +314,33 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 	r.Spread, _ = header(logged, SpreadHeader)
 	s.sink.Observe(r)
 	return ResultObserved
+}
+
+// prefillKeys hands a decode pool's logged request to the sink as a
+// request of its prefill pool, with the first of the prefill pool's keys
+// it carried; not when it carried none or a malformed value.
+func (s *Service) prefillKeys(ps PrefillSink, pool string, logged map[string]string, c *datav3.AccessLogCommon) {
+	prefill, headers := ps.PrefillKeys(pool)
+	if prefill == "" {
+		return
+	}
+	for i, h := range headers {
+		if h == "" {
+			continue
+		}
+		if v, ok := header(logged, h); ok && v != "" {
+			if !hotkeys.ValidValue(v) {
+				return
+			}
+			r := Request{Key: i, Value: v}
+			s.fill(&r, prefill, c)
+			// The decode replica served it: where it prefilled is not
+			// the prefill pool's upstream.
+			r.Cluster, r.Upstream = "", ""
+			s.sink.Observe(r)
+			return
+		}
+	}
 }
 
 // fill sets r's pool and what the entry's common properties say.

@@ -278,6 +278,13 @@ func (p *prefillSink) PrefillHeader(pool string) string {
 	return ""
 }
 
+func (p *prefillSink) PrefillKeys(pool string) (string, []string) {
+	if pool == "chat" {
+		return "chat-prefill", []string{"x-kvxds-prefill-key-1", "", "x-session"}
+	}
+	return "", nil
+}
+
 // A decode pool hands every request to the sink with the prefill replica
 // named for it, keyed or not; a value that is no host:port is malformed.
 func TestPrefillEntries(t *testing.T) {
@@ -290,19 +297,30 @@ func TestPrefillEntries(t *testing.T) {
 		entry("chat", "10.0.0.2", 8000, map[string]string{"x-session": "s1", "x-prefiller-host-port": "[fd00::1]:8000"}),
 		entry("chat", "10.0.0.2", 8000, map[string]string{}),
 		entry("chat", "10.0.0.2", 8000, map[string]string{"x-prefiller-host-port": "prefill-0.llm:8000"}),
+		entry("chat", "10.0.0.3", 8000, map[string]string{"x-kvxds-prefill-key-1": "0123456789abcdef", "x-session": "s2", "x-prefiller-host-port": "10.0.1.2:8000"}),
 	))
 	if err != nil {
 		t.Fatal(err)
 	}
 	type got struct {
+		pool              string
 		key               int
+		value             string
 		upstream, prefill string
 	}
 	var gs []got
 	for _, r := range sink.reqs {
-		gs = append(gs, got{r.Key, r.Upstream, r.Prefill})
+		gs = append(gs, got{r.Pool, r.Key, r.Value, r.Upstream, r.Prefill})
 	}
-	want := []got{{-1, "10.0.0.1:8000", "10.0.1.1:8000"}, {0, "10.0.0.2:8000", "[fd00::1]:8000"}, {-1, "10.0.0.2:8000", ""}}
+	// Each request of the decode pool with a prefill key is also one of
+	// the prefill pool (first, with its first key present), upstream
+	// unknown.
+	want := []got{
+		{"chat", -1, "", "10.0.0.1:8000", "10.0.1.1:8000"},
+		{"chat-prefill", 2, "s1", "", ""}, {"chat", 0, "s1", "10.0.0.2:8000", "[fd00::1]:8000"},
+		{"chat", -1, "", "10.0.0.2:8000", ""},
+		{"chat-prefill", 0, "0123456789abcdef", "", ""}, {"chat", 0, "s2", "10.0.0.3:8000", "10.0.1.2:8000"},
+	}
 	if !reflect.DeepEqual(gs, want) {
 		t.Errorf("requests %+v, want %+v", gs, want)
 	}

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -167,9 +168,17 @@ func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	if a := p.LoRA; a != nil {
 		headers = append(headers, a.Header, fleet.AdapterRejectedHeader)
 	}
-	// A decode pool logs the prefill replica named for each request.
+	// A decode pool logs the prefill replica named for each request, and
+	// the prefill pool's keys, whose hot ones kvxds learns from them.
 	if pf := p.Prefill; pf != nil {
 		headers = append(headers, pf.Header)
+		if t := p.PrefillTable; t != nil {
+			for _, h := range PrefillLogHeaders(t) {
+				if h != "" && !slices.Contains(headers, h) {
+					headers = append(headers, h)
+				}
+			}
+		}
 	}
 	cfg, err := typed(&grpcalsv3.HttpGrpcAccessLogConfig{
 		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
@@ -46,6 +47,26 @@ const prefillKeysFilterName = "kvxds.prefill_keys"
 // (from 0) of its chain, on the decode listener.
 func PrefillKeyHeader(i int) string { return "x-kvxds-prefill-key-" + strconv.Itoa(i+1) }
 
+// PrefillSpreadHeader carries, on the decode listener, the spread sub-key
+// of the prefill pool's hot keys when it is a body key.
+const PrefillSpreadHeader = "x-kvxds-prefill-spread"
+
+// PrefillLogHeaders are the request headers of the prefill pool's key
+// chain as the decode listener logs them, in chain order ("" for a key no
+// header carries: cookies, query parameters).
+func PrefillLogHeaders(t *fleet.PrefillTable) []string {
+	out := make([]string, len(t.Keys))
+	for i, k := range t.Keys {
+		switch {
+		case k.Body():
+			out[i] = PrefillKeyHeader(i)
+		case k.Header != "":
+			out[i] = strings.ToLower(k.Header)
+		}
+	}
+	return out
+}
+
 // prefills reports whether kind's listener of p names prefill replicas.
 func prefills(p *fleet.Pool, kind Kind) bool {
 	return kind == Envoy && p.Prefill != nil && p.PrefillTable != nil
@@ -66,18 +87,31 @@ func prefillFilters(p *fleet.Pool) ([]*hcmv3.HttpFilter, error) {
 	var out []*hcmv3.HttpFilter
 	t := p.PrefillTable
 	var keys []bodykey.Key
-	var headers []string
+	var headers []bodykey.PrefillKey
 	for i, k := range t.Keys {
 		switch {
 		case k.Body():
 			h := PrefillKeyHeader(i)
 			keys = append(keys, bodykey.Key{Header: h, JSONField: k.JSONField, PromptPrefix: k.PromptPrefix, Conversation: k.Conversation})
-			headers = append(headers, h)
+			headers = append(headers, bodykey.PrefillKey{Header: h, Index: i})
 		case k.Header != "":
-			headers = append(headers, k.Header)
+			headers = append(headers, bodykey.PrefillKey{Header: k.Header, Index: i})
 		}
 		// Cookies and query parameters are not read: a request keyed on
 		// them alone gets a random prefill replica.
+	}
+	// The spread sub-key of the prefill pool's hot keys: a body key's
+	// Spread computed by the keys filter, or a header's value.
+	var spreadHeader string
+	raw := false
+	if by := t.SpreadBy; by != nil {
+		switch {
+		case by.Body():
+			spreadHeader = PrefillSpreadHeader
+			keys = append(keys, bodykey.Key{Header: spreadHeader, JSONField: by.JSONField, PromptPrefix: by.PromptPrefix, Conversation: by.Conversation, Spread: true})
+		case by.Header != "":
+			spreadHeader, raw = by.Header, true
+		}
 	}
 	if len(keys) > 0 {
 		src, err := bodykey.Lua(keys, prefillBodyLimit(p))
@@ -91,7 +125,7 @@ func prefillFilters(p *fleet.Pool) ([]*hcmv3.HttpFilter, error) {
 		out = append(out, f)
 	}
 	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: headers, Header: p.Prefill.Header,
-		MinBody: p.Prefill.MinBodyBytes, Slots: fleet.PrefillSlots})
+		MinBody: p.Prefill.MinBodyBytes, Slots: fleet.PrefillSlots, SpreadHeader: spreadHeader, SpreadRaw: raw})
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +162,15 @@ func prefillMetadata(p *fleet.Pool) (*corev3.Metadata, error) {
 	for i, h := range t.Hosts {
 		hosts[i] = h
 	}
-	s, err := structpb.NewStruct(map[string]any{"hosts": hosts, "slots": t.EncodeSlots()})
+	fields := map[string]any{"hosts": hosts, "slots": t.EncodeSlots()}
+	if len(t.Hot) > 0 {
+		hot := make(map[string]any, len(t.Hot))
+		for _, k := range t.Hot {
+			hot[strconv.Itoa(k.Key)+":"+k.Value] = k.Spread
+		}
+		fields["hot"] = hot
+	}
+	s, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, err
 	}

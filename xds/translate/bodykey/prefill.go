@@ -19,7 +19,12 @@ type Prefill struct {
 	// Keys are the request headers that carry the prefill pool's keys,
 	// in chain order: a header key's own header, a body key's generated
 	// header (set by a filter before this one).
-	Keys []string
+	Keys []PrefillKey
+	// SpreadHeader carries a request's spread sub-key: SpreadBits
+	// characters (a body key's generated header) or, with SpreadRaw, a
+	// value whose Spread they are (a header key). "" for none.
+	SpreadHeader string
+	SpreadRaw    bool
 	// Header receives the prefill replica's host:port; the script removes
 	// any the client sent.
 	Header string
@@ -27,6 +32,13 @@ type Prefill struct {
 	MinBody int
 	// Slots is the number of slots of the table.
 	Slots int
+}
+
+// PrefillKey is one key of the prefill pool's chain: the header carrying
+// it and its index in the chain.
+type PrefillKey struct {
+	Header string
+	Index  int
 }
 
 // LuaPrefill returns the source of the Envoy Lua filter that names a
@@ -51,21 +63,27 @@ func LuaPrefill(p Prefill) (string, error) {
 	b.WriteString("local find, sub, byte, format, floor = string.find, string.sub, string.byte, string.format, math.floor\n")
 	fmt.Fprintf(&b, "local HASH_SEED1, HASH_SEED2 = 0x%x, 0x%x\nlocal HASH_MUL1, HASH_MUL2 = 0x%x, 0x%x\nlocal HASH_ROT1, HASH_ROT2 = %d, %d\n",
 		hashSeed1, hashSeed2, hashMul1, hashMul2, hashRot1, hashRot2)
-	fmt.Fprintf(&b, "local PREFILL_HEADER = %s\nlocal MIN_BODY = %d\nlocal SLOTS = %d\nlocal PREFILL_KEYS = {", luaString(p.Header), p.MinBody, p.Slots)
-	for i, k := range p.Keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(luaString(strings.ToLower(k)))
+	fmt.Fprintf(&b, "local PREFILL_HEADER = %s\nlocal MIN_BODY = %d\nlocal SLOTS = %d\nlocal SPREAD_BITS = %d\n",
+		luaString(p.Header), p.MinBody, p.Slots, SpreadBits)
+	if p.SpreadHeader != "" {
+		fmt.Fprintf(&b, "local PREFILL_SPREAD, SPREAD_RAW = %s, %v\n", luaString(strings.ToLower(p.SpreadHeader)), p.SpreadRaw)
+	} else {
+		b.WriteString("local PREFILL_SPREAD, SPREAD_RAW = nil, false\n")
+	}
+	b.WriteString("local PREFILL_KEYS = {\n")
+	for _, k := range p.Keys {
+		fmt.Fprintf(&b, "  {header = %s, index = %d},\n", luaString(strings.ToLower(k.Header)), k.Index)
 	}
 	b.WriteString("}\n\n")
 	b.WriteString(script[h:e])
+	b.WriteString(spreadScript)
 	b.WriteString(prefillScript)
 	return b.String(), nil
 }
 
 // PrefillSlot is the slot of a key's value in a table of n slots, as the
-// prefill script computes it: the first 32 bits of Hash(v) modulo n.
+// prefill script computes it: the first 32 bits of Hash(v) modulo n. For
+// a hot key, v is fleet.PrefillSlotKey's.
 func PrefillSlot(v string, n int) int {
 	x, _ := strconv.ParseUint(Hash([]byte(v))[:8], 16, 32)
 	return int(x % uint64(n))

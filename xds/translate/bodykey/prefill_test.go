@@ -24,7 +24,8 @@ func TestLuaPrefillMatchesGo(t *testing.T) {
 		fmt.Fprintf(&enc, "%03x", table[s])
 	}
 	const header = "x-prefiller-host-port"
-	src, err := LuaPrefill(Prefill{Keys: []string{"x-kvxds-prefill-key-1", "X-Session-Id"}, Header: header, MinBody: 100, Slots: slots})
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-kvxds-prefill-key-1", 0}, {"X-Session-Id", 2}}, Header: header, MinBody: 100, Slots: slots,
+		SpreadHeader: "x-kvxds-prefill-spread"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +49,31 @@ func TestLuaPrefillMatchesGo(t *testing.T) {
 		tc{"99\t" + header + "=10.9.9.9:1", "-"}, // a client's pick is dropped
 		tc{"500\t" + header + "=10.9.9.9:1\tx-session-id=b", hosts[table[PrefillSlot("b", slots)]]},
 		tc{"500", "*"}, // no key: some host
+	)
+	// Hot keys: "hotprefix" of key 0 spread over 4, "hotsession" of key
+	// 2 over 2; a request of one picks its slot by the value and the
+	// first bits of its spread sub-key, without a sub-key by the value.
+	slotKey := func(v, bits string, n int) string {
+		if n < 2 || len(bits) != SpreadBits {
+			return v
+		}
+		level := 0
+		for 1<<level < n {
+			level++
+		}
+		return v + "#" + bits[:level]
+	}
+	for _, bits := range []string{"00000000", "01000000", "10110000", "11111111"} {
+		cases = append(cases,
+			tc{"500\tx-kvxds-prefill-key-1=hotprefix\tx-kvxds-prefill-spread=" + bits, hosts[table[PrefillSlot(slotKey("hotprefix", bits, 4), slots)]]},
+			tc{"500\tx-session-id=hotsession\tx-kvxds-prefill-spread=" + bits, hosts[table[PrefillSlot(slotKey("hotsession", bits, 2), slots)]]},
+			// The same value as another key's is not hot.
+			tc{"500\tx-session-id=hotprefix\tx-kvxds-prefill-spread=" + bits, hosts[table[PrefillSlot("hotprefix", slots)]]},
+		)
+	}
+	cases = append(cases,
+		tc{"500\tx-kvxds-prefill-key-1=hotprefix", hosts[table[PrefillSlot("hotprefix", slots)]]},
+		tc{"500\tx-kvxds-prefill-key-1=hotprefix\tx-kvxds-prefill-spread=0101", hosts[table[PrefillSlot("hotprefix", slots)]]},
 	)
 	dir := t.TempDir()
 	write := func(name, s string) string {
@@ -74,7 +100,7 @@ func TestLuaPrefillMatchesGo(t *testing.T) {
 		}
 		return got
 	}
-	got := run(write("table", enc.String()+"\n"+strings.Join(hosts, "\n")+"\n"))
+	got := run(write("table", enc.String()+"\n"+strings.Join(hosts, "\n")+"\nhot\t0:hotprefix\t4\nhot\t2:hotsession\t2\n"))
 	for i, c := range cases {
 		switch {
 		case c.want == "*":

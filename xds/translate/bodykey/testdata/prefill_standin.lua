@@ -6,7 +6,8 @@
 --
 -- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
 -- where TABLE is a file of "slots" on its first line and one host per
--- line after it ("-" for a route without metadata), and CASES a file of
+-- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key ("-"
+-- for a route without metadata), and CASES a file of
 -- lines "content-length<TAB>header=value<TAB>...", "-" for no
 -- content-length. Prints per case the value of HEADER after the run, or "-".
 
@@ -17,9 +18,17 @@ local md = nil
 local f = assert(io.open(tablefile, "rb"))
 local first = f:read("*l")
 if first ~= "-" then
-  local hosts = {}
-  for line in f:lines() do hosts[#hosts + 1] = line end
-  md = {hosts = hosts, slots = first}
+  local hosts, hot = {}, nil
+  for line in f:lines() do
+    local k, n = string.match(line, "^hot\t(.*)\t(%d+)$")
+    if k ~= nil then
+      hot = hot or {}
+      hot[k] = tonumber(n)
+    else
+      hosts[#hosts + 1] = line
+    end
+  end
+  md = {hosts = hosts, slots = first, hot = hot}
 end
 f:close()
 
