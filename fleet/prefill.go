@@ -82,16 +82,6 @@ type PrefillTable struct {
 	SpreadBy *HashKey `json:"spread_by,omitempty"`
 }
 
-// PrefillSlotKey is the value whose hash picks a request's slot: its key's
-// value, and for a hot key with spread sub-key bits (SpreadBits characters
-// '0' and '1'), the value, '#' and the first log2(spread) bits.
-func PrefillSlotKey(value string, spread int, bits string) string {
-	if spread < 2 || len(bits) != SpreadBits {
-		return value
-	}
-	return value + "#" + bits[:SpreadLevel(spread)]
-}
-
 // Host returns the prefill replica of slot s, or "" if there is none.
 func (t *PrefillTable) Host(s int) string {
 	if t == nil || s < 0 || s >= len(t.Slots) {

@@ -145,22 +145,3 @@ func TestPrepareBuildsPrefillTables(t *testing.T) {
 	}
 }
 
-func TestPrefillSlotKey(t *testing.T) {
-	for _, tc := range []struct {
-		value  string
-		spread int
-		bits   string
-		want   string
-	}{
-		{"k", 4, "10110000", "k#10"},
-		{"k", 2, "10110000", "k#1"},
-		{"k", MaxSpread, "10110000", "k#10110000"},
-		{"k", 0, "10110000", "k"}, // not hot
-		{"k", 4, "", "k"},         // no sub-key: the key's home
-		{"k", 4, "1011", "k"},     // malformed sub-key
-	} {
-		if got := PrefillSlotKey(tc.value, tc.spread, tc.bits); got != tc.want {
-			t.Errorf("PrefillSlotKey(%q, %d, %q) = %q, want %q", tc.value, tc.spread, tc.bits, got, tc.want)
-		}
-	}
-}

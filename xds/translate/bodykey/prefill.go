@@ -88,3 +88,18 @@ func PrefillSlot(v string, n int) int {
 	x, _ := strconv.ParseUint(Hash([]byte(v))[:8], 16, 32)
 	return int(x % uint64(n))
 }
+
+// PrefillSlotKey is the value whose hash picks a request's slot, as the
+// prefill script computes it: its key's value, and for a hot key of the
+// table with spread sub-key bits (SpreadBits characters '0' and '1'), the
+// value, '#' and the first log2(spread) bits.
+func PrefillSlotKey(value string, spread int, bits string) string {
+	if spread < 2 || !ValidSpread(bits) {
+		return value
+	}
+	level := 0
+	for 1<<level < spread {
+		level++
+	}
+	return value + "#" + bits[:min(level, SpreadBits)]
+}

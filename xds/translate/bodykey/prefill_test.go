@@ -53,16 +53,7 @@ func TestLuaPrefillMatchesGo(t *testing.T) {
 	// Hot keys: "hotprefix" of key 0 spread over 4, "hotsession" of key
 	// 2 over 2; a request of one picks its slot by the value and the
 	// first bits of its spread sub-key, without a sub-key by the value.
-	slotKey := func(v, bits string, n int) string {
-		if n < 2 || len(bits) != SpreadBits {
-			return v
-		}
-		level := 0
-		for 1<<level < n {
-			level++
-		}
-		return v + "#" + bits[:level]
-	}
+	slotKey := func(v, bits string, n int) string { return PrefillSlotKey(v, n, bits) }
 	for _, bits := range []string{"00000000", "01000000", "10110000", "11111111"} {
 		cases = append(cases,
 			tc{"500\tx-kvxds-prefill-key-1=hotprefix\tx-kvxds-prefill-spread=" + bits, hosts[table[PrefillSlot(slotKey("hotprefix", bits, 4), slots)]]},
@@ -127,6 +118,26 @@ func TestLuaPrefillErrors(t *testing.T) {
 	} {
 		if _, err := LuaPrefill(p); err == nil {
 			t.Errorf("LuaPrefill(%+v): no error", p)
+		}
+	}
+}
+
+func TestPrefillSlotKey(t *testing.T) {
+	for _, tc := range []struct {
+		value  string
+		spread int
+		bits   string
+		want   string
+	}{
+		{"k", 4, "10110000", "k#10"},
+		{"k", 2, "10110000", "k#1"},
+		{"k", 256, "10110000", "k#10110000"},
+		{"k", 0, "10110000", "k"}, // not hot
+		{"k", 4, "", "k"},         // no sub-key: the key's home
+		{"k", 4, "1011", "k"},     // malformed sub-key
+	} {
+		if got := PrefillSlotKey(tc.value, tc.spread, tc.bits); got != tc.want {
+			t.Errorf("PrefillSlotKey(%q, %d, %q) = %q, want %q", tc.value, tc.spread, tc.bits, got, tc.want)
 		}
 	}
 }
