@@ -144,4 +144,3 @@ func TestPrepareBuildsPrefillTables(t *testing.T) {
 		})
 	}
 }
-
