@@ -86,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		promptPfx  = fs.Int("prompt-prefix", 512, "kvxds+prefix: the prompt_prefix key's length in bytes of the chat body's messages")
 		maxLoRA    = fs.Int("max-lora", 4, "LoRA adapter slots of every simulated replica (vLLM --max-loras, reported in vllm:lora_requests_info) and kvxds+adapters' max_lora")
 		adapterLd  = fs.Duration("adapter-load", 0, "engine time of one LoRA adapter swap-in (0: the simulator's default)")
+		pdFleet    = fs.String("pd", "", "P:D: run every workload on a prefill/decode fleet of P prefill and D decode replicas (in place of --replicas; the load is a fraction of P+D colocated replicas' capacity), on the envoy data plane, under round_robin, least_request, kvxds, index and upper-bound (and kvxds+hashed-decode when named); needs luajit")
+		pdKey      = fs.String("pd-key", "", "with --pd: the prefill pool's key: session (x-session-id), conversation, prompt_prefix (--prompt-prefix bytes; of a trace, the first --prefix-blocks); default session where the requests carry one, prompt_prefix for a trace, else conversation")
 		balance    = fs.Int("balance-factor", 150, "kvxds+bounded, and the body-keyed modes on Envoy (whose default is 150): the hash block's balance_factor (Envoy's hash_balance_factor, percent)")
 		workloads  []string
 		prefixes   []int
@@ -118,6 +120,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if *modes == "all" {
 			*modes = "round_robin,kvxds,upper-bound"
+		}
+	}
+	var pd bench.PD
+	if *pdFleet != "" {
+		var err error
+		if pd, err = bench.ParsePD(*pdFleet); err != nil {
+			return fmt.Errorf("--pd: %w", err)
+		}
+		// Every kvxds mode runs the decode listener's Lua filters.
+		if _, err := bench.LuaJIT(); err != nil {
+			return fmt.Errorf("--pd: %w", err)
+		}
+		if *modes == "all" {
+			*modes = "round_robin,least_request,kvxds,index,upper-bound"
+		}
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "data-plane" })
+		if !explicit {
+			*dataPlane = string(bench.Envoy)
 		}
 	}
 	ms, err := bench.ParseModes(*modes)
@@ -191,6 +212,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		AdapterLoad:       *adapterLd,
 		PrefixBlocks:      prefixes,
 		PromptPrefix:      *promptPfx,
+		PD:                pd,
+		PDKey:             *pdKey,
 		Out:               *out,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.LevelFromString(*logLevel),
 			Output: logFile, TimeFormat: "15:04:05.000"}),

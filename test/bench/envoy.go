@@ -575,10 +575,9 @@ func completionsBody(r *Request) []byte {
 // filters read the chat body a client sends (KeyBody); with bodyKeyed
 // they key on it and no x-session-id goes out. The engine is sent the
 // completions body either way, so that it sees the same tokens in every
-// mode.
-func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bodyKeyed bool) reqResult {
+// mode. extra are more headers the client sends.
+func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bodyKeyed bool, extra ...[2]string) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
-	body := completionsBody(r)
 	var hdrs [][2]string
 	// The filters read the chat body a chat client sends, which carries
 	// the body keys and the spread sub-key.
@@ -586,16 +585,16 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	if !bodyKeyed && r.Session != "" {
 		hdrs = append(hdrs, [2]string{SessionHeader, r.Session})
 	}
+	hdrs = append(hdrs, extra...)
 	rt, err := e.routeRequest(hdrs, routed)
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
 		return res
 	}
 	defer rt.release()
-	addr := rt.addr
 	began := time.Now()
 	entry := adsenvoy.Logged{Headers: rt.headers, Method: http.MethodPost, Path: "/v1/completions",
-		Upstream: addr, Cluster: rt.cluster, Start: began}
+		Upstream: rt.addr, Cluster: rt.cluster, Start: began}
 	// Envoy logs each request once it completes, whatever its outcome.
 	defer func() {
 		entry.LastDownstreamByte = time.Since(began)
@@ -603,34 +602,59 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 			l.Log(entry)
 		}
 	}()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		res.Err, res.Done = err, time.Since(start)
-		return res
-	}
-	hreq.Header.Set("Content-Type", "application/json")
 	// Envoy forwards the headers its filters left, the prefill header
 	// among them.
-	for _, h := range rt.headers {
-		hreq.Header.Set(h[0], h[1])
+	var headersAt time.Time
+	entry.Code = streamCompletion(ctx, e.hc, rt.addr, rt.headers, r, start, &res, func() { headersAt = time.Now() }, nil)
+	if !headersAt.IsZero() {
+		entry.FirstUpstreamByte = headersAt.Sub(began)
 	}
-	resp, err := e.hc.Do(hreq)
+	return res
+}
+
+// streamCompletion posts r's completions body with headers hdrs to the
+// replica at addr and streams the reply into res, whose Sent is set; it
+// returns the response's status (0 without one). onHeaders, if set, is
+// called when the response's headers arrive, onFirst at its first token.
+// A decode replica's prefill accounting (sim.HeaderPrefillPrompt and the
+// rest) goes into res.PD.
+func streamCompletion(ctx context.Context, hc *http.Client, addr string, hdrs [][2]string, r *Request, start time.Time,
+	res *reqResult, onHeaders, onFirst func()) int {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(completionsBody(r)))
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
-		return res
+		return 0
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	for _, h := range hdrs {
+		hreq.Header.Set(h[0], h[1])
+	}
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		res.Err, res.Done = err, time.Since(start)
+		return 0
 	}
 	defer resp.Body.Close()
-	entry.Code, entry.FirstUpstreamByte = resp.StatusCode, time.Since(began)
+	if onHeaders != nil {
+		onHeaders()
+	}
 	res.Replica = resp.Header.Get(sim.HeaderReplicaID)
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		res.Err, res.Done = fmt.Errorf("%s from %s: %s", resp.Status, addr, bytes.TrimSpace(msg)), time.Since(start)
-		return res
+		return resp.StatusCode
 	}
 	res.PromptTokens, _ = strconv.Atoi(resp.Header.Get(sim.HeaderPromptTokens))
 	res.CachedTokens, _ = strconv.Atoi(resp.Header.Get(sim.HeaderCachedTokens))
 	if f, err := strconv.ParseFloat(resp.Header.Get(sim.HeaderTTFT), 64); err == nil {
 		res.EngineTTFT = f
+	}
+	if v := resp.Header.Get(sim.HeaderPrefillPrompt); v != "" {
+		pd := &pdAccount{Replica: resp.Header.Get(sim.HeaderPrefillReplica)}
+		pd.Prompt, _ = strconv.Atoi(v)
+		pd.Cached, _ = strconv.Atoi(resp.Header.Get(sim.HeaderPrefillCached))
+		pd.Transferred, _ = strconv.Atoi(resp.Header.Get(sim.HeaderTransferred))
+		res.PD = pd
 	}
 	// Server-sent events, one chunk per token: count them without
 	// decoding; an error chunk ends the stream.
@@ -644,6 +668,9 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 			}
 			if res.Tokens == 0 {
 				res.First = time.Since(start)
+				if onFirst != nil {
+					onFirst()
+				}
 			}
 			res.Tokens++
 		}
@@ -658,7 +685,7 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	if res.Err == nil && res.Tokens != r.MaxTokens {
 		res.Err = fmt.Errorf("request %d: %d tokens streamed, want %d", r.Seq, res.Tokens, r.MaxTokens)
 	}
-	return res
+	return resp.StatusCode
 }
 
 // warm opens a connection to every replica (a GET /health each, which no
