@@ -301,6 +301,10 @@ type Config struct {
 	// prompt_prefix for a trace, conversation otherwise.
 	PD    PD
 	PDKey string
+	// PDMinBodyBytes is the kvxds modes' prefill { min_body_bytes }: a
+	// request whose body is shorter is prefilled on its decode replica.
+	// Default 0, every request on a prefill replica.
+	PDMinBodyBytes int
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
@@ -444,6 +448,9 @@ func (c Config) Validate() error {
 				return err
 			}
 		}
+	}
+	if c.PDMinBodyBytes < 0 {
+		return fmt.Errorf("prefill min body bytes must not be negative, not %d", c.PDMinBodyBytes)
 	}
 	if c.PD != (PD{}) && !c.PD.On() {
 		return fmt.Errorf("a prefill/decode fleet needs at least one replica of each role, not %s", c.PD)

@@ -123,9 +123,12 @@ type PDPolicyOptions struct {
 	Prefill, Decode []string
 	// Key is the prefill pool's key block body ("header = ...",
 	// "prompt_prefix = 512").
-	Key       string
-	TimeScale float64
-	Scrape    time.Duration // wall
+	Key string
+	// MinBodyBytes is the prefill block's min_body_bytes (0: left out,
+	// its default).
+	MinBodyBytes int
+	TimeScale    float64
+	Scrape       time.Duration // wall
 	// Bare leaves the metrics, escape and weights blocks out of the kvxds
 	// modes' pools; NoHotKeys turns a hashed decode pool's hot keys off.
 	Bare, NoHotKeys bool
@@ -151,7 +154,11 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		return "", fmt.Errorf("mode %q does not run on a prefill/decode fleet", o.Mode)
 	}
 	if kvxds {
-		fmt.Fprintf(&b, "  prefill {\n    pool = %q\n  }\n", PrefillPoolName)
+		fmt.Fprintf(&b, "  prefill {\n    pool = %q\n", PrefillPoolName)
+		if o.MinBodyBytes > 0 {
+			fmt.Fprintf(&b, "    min_body_bytes = %d\n", o.MinBodyBytes)
+		}
+		b.WriteString("  }\n")
 	}
 	pdEndpoints(&b, "decode", o.Decode)
 	bounded := strings.HasPrefix(o.Key, "prompt_prefix") || strings.HasPrefix(o.Key, "conversation")
@@ -284,7 +291,7 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 		return nil, err
 	}
 	pol, err := PDPolicy(PDPolicyOptions{Mode: mode, Prefill: prefill, Decode: decode, Key: keyHCL,
-		TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
+		MinBodyBytes: c.PDMinBodyBytes, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
 	if err != nil {
 		return nil, err
 	}
