@@ -24,8 +24,8 @@ func (wr *WorkloadReport) pdMarkdownTable(w io.Writer) {
 	rr, okRR := wr.Mode(RoundRobin)
 	fmt.Fprintf(w, "| mode | prefill hit rate | × RR | TTFT p50 / p95 / p99 (client) | TPOT p50 / p95 | req/s | "+
 		"balance: prefill / decode | prefills: remote / local (no header, failed) | KV transferred per request (tokens) | "+
-		"prefill keys moved | failed | CPU cores (machine) | wall |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"prefill keys moved | failed | harness | CPU cores (machine) | wall |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range wr.Modes {
 		if m.PD == nil {
 			continue
@@ -35,17 +35,17 @@ func (wr *WorkloadReport) pdMarkdownTable(w io.Writer) {
 			vs = num(m.PD.PrefillHitRate/rr.PD.PrefillHitRate, 2) + "×"
 		}
 		if !m.Mode.Live() {
-			fmt.Fprintf(w, "| %s | %s | %s | – | – | – | – | – | – | – | – | – | – |\n", m.Mode, num(m.PD.PrefillHitRate, 3), vs)
+			fmt.Fprintf(w, "| %s | %s | %s | – | – | – | – | – | – | – | – | – | – | – |\n", m.Mode, num(m.PD.PrefillHitRate, 3), vs)
 			continue
 		}
 		p := m.PD
-		fmt.Fprintf(w, "| %s | %s | %s | %s / %s / %s | %s / %s | %s | %s / %s | %s / %s (%s, %s) | %s | %d / %d | %d | %s (%s) | %v |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %s / %s / %s | %s / %s | %s | %s / %s | %s / %s (%s, %s) | %s | %d / %d | %d | %s | %s (%s) | %v |\n",
 			m.Mode, num(p.PrefillHitRate, 3), vs,
 			secs(m.ClientTTFT.P50), secs(m.ClientTTFT.P95), secs(m.ClientTTFT.P99),
 			msecs(p.TPOT.P50), msecs(p.TPOT.P95), num(m.ReqPerSec, 1),
 			num(p.PrefillBalance, 2), num(p.DecodeBalance, 2),
 			num(p.Remote, 0), num(p.LocalNoHeader+p.LocalFailed, 0), num(p.LocalNoHeader, 0), num(p.LocalFailed, 0),
-			num(p.TransferredPerRequest, 0), p.PrefillSessionsMoved, p.PrefillSessions, m.Failed,
+			num(p.TransferredPerRequest, 0), p.PrefillSessionsMoved, p.PrefillSessions, m.Failed, secs(m.TTFTOverhead),
 			num(m.CPUCores, 2), num(m.MachineCores, 2), m.Wall.Round(100*time.Millisecond))
 	}
 	fmt.Fprintln(w)
@@ -55,7 +55,9 @@ func (wr *WorkloadReport) pdMarkdownTable(w io.Writer) {
 		"computes the reply). TPOT: (last − first token) / (tokens − 1) per request at the client. Balance: the busiest "+
 		"replica's mean queue depth over the role's mean. Prefills: the decode replicas' sim:pd_remote_prefills_total and "+
 		"sim:pd_local_prefills_total by reason. Prefill keys moved: keys (%s) whose remote prefills ran on more than one "+
-		"prefill replica, of those with at least two.\n\n", wr.PD.Prefill, wr.PDKey)
+		"prefill replica, of those with at least two. Harness: the mean of client TTFT minus the TTFT the decode replica reports "+
+		"(the prefill replica's, the transfer, the decode engine's wait and step): the load generator, the simulated Envoy and "+
+		"its Lua filters, and the HTTP calls.\n\n", wr.PD.Prefill, wr.PDKey)
 	if len(wr.Charts) > 0 {
 		fmt.Fprintf(w, "Charts: %s\n\n", strings.Join(wr.Charts, ", "))
 	}
