@@ -185,7 +185,7 @@ func TestPDEnvoy(t *testing.T) {
 	var md bytes.Buffer
 	(&Report{Config: c, Workloads: []WorkloadReport{*wr}}).Markdown(&md)
 	for _, want := range []string{"## chat, envoy data plane, prefill/decode 2:2", "| mode | prefill hit rate | × RR |",
-		"TPOT p50 / p95", "balance: prefill / decode", "prefills: remote / local (no header, failed)",
+		"TTFT p95 (replicas)", "TPOT p50 / p95", "balance: prefill / decode", "prefills: remote / local (no header, failed)",
 		"KV transferred per request", "| upper-bound |", "chat-envoy-pd2x2 | kvxds client TTFT p95 ≤ 0.5 × round_robin",
 		"kvxds TPOT p95 ≤ round_robin's"} {
 		if !strings.Contains(md.String(), want) {
@@ -201,7 +201,7 @@ func TestPDEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	col := slices.Index(rows[0], "prefill_hit_rate")
-	if len(rows) != 4 || col < 0 || rows[2][col] == "" || !slices.Contains(rows[0], "tpot_p95_s") {
+	if len(rows) != 4 || col < 0 || rows[2][col] == "" || !slices.Contains(rows[0], "tpot_p95_s") || !slices.Contains(rows[0], "replica_ttft_p95_s") {
 		t.Errorf("results.csv: %v", rows)
 	}
 	t.Logf("prefill hit rate %.3f (round robin %.3f), TTFT p95 %s (%s), TPOT p95 %s (%s), %d local of %d",
