@@ -31,10 +31,11 @@ import (
 //   - round_robin and least_request: the simulated Envoy balances the
 //     decode pool so (its load_balancing), and the load generator names
 //     the prefill replicas in turn (there is no key table to pick one).
-//   - kvxds: the policy of the README for P/D: the decode pool balances by
-//     least request with a prefill block naming the prefill pool, which
-//     hashes on the workload's key (PDKey); metrics, escape and weights at
-//     their documented defaults on both (unless Config.Bare). The
+//   - kvxds: the policy a user writes from the policy reference: the
+//     decode pool balances by least request with a prefill block naming
+//     the prefill pool, which hashes on the workload's key (PDKey);
+//     metrics, escape and weights at their documented defaults on both
+//     (unless Config.Bare). The
 //     simulated Envoy runs the decode listener's Lua filters (the prefill
 //     pool's body keys, then kvxds.prefill with the table from its route
 //     metadata) and sends the request on with the header they set.
@@ -223,7 +224,7 @@ func runPDWorkload(ctx context.Context, c Config, name string) (*WorkloadReport,
 	if c.Progress != nil {
 		fmt.Fprintf(c.Progress, "%s: %d requests over %v simulated at %.2f req/s (load %.2f of %d × %.2f req/s) on %d prefill and %d decode replicas, "+
 			"prefill key %s (%d distinct), %d KV blocks per replica, time scale %g\n",
-			name, len(p.Requests), p.Duration, p.Rate, p.Load, c.Replicas, p.Capacity, c.PD.Prefill, c.PD.Decode,
+			name, len(p.Requests), p.Duration.Round(time.Second), p.Rate, p.Load, c.Replicas, p.Capacity, c.PD.Prefill, c.PD.Decode,
 			keyLabel, q.Sessions, p.KVBlocks, p.TimeScale)
 	}
 	wr := &WorkloadReport{Name: p.Name, DataPlane: c.DataPlane, Replicas: c.Replicas, Load: p.Load, Rate: p.Rate, Capacity: p.Capacity,

@@ -20,7 +20,7 @@ func (wr *WorkloadReport) pdMarkdownTable(w io.Writer) {
 		"mean prompt %.0f tokens, mean output %.0f tokens; %v simulated at time scale %g; %d KV blocks per replica (%s); "+
 		"first %d requests are warm-up.\n\n",
 		wr.PD.Prefill, wr.PD.Decode, sim.DefaultConfig().TransferPerToken, wr.Load, wr.Replicas, wr.Rate, wr.Capacity,
-		wr.Requests, wr.Sessions, wr.PDKey, wr.MeanPrompt, wr.MeanOutput, wr.Duration, wr.TimeScale, wr.KVBlocks, wr.KVWhy, wr.Warmup)
+		wr.Requests, wr.Sessions, wr.PDKey, wr.MeanPrompt, wr.MeanOutput, wr.Duration.Round(time.Second), wr.TimeScale, wr.KVBlocks, wr.KVWhy, wr.Warmup)
 	rr, okRR := wr.Mode(RoundRobin)
 	fmt.Fprintf(w, "| mode | prefill hit rate | × RR | TTFT p50 / p95 / p99 (client) | TTFT p95 (replicas) | TPOT p50 / p95 | req/s | "+
 		"balance: prefill / decode | prefills: remote / local (no header, failed) | KV transferred per request (tokens) | "+
