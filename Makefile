@@ -95,11 +95,14 @@ demo:
 # beside the session header and the approximate-index routers (after
 # SGLang's cache_aware and llm-d's default profile), on the
 # stateless workloads and both Mooncake samples (bench-out/nosession/).
+# Then prefill/decode: chat, agent loops, retrieval and the Mooncake trace
+# on 4 prefill and 4 decode replicas behind Envoy (bench-out/pd/).
 # Every kvxds mode carries the metrics, escape and weights blocks at their
 # documented defaults; --bare runs them as pure consistent hashing.
 MOONCAKE := test/bench/testdata/mooncake_conversation_trace.jsonl.gz
 MOONCAKE_SAMPLE := test/bench/testdata/mooncake_conversation_trace.sample.jsonl
 NOSESSION_MODES := round_robin,least_request,kvxds,kvxds+prefix,kvxds+conversation,index,index-llmd,upper-bound
+PD_MODES := round_robin,least_request,kvxds,kvxds+hashed-decode,index,upper-bound
 bench: microbench clusterbench adsbench
 	$(GO) build -o bin/kvxds-bench ./cmd/kvxds-bench
 	./bin/kvxds-bench --workload all --modes all --replicas 8 --load 0.7 --out bench-out
@@ -116,6 +119,9 @@ bench: microbench clusterbench adsbench
 	./bin/kvxds-bench --workload chat,chat-stateless,branching,agent-stateless,retrieval,system-prompt --modes $(NOSESSION_MODES) --replicas 8 --load 0.7 --out bench-out/nosession
 	./bin/kvxds-bench --trace $(MOONCAKE_SAMPLE) --modes $(NOSESSION_MODES) --prefix-blocks 1,4 --replicas 8 --load 0.7 --out bench-out/nosession/trace-sample
 	./bin/kvxds-bench --trace $(MOONCAKE) --modes $(NOSESSION_MODES) --prefix-blocks 4 --time-scale 5 --replicas 8 --load 0.7 --out bench-out/nosession/trace
+	./bin/kvxds-bench --workload chat,agent-stateless --pd 4:4 --modes $(PD_MODES) --load 0.7 --clients 2 --out bench-out/pd
+	./bin/kvxds-bench --workload retrieval --pd 4:4 --pd-key prompt_prefix --prompt-prefix 2048 --modes $(PD_MODES) --load 0.7 --clients 2 --out bench-out/pd/retrieval
+	./bin/kvxds-bench --trace $(MOONCAKE) --pd 4:4 --prefix-blocks 4 --time-scale 10 --modes $(PD_MODES) --load 0.7 --clients 2 --out bench-out/pd/trace
 
 # Rewrite every golden file from the current code.
 # (The Envoy table measurements rewrite theirs with

@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		duration   = fs.Duration("duration", 0, "simulated length of each request stream (0: wall-per-mode × time scale)")
 		wall       = fs.Duration("wall-per-mode", 16*time.Second, "target wall time of one mode when --duration is 0")
 		seed       = fs.Uint64("seed", 1, "workload seed")
-		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and, run only when named, kvxds+groups (the busiest session key in a tenant group) and kvxds+bounded (kvxds with --balance-factor; envoy data plane only) and kvxds+prefix (kvxds keyed on the body's prompt_prefix of --prompt-prefix bytes; of a trace, of each of --prefix-blocks) and kvxds+conversation (kvxds keyed on the body's leading messages, key { conversation = true }) and index (an approximate prefix-index router after SGLang's cache_aware policy, dialling the replicas directly) and index-llmd (a prefix-index router after llm-d's default profile: prefix-cache, queue and KV-utilisation scorers, max-score picker) and kvxds+adapters (kvxds with an adapters block: each LoRA adapter on replicas of its own, within --max-lora slots) and index-llmd+lora (index-llmd plus llm-d's lora-affinity scorer on the replicas' vllm:lora_requests_info)")
+		modes      = fs.String("modes", "all", "comma-separated modes: round_robin, least_request, kvxds, kvxds+weights, upper-bound, or all; and, run only when named, kvxds+groups (the busiest session key in a tenant group) and kvxds+bounded (kvxds with --balance-factor; envoy data plane only) and kvxds+prefix (kvxds keyed on the body's prompt_prefix of --prompt-prefix bytes; of a trace, of each of --prefix-blocks) and kvxds+conversation (kvxds keyed on the body's leading messages, key { conversation = true }) and index (an approximate prefix-index router after SGLang's cache_aware policy, dialling the replicas directly) and index-llmd (a prefix-index router after llm-d's default profile: prefix-cache, queue and KV-utilisation scorers, max-score picker) and kvxds+adapters (kvxds with an adapters block: each LoRA adapter on replicas of its own, within --max-lora slots) and index-llmd+lora (index-llmd plus llm-d's lora-affinity scorer on the replicas' vllm:lora_requests_info) and, with --pd, kvxds+hashed-decode (the decode pool hashed on the prefill key too)")
 		groupReps  = fs.Int("group-replicas", 2, "kvxds+groups: replicas of the busiest session key's group")
 		groupLvls  = fs.Int("group-weight-levels", 3, "kvxds+groups: weight levels N (weights MIN to MIN+N-1, at most one move per replica every 10 simulated seconds); 1 keeps kvxds+weights' weights")
 		groupMin   = fs.Int("group-weight-min", 2, "kvxds+groups: the lowest weight (MIN)")
@@ -86,6 +86,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		promptPfx  = fs.Int("prompt-prefix", 512, "kvxds+prefix: the prompt_prefix key's length in bytes of the chat body's messages")
 		maxLoRA    = fs.Int("max-lora", 4, "LoRA adapter slots of every simulated replica (vLLM --max-loras, reported in vllm:lora_requests_info) and kvxds+adapters' max_lora")
 		adapterLd  = fs.Duration("adapter-load", 0, "engine time of one LoRA adapter swap-in (0: the simulator's default)")
+		pdFleet    = fs.String("pd", "", "P:D: run every workload on a prefill/decode fleet of P prefill and D decode replicas (in place of --replicas; the load is a fraction of P+D colocated replicas' capacity), on the envoy data plane, under round_robin, least_request, kvxds, index and upper-bound (and kvxds+hashed-decode when named); needs luajit")
+		pdKey      = fs.String("pd-key", "", "with --pd: the prefill pool's key: session (x-session-id), conversation, prompt_prefix (--prompt-prefix bytes; of a trace, the first --prefix-blocks); default session where the requests carry one, prompt_prefix for a trace, else conversation")
+		pdMinBody  = fs.Int("pd-min-body", 0, "with --pd: the kvxds modes' prefill { min_body_bytes }: shorter request bodies prefill on their decode replica (0: every request on a prefill replica)")
 		balance    = fs.Int("balance-factor", 150, "kvxds+bounded, and the body-keyed modes on Envoy (whose default is 150): the hash block's balance_factor (Envoy's hash_balance_factor, percent)")
 		workloads  []string
 		prefixes   []int
@@ -118,6 +121,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if *modes == "all" {
 			*modes = "round_robin,kvxds,upper-bound"
+		}
+	}
+	var pd bench.PD
+	if *pdFleet != "" {
+		var err error
+		if pd, err = bench.ParsePD(*pdFleet); err != nil {
+			return fmt.Errorf("--pd: %w", err)
+		}
+		// Every kvxds mode runs the decode listener's Lua filters.
+		if _, err := bench.LuaJIT(); err != nil {
+			return fmt.Errorf("--pd: %w", err)
+		}
+		if *modes == "all" {
+			*modes = "round_robin,least_request,kvxds,index,upper-bound"
+		}
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "data-plane" })
+		if !explicit {
+			*dataPlane = string(bench.Envoy)
 		}
 	}
 	ms, err := bench.ParseModes(*modes)
@@ -191,6 +213,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		AdapterLoad:       *adapterLd,
 		PrefixBlocks:      prefixes,
 		PromptPrefix:      *promptPfx,
+		PD:                pd,
+		PDKey:             *pdKey,
+		PDMinBodyBytes:    *pdMinBody,
 		Out:               *out,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.LevelFromString(*logLevel),
 			Output: logFile, TimeFormat: "15:04:05.000"}),

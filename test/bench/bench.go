@@ -156,6 +156,10 @@ type WorkloadReport struct {
 	// Rolling holds the rolling workload's results (its Modes are empty);
 	// nil for the other workloads.
 	Rolling *RollingReport
+	// PD is the prefill/decode fleet the workload ran on (Config.PD;
+	// zero: colocated replicas), PDKey the prefill pool's key.
+	PD    PD
+	PDKey string
 }
 
 // Report is a whole benchmark run.
@@ -169,9 +173,9 @@ type Report struct {
 // "chat-envoy".
 func (w *WorkloadReport) label() string {
 	if w.DataPlane == "" || w.DataPlane == GRPCGo {
-		return w.Name
+		return w.Name + pdLabel(w.PD)
 	}
-	return w.Name + "-" + string(w.DataPlane)
+	return w.Name + "-" + string(w.DataPlane) + pdLabel(w.PD)
 }
 
 // Mode returns the result of mode m, if it ran.
@@ -207,6 +211,14 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 				}
 				continue
 			}
+			if c.PD.On() && dp != Envoy {
+				// A gRPC client learns no prefill replica to name: see
+				// runPDWorkload.
+				if c.Progress != nil {
+					fmt.Fprintf(c.Progress, "%s: a prefill/decode fleet runs on the envoy data plane only; skipped on %s\n", name, dp)
+				}
+				continue
+			}
 			c.DataPlane = dp
 			wr, err := RunWorkload(ctx, c, name)
 			if err != nil {
@@ -233,7 +245,13 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 // RunWorkload runs one workload under every mode of a defaulted Config.
 func RunWorkload(ctx context.Context, c Config, name string) (*WorkloadReport, error) {
 	if name == RollingName {
+		if c.PD.On() {
+			return nil, fmt.Errorf("%s does not run on a prefill/decode fleet", RollingName)
+		}
 		return runRollingWorkload(ctx, c)
+	}
+	if c.PD.On() {
+		return runPDWorkload(ctx, c, name)
 	}
 	if name == TraceName && c.Trace != "" {
 		return runTraceWorkload(ctx, c)
@@ -377,6 +395,15 @@ func Targets(w *WorkloadReport) []Target {
 	var out []Target
 	add := func(goal, measured string, met bool) {
 		out = append(out, Target{Workload: w.label(), Goal: goal, Measured: measured, Met: met})
+	}
+	if w.PD.On() {
+		pdTargets(w, add)
+		failed := 0
+		for _, m := range w.Modes {
+			failed += m.Failed
+		}
+		add("no failed request", fmt.Sprintf("%d failed", failed), failed == 0)
+		return out
 	}
 	rr, okRR := w.Mode(RoundRobin)
 	kv, okKV := w.Mode(KVXDS)

@@ -35,9 +35,17 @@ func WriteCharts(dir string, wr *WorkloadReport) ([]string, error) {
 	var hits []float64
 	var tnames []string
 	var p95 []float64
+	title := ": prefix-cache hit rate (engine counters)"
+	if wr.PD.On() {
+		title = ": prefill hit rate (decode replicas' headers)"
+	}
 	for _, m := range wr.Modes {
 		names = append(names, string(m.Mode))
-		hits = append(hits, m.HitRate)
+		if m.PD != nil {
+			hits = append(hits, m.PD.PrefillHitRate)
+		} else {
+			hits = append(hits, m.HitRate)
+		}
 		if m.Mode.Live() && !math.IsNaN(m.ClientTTFT.P95) {
 			tnames = append(tnames, string(m.Mode))
 			p95 = append(p95, m.ClientTTFT.P95)
@@ -45,7 +53,7 @@ func WriteCharts(dir string, wr *WorkloadReport) ([]string, error) {
 	}
 	if len(names) > 0 {
 		path := filepath.Join(dir, wr.label()+"-hit-rate.png")
-		if err := barChart(path, wr.label()+": prefix-cache hit rate (engine counters)", "hit rate", names, hits, "%.2f"); err != nil {
+		if err := barChart(path, wr.label()+title, "hit rate", names, hits, "%.2f"); err != nil {
 			return nil, err
 		}
 		paths = append(paths, path)

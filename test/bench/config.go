@@ -79,6 +79,11 @@ const (
 	// vllm:lora_requests_info. It runs only when asked for
 	// (OptionalModes).
 	IndexLLMDLoRA Mode = "index-llmd+lora"
+	// KVXDSHashedDecode is, on a prefill/decode fleet (Config.PD), kvxds
+	// with the decode pool hashed on the prefill pool's key too, instead
+	// of least request. It runs only when asked for (OptionalModes), and
+	// only on a P/D fleet.
+	KVXDSHashedDecode Mode = "kvxds+hashed-decode"
 	// UpperBound is computed offline: the same prompts in arrival order
 	// through one prefix cache as large as the whole fleet's.
 	UpperBound Mode = "upper-bound"
@@ -91,7 +96,8 @@ func AllModes() []Mode {
 
 // OptionalModes are the modes that run only when named.
 func OptionalModes() []Mode {
-	return []Mode{KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, KVXDSAdapters, Index, IndexLLMD, IndexLLMDLoRA}
+	return []Mode{KVXDSGroups, KVXDSBounded, KVXDSPrefix, KVXDSConversation, KVXDSAdapters, Index, IndexLLMD, IndexLLMDLoRA,
+		KVXDSHashedDecode}
 }
 
 // Live reports whether the mode runs traffic (every mode but UpperBound).
@@ -284,6 +290,21 @@ type Config struct {
 	// BalanceFactor is KVXDSBounded's balance_factor (percent). Default
 	// 150, the default kvxds gives a pool with a prompt_prefix key.
 	BalanceFactor int
+	// PD, if set, runs every workload on a prefill/decode fleet of
+	// PD.Prefill replicas of sim.RolePrefill and PD.Decode of
+	// sim.RoleDecode instead of Replicas (which it sets to their sum: the
+	// load is a fraction of as many colocated replicas' capacity), on the
+	// Envoy data plane only; see runPDWorkload. PDKey is the prefill
+	// pool's key there: "session" (x-session-id), "conversation", or
+	// "prompt_prefix" (PromptPrefix bytes, or of a trace the first of
+	// PrefixBlocks); empty picks session where the requests carry one,
+	// prompt_prefix for a trace, conversation otherwise.
+	PD    PD
+	PDKey string
+	// PDMinBodyBytes is the kvxds modes' prefill { min_body_bytes }: a
+	// request whose body is shorter is prefilled on its decode replica.
+	// Default 0, every request on a prefill replica.
+	PDMinBodyBytes int
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
@@ -322,6 +343,12 @@ func (c Config) Defaults() Config {
 	}
 	if len(c.Workloads) == 0 {
 		c.Workloads = workload.Names()
+	}
+	if c.PD.On() {
+		c.Replicas = c.PD.Prefill + c.PD.Decode
+		if len(c.DataPlanes) == 0 {
+			c.DataPlanes = []DataPlane{Envoy}
+		}
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 8
@@ -421,6 +448,17 @@ func (c Config) Validate() error {
 				return err
 			}
 		}
+	}
+	if c.PDMinBodyBytes < 0 {
+		return fmt.Errorf("prefill min body bytes must not be negative, not %d", c.PDMinBodyBytes)
+	}
+	if c.PD != (PD{}) && !c.PD.On() {
+		return fmt.Errorf("a prefill/decode fleet needs at least one replica of each role, not %s", c.PD)
+	}
+	switch c.PDKey {
+	case "", PDKeySession, PDKeyConversation, PDKeyPromptPrefix:
+	default:
+		return fmt.Errorf("unknown prefill key %q; known: %s, %s, %s", c.PDKey, PDKeySession, PDKeyConversation, PDKeyPromptPrefix)
 	}
 	switch {
 	case c.Replicas < 1:

@@ -260,5 +260,18 @@
 // adds the hit rate over time per variant (a chart marking the roll and
 // each replacement) and rolling.csv.
 //
+// # Prefill/decode disaggregation
+//
+// With Config.PD (--pd P:D), every workload runs instead on P replicas of
+// sim.RolePrefill and D of sim.RoleDecode, on the Envoy data plane only:
+// each request goes to a decode replica naming its prefill replica in
+// x-prefiller-host-port, and the decode replica prefills it there, receives
+// the KV and decodes (see pd.go for the modes). The simulated Envoy runs
+// every Lua filter of the decode pool's listener, the prefill key and
+// prefill filters among them, with the table kvxds serves in the route's
+// metadata. The report gives the prefill side's hit rate, TTFT and TPOT at
+// the client, each role's balance, local prefills and transferred KV
+// (PDResult).
+//
 // The ring hash uses RingSize entries.
 package bench

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -29,6 +30,7 @@ import (
 	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvxds/kvxds/test/adsenvoy"
 	"github.com/kvxds/kvxds/test/sim"
@@ -105,12 +107,12 @@ type envoyClient struct {
 }
 
 // envoyState is what one set of resources gives: the router, the route
-// configuration of the pool's listener, its Lua source, and every
-// cluster's hosts and balancer kind.
+// configuration of the pool's listener, its Lua filters in chain order,
+// and every cluster's hosts and balancer kind.
 type envoyState struct {
 	router    *envoylb.Router
 	routeName string
-	luaSource string
+	lua       []luaSpec
 	clusters  map[string]*envoyCluster
 	// accessLogs are the listener's gRPC access loggers.
 	accessLogs []*grpcalsv3.HttpGrpcAccessLogConfig
@@ -282,15 +284,23 @@ func buildEnvoyState(r adsenvoy.Resources, prev *envoylb.Router) (*envoyState, e
 				return nil, err
 			}
 			if lf, ok := m.(*luav3.Lua); ok {
-				st.luaSource = lf.GetDefaultSourceCode().GetInlineString()
+				st.lua = append(st.lua, luaSpec{name: f.GetName(), source: lf.GetDefaultSourceCode().GetInlineString()})
 			}
 		}
 	}
 	if st.routeName == "" {
 		return nil, errors.New("no listener for the pool yet")
 	}
-	if !slices.ContainsFunc(r.Routes, func(rc *routev3.RouteConfiguration) bool { return rc.GetName() == st.routeName }) {
+	i := slices.IndexFunc(r.Routes, func(rc *routev3.RouteConfiguration) bool { return rc.GetName() == st.routeName })
+	if i < 0 {
 		return nil, fmt.Errorf("no route configuration %s yet", st.routeName)
+	}
+	for j := range st.lua {
+		md, err := routeFilterMetadata(r.Routes[i], st.lua[j].name)
+		if err != nil {
+			return nil, err
+		}
+		st.lua[j].metadata = md
 	}
 	byName := map[string]*endpointv3.ClusterLoadAssignment{}
 	for _, cla := range r.Assignments {
@@ -415,12 +425,12 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	e.mu.Lock()
 	st := e.state
 	var lua *luaFilter
-	if st != nil && st.luaSource != "" {
-		if e.lua == nil || e.lua.source != st.luaSource {
+	if st != nil && len(st.lua) > 0 {
+		if e.lua == nil || !e.lua.runs(st.lua) {
 			if e.lua != nil {
 				e.lua.close()
 			}
-			if e.lua, err = startLua(st.luaSource); err != nil {
+			if e.lua, err = startLua(st.lua); err != nil {
 				e.mu.Unlock()
 				return r, err
 			}
@@ -432,11 +442,11 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 		return r, errors.New("envoy has no configuration")
 	}
 	if lua != nil {
-		set, err := lua.run(body)
-		if err != nil {
+		// The filters see the client's headers and the body, and leave
+		// the headers the router and the upstream see.
+		if hdrs, err = lua.run(st.lua, hdrs, body); err != nil {
 			return r, err
 		}
-		hdrs = append(hdrs, set...)
 	}
 	req := &envoylb.Request{Path: "/v1/completions", Headers: hdrs}
 
@@ -565,10 +575,9 @@ func completionsBody(r *Request) []byte {
 // filters read the chat body a client sends (KeyBody); with bodyKeyed
 // they key on it and no x-session-id goes out. The engine is sent the
 // completions body either way, so that it sees the same tokens in every
-// mode.
-func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bodyKeyed bool) reqResult {
+// mode. extra are more headers the client sends.
+func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bodyKeyed bool, extra ...[2]string) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
-	body := completionsBody(r)
 	var hdrs [][2]string
 	// The filters read the chat body a chat client sends, which carries
 	// the body keys and the spread sub-key.
@@ -576,16 +585,16 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	if !bodyKeyed && r.Session != "" {
 		hdrs = append(hdrs, [2]string{SessionHeader, r.Session})
 	}
+	hdrs = append(hdrs, extra...)
 	rt, err := e.routeRequest(hdrs, routed)
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
 		return res
 	}
 	defer rt.release()
-	addr := rt.addr
 	began := time.Now()
 	entry := adsenvoy.Logged{Headers: rt.headers, Method: http.MethodPost, Path: "/v1/completions",
-		Upstream: addr, Cluster: rt.cluster, Start: began}
+		Upstream: rt.addr, Cluster: rt.cluster, Start: began}
 	// Envoy logs each request once it completes, whatever its outcome.
 	defer func() {
 		entry.LastDownstreamByte = time.Since(began)
@@ -593,32 +602,59 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 			l.Log(entry)
 		}
 	}()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(body))
+	// Envoy forwards the headers its filters left, the prefill header
+	// among them.
+	var headersAt time.Time
+	entry.Code = streamCompletion(ctx, e.hc, rt.addr, rt.headers, r, start, &res, func() { headersAt = time.Now() }, nil)
+	if !headersAt.IsZero() {
+		entry.FirstUpstreamByte = headersAt.Sub(began)
+	}
+	return res
+}
+
+// streamCompletion posts r's completions body with headers hdrs to the
+// replica at addr and streams the reply into res, whose Sent is set; it
+// returns the response's status (0 without one). onHeaders, if set, is
+// called when the response's headers arrive, onFirst at its first token.
+// A decode replica's prefill accounting (sim.HeaderPrefillPrompt and the
+// rest) goes into res.PD.
+func streamCompletion(ctx context.Context, hc *http.Client, addr string, hdrs [][2]string, r *Request, start time.Time,
+	res *reqResult, onHeaders, onFirst func()) int {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(completionsBody(r)))
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
-		return res
+		return 0
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	for _, h := range hdrs {
 		hreq.Header.Set(h[0], h[1])
 	}
-	resp, err := e.hc.Do(hreq)
+	resp, err := hc.Do(hreq)
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
-		return res
+		return 0
 	}
 	defer resp.Body.Close()
-	entry.Code, entry.FirstUpstreamByte = resp.StatusCode, time.Since(began)
+	if onHeaders != nil {
+		onHeaders()
+	}
 	res.Replica = resp.Header.Get(sim.HeaderReplicaID)
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		res.Err, res.Done = fmt.Errorf("%s from %s: %s", resp.Status, addr, bytes.TrimSpace(msg)), time.Since(start)
-		return res
+		return resp.StatusCode
 	}
 	res.PromptTokens, _ = strconv.Atoi(resp.Header.Get(sim.HeaderPromptTokens))
 	res.CachedTokens, _ = strconv.Atoi(resp.Header.Get(sim.HeaderCachedTokens))
 	if f, err := strconv.ParseFloat(resp.Header.Get(sim.HeaderTTFT), 64); err == nil {
 		res.EngineTTFT = f
+	}
+	if v := resp.Header.Get(sim.HeaderPrefillPrompt); v != "" {
+		pd := &pdAccount{Replica: resp.Header.Get(sim.HeaderPrefillReplica)}
+		pd.Prompt, _ = strconv.Atoi(v)
+		pd.Cached, _ = strconv.Atoi(resp.Header.Get(sim.HeaderPrefillCached))
+		pd.Transferred, _ = strconv.Atoi(resp.Header.Get(sim.HeaderTransferred))
+		res.PD = pd
 	}
 	// Server-sent events, one chunk per token: count them without
 	// decoding; an error chunk ends the stream.
@@ -632,6 +668,9 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 			}
 			if res.Tokens == 0 {
 				res.First = time.Since(start)
+				if onFirst != nil {
+					onFirst()
+				}
 			}
 			res.Tokens++
 		}
@@ -646,7 +685,7 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	if res.Err == nil && res.Tokens != r.MaxTokens {
 		res.Err = fmt.Errorf("request %d: %d tokens streamed, want %d", r.Seq, res.Tokens, r.MaxTokens)
 	}
-	return res
+	return resp.StatusCode
 }
 
 // warm opens a connection to every replica (a GET /health each, which no
@@ -667,61 +706,192 @@ func (e *envoyClient) warm(ctx context.Context, addrs []string) error {
 	return nil
 }
 
-// luaFilter is a LuaJIT process running a pool's generated Lua filter
-// with a stand-in for Envoy's request handle: it is fed request bodies
-// and answers the headers the filter set. One request at a time.
-type luaFilter struct {
-	source string
-	dir    string
-	cmd    *exec.Cmd
-	in     *bufio.Writer
-	stdin  io.Closer
-	out    *bufio.Reader
-	mu     sync.Mutex
-	broken atomic.Bool
+// luaSpec is one Lua filter of the pool's listener: its name (the route
+// metadata namespace handle:metadata() reads), its source, and its
+// metadata on the pool's routes as a Lua table constructor ("{}" when
+// the routes carry none).
+type luaSpec struct {
+	name, source string
+	metadata     string
 }
 
-// luaDriver loads the filter, then per request reads a line with the
-// body's length and the body, runs envoy_on_request as Envoy's Lua
-// filter would (content-length declared, body buffered), and prints the
-// x-kvxds-* headers it set as name=value, tab-separated, on one line.
+// routeFilterMetadata is the filter metadata of namespace name on the
+// routes of rc, as a Lua table constructor. Envoy's handle:metadata()
+// reads the metadata of the route the request matched; the simulated
+// Envoy runs its filters before routing, so it accepts only route
+// configurations whose routes all carry the same metadata there (kvxds
+// puts a decode pool's prefill table in every route of the pool).
+func routeFilterMetadata(rc *routev3.RouteConfiguration, name string) (string, error) {
+	var out *structpb.Struct
+	first := true
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, rt := range vh.GetRoutes() {
+			md := rt.GetMetadata().GetFilterMetadata()[name]
+			if first {
+				out, first = md, false
+				continue
+			}
+			if !proto.Equal(md, out) {
+				return "", fmt.Errorf("route configuration %s: the routes carry different %s metadata; the simulated Envoy runs its filters before it routes", rc.GetName(), name)
+			}
+		}
+	}
+	var b strings.Builder
+	luaValue(&b, structpb.NewStructValue(out))
+	return b.String(), nil
+}
+
+// luaValue writes v as a Lua expression, as Envoy hands metadata to a Lua
+// filter: structs as tables keyed by field (sorted, so equal metadata
+// writes equal text), lists as sequences, null as nil.
+func luaValue(b *strings.Builder, v *structpb.Value) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		luaQuote(b, k.StringValue)
+	case *structpb.Value_NumberValue:
+		b.WriteString(strconv.FormatFloat(k.NumberValue, 'g', -1, 64))
+	case *structpb.Value_BoolValue:
+		b.WriteString(strconv.FormatBool(k.BoolValue))
+	case *structpb.Value_ListValue:
+		b.WriteByte('{')
+		for i, e := range k.ListValue.GetValues() {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			luaValue(b, e)
+		}
+		b.WriteByte('}')
+	case *structpb.Value_StructValue:
+		fields := k.StructValue.GetFields()
+		names := slices.Sorted(maps.Keys(fields))
+		b.WriteByte('{')
+		for i, n := range names {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('[')
+			luaQuote(b, n)
+			b.WriteString("]=")
+			luaValue(b, fields[n])
+		}
+		b.WriteByte('}')
+	default:
+		b.WriteString("nil")
+	}
+}
+
+// luaQuote writes s as a Lua 5.1 string literal: printable ASCII as it
+// is, every other byte, quote and backslash as a three-digit decimal
+// escape.
+func luaQuote(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f && c != '"' && c != '\\' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(b, "\\%03d", c)
+	}
+	b.WriteByte('"')
+}
+
+// luaFilter is a LuaJIT process running a listener's Lua filters, each
+// in an environment of its own as Envoy gives each filter config its own
+// Lua state, with a stand-in for Envoy's request handle: it is fed each
+// request's headers and body, runs the filters' envoy_on_request in chain
+// order, and answers the headers they leave. One request at a time.
+type luaFilter struct {
+	sources []string // the filters' sources, in chain order
+	dir     string
+	cmd     *exec.Cmd
+	in      *bufio.Writer
+	stdin   io.Closer
+	out     *bufio.Reader
+	mu      sync.Mutex
+	// metadata is the route metadata each filter was last sent.
+	metadata []string
+	broken   atomic.Bool
+}
+
+// luaDriver loads each filter named on its command line (a file per
+// filter) into an environment of its own. It then reads commands from
+// stdin:
+//
+//	M <filter> <bytes>\n<Lua expression>   the filter's route metadata
+//	R <headers> <bytes>\n<name\tvalue\n>...<body>   a request
+//
+// For a request it runs every filter's envoy_on_request as Envoy's Lua
+// filter would (content-length declared, body buffered, the route's
+// metadata under the filter's name), and prints the headers left, but
+// pseudo-headers and content-length, as name=value, tab-separated, sorted,
+// on one line.
 const luaDriver = `
-dofile(arg[1])
+local filters = {}
+for i = 1, #arg do
+  local chunk = assert(loadfile(arg[i]))
+  local env = setmetatable({}, {__index = _G})
+  setfenv(chunk, env)
+  chunk()
+  filters[i] = {env = env, md = {}}
+end
 local out = io.stdout
 out:setvbuf("full")
 while true do
   local line = io.read("*l")
   if line == nil then break end
-  local n = tonumber(line)
-  local s = ""
-  if n > 0 then s = io.read(n) end
-  local t = {[":method"] = "POST", ["content-length"] = tostring(n)}
-  local headers = {}
-  function headers:get(name) return t[name] end
-  function headers:replace(name, value) t[name] = tostring(value) end
-  function headers:remove(name) t[name] = nil end
-  local body = {}
-  function body:length() return #s end
-  function body:getBytes(i, k)
-    if i < 0 or k < 0 or i + k > #s then error("index/length out of range") end
-    return string.sub(s, i + 1, i + k)
+  local cmd, a, b = string.match(line, "^(%a) (%d+) (%d+)$")
+  a, b = tonumber(a), tonumber(b)
+  if cmd == "M" then
+    local s = io.read(b)
+    filters[a + 1].md = assert(loadstring("return " .. s))() or {}
+  elseif cmd == "R" then
+    local t = {}
+    for _ = 1, a do
+      local h = io.read("*l")
+      local k, v = string.match(h, "^([^\t]*)\t(.*)$")
+      t[string.lower(k)] = v
+    end
+    local s = ""
+    if b > 0 then s = io.read(b) end
+    t[":method"] = "POST"
+    t["content-length"] = tostring(b)
+    local headers = {}
+    function headers:get(name) return t[name] end
+    function headers:replace(name, value) t[name] = tostring(value) end
+    function headers:add(name, value) if t[name] == nil then t[name] = tostring(value) end end
+    function headers:remove(name) t[name] = nil end
+    local body = {}
+    function body:length() return #s end
+    function body:getBytes(i, k)
+      if i < 0 or k < 0 or i + k > #s then error("index/length out of range") end
+      return string.sub(s, i + 1, i + k)
+    end
+    for _, f in ipairs(filters) do
+      local md = {}
+      function md:get(key) return f.md[key] end
+      local handle = {}
+      function handle:headers() return headers end
+      function handle:body() if #s == 0 then return nil end return body end
+      function handle:metadata() return md end
+      function handle:logWarn(msg) end
+      f.env.envoy_on_request(handle)
+    end
+    local set = {}
+    for k, v in pairs(t) do
+      if string.sub(k, 1, 1) ~= ":" and k ~= "content-length" then set[#set + 1] = k .. "=" .. v end
+    end
+    table.sort(set)
+    out:write(table.concat(set, "\t"), "\n")
+    out:flush()
+  else
+    error("bad command: " .. line)
   end
-  local handle = {}
-  function handle:headers() return headers end
-  function handle:body() if #s == 0 then return nil end return body end
-  function handle:logWarn(msg) end
-  envoy_on_request(handle)
-  local set = {}
-  for k, v in pairs(t) do
-    if string.sub(k, 1, 8) == "x-kvxds-" then set[#set + 1] = k .. "=" .. v end
-  end
-  table.sort(set)
-  out:write(table.concat(set, "\t"), "\n")
-  out:flush()
 end
 `
 
-func startLua(source string) (*luaFilter, error) {
+// startLua starts LuaJIT on the filters fs.
+func startLua(fs []luaSpec) (*luaFilter, error) {
 	bin, err := LuaJIT()
 	if err != nil {
 		return nil, err
@@ -730,16 +900,23 @@ func startLua(source string) (*luaFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	script, driver := filepath.Join(dir, "filter.lua"), filepath.Join(dir, "driver.lua")
-	if err := os.WriteFile(script, []byte(source), 0o644); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+	driver := filepath.Join(dir, "driver.lua")
+	args := []string{driver}
+	l := &luaFilter{dir: dir, metadata: make([]string, len(fs))}
+	for i, f := range fs {
+		script := filepath.Join(dir, fmt.Sprintf("filter-%d.lua", i))
+		if err := os.WriteFile(script, []byte(f.source), 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		args = append(args, script)
+		l.sources = append(l.sources, f.source)
 	}
 	if err := os.WriteFile(driver, []byte(luaDriver), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(bin, driver, script)
+	cmd := exec.Command(bin, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		os.RemoveAll(dir)
@@ -755,18 +932,49 @@ func startLua(source string) (*luaFilter, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &luaFilter{source: source, dir: dir, cmd: cmd, in: bufio.NewWriterSize(stdin, 64<<10), stdin: stdin,
-		out: bufio.NewReader(stdout)}, nil
+	l.cmd, l.stdin = cmd, stdin
+	l.in, l.out = bufio.NewWriterSize(stdin, 64<<10), bufio.NewReader(stdout)
+	return l, nil
 }
 
-// run is the headers the filter sets for a request with this body.
-func (l *luaFilter) run(body []byte) ([][2]string, error) {
+// runs reports whether l runs exactly the filters fs (their metadata may
+// differ: run sends it).
+func (l *luaFilter) runs(fs []luaSpec) bool {
+	if len(fs) != len(l.sources) {
+		return false
+	}
+	for i, f := range fs {
+		if f.source != l.sources[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// run is the headers the filters fs (those l runs, with the metadata of
+// the newest routes) leave on a request with headers hdrs and this body.
+func (l *luaFilter) run(fs []luaSpec, hdrs [][2]string, body []byte) ([][2]string, error) {
+	for _, h := range hdrs {
+		if strings.ContainsAny(h[0], "\t\n\r=") || strings.ContainsAny(h[1], "\t\n\r") {
+			return nil, fmt.Errorf("header %q: the simulated Envoy's filters take no tab, newline or '=' in a name", h[0])
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.broken.Load() {
 		return nil, errors.New("the Lua filter's process failed")
 	}
-	fmt.Fprintf(l.in, "%d\n", len(body))
+	for i, f := range fs {
+		// An RDS update changes the metadata, not the filters.
+		if f.metadata != l.metadata[i] {
+			fmt.Fprintf(l.in, "M %d %d\n%s", i, len(f.metadata), f.metadata)
+			l.metadata[i] = f.metadata
+		}
+	}
+	fmt.Fprintf(l.in, "R %d %d\n", len(hdrs), len(body))
+	for _, h := range hdrs {
+		fmt.Fprintf(l.in, "%s\t%s\n", h[0], h[1])
+	}
 	l.in.Write(body)
 	if err := l.in.Flush(); err != nil {
 		l.broken.Store(true)

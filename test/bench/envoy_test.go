@@ -59,7 +59,7 @@ func TestEnvoyDataPlane(t *testing.T) {
 	var owner string
 	for _, r := range reqs {
 		body := completionsBody(r)
-		set, err := luaOf(t, e).run(body)
+		set, err := luaOf(t, e).run(luaSpecsOf(e), nil, body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,6 +120,13 @@ func luaOf(t *testing.T, e *envoyClient) *luaFilter {
 		t.Fatal("the pool's listener has no Lua filter")
 	}
 	return e.lua
+}
+
+// luaSpecsOf is the Lua filters of e's newest configuration.
+func luaSpecsOf(e *envoyClient) []luaSpec {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state.lua
 }
 
 func TestWeightedRR(t *testing.T) {

@@ -27,7 +27,13 @@ type EngineCounters struct {
 	// LoRASwapIns is sim:lora_swap_ins_total: adapters loaded into a
 	// slot (0 where the page has none).
 	LoRASwapIns float64
-	TTFT        Histogram
+	// The prefill/decode counters of a decode replica (0 where the page
+	// has none): requests prefilled on a prefill replica
+	// (sim:pd_remote_prefills_total), prefilled locally without a prefill
+	// replica named or after it failed (sim:pd_local_prefills_total by
+	// reason), and prompt tokens whose KV was transferred.
+	PDRemote, PDLocalNoHeader, PDLocalFailed, PDTransferred float64
+	TTFT                                                    Histogram
 }
 
 // Histogram is a cumulative Prometheus histogram: Counts[i] observations
@@ -50,22 +56,30 @@ func (c EngineCounters) HitRate() float64 {
 // Add returns c + d (histograms merged bucket by bucket).
 func (c EngineCounters) Add(d EngineCounters) EngineCounters {
 	return EngineCounters{
-		PrefixQueries: c.PrefixQueries + d.PrefixQueries,
-		PrefixHits:    c.PrefixHits + d.PrefixHits,
-		Preemptions:   c.Preemptions + d.Preemptions,
-		LoRASwapIns:   c.LoRASwapIns + d.LoRASwapIns,
-		TTFT:          c.TTFT.merge(d.TTFT, 1),
+		PrefixQueries:   c.PrefixQueries + d.PrefixQueries,
+		PrefixHits:      c.PrefixHits + d.PrefixHits,
+		Preemptions:     c.Preemptions + d.Preemptions,
+		LoRASwapIns:     c.LoRASwapIns + d.LoRASwapIns,
+		PDRemote:        c.PDRemote + d.PDRemote,
+		PDLocalNoHeader: c.PDLocalNoHeader + d.PDLocalNoHeader,
+		PDLocalFailed:   c.PDLocalFailed + d.PDLocalFailed,
+		PDTransferred:   c.PDTransferred + d.PDTransferred,
+		TTFT:            c.TTFT.merge(d.TTFT, 1),
 	}
 }
 
 // Sub returns c − d: the increase since an earlier scrape d.
 func (c EngineCounters) Sub(d EngineCounters) EngineCounters {
 	return EngineCounters{
-		PrefixQueries: c.PrefixQueries - d.PrefixQueries,
-		PrefixHits:    c.PrefixHits - d.PrefixHits,
-		Preemptions:   c.Preemptions - d.Preemptions,
-		LoRASwapIns:   c.LoRASwapIns - d.LoRASwapIns,
-		TTFT:          c.TTFT.merge(d.TTFT, -1),
+		PrefixQueries:   c.PrefixQueries - d.PrefixQueries,
+		PrefixHits:      c.PrefixHits - d.PrefixHits,
+		Preemptions:     c.Preemptions - d.Preemptions,
+		LoRASwapIns:     c.LoRASwapIns - d.LoRASwapIns,
+		PDRemote:        c.PDRemote - d.PDRemote,
+		PDLocalNoHeader: c.PDLocalNoHeader - d.PDLocalNoHeader,
+		PDLocalFailed:   c.PDLocalFailed - d.PDLocalFailed,
+		PDTransferred:   c.PDTransferred - d.PDTransferred,
+		TTFT:            c.TTFT.merge(d.TTFT, -1),
 	}
 }
 
@@ -187,12 +201,28 @@ func engineCounters(fams map[string]*dto.MetricFamily) (EngineCounters, error) {
 	c.PrefixQueries = pick(sim.MetricPrefixQueries)
 	c.PrefixHits = pick(sim.MetricPrefixHits)
 	c.Preemptions = pick(sim.MetricPreemptions)
-	// The simulator's own counter: optional, a vLLM page has none.
-	if _, ok := fams[sim.MetricLoRASwapIns]; ok {
-		c.LoRASwapIns = counter(sim.MetricLoRASwapIns)
-	} else if _, ok := fams[trimTotal(sim.MetricLoRASwapIns)]; ok {
-		c.LoRASwapIns = counter(trimTotal(sim.MetricLoRASwapIns))
+	// The simulator's own counters: optional, a vLLM page has none.
+	optional := func(name, reason string) float64 {
+		f := fams[name]
+		if f == nil {
+			f = fams[trimTotal(name)]
+		}
+		v := 0.0
+		for _, m := range f.GetMetric() {
+			if reason != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == "reason" && l.GetValue() == reason
+			}) {
+				continue
+			}
+			v += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+		}
+		return v
 	}
+	c.LoRASwapIns = optional(sim.MetricLoRASwapIns, "")
+	c.PDRemote = optional(sim.MetricPDRemotePrefills, "")
+	c.PDLocalNoHeader = optional(sim.MetricPDLocalPrefills, "no_header")
+	c.PDLocalFailed = optional(sim.MetricPDLocalPrefills, "failed")
+	c.PDTransferred = optional(sim.MetricPDTransferredTokens, "")
 	f, ok := fams[sim.MetricTTFT]
 	if !ok {
 		if err == nil {

@@ -136,6 +136,10 @@ func (wr *WorkloadReport) markdownTable(w io.Writer) {
 		wr.Rolling.markdown(w, wr)
 		return
 	}
+	if wr.PD.On() {
+		wr.pdMarkdownTable(w)
+		return
+	}
 	if wr.DataPlane == "" || wr.DataPlane == GRPCGo {
 		fmt.Fprintf(w, "## %s\n\n", wr.Name)
 	} else {
@@ -234,13 +238,13 @@ const cpuSaturated = 0.85
 
 // csvHeader names the CSV columns.
 func csvHeader() []string {
-	return []string{"workload", "mode", "replicas", "load", "rate_rps", "kv_blocks", "time_scale", "duration_s",
+	return append([]string{"workload", "mode", "replicas", "load", "rate_rps", "kv_blocks", "time_scale", "duration_s",
 		"requests", "measured", "failed", "hit_rate", "client_hit_rate", "hit_tokens", "query_tokens",
 		"ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "engine_ttft_p50_s", "engine_ttft_p95_s", "engine_ttft_p99_s",
 		"ttft_overhead_s", "throughput_rps", "throughput_tps", "queue_mean", "queue_busiest_mean", "queue_max",
 		"balance", "kv_usage_mean", "sessions_moved", "multi_request_sessions", "preemptions", "escapes",
 		"weight_moves", "cpu_cores", "machine_cores", "wall_s", "queue_mean_per_replica", "data_plane",
-		"lora_swap_ins", "lora_swap_ins_per_1k", "adapter_spread"}
+		"lora_swap_ins", "lora_swap_ins_per_1k", "adapter_spread"}, pdCSVHeader()...)
 }
 
 // CSV writes one row per workload and mode.
@@ -273,6 +277,7 @@ func (r *Report) CSV(w io.Writer) error {
 				f(m.Preemptions), strconv.Itoa(m.Escapes), strconv.Itoa(m.WeightMoves),
 				f(m.CPUCores), f(m.MachineCores), f(m.Wall.Seconds()), strings.Join(per, " "), cmp.Or(string(wr.DataPlane), string(GRPCGo)),
 				f(m.SwapIns), f(m.SwapInsPer1k), f(m.AdapterSpread)}
+			row = append(row, pdCSV(&wr, m, f)...)
 			if err := cw.Write(row); err != nil {
 				return err
 			}

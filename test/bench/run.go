@@ -34,7 +34,19 @@ type reqResult struct {
 	CachedTokens      int
 	EngineTTFT        float64 // simulated seconds, from the trailer; NaN if absent
 	Tokens            int     // streamed messages
-	Err               error
+	// PD is a decode replica's account of the request's prefill; nil
+	// from a replica without the decode role.
+	PD  *pdAccount
+	Err error
+}
+
+// pdAccount is what a decode replica reports of a request's prefill
+// (sim.HeaderPrefillReplica and the rest): the prefill replica's id ("" when
+// the decode replica prefilled it itself), its prompt and cached tokens,
+// and the prompt tokens whose KV was transferred.
+type pdAccount struct {
+	Replica                     string
+	Prompt, Cached, Transferred int
 }
 
 // Sample is one reading of every replica's state.
@@ -403,10 +415,12 @@ type dispatcher struct {
 	// index, if set, picks each request's replica; clients are then one
 	// per replica.
 	index Router
-	reps  []*sim.Replica
-	http  *http.Client
-	ctrl  *controller.Controller
-	run   *liveRun
+	// pd, if set, sends every request (a prefill/decode fleet).
+	pd   *pdRouter
+	reps []*sim.Replica
+	http *http.Client
+	ctrl *controller.Controller
+	run  *liveRun
 	// onStart, if set, is called with the dispatch's time zero before the
 	// first request (the rolling workload starts its rollout from it).
 	onStart func(start time.Time)
@@ -524,7 +538,9 @@ dispatch:
 					return
 				}
 			}
-			if g.index != nil {
+			if g.pd != nil {
+				res[i] = g.pd.send(ctx, r, start)
+			} else if g.index != nil {
 				var at int
 				if mr, ok := g.index.(modelRouter); ok {
 					at = mr.PickModel(r.Prompt, r.Model(chatModel))
@@ -652,7 +668,7 @@ func (g *dispatcher) sampleLoop(start time.Time, stop <-chan struct{}) {
 	t := time.NewTicker(g.cfg.SampleEvery)
 	defer t.Stop()
 	health := map[string]fleet.Health{}
-	var weights []uint32 // the previous tick's weights, in endpoint order
+	weights := map[string][]uint32{} // each pool's previous weights, in endpoint order
 	for {
 		s := Sample{At: time.Since(start), Depth: make([]int, len(g.reps)), KV: make([]float64, len(g.reps))}
 		for i, r := range g.reps {
@@ -672,14 +688,14 @@ func (g *dispatcher) sampleLoop(start time.Time, stop <-chan struct{}) {
 			}
 			// Scaling every weight alike moves no key: count the
 			// replicas whose weight changed only when the shares did.
-			if weights != nil && len(weights) == len(cur) && !proportional(weights, cur) {
+			if prev := weights[p.Name]; prev != nil && len(prev) == len(cur) && !proportional(prev, cur) {
 				for i := range cur {
-					if cur[i] != weights[i] {
+					if cur[i] != prev[i] {
 						g.run.WeightMoves++
 					}
 				}
 			}
-			weights = cur
+			weights[p.Name] = cur
 		}
 		select {
 		case <-stop:

@@ -91,6 +91,9 @@ type ModeResult struct {
 	// unknown.
 	MachineCores float64
 
+	// PD holds a prefill/decode mode's own figures; nil elsewhere.
+	PD *PDResult
+
 	// Series is the queue-depth time series (simulated seconds) for the
 	// charts; nil for UpperBound.
 	Series []Sample `json:"-"`
