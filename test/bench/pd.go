@@ -514,20 +514,7 @@ func balanceOf(means []float64) float64 {
 // can hit its previous prompt, not the reply in between. Only requests
 // from warm on are counted.
 func PrefillUpperBound(reqs []Request, warm, blocks, blockSize int) ModeResult {
-	c := sim.NewCache(blocks, blockSize)
-	var hits, queries float64
-	for i, r := range reqs {
-		t := sim.Tokenize(r.Prompt)
-		if len(t) == 0 {
-			continue
-		}
-		h := c.Lookup(t[:len(t)-1])
-		if i >= warm {
-			hits += float64(h)
-			queries += float64(len(t))
-		}
-		c.Insert(t)
-	}
+	hits, queries := replayHits(reqs, warm, blocks, blockSize, false)
 	m := UpperBoundResult(nil, 0, 1, blockSize, 0)
 	m.Requests, m.Measured, m.HitTokens, m.QueryToks = len(reqs), len(reqs)-warm, hits, queries
 	if queries > 0 {

@@ -256,21 +256,7 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 // adapters, its swap-ins are the floor of a fleet of slots adapter slots
 // (SwapInFloor).
 func UpperBoundResult(reqs []Request, warm, blocks, blockSize, slots int) ModeResult {
-	c := sim.NewCache(blocks, blockSize)
-	var hits, queries float64
-	for i, r := range reqs {
-		t := sim.Tokenize(r.Prompt)
-		if len(t) == 0 {
-			continue
-		}
-		h := c.Lookup(t[:len(t)-1])
-		if i >= warm {
-			hits += float64(h)
-			queries += float64(len(t))
-		}
-		gen := sim.Tokenize(sim.OutputText(t, r.MaxTokens))
-		c.Insert(append(t, gen[:max(len(gen)-1, 0)]...))
-	}
+	hits, queries := replayHits(reqs, warm, blocks, blockSize, true)
 	m := ModeResult{Mode: UpperBound, Requests: len(reqs), Measured: len(reqs) - warm,
 		HitTokens: hits, QueryToks: queries, SwapIns: nan(), SwapInsPer1k: nan(), AdapterSpread: nan(),
 		ClientTTFT: Quantiles{nan(), nan(), nan()}, EngineTTFT: Quantiles{nan(), nan(), nan()},
@@ -287,6 +273,32 @@ func UpperBoundResult(reqs []Request, warm, blocks, blockSize, slots int) ModeRe
 		}
 	}
 	return m
+}
+
+// replayHits replays the prompts in arrival order through one sim.Cache
+// of blocks blocks, each looked up as the engine does (never its last
+// token) and then inserted, with the tokens the engine would generate for
+// it if withReply (all but the last, whose KV is never computed). It
+// returns the hit and looked-up tokens of the requests from warm on.
+func replayHits(reqs []Request, warm, blocks, blockSize int, withReply bool) (hits, queries float64) {
+	c := sim.NewCache(blocks, blockSize)
+	for i, r := range reqs {
+		t := sim.Tokenize(r.Prompt)
+		if len(t) == 0 {
+			continue
+		}
+		h := c.Lookup(t[:len(t)-1])
+		if i >= warm {
+			hits += float64(h)
+			queries += float64(len(t))
+		}
+		if withReply {
+			gen := sim.Tokenize(sim.OutputText(t, r.MaxTokens))
+			t = append(t, gen[:max(len(gen)-1, 0)]...)
+		}
+		c.Insert(t)
+	}
+	return hits, queries
 }
 
 // sessionOf is what SessionsMoved follows for r: its session key, else
