@@ -18,13 +18,17 @@ import (
 var adapterNames = []string{"chat-fr", "code-py", "legal-en", "med-de", "sql-lora"}
 
 // adaptersBlock places adapterNames, each on one replica until demand
-// says more, with eight slots per replica, two of them for placed
-// adapters (free slots: a member leaving moves only its own adapters).
+// says more, with twenty slots per replica, five of them for placed
+// adapters: no replica can fill up, so a member leaving moves only its
+// own adapters. (With fewer, an adapter that moves may take the last
+// slot of another's first choice and move that one too: the replicas'
+// identities are the backends' random ports, so that happened in some
+// runs only. Capacity is tested in fleet.)
 func adaptersBlock() string {
 	return fmt.Sprintf(`  adapters {
     base_models = ["llama-3.1-8b"]
     adapters    = ["%s"]
-    max_lora    = 8
+    max_lora    = 20
   }
 `, strings.Join(adapterNames, `", "`))
 }
@@ -92,8 +96,8 @@ func TestAdapters(t *testing.T) {
 				}
 			}
 			for id, n := range slots {
-				if n > 2 {
-					t.Fatalf("replica %s holds %d adapters, above its 2 slots for placed adapters", id, n)
+				if n > 5 {
+					t.Fatalf("replica %s holds %d adapters, above its 5 slots for placed adapters", id, n)
 				}
 			}
 
