@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/sim"
 )
 
@@ -128,7 +130,11 @@ type PDPolicyOptions struct {
 	// MinBodyBytes is the prefill block's min_body_bytes (0: left out,
 	// its default).
 	MinBodyBytes int
-	TimeScale    float64
+	// IdleAfter is the prefill block's idle_after in engine time: 0
+	// the default, negative off. Its place_every is the default, also in
+	// engine time.
+	IdleAfter time.Duration
+	TimeScale float64
 	Scrape       time.Duration // wall
 	// Bare leaves the metrics, escape and weights blocks out of the kvxds
 	// modes' pools; NoHotKeys turns a hashed decode pool's hot keys off.
@@ -159,6 +165,13 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		if o.MinBodyBytes > 0 {
 			fmt.Fprintf(&b, "    min_body_bytes = %d\n", o.MinBodyBytes)
 		}
+		idle := cmp.Or(o.IdleAfter, fleet.DefaultPrefillIdleAfter)
+		if idle < 0 {
+			idle = 0
+		}
+		scale := cmp.Or(o.TimeScale, 1)
+		fmt.Fprintf(&b, "    idle_after     = %q\n    place_every    = %q\n",
+			wallDuration(idle, scale), wallDuration(fleet.DefaultPrefillPlaceEvery, scale))
 		b.WriteString("  }\n")
 	}
 	pdEndpoints(&b, "decode", o.Decode)
@@ -292,7 +305,7 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 		return nil, err
 	}
 	pol, err := PDPolicy(PDPolicyOptions{Mode: mode, Prefill: prefill, Decode: decode, Key: keyHCL,
-		MinBodyBytes: c.PDMinBodyBytes, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
+		MinBodyBytes: c.PDMinBodyBytes, IdleAfter: c.PDIdleAfter, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
 	if err != nil {
 		return nil, err
 	}
