@@ -523,7 +523,11 @@ func (f Format) PrefillLines(p *Prefill) []string {
 		for i, h := range p.Hosts {
 			hosts[i] = h.Address + " " + strconv.Itoa(h.Slots)
 		}
-		out = append(out, "prefill slots: "+strings.Join(hosts, ", "))
+		line := "prefill slots: " + strings.Join(hosts, ", ")
+		if p.IdleAfter != "" {
+			line += "; " + strconv.Itoa(p.Busy) + " busy, " + strconv.Itoa(p.Moved) + " idle placed by load (idle after " + p.IdleAfter + ")"
+		}
+		out = append(out, line)
 	}
 	for i := 0; i < len(p.Pairs); {
 		j := i
