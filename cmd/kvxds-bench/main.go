@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		promptPfx  = fs.Int("prompt-prefix", 512, "kvxds+prefix: the prompt_prefix key's length in bytes of the chat body's messages")
 		maxLoRA    = fs.Int("max-lora", 4, "LoRA adapter slots of every simulated replica (vLLM --max-loras, reported in vllm:lora_requests_info) and kvxds+adapters' max_lora")
 		adapterLd  = fs.Duration("adapter-load", 0, "engine time of one LoRA adapter swap-in (0: the simulator's default)")
-		pdFleet    = fs.String("pd", "", "P:D: run every workload on a prefill/decode fleet of P prefill and D decode replicas (in place of --replicas; the load is a fraction of P+D colocated replicas' capacity), on the envoy data plane, under round_robin, least_request, kvxds, index and upper-bound (and kvxds+hashed-decode when named); needs luajit")
+		pdFleet    = fs.String("pd", "", "P:D: run every workload on a prefill/decode fleet of P prefill and D decode replicas (in place of --replicas; the load is a fraction of P+D colocated replicas' capacity), under round_robin, least_request, kvxds, index and upper-bound (and kvxds+hashed-decode when named); on the envoy data plane unless --data-plane is given (envoy needs luajit); on grpc-go each client prefills on xds:///bench-prefill and decodes on xds:///bench itself")
 		pdKey      = fs.String("pd-key", "", "with --pd: the prefill pool's key: session (x-session-id), conversation, prompt_prefix (--prompt-prefix bytes; of a trace, the first --prefix-blocks); default session where the requests carry one, prompt_prefix for a trace, else conversation")
 		pdIdle     = fs.Duration("pd-idle-after", 0, "with --pd: the kvxds modes' prefill { idle_after } in engine time (0: the default; negative: idle slots are not placed by load)")
 		pdMinBody  = fs.Int("pd-min-body", 0, "with --pd: the kvxds modes' prefill { min_body_bytes }: shorter request bodies prefill on their decode replica (0: every request on a prefill replica)")
@@ -130,10 +130,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if pd, err = bench.ParsePD(*pdFleet); err != nil {
 			return fmt.Errorf("--pd: %w", err)
 		}
-		// Every kvxds mode runs the decode listener's Lua filters.
-		if _, err := bench.LuaJIT(); err != nil {
-			return fmt.Errorf("--pd: %w", err)
-		}
 		if *modes == "all" {
 			*modes = "round_robin,least_request,kvxds,index,upper-bound"
 		}
@@ -152,7 +148,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--data-plane: %w", err)
 	}
 	if slices.Contains(dps, bench.Envoy) {
-		if _, err := bench.LuaJIT(); err != nil && *trace != "" {
+		_, err := bench.LuaJIT()
+		switch {
+		case err != nil && pd.On():
+			// Every kvxds mode runs the decode listener's Lua filters.
+			return fmt.Errorf("--pd: %w", err)
+		case err != nil && *trace != "":
 			return err
 		}
 	}

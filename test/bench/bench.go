@@ -211,14 +211,6 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 				}
 				continue
 			}
-			if c.PD.On() && dp != Envoy {
-				// A gRPC client learns no prefill replica to name: see
-				// runPDWorkload.
-				if c.Progress != nil {
-					fmt.Fprintf(c.Progress, "%s: a prefill/decode fleet runs on the envoy data plane only; skipped on %s\n", name, dp)
-				}
-				continue
-			}
 			c.DataPlane = dp
 			wr, err := RunWorkload(ctx, c, name)
 			if err != nil {

@@ -294,7 +294,7 @@ type Config struct {
 	// PD.Prefill replicas of sim.RolePrefill and PD.Decode of
 	// sim.RoleDecode instead of Replicas (which it sets to their sum: the
 	// load is a fraction of as many colocated replicas' capacity), on the
-	// Envoy data plane only; see runPDWorkload. PDKey is the prefill
+	// Envoy data plane unless DataPlanes says otherwise; see pd.go. PDKey is the prefill
 	// pool's key there: "session" (x-session-id), "conversation", or
 	// "prompt_prefix" (PromptPrefix bytes, or of a trace the first of
 	// PrefixBlocks); empty picks session where the requests carry one,

@@ -263,13 +263,15 @@
 // # Prefill/decode disaggregation
 //
 // With Config.PD (--pd P:D), every workload runs instead on P replicas of
-// sim.RolePrefill and D of sim.RoleDecode, on the Envoy data plane only:
-// each request goes to a decode replica naming its prefill replica in
+// sim.RolePrefill and D of sim.RoleDecode. On the Envoy data plane each
+// request goes to a decode replica naming its prefill replica in
 // x-prefiller-host-port, and the decode replica prefills it there, receives
 // the KV and decodes (see pd.go for the modes). The simulated Envoy runs
 // every Lua filter of the decode pool's listener, the prefill key and
 // prefill filters among them, with the table kvxds serves in the route's
-// metadata. The report gives the prefill side's hit rate, TTFT and TPOT at
+// metadata. On grpc-go each client runs the two steps itself on two xDS
+// targets: a prefill call on the prefill pool, then a decode call naming
+// the replica that holds the KV in x-kv-transfer-from. The report gives the prefill side's hit rate, TTFT and TPOT at
 // the client, each role's balance, local prefills and transferred KV
 // (PDResult).
 //

@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/sim"
@@ -28,7 +31,20 @@ import (
 // (Config.Replicas becomes P+D): the fleet's capacity without reuse,
 // counted as if every replica both prefilled and decoded.
 //
-// The modes, all over HTTP to the replicas' OpenAI API:
+// On the grpc-go data plane a proxyless gRPC client orchestrates P/D
+// itself, as vLLM's proxy does, on two xDS targets: it prefills on
+// xds:///bench-prefill (PrefillPoolName) with max_tokens 1, carrying the
+// key in x-session-id (body keys computed ahead, withBodyKey), reads from
+// the answer's sim.ReplicaAddrHeader where the KV is, and decodes on
+// xds:///bench naming that replica in sim.KVFromHeader; the decode
+// replica pulls the KV without calling it (sendGRPC). The pools are the
+// same as below; what Envoy does, grpc-go's own balancers do (the
+// prefill pool's ring hash in the kvxds modes), and the index mode dials
+// the replicas directly. The prefill block's min_body_bytes is the
+// Envoy filter's: the gRPC client prefills every request remotely.
+//
+// The modes, on the Envoy data plane all over HTTP to the replicas'
+// OpenAI API:
 //
 //   - round_robin and least_request: the simulated Envoy balances the
 //     decode pool so (its load_balancing), and the load generator names
@@ -272,8 +288,15 @@ func runPDWorkload(ctx context.Context, c Config, name string) (*WorkloadReport,
 	return wr, nil
 }
 
-// runPD runs one live mode on a fresh P/D fleet and a fresh kvxds.
+// runPD runs one live mode on a fresh P/D fleet and a fresh kvxds,
+// through c.DataPlane.
 func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL string) (*liveRun, error) {
+	grpcDP := c.DataPlane == GRPCGo
+	if grpcDP {
+		// gRPC has no body keys: the client sends the key withBodyKey
+		// computed ahead in x-session-id, as in the colocated runs.
+		keyHCL = fmt.Sprintf("header = %q", SessionHeader)
+	}
 	scfg := simConfig(w.KVBlocks, w.TimeScale)
 	scfg.MaxLoRA, scfg.AdapterLoad = c.MaxLoRA, c.AdapterLoad
 	var reps []*sim.Replica
@@ -292,7 +315,17 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 				return nil, fmt.Errorf("starting the simulated fleet: %w", err)
 			}
 			reps = append(reps, r)
-			addrs = append(addrs, r.Addr())
+			addr := r.Addr()
+			if grpcDP {
+				// gRPC's own server transport, as runLive gives gRPC
+				// clients. A prefill replica still names its main
+				// address in sim.ReplicaAddrHeader, which the decode
+				// replica only reports back.
+				if addr, err = r.ListenGRPC("127.0.0.1:0"); err != nil {
+					return nil, err
+				}
+			}
+			addrs = append(addrs, addr)
 		}
 		return addrs, nil
 	}
@@ -320,14 +353,39 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 	if mode == Index {
 		pr.index = NewIndexRouter(len(prefill), DefaultIndexConfig())
 		pr.p2c = newP2CRouter(len(decode), c.Seed)
+	}
+	switch {
+	case grpcDP && mode == Index:
+		if pr.pre, err = k.dialDirect(ctx, prefill); err != nil {
+			return nil, err
+		}
+		if pr.dec, err = k.dialDirect(ctx, decode); err != nil {
+			return nil, err
+		}
+	case grpcDP:
+		if pr.pre, err = k.connect(ctx, c, w.Name, mode, PrefillPoolName, len(prefill)); err != nil {
+			return nil, err
+		}
+		if pr.dec, err = k.connect(ctx, c, w.Name, mode, PoolName, len(decode)); err != nil {
+			return nil, err
+		}
+		if (mode == KVXDS || mode == KVXDSHashedDecode) && !c.NoHotKeys {
+			// The hashed pools spread their hot keys by the
+			// conversation key (the default spread_by): a gRPC client
+			// sends the sub-key itself.
+			g.plan = withSpreads(w, ConversationKey())
+		}
+	case mode == Index:
 		pr.hc = &http.Client{Transport: envoyTransport()}
 		defer pr.hc.CloseIdleConnections()
 		warm := &envoyClient{hc: pr.hc}
 		if err := warm.warm(ctx, decode); err != nil {
 			return nil, err
 		}
-	} else if pr.envoys, err = k.connectEnvoys(ctx, c, w.Name, mode, decode); err != nil {
-		return nil, err
+	default:
+		if pr.envoys, err = k.connectEnvoys(ctx, c, w.Name, mode, decode); err != nil {
+			return nil, err
+		}
 	}
 	g.pd = pr
 	if err := g.dispatch(ctx); err != nil {
@@ -336,9 +394,11 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 	return run, nil
 }
 
-// pdRouter sends a P/D mode's requests: through the simulated Envoys to
-// the decode pool, naming the prefill replica itself in round_robin and
-// least_request, or straight to the replicas the index routers pick.
+// pdRouter sends a P/D mode's requests. On the Envoy data plane: through
+// the simulated Envoys to the decode pool, naming the prefill replica
+// itself in round_robin and least_request, or straight to the replicas
+// the index routers pick. On grpc-go: as a client that runs both steps
+// itself (sendGRPC).
 type pdRouter struct {
 	mode            Mode
 	prefill, decode []string
@@ -347,10 +407,17 @@ type pdRouter struct {
 	next            atomic.Uint64 // the next prefill replica in turn
 	index           *IndexRouter  // prefill, index
 	p2c             *p2cRouter    // decode, index
-	hc              *http.Client  // index
+	hc              *http.Client  // index, Envoy data plane
+	// pre and dec, on grpc-go, are the clients' channels to the prefill
+	// and decode pools (client i's at i), or under index one per
+	// replica.
+	pre, dec []testgrpc.TestServiceClient
 }
 
 func (p *pdRouter) send(ctx context.Context, r *Request, start time.Time) reqResult {
+	if p.pre != nil {
+		return p.sendGRPC(ctx, r, start)
+	}
 	switch p.mode {
 	case Index:
 		pi, di := p.index.Pick(r.Prompt), p.p2c.Pick()
@@ -369,6 +436,74 @@ func (p *pdRouter) send(ctx context.Context, r *Request, start time.Time) reqRes
 	default:
 		return p.envoys[clientIndex(r, len(p.envoys))].send(ctx, r, start, p.bodyKeyed)
 	}
+}
+
+// sendGRPC runs r as a proxyless gRPC client that orchestrates P/D
+// itself (vLLM's proxy pattern): a prefill call with max_tokens 1 on the
+// prefill pool, carrying the key, then the decode call on the decode pool
+// naming in sim.KVFromHeader the address the prefill answer gave
+// (sim.ReplicaAddrHeader), from which the decode replica pulls the KV
+// without calling it. The decode call carries the key only under
+// kvxds+hashed-decode. res.Sent is the prefill call's start, so client
+// TTFT runs to the decode call's first token and pays both calls.
+func (p *pdRouter) sendGRPC(ctx context.Context, r *Request, start time.Time) reqResult {
+	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
+	pi := -1
+	var pre, dec testgrpc.TestServiceClient
+	if p.mode == Index {
+		var di int
+		pi, di = p.index.Pick(r.Prompt), p.p2c.Pick()
+		defer p.p2c.Done(di)
+		pre, dec = p.pre[pi], p.dec[di]
+	} else {
+		i := clientIndex(r, len(p.pre))
+		pre, dec = p.pre[i], p.dec[i]
+	}
+	body, err := json.Marshal(sim.GenerateRequest{Prompt: r.Prompt, MaxTokens: 1})
+	if err != nil {
+		res.Err, res.Done = err, time.Since(start)
+		return res
+	}
+	pf := reqResult{Sent: res.Sent, First: -1, EngineTTFT: nan()}
+	hdr, _ := streamGRPC(ctx, pre, requestMD(r, true), body, 1, start, &pf)
+	if pi >= 0 {
+		// The prefill call ends with its one token: SGLang's router
+		// counts the prefill in flight until then.
+		p.index.Done(pi)
+	}
+	if pf.Err != nil {
+		res.Err, res.Done = fmt.Errorf("prefill: %w", pf.Err), pf.Done
+		return res
+	}
+	from := mdLast(hdr, sim.ReplicaAddrHeader)
+	if from == "" {
+		res.Err, res.Done = fmt.Errorf("prefill replica %q named no %s", pf.Replica, sim.ReplicaAddrHeader), pf.Done
+		return res
+	}
+	md := append(requestMD(r, p.mode == KVXDSHashedDecode), sim.KVFromHeader, from)
+	_, tr := streamGRPC(ctx, dec, md, r.Body, r.MaxTokens, start, &res)
+	// The replicas' TTFT: the prefill replica's own (its queue and
+	// prefill, to its one token) plus the decode replica's (the KV pull,
+	// the engine's wait and step: a pulled request reaches it with no
+	// prior time), the parts a decode replica's TTFT sums when its
+	// sidecar prefills. Left out, as harness: the end of the prefill call
+	// after its token and the decode call's round trip until the decode
+	// replica takes the request.
+	res.EngineTTFT = pf.EngineTTFT + res.EngineTTFT
+	if res.Err != nil {
+		return res
+	}
+	// A decode replica that pulled reports the address it pulled from,
+	// with no prompt or cached tokens of the prefill's (it made no
+	// prefill call): the prefill replica's account is the prefill
+	// call's, the transfer the decode replica's.
+	if got := mdLast(tr, sim.MDPrefillReplica); got != from {
+		res.Err = fmt.Errorf("decode replica %q pulled the KV from %q, not %q", res.Replica, got, from)
+		return res
+	}
+	res.PD = &pdAccount{Replica: pf.Replica, Prompt: pf.PromptTokens, Cached: pf.CachedTokens,
+		Transferred: mdInt(tr, sim.MDTransferred)}
+	return res
 }
 
 // p2cRouter is power of two choices over requests in flight, as SGLang's
@@ -415,16 +550,18 @@ func (x *p2cRouter) Done(i int) {
 // figures cover the measured requests that succeeded.
 type PDResult struct {
 	// PrefillHitRate is Σ prefill cached / Σ prefill prompt tokens from
-	// the decode replicas' headers (sim.HeaderPrefillCached, …); a
-	// request prefilled on its decode replica counts that replica's.
+	// the decode replicas' headers (sim.HeaderPrefillCached, …), or on
+	// grpc-go from the prefill calls' trailers (sim.MDCachedTokens, …);
+	// a request prefilled on its decode replica counts that replica's.
 	PrefillHitRate float64
 	// TPOT is time per output token, (done − first token) / (tokens − 1)
 	// per request of at least two tokens, at the client.
 	TPOT Quantiles
 	// ReplicaTTFT is the TTFT the decode replicas report per request
 	// (sim.HeaderTTFT: the prefill replica's, the transfer, the decode
-	// engine's wait and step): what routing decides, without the
-	// harness's share of the client's TTFT.
+	// engine's wait and step; on grpc-go the prefill call's TTFT plus
+	// the decode call's, the same parts): what routing decides, without
+	// the harness's share of the client's TTFT.
 	ReplicaTTFT Quantiles
 	// PrefillBalance and DecodeBalance are Balance over each role's
 	// replicas: the busiest one's mean queue depth over the role's mean.
@@ -433,8 +570,8 @@ type PDResult struct {
 	// sim:pd_remote_prefills_total and sim:pd_local_prefills_total by
 	// reason over the measured part.
 	Remote, LocalNoHeader, LocalFailed float64
-	// Transferred is the prompt tokens whose KV moved (from the headers),
-	// TransferredPerRequest their mean.
+	// Transferred is the prompt tokens whose KV moved (from the decode
+	// replicas' headers or trailers), TransferredPerRequest their mean.
 	Transferred, TransferredPerRequest float64
 	// PrefillSessionsMoved counts sessions (the plan's keys) whose
 	// remote prefills ran on more than one prefill replica, of

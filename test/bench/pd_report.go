@@ -49,16 +49,25 @@ func (wr *WorkloadReport) pdMarkdownTable(w io.Writer) {
 			num(m.CPUCores, 2), num(m.MachineCores, 2), m.Wall.Round(100*time.Millisecond))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Prefill hit rate: Σ cached / Σ prompt tokens of each measured request's prefill, as its decode replica reports it "+
-		"(X-Prefill-Cached-Tokens, X-Prefill-Prompt-Tokens; a request prefilled on its decode replica counts that replica's); "+
+	// Where each figure comes from: the decode replica's response on
+	// Envoy, the client's two calls on grpc-go.
+	from, ttft, harness := "as its decode replica reports it (X-Prefill-Cached-Tokens, X-Prefill-Prompt-Tokens; "+
+		"a request prefilled on its decode replica counts that replica's)",
+		"the TTFT each decode replica reports (X-Ttft-Seconds: the prefill replica's own, the transfer, the decode engine's wait and step)",
+		"the load generator, the simulated Envoy and its Lua filters, and the HTTP calls"
+	if wr.DataPlane == GRPCGo {
+		from, ttft, harness = "as the prefill call's trailer reports it (x-cached-tokens, x-prompt-tokens)",
+			"the prefill call's x-ttft-seconds (the prefill replica's queue and prefill) plus the decode call's "+
+				"(the KV pull, the decode engine's wait and step)",
+			"the load generator and grpc-go, and between the two calls the prefill call's end and the decode call's round trip"
+	}
+	fmt.Fprintf(w, "Prefill hit rate: Σ cached / Σ prompt tokens of each measured request's prefill, %s; "+
 		"upper-bound: the prompts through one cache of all %d prefill replicas' blocks, prompts only (a prefill replica never "+
-		"computes the reply). TTFT (replicas): the TTFT each decode replica reports (X-Ttft-Seconds: the prefill replica's own, the "+
-		"transfer, the decode engine's wait and step). TPOT: (last − first token) / (tokens − 1) per request at the client. Balance: the busiest "+
+		"computes the reply). TTFT (replicas): %s. TPOT: (last − first token) / (tokens − 1) per request at the client. Balance: the busiest "+
 		"replica's mean queue depth over the role's mean. Prefills: the decode replicas' sim:pd_remote_prefills_total and "+
 		"sim:pd_local_prefills_total by reason. Prefill keys moved: keys (%s) whose remote prefills ran on more than one "+
-		"prefill replica, of those with at least two. Harness: the mean of client TTFT minus the TTFT the decode replica reports "+
-		"(the prefill replica's, the transfer, the decode engine's wait and step): the load generator, the simulated Envoy and "+
-		"its Lua filters, and the HTTP calls.\n\n", wr.PD.Prefill, wr.PDKey)
+		"prefill replica, of those with at least two. Harness: the mean of client TTFT minus the replicas' TTFT: %s.\n\n",
+		from, wr.PD.Prefill, ttft, wr.PDKey, harness)
 	if len(wr.Charts) > 0 {
 		fmt.Fprintf(w, "Charts: %s\n\n", strings.Join(wr.Charts, ", "))
 	}

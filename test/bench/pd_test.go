@@ -95,19 +95,7 @@ func TestPDEnvoy(t *testing.T) {
 	requireLuaJIT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := Config{Workloads: []string{"chat"}, PD: PD{Prefill: 2, Decode: 2}, Load: 0.4, Duration: 30 * time.Second,
-		TimeScale: 5, PreStart: 20 * time.Second, Bare: true, Modes: []Mode{RoundRobin, KVXDS, UpperBound}}.Defaults()
-	p, err := planWorkload(c, "chat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, key, _, err := pdKey(c, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(q.Requests) < 150 || len(q.Requests) > 800 {
-		t.Fatalf("%d requests; the test wants a few hundred", len(q.Requests))
-	}
+	c, q, key := pdTestPlan(t, Envoy, 30*time.Second, RoundRobin, KVXDS, UpperBound)
 	// min_body_bytes between the shortest bodies and the rest: the
 	// filters see the chat body's length (content-length).
 	lens := make([]int, len(q.Requests))
@@ -125,15 +113,7 @@ func TestPDEnvoy(t *testing.T) {
 	local, remote := 0, 0
 	for i, res := range run.Results {
 		r := &q.Requests[i]
-		if res.Err != nil {
-			t.Fatalf("request %d: %v", r.Seq, res.Err)
-		}
-		if res.PD == nil {
-			t.Fatalf("request %d: no prefill accounting from decode replica %q", r.Seq, res.Replica)
-		}
-		if !strings.HasPrefix(res.Replica, "decode-") {
-			t.Errorf("request %d ran on %q, not a decode replica", r.Seq, res.Replica)
-		}
+		checkPDResult(t, r, res)
 		short := lens[i] < c.PDMinBodyBytes
 		switch {
 		case short && res.PD.Replica != "":
@@ -144,9 +124,7 @@ func TestPDEnvoy(t *testing.T) {
 			local++
 		default:
 			remote++
-			if !strings.HasPrefix(res.PD.Replica, "prefill-") || res.PD.Prompt != res.PromptTokens {
-				t.Errorf("request %d: prefill account %+v, prompt %d", r.Seq, *res.PD, res.PromptTokens)
-			}
+			checkPDRemote(t, r, res)
 			if was, ok := prefilledOn[r.Session]; ok && was != res.PD.Replica {
 				t.Errorf("session %s prefilled on %s and %s", r.Session, was, res.PD.Replica)
 			}
@@ -207,4 +185,128 @@ func TestPDEnvoy(t *testing.T) {
 	t.Logf("prefill hit rate %.3f (round robin %.3f), TTFT p95 %s (%s), TPOT p95 %s (%s), %d local of %d",
 		kv.PD.PrefillHitRate, rr.PD.PrefillHitRate, secs(kv.ClientTTFT.P95), secs(rr.ClientTTFT.P95),
 		msecs(kv.PD.TPOT.P95), msecs(rr.PD.TPOT.P95), local, local+remote)
+}
+
+// pdTestPlan is the chat workload of a P/D test on a 2:2 fleet at load
+// 0.4 over data plane dp: its defaulted config, its plan keyed as the
+// P/D modes key it (x-session-id) and the prefill pool's key block. Bare:
+// no metrics, so the prefill table or ring stays as it starts.
+func pdTestPlan(t *testing.T, dp DataPlane, d time.Duration, modes ...Mode) (Config, *workloadPlan, string) {
+	t.Helper()
+	c := Config{Workloads: []string{"chat"}, PD: PD{Prefill: 2, Decode: 2}, DataPlanes: []DataPlane{dp}, Load: 0.4, Duration: d,
+		TimeScale: 5, PreStart: 20 * time.Second, Bare: true, Modes: modes}.Defaults()
+	p, err := planWorkload(c, "chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, key, _, err := pdKey(c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(q.Requests); n < int(5*d/time.Second) || n > int(27*d/time.Second) {
+		t.Fatalf("%d requests over %v; the test wants 5 to 27 a second", n, d)
+	}
+	return c, q, key
+}
+
+// checkPDResult fails the test unless request r succeeded on a decode
+// replica that reported its prefill.
+func checkPDResult(t *testing.T, r *Request, res reqResult) {
+	t.Helper()
+	if res.Err != nil {
+		t.Fatalf("request %d: %v", r.Seq, res.Err)
+	}
+	if res.PD == nil {
+		t.Fatalf("request %d: no prefill accounting from decode replica %q", r.Seq, res.Replica)
+	}
+	if !strings.HasPrefix(res.Replica, "decode-") {
+		t.Errorf("request %d ran on %q, not a decode replica", r.Seq, res.Replica)
+	}
+}
+
+// checkPDRemote checks the account of a request prefilled on a prefill
+// replica: that replica's prompt is the request's, and the KV of at least
+// the last prompt token, at most of the whole prompt, moved.
+func checkPDRemote(t *testing.T, r *Request, res reqResult) {
+	t.Helper()
+	if p := res.PD; !strings.HasPrefix(p.Replica, "prefill-") || p.Prompt != res.PromptTokens ||
+		p.Transferred < 1 || p.Transferred > res.PromptTokens {
+		t.Errorf("request %d: prefill account %+v, prompt %d", r.Seq, *p, res.PromptTokens)
+	}
+}
+
+// TestPDGRPC replays a few seconds of chat on a small P/D fleet through
+// grpc-go xDS clients that run both steps themselves: a prefill call on
+// xds:///bench-prefill, then a decode call on xds:///bench naming where
+// the KV is (under index, straight to the replicas the routers pick).
+// Every request succeeds and prefills remotely; under kvxds each session
+// prefills on one prefill replica (grpc-go's ring on x-session-id); the
+// prefill accounting is exactly the prefill replicas' own counters and
+// the transferred tokens the decode replicas'.
+func TestPDGRPC(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, q, key := pdTestPlan(t, GRPCGo, 20*time.Second, KVXDS, Index)
+	for _, mode := range c.Modes {
+		t.Run(string(mode), func(t *testing.T) {
+			run, err := runPD(ctx, c, q, mode, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefilledOn := map[string]string{}
+			owners := map[string]bool{}
+			moved := map[string]bool{}
+			var prompt, cached, transferred float64
+			for i, res := range run.Results {
+				r := &q.Requests[i]
+				checkPDResult(t, r, res)
+				checkPDRemote(t, r, res)
+				if was, ok := prefilledOn[r.Session]; ok && was != res.PD.Replica {
+					moved[r.Session] = true
+				}
+				prefilledOn[r.Session] = res.PD.Replica
+				owners[res.PD.Replica] = true
+				prompt += float64(res.PD.Prompt)
+				cached += float64(res.PD.Cached)
+				transferred += float64(res.PD.Transferred)
+			}
+			if mode == KVXDS && len(moved) > 0 {
+				t.Errorf("%d sessions prefilled on more than one replica", len(moved))
+			}
+			if len(owners) != c.PD.Prefill {
+				t.Errorf("prefilled on %v; want every prefill replica", owners)
+			}
+			// The whole run, warm-up included: the prefill replicas
+			// counted what the prefill calls' trailers said, the decode
+			// replicas pulled every request's KV and moved what their
+			// trailers said.
+			var pre EngineCounters
+			for _, e := range run.PerReplica[:c.PD.Prefill] {
+				pre = pre.Add(e)
+			}
+			if pre.PrefixQueries != prompt || pre.PrefixHits != cached {
+				t.Errorf("prefill replicas counted %v of %v prompt tokens cached; the prefill calls reported %v of %v",
+					pre.PrefixHits, pre.PrefixQueries, cached, prompt)
+			}
+			if a := run.After; a.PDRemote != float64(len(q.Requests)) || a.PDLocalNoHeader+a.PDLocalFailed != 0 || a.PDTransferred != transferred {
+				t.Errorf("decode counters %+v; want %d remote prefills, none local, %v tokens transferred", a, len(q.Requests), transferred)
+			}
+
+			m := summarizePD(mode, q, run, c.PD)
+			p := m.PD
+			if m.Failed != 0 || !(p.PrefillHitRate > 0) || !(p.TransferredPerRequest > 0) || p.Remote == 0 {
+				t.Errorf("summary: %d failed, %+v", m.Failed, *p)
+			}
+			// Both calls count at the client; the replicas' TTFT leaves
+			// out the harness and the round trip between the calls.
+			if !(p.ReplicaTTFT.P50 > 0) || !(m.TTFTOverhead > 0) || !(m.ClientTTFT.P50 > p.ReplicaTTFT.P50) {
+				t.Errorf("TTFT p50: client %v, replicas %v; harness %v", m.ClientTTFT.P50, p.ReplicaTTFT.P50, m.TTFTOverhead)
+			}
+			if mode == KVXDS && (p.PrefillSessionsMoved != 0 || p.PrefillSessions == 0) {
+				t.Errorf("prefill keys moved: %d of %d", p.PrefillSessionsMoved, p.PrefillSessions)
+			}
+			t.Logf("%d requests: prefill hit rate %.3f, %.0f tokens transferred per request, TTFT p95 %s (replicas %s), harness %s",
+				len(q.Requests), p.PrefillHitRate, p.TransferredPerRequest, secs(m.ClientTTFT.P95), secs(p.ReplicaTTFT.P95), secs(m.TTFTOverhead))
+		})
+	}
 }

@@ -360,7 +360,7 @@ func runRoll(ctx context.Context, c Config, p *workloadPlan, env *rollEnv, v Rol
 	}
 	defer k.stop()
 	ro.served = k.ctrl.Fleet
-	clients, err := k.connect(ctx, c, name, mode, c.Replicas)
+	clients, err := k.connect(ctx, c, name, mode, PoolName, c.Replicas)
 	if err != nil {
 		return nil, err
 	}

@@ -153,7 +153,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 		// sends no session header.
 		g.bodyKeyed = w.BodyKey.HCL != ""
 	} else {
-		if g.clients, err = k.connect(ctx, c, w.Name, mode, c.Replicas); err != nil {
+		if g.clients, err = k.connect(ctx, c, w.Name, mode, PoolName, c.Replicas); err != nil {
 			return nil, err
 		}
 		if mode.Hashed() && !c.NoHotKeys {
@@ -243,12 +243,13 @@ func startKVXDS(ctx context.Context, c Config, pol, name string, mode Mode) (*kv
 	return k, nil
 }
 
-// connect dials c.Clients grpc-go xDS clients, each its own node, and
-// warms their connections to all n replicas.
-func (k *kvxdsRun) connect(ctx context.Context, c Config, name string, mode Mode, n int) ([]testgrpc.TestServiceClient, error) {
+// connect dials c.Clients grpc-go xDS clients of xds:///target, each its
+// own node, and warms their connections to all n replicas. Client i is
+// the same node whatever the target, as one process's channels are.
+func (k *kvxdsRun) connect(ctx context.Context, c Config, name string, mode Mode, target string, n int) ([]testgrpc.TestServiceClient, error) {
 	clients := make([]testgrpc.TestServiceClient, c.Clients)
 	for i := range clients {
-		cc, err := dialXDS(k.ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-%s-%s-%d", name, mode, i))
+		cc, err := dialXDS(k.ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-%s-%s-%d", name, mode, i), target)
 		if err != nil {
 			return nil, err
 		}
@@ -335,9 +336,9 @@ func waitReady(ctx context.Context, hc *http.Client, admin string, done <-chan s
 	}
 }
 
-// dialXDS is a proxyless gRPC client of the pool, bootstrapped as `kvxds
-// bootstrap --grpc` would.
-func dialXDS(xdsAddr, node string) (*grpc.ClientConn, error) {
+// dialXDS is a proxyless gRPC client of pool target, bootstrapped as
+// `kvxds bootstrap --grpc` would.
+func dialXDS(xdsAddr, node, target string) (*grpc.ClientConn, error) {
 	cfg, err := bootstrap.GRPCJSON(bootstrap.Options{NodeID: node, XDSAddress: xdsAddr})
 	if err != nil {
 		return nil, fmt.Errorf("gRPC bootstrap: %w", err)
@@ -346,10 +347,10 @@ func dialXDS(xdsAddr, node string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xDS resolver: %w", err)
 	}
-	cc, err := grpc.NewClient("xds:///"+PoolName, grpc.WithResolvers(r),
+	cc, err := grpc.NewClient("xds:///"+target, grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, fmt.Errorf("dialing xds:///%s: %w", PoolName, err)
+		return nil, fmt.Errorf("dialing xds:///%s: %w", target, err)
 	}
 	return cc, nil
 }
@@ -594,30 +595,49 @@ dispatch:
 	return nil
 }
 
-// send runs one request to completion, with header x-session-id =
-// r.Session, or none if r.Session is empty, and x-kvxds-spread = r.Spread
-// and x-kvxds-adapter = r.Adapter likewise: a gRPC client names its
-// adapter in metadata, which its route matches and the engine runs
-// under.
+// send runs one request to completion, with its key headers
+// (requestMD).
 func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r *Request, start time.Time) reqResult {
 	res := reqResult{Sent: time.Since(start), First: -1, EngineTTFT: nan()}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if r.Session != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, SessionHeader, r.Session)
+	streamGRPC(ctx, cl, requestMD(r, true), r.Body, r.MaxTokens, start, &res)
+	return res
+}
+
+// requestMD is the metadata a gRPC client sends with r: with keyed,
+// x-session-id = r.Session and x-kvxds-spread = r.Spread (each only if
+// set); x-kvxds-adapter = r.Adapter if set, always, as a gRPC client
+// names its adapter in metadata, which its route matches and the engine
+// runs under.
+func requestMD(r *Request, keyed bool) []string {
+	var kv []string
+	if keyed && r.Session != "" {
+		kv = append(kv, SessionHeader, r.Session)
 	}
-	if r.Spread != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, SpreadHeader, r.Spread)
+	if keyed && r.Spread != "" {
+		kv = append(kv, SpreadHeader, r.Spread)
 	}
 	if r.Adapter != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, sim.MDAdapter, r.Adapter)
+		kv = append(kv, sim.MDAdapter, r.Adapter)
+	}
+	return kv
+}
+
+// streamGRPC runs one StreamingOutputCall of body with metadata md (key,
+// value pairs) to completion into res, whose Sent is set, and expects
+// want tokens. It returns the call's header and trailer (empty if the
+// call never started).
+func streamGRPC(ctx context.Context, cl testgrpc.TestServiceClient, md []string, body []byte, want int, start time.Time, res *reqResult) (hdr, tr metadata.MD) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	}
 	stream, err := cl.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{
-		Payload: &testgrpc.Payload{Body: r.Body},
+		Payload: &testgrpc.Payload{Body: body},
 	}, grpc.WaitForReady(true))
 	if err != nil {
 		res.Err, res.Done = err, time.Since(start)
-		return res
+		return nil, nil
 	}
 	var msg testgrpc.StreamingOutputCallResponse
 	for {
@@ -635,12 +655,11 @@ func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r 
 		res.Tokens++
 	}
 	res.Done = time.Since(start)
-	if h, err := stream.Header(); err == nil {
-		if v := h.Get(sim.MDReplicaID); len(v) > 0 {
-			res.Replica = v[0]
-		}
+	hdr, _ = stream.Header()
+	if v := hdr.Get(sim.MDReplicaID); len(v) > 0 {
+		res.Replica = v[0]
 	}
-	tr := stream.Trailer()
+	tr = stream.Trailer()
 	res.PromptTokens = mdInt(tr, sim.MDPromptTokens)
 	res.CachedTokens = mdInt(tr, sim.MDCachedTokens)
 	if v := tr.Get(sim.MDTTFT); len(v) > 0 {
@@ -648,18 +667,23 @@ func (g *dispatcher) send(ctx context.Context, cl testgrpc.TestServiceClient, r 
 			res.EngineTTFT = f
 		}
 	}
-	if res.Err == nil && res.Tokens != r.MaxTokens {
-		res.Err = fmt.Errorf("request %d: %d tokens streamed, want %d", r.Seq, res.Tokens, r.MaxTokens)
+	if res.Err == nil && res.Tokens != want {
+		res.Err = fmt.Errorf("%d tokens streamed, want %d", res.Tokens, want)
 	}
-	return res
+	return hdr, tr
+}
+
+// mdLast is the last value of key in md, "" if none.
+func mdLast(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
 }
 
 func mdInt(md metadata.MD, key string) int {
-	if v := md.Get(key); len(v) > 0 {
-		n, _ := strconv.Atoi(v[0])
-		return n
-	}
-	return 0
+	n, _ := strconv.Atoi(mdLast(md, key))
+	return n
 }
 
 // sampleLoop records every replica's queue depth and KV usage, and counts
