@@ -141,24 +141,6 @@ func PlaceIdleSlots(t *PrefillTable, l SlotLoad, maxMoves int) []PrefillMove {
 	return t.moves(slots)
 }
 
-// IsMoved reports whether slot s of t is placed off its rendezvous replica.
-func (t *PrefillTable) IsMoved(s int) bool {
-	return t != nil && len(t.base) == len(t.Slots) && s >= 0 && s < len(t.Slots) && t.Slots[s] != t.base[s]
-}
-
-// Pinned returns a copy of t with the slots of pins on the replicas they
-// name (addresses), those that t serves.
-func (t *PrefillTable) Pinned(pins map[int]string) *PrefillTable {
-	c := *t
-	c.Slots = slices.Clone(t.Slots)
-	for s, host := range pins {
-		if i, ok := slices.BinarySearch(t.Hosts, host); ok && s >= 0 && s < len(c.Slots) {
-			c.Slots[s] = uint16(i)
-		}
-	}
-	return &c
-}
-
 // moves are the slots of slots that differ from t's rendezvous base, as
 // moves sorted by slot.
 func (t *PrefillTable) moves(slots []uint16) []PrefillMove {

@@ -67,17 +67,11 @@ type slotLog struct {
 	rate     []float64
 	at       []time.Time
 	halfLife time.Duration
-	// pins are slots placed by load whose logged requests went to
-	// another replica than the table says, by slot: conversations in
-	// flight when their slot moved (the log comes at a request's end,
-	// so an idle-looking slot may have one), whose prefix is on that
-	// replica. The next placement puts the slot back there.
-	pins map[int]string
 }
 
 func newSlotLog(halfLife time.Duration) *slotLog {
 	return &slotLog{last: make([]time.Time, fleet.PrefillSlots), rate: make([]float64, fleet.PrefillSlots),
-		at: make([]time.Time, fleet.PrefillSlots), halfLife: halfLife, pins: map[int]string{}}
+		at: make([]time.Time, fleet.PrefillSlots), halfLife: halfLife}
 }
 
 func (l *slotLog) decayed(s int, now time.Time) float64 {
@@ -224,24 +218,17 @@ func (s *prefillState) observe(req accesslog.Request, now time.Time) {
 		pp.remote++
 		pp.pairs[[2]string{req.Upstream, req.Prefill}]++
 		// Observed at arrival, as hot keys are.
-		if sl := req.PrefillSlot; pp.slots != nil && sl >= 0 && sl < fleet.PrefillSlots {
-			pp.slots.observe(sl, now)
-			switch host := pp.table.Host(sl); {
-			case host == req.Prefill:
-				delete(pp.slots.pins, sl)
-			case pp.table.IsMoved(sl):
-				pp.slots.pins[sl] = req.Prefill
-			}
+		if pp.slots != nil && req.PrefillSlot >= 0 && req.PrefillSlot < fleet.PrefillSlots {
+			pp.slots.observe(req.PrefillSlot, now)
 		}
 	}
 	s.requests.WithLabelValues(req.Pool, result).Inc()
 }
 
-// maxPrefillMoves bounds the idle slots one placement moves, a
-// thirty-second of the table: few enough that a conversation whose first
-// request is still in flight (not yet logged) rarely has its slot moved,
-// and then it is pinned back (slotLog.pins).
-const maxPrefillMoves = fleet.PrefillSlots / 32
+// maxPrefillMoves bounds the idle slots one placement moves, an eighth of
+// the table: a route update moves at most that many of the slots that
+// new conversations may land on.
+const maxPrefillMoves = fleet.PrefillSlots / 8
 
 // decide places each decode pool's idle slots whose PlaceEvery has
 // passed, while this instance leads. It reports whether moves changed,
@@ -259,8 +246,7 @@ func (s *prefillState) decide(now time.Time, leading bool) (changed bool, next t
 		if !leading {
 			due = now.Add(every)
 		} else if !now.Before(due) {
-			m := fleet.PlaceIdleSlots(pp.table.Pinned(pp.slots.pins), pp.slots.load(now, pp.settings.IdleAfter), maxPrefillMoves)
-			clear(pp.slots.pins)
+			m := fleet.PlaceIdleSlots(pp.table, pp.slots.load(now, pp.settings.IdleAfter), maxPrefillMoves)
 			if !slices.Equal(m, s.own[name]) {
 				if len(m) > 0 {
 					s.own[name] = m

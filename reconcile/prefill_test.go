@@ -211,18 +211,6 @@ func TestPrefillPlacement(t *testing.T) {
 	if st := r.Status().Pools[0].Prefill; st.IdleAfter != "2s" || st.Busy != len(busy) || st.Moved < 1 {
 		t.Errorf("status: idle after %q, %d busy (want %d), %d moved", st.IdleAfter, st.Busy, len(busy), st.Moved)
 	}
-	// A request logged on its slot's previous replica (in flight when the
-	// slot moved) pins the slot back there.
-	var pinned int
-	for s := range tab.Slots {
-		if tab.IsMoved(s) {
-			pinned = s
-			break
-		}
-	}
-	sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: -1, Upstream: "10.0.0.1:8000", Prefill: base.Host(pinned), PrefillSlot: pinned})
-	waitFor(t, "the slot pinned back", func() bool { return r.Fleet().Pools[0].PrefillTable.Host(pinned) == base.Host(pinned) })
-	tab = r.Fleet().Pools[0].PrefillTable
 	// A follower given the leader's document serves its moves.
 	doc := ha.Document{Leader: "other", Term: 1, PrefillMoves: r.prefillMoves()}
 	f := New(Options{Sink: server.New(server.Options{}), Logger: hclog.NewNullLogger(), Registerer: prometheus.NewRegistry(), Peers: scripted{}})
