@@ -407,8 +407,6 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.adapters.half_life":                   func() any { return a.LoRA.HalfLife },
 		"pool.prefill.header":                       func() any { return c.Prefill.Header },
 		"pool.prefill.min_body_bytes":               func() any { return c.Prefill.MinBodyBytes },
-		"pool.prefill.idle_after":                   func() any { return c.Prefill.IdleAfter },
-		"pool.prefill.place_every":                  func() any { return c.Prefill.PlaceEvery },
 		"ha.kubernetes.lease_duration":              func() any { return p.HA.Kubernetes.LeaseDuration },
 		"ha.kubernetes.renew_deadline":              func() any { return p.HA.Kubernetes.RenewDeadline },
 		"ha.kubernetes.retry_period":                func() any { return p.HA.Kubernetes.RetryPeriod },
