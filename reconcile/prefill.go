@@ -313,7 +313,7 @@ func WithPrefillMoves(f fleet.Fleet, moves PrefillMoves) fleet.Fleet {
 }
 
 // status is each decode pool's prefill side, by pool.
-func (s *prefillState) status(f fleet.Fleet, now time.Time) map[string]*status.Prefill {
+func (s *prefillState) status(f fleet.Fleet) map[string]*status.Prefill {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]*status.Prefill{}
@@ -324,11 +324,8 @@ func (s *prefillState) status(f fleet.Fleet, now time.Time) map[string]*status.P
 		}
 		st := &status.Prefill{Pool: p.Prefill.Pool, Header: p.Prefill.Header, MinBodyBytes: p.Prefill.MinBodyBytes,
 			Hosts: []status.PrefillHost{}, Pairs: []status.PrefillPair{}}
-		if p.Prefill.PlacesIdle() {
-			st.IdleAfter = p.Prefill.IdleAfter.String()
-		}
 		if t := p.PrefillTable; t != nil {
-			st.Slots, st.Moved = len(t.Slots), t.Moved
+			st.Slots = len(t.Slots)
 			for j, n := range t.Shares() {
 				st.Hosts = append(st.Hosts, status.PrefillHost{Address: t.Hosts[j], Slots: n})
 			}
@@ -336,13 +333,6 @@ func (s *prefillState) status(f fleet.Fleet, now time.Time) map[string]*status.P
 		}
 		if pp := s.pools[p.Name]; pp != nil {
 			st.Requests, st.Remote, st.Unknown = pp.requests, pp.remote, pp.unknown
-			if pp.slots != nil {
-				for _, idle := range pp.slots.load(now, pp.settings.IdleAfter).Idle {
-					if !idle {
-						st.Busy++
-					}
-				}
-			}
 			for k, n := range pp.pairs {
 				st.Pairs = append(st.Pairs, status.PrefillPair{Decode: k[0], Prefill: k[1], Requests: n})
 			}

@@ -40,7 +40,7 @@ func (r *Reconciler) Status() status.Status {
 	// A follower scrapes nothing: its views are empty.
 	in.views = r.scrape.View()
 	in.adapters = r.lora.status(in.fleet, model.Plan, in.views)
-	in.prefill = r.prefill.status(in.fleet, now)
+	in.prefill = r.prefill.status(in.fleet)
 	return buildStatus(&in, r.id, r.HA())
 }
 

@@ -523,11 +523,7 @@ func (f Format) PrefillLines(p *Prefill) []string {
 		for i, h := range p.Hosts {
 			hosts[i] = h.Address + " " + strconv.Itoa(h.Slots)
 		}
-		line := "prefill slots: " + strings.Join(hosts, ", ")
-		if p.IdleAfter != "" {
-			line += "; " + strconv.Itoa(p.Busy) + " busy, " + strconv.Itoa(p.Moved) + " idle placed by load (idle after " + p.IdleAfter + ")"
-		}
-		out = append(out, line)
+		out = append(out, "prefill slots: "+strings.Join(hosts, ", "))
 	}
 	for i := 0; i < len(p.Pairs); {
 		j := i

@@ -202,13 +202,6 @@ type Prefill struct {
 	Hosts []PrefillHost `json:"hosts"`
 	// Slots is the table's size.
 	Slots int `json:"slots"`
-	// IdleAfter is the pool's prefill idle_after ("" when idle slots are
-	// not placed by load); Moved the slots placed on another replica
-	// than rendezvous hashing's; Busy the slots this instance's logs saw
-	// used within IdleAfter.
-	IdleAfter string `json:"idle_after,omitempty"`
-	Moved     int    `json:"moved,omitempty"`
-	Busy      int    `json:"busy,omitempty"`
 	// Requests counts the logged requests, Remote those that named a
 	// prefill replica, Unknown those naming one that is not in the table
 	// or sent to a decode replica not in the pool (a stale table, or a
