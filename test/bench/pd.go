@@ -151,7 +151,7 @@ type PDPolicyOptions struct {
 	// engine time.
 	IdleAfter time.Duration
 	TimeScale float64
-	Scrape    time.Duration // wall
+	Scrape       time.Duration // wall
 	// Bare leaves the metrics, escape and weights blocks out of the kvxds
 	// modes' pools; NoHotKeys turns a hashed decode pool's hot keys off.
 	Bare, NoHotKeys bool
