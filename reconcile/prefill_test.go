@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
@@ -141,82 +140,5 @@ func TestPrefillHotKeys(t *testing.T) {
 		if changed := after[typ] != v; changed != strings.HasSuffix(typ, "RouteConfiguration") {
 			t.Errorf("%s changed %v with the hot prefill key", typ, changed)
 		}
-	}
-}
-
-// Idle slots placed by load: the logs say which slots are busy and on
-// which prefill replica; with one replica's busy slots carrying most of
-// the requests, the leader moves idle slots off it, and only the decode
-// pool's routes change. Busy slots stay. A follower serves the leader's
-// moves.
-func TestPrefillPlacement(t *testing.T) {
-	p := mustParse(t, strings.Replace(strings.Replace(prefillPolicy, "PREFILL",
-		`"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"`, 1),
-		`prefill { pool = "chat-prefill" }`, `prefill {
-    pool        = "chat-prefill"
-    idle_after  = "2s"
-    place_every = "50ms"
-  }`, 1))
-	srv := server.New(server.Options{})
-	r := New(Options{Sink: srv, Logger: hclog.NewNullLogger(), Registerer: prometheus.NewRegistry()})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer r.Close()
-	if err := r.Apply(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	base := r.Fleet().Pools[0].PrefillTable
-	if base.Moved != 0 {
-		t.Fatalf("%d slots moved before any log", base.Moved)
-	}
-	go r.Run(ctx)
-	sink := r.AccessLogSink()
-	// Every fourth slot is busy; those on the first host carry ten
-	// requests each, the others one.
-	busy := map[int]bool{}
-	for s := 0; s < len(base.Slots); s += 4 {
-		busy[s] = true
-		n := 1
-		if base.Host(s) == base.Hosts[0] {
-			n = 10
-		}
-		for range n {
-			sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: -1, Upstream: "10.0.0.1:8000", Prefill: base.Host(s), PrefillSlot: s})
-		}
-	}
-	before := srv.Versions(translate.Envoy)
-	waitFor(t, "idle slots moved off the loaded replica", func() bool { return r.Fleet().Pools[0].PrefillTable.Moved > 0 })
-	tab := r.Fleet().Pools[0].PrefillTable
-	idleOn := make([]int, len(tab.Hosts))
-	for s := range tab.Slots {
-		switch {
-		case busy[s] && tab.Slots[s] != base.Slots[s]:
-			t.Errorf("busy slot %d moved from %s to %s", s, base.Host(s), tab.Host(s))
-		case !busy[s]:
-			idleOn[tab.Slots[s]]++
-		}
-	}
-	if idleOn[0] >= idleOn[1] || idleOn[0] >= idleOn[2] {
-		t.Errorf("idle slots by host %v: the loaded first host should hold the fewest", idleOn)
-	}
-	after := srv.Versions(translate.Envoy)
-	for typ, v := range before {
-		if changed := after[typ] != v; changed != strings.HasSuffix(typ, "RouteConfiguration") {
-			t.Errorf("%s changed %v with the placement", typ, changed)
-		}
-	}
-	if m := r.prefillMoves()["chat"]; len(m) != tab.Moved {
-		t.Errorf("%d moves served, table moved %d", len(m), tab.Moved)
-	}
-	// A follower given the leader's document serves its moves.
-	doc := ha.Document{Leader: "other", Term: 1, PrefillMoves: r.prefillMoves()}
-	f := New(Options{Sink: server.New(server.Options{}), Logger: hclog.NewNullLogger(), Registerer: prometheus.NewRegistry(), Peers: scripted{}})
-	defer f.Close()
-	haHandler{f}.Published(doc)
-	if err := f.Apply(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.Fleet().Pools[0].PrefillTable; got.EncodeSlots() != tab.EncodeSlots() {
-		t.Errorf("the follower's table differs from the leader's (%d moved, leader %d)", got.Moved, tab.Moved)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -101,39 +100,6 @@ func TestLuaPrefillMatchesGo(t *testing.T) {
 			}
 		case got[i] != c.want:
 			t.Errorf("case %q: got %q, want %q", c.line, got[i], c.want)
-		}
-	}
-	// With a slot header, a keyed request's slot is named with its host;
-	// a request without a key (a random slot), or given none, has none,
-	// and a client's is dropped.
-	const slotHeader = "x-kvxds-prefill-slot"
-	slotted, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Header: header, Slots: slots, SlotHeader: slotHeader})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slotCases := []struct{ line, want string }{
-		{"500\tx-session-id=alice", fmt.Sprintf("%s\t%d", hosts[table[PrefillSlot("alice", slots)]], PrefillSlot("alice", slots))},
-		{"500\tx-session-id=bob\t" + slotHeader + "=7", fmt.Sprintf("%s\t%d", hosts[table[PrefillSlot("bob", slots)]], PrefillSlot("bob", slots))},
-		{"500\t" + slotHeader + "=7", "*\t-"},
-	}
-	var slotLines []string
-	for _, c := range slotCases {
-		slotLines = append(slotLines, c.line)
-	}
-	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("slotted.lua", slotted), write("table2", enc.String()+"\n"+strings.Join(hosts, "\n")+"\n"),
-		write("slotcases", strings.Join(slotLines, "\n")+"\n"), header, slotHeader).CombinedOutput()
-	if err != nil {
-		t.Fatalf("luajit: %v\n%s", err, out)
-	}
-	for i, g := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
-		want := slotCases[i].want
-		if h, rest, _ := strings.Cut(want, "\t"); h == "*" {
-			gh, gs, _ := strings.Cut(g, "\t")
-			if !slices.Contains(hosts, gh) || gs != rest {
-				t.Errorf("slot case %q: got %q, want a host and %q", slotCases[i].line, g, rest)
-			}
-		} else if g != want {
-			t.Errorf("slot case %q: got %q, want %q", slotCases[i].line, g, want)
 		}
 	}
 	// A route without the table: no header, whatever the request.

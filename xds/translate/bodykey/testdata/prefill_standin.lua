@@ -4,15 +4,14 @@
 -- nil-valued without a table, as for a route without metadata), and
 -- handle:logWarn(msg).
 --
--- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER [SLOTHEADER]
+-- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
 -- where TABLE is a file of "slots" on its first line and one host per
 -- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key ("-"
 -- for a route without metadata), and CASES a file of
 -- lines "content-length<TAB>header=value<TAB>...", "-" for no
--- content-length. Prints per case the value of HEADER after the run, or "-",
--- and with SLOTHEADER a tab and its value, or "-".
+-- content-length. Prints per case the value of HEADER after the run, or "-".
 
-local script, tablefile, casefile, header, slotheader = arg[1], arg[2], arg[3], arg[4], arg[5]
+local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
 dofile(script)
 
 local md = nil
@@ -55,9 +54,5 @@ for line in io.lines(casefile) do
   end
   function handle:logWarn(msg) io.stderr:write(msg, "\n") end
   envoy_on_request(handle)
-  if slotheader ~= nil then
-    print((t[header] or "-") .. "\t" .. (t[slotheader] or "-"))
-  else
-    print(t[header] or "-")
-  end
+  print(t[header] or "-")
 end
