@@ -125,13 +125,8 @@ type Pool struct {
 	// Adapters are the pool's placed LoRA adapters as decided (see
 	// Adapters and LoRA), sorted by name; empty when none is placed.
 	Adapters []Adapter
-	// PrefillMoves are the slots of the pool's prefill table placed by
-	// load as decided (see PlaceIdleSlots), sorted by slot; empty when
-	// none is, or the pool has no Prefill placing idle slots.
-	PrefillMoves []PrefillMove
 	// PrefillTable is the prefill pool's table, in a pool with Prefill:
-	// Prepare builds it from the prefill pool's replicas and
-	// PrefillMoves.
+	// Prepare builds it from the prefill pool's replicas.
 	PrefillTable *PrefillTable
 }
 
@@ -237,19 +232,18 @@ type Mesh struct {
 // embedded so that the endpoints keep their place among the settings
 // (/debug/fleet and the fleet goldens are read in this order).
 type poolJSON struct {
-	Name          string        `json:"name"`
-	ListenAddress string        `json:"listen_address"`
-	Port          uint32        `json:"port"`
-	Balancer      Balancer      `json:"balancer"`
-	Hash          Hash          `json:"hash"`
-	Endpoints     []Endpoint    `json:"endpoints"`
-	Mesh          *Mesh         `json:"mesh,omitempty"`
-	Groups        []Group       `json:"groups,omitempty"`
-	HotKeys       []HotKey      `json:"hot_keys,omitempty"`
-	LoRA          *Adapters     `json:"lora,omitempty"`
-	Adapters      []Adapter     `json:"adapters,omitempty"`
-	Prefill       *Prefill      `json:"prefill,omitempty"`
-	PrefillMoves  []PrefillMove `json:"prefill_moves,omitempty"`
+	Name          string     `json:"name"`
+	ListenAddress string     `json:"listen_address"`
+	Port          uint32     `json:"port"`
+	Balancer      Balancer   `json:"balancer"`
+	Hash          Hash       `json:"hash"`
+	Endpoints     []Endpoint `json:"endpoints"`
+	Mesh          *Mesh      `json:"mesh,omitempty"`
+	Groups        []Group    `json:"groups,omitempty"`
+	HotKeys       []HotKey   `json:"hot_keys,omitempty"`
+	LoRA          *Adapters  `json:"lora,omitempty"`
+	Adapters      []Adapter  `json:"adapters,omitempty"`
+	Prefill       *Prefill   `json:"prefill,omitempty"`
 	// PrefillTable is written for reading (status); Prepare rebuilds it.
 	PrefillTable *PrefillTable `json:"prefill_table,omitempty"`
 	RouteTimeout string        `json:"route_timeout,omitempty"`
@@ -261,7 +255,7 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 	j := poolJSON{
 		Name: p.Name, ListenAddress: p.ListenAddress, Port: p.Port, Balancer: p.Balancer,
 		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups, HotKeys: p.HotKeys,
-		LoRA: p.LoRA, Adapters: p.Adapters, Prefill: p.Prefill, PrefillMoves: p.PrefillMoves, PrefillTable: p.PrefillTable,
+		LoRA: p.LoRA, Adapters: p.Adapters, Prefill: p.Prefill, PrefillTable: p.PrefillTable,
 	}
 	if p.RouteTimeout != 0 {
 		j.RouteTimeout = p.RouteTimeout.String()
@@ -278,7 +272,7 @@ func (p *Pool) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, PrefillMoves: j.PrefillMoves, Settings: Settings{
+	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, Settings: Settings{
 		ListenAddress: j.ListenAddress, Port: j.Port, Balancer: j.Balancer,
 		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups, LoRA: j.LoRA, Prefill: j.Prefill,
 	}}

@@ -2,12 +2,10 @@ package fleet
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -57,80 +55,6 @@ type Prefill struct {
 	// to compute than to transfer. Zero sends every request to a prefill
 	// replica.
 	MinBodyBytes int `json:"min_body_bytes,omitempty"`
-	// IdleAfter makes a slot idle when no logged request used it for
-	// that long: kvxds gives idle slots to the prefill replicas with the
-	// least load (PlaceIdleSlots), so that new conversations go where
-	// there is room, as an index router places them. Zero turns it off:
-	// the table is the replicas' rendezvous hashing alone.
-	IdleAfter time.Duration `json:"-"`
-	// PlaceEvery is how often idle slots are placed anew: each placement
-	// that moves a slot is a route update.
-	PlaceEvery time.Duration `json:"-"`
-}
-
-// Defaults of a prefill block.
-const (
-	// DefaultPrefillIdleAfter: a slot no request used for a minute holds
-	// no conversation in progress (engines evict an idle prefix within
-	// minutes under load), so moving it costs no hit.
-	DefaultPrefillIdleAfter = time.Minute
-	// DefaultPrefillPlaceEvery bounds the route updates placement makes.
-	DefaultPrefillPlaceEvery = 5 * time.Second
-)
-
-type prefillJSON struct {
-	Pool         string `json:"pool"`
-	Header       string `json:"header"`
-	MinBodyBytes int    `json:"min_body_bytes,omitempty"`
-	IdleAfter    string `json:"idle_after,omitempty"`
-	PlaceEvery   string `json:"place_every,omitempty"`
-}
-
-// MarshalJSON writes p with its durations as strings, omitted when zero.
-func (p Prefill) MarshalJSON() ([]byte, error) {
-	j := prefillJSON{Pool: p.Pool, Header: p.Header, MinBodyBytes: p.MinBodyBytes}
-	if p.IdleAfter != 0 {
-		j.IdleAfter = p.IdleAfter.String()
-	}
-	if p.PlaceEvery != 0 {
-		j.PlaceEvery = p.PlaceEvery.String()
-	}
-	return json.Marshal(j)
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (p *Prefill) UnmarshalJSON(b []byte) error {
-	var j prefillJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*p = Prefill{Pool: j.Pool, Header: j.Header, MinBodyBytes: j.MinBodyBytes}
-	for _, d := range []struct {
-		name, s string
-		dst     *time.Duration
-	}{{"idle_after", j.IdleAfter, &p.IdleAfter}, {"place_every", j.PlaceEvery, &p.PlaceEvery}} {
-		if d.s == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.s)
-		if err != nil {
-			return fmt.Errorf("prefill: %s: %w", d.name, err)
-		}
-		*d.dst = v
-	}
-	return nil
-}
-
-// PlacesIdle reports whether the prefill table's idle slots are placed by
-// load.
-func (p *Prefill) PlacesIdle() bool { return p != nil && p.IdleAfter > 0 }
-
-// PrefillMove gives one slot of a decode pool's prefill table to another
-// prefill replica than its rendezvous hashing's (PlaceIdleSlots decides
-// them): Host is its address.
-type PrefillMove struct {
-	Slot int    `json:"slot"`
-	Host string `json:"host"`
 }
 
 // PrefillTable is a decode pool's view of its prefill pool: which replica
@@ -156,11 +80,6 @@ type PrefillTable struct {
 	// SpreadBy is the prefill pool's spread sub-key; nil when it finds no
 	// hot keys.
 	SpreadBy *HashKey `json:"spread_by,omitempty"`
-	// Moved counts the slots the decode pool's PrefillMoves gave to
-	// another replica than rendezvous hashing's.
-	Moved int `json:"moved,omitempty"`
-	// base are the slots by rendezvous hashing alone, before the moves.
-	base []uint16
 }
 
 // Host returns the prefill replica of slot s, or "" if there is none.
@@ -272,31 +191,7 @@ func NewPrefillTable(prefill, decode *Pool) *PrefillTable {
 		}
 		t.Slots[s] = best
 	}
-	t.base = slices.Clone(t.Slots)
-	if decode.Prefill.PlacesIdle() {
-		t.move(decode.PrefillMoves)
-	}
 	return t
-}
-
-// move applies a decode pool's moves to t, keeping its rendezvous slots
-// as its base. A move naming a slot out of range or a replica the table
-// does not serve is left out: that replica left, and its slots fall back
-// to rendezvous hashing.
-func (t *PrefillTable) move(moves []PrefillMove) {
-	for _, m := range moves {
-		if m.Slot < 0 || m.Slot >= len(t.Slots) {
-			continue
-		}
-		i, ok := slices.BinarySearch(t.Hosts, m.Host)
-		if !ok || uint16(i) == t.base[m.Slot] {
-			continue
-		}
-		if t.Slots[m.Slot] == t.base[m.Slot] {
-			t.Moved++
-		}
-		t.Slots[m.Slot] = uint16(i)
-	}
 }
 
 // maxPrefillVnodes caps a replica's virtual identities: a weight beyond it
@@ -348,9 +243,6 @@ func (p *Pool) validatePrefill(pools map[string]*Pool) []error {
 	}
 	if pf.MinBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("pool %q: negative min_body_bytes %d", p.Name, pf.MinBodyBytes))
-	}
-	if pf.IdleAfter < 0 || pf.PlaceEvery < 0 || pf.IdleAfter > 0 && pf.PlaceEvery == 0 {
-		errs = append(errs, fmt.Errorf("pool %q: prefill idle_after %v and place_every %v: both positive, or idle_after zero", p.Name, pf.IdleAfter, pf.PlaceEvery))
 	}
 	return errs
 }

@@ -47,10 +47,6 @@ type Document struct {
 	// Adapters are the pools' LoRA adapter placements the leader
 	// decided, by pool; a pool placing none is absent.
 	Adapters map[string]fleet.AdapterPlacement `json:"adapters,omitempty"`
-	// PrefillMoves are the decode pools' prefill table moves the leader
-	// decided (idle slots placed by load), by pool; a pool without moves
-	// is absent.
-	PrefillMoves map[string][]fleet.PrefillMove `json:"prefill_moves,omitempty"`
 }
 
 // ErrNotLeader is returned by Publish when this instance does not lead.

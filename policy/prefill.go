@@ -16,8 +16,6 @@ type prefillSpec struct {
 	Pool         *hcl.Attribute `hcl:"pool,optional"`
 	Header       *hcl.Attribute `hcl:"header,optional"`
 	MinBodyBytes *hcl.Attribute `hcl:"min_body_bytes,optional"`
-	IdleAfter    *hcl.Attribute `hcl:"idle_after,optional"`
-	PlaceEvery   *hcl.Attribute `hcl:"place_every,optional"`
 }
 
 func (s prefillSpec) defRange() hcl.Range { return s.DefRange }
@@ -51,7 +49,7 @@ func (d *decoder) poolPrefill(spec *poolSpec, pool *Pool) {
 }
 
 func (d *decoder) prefill(spec *prefillSpec, pool string) (*fleet.Prefill, hcl.Range, bool) {
-	pf := &fleet.Prefill{Header: fleet.DefaultPrefillHeader, IdleAfter: fleet.DefaultPrefillIdleAfter, PlaceEvery: fleet.DefaultPrefillPlaceEvery}
+	pf := &fleet.Prefill{Header: fleet.DefaultPrefillHeader}
 	ok := true
 	var rng hcl.Range
 	if a := spec.Pool; a == nil {
@@ -78,25 +76,6 @@ func (d *decoder) prefill(spec *prefillSpec, pool string) (*fleet.Prefill, hcl.R
 			pf.MinBodyBytes = int(n)
 		} else {
 			ok = false
-		}
-	}
-	// "0s" turns placing idle slots by load off; place_every must be
-	// positive.
-	if dur, good := d.durationOr(spec.IdleAfter, pf.IdleAfter, fmt.Sprintf(`The default is %q; "0s" turns placing idle slots by load off.`, fleet.DefaultPrefillIdleAfter)); good {
-		pf.IdleAfter = dur
-	} else {
-		ok = false
-	}
-	if a := spec.PlaceEvery; a != nil {
-		dur, good := d.durationOr(a, pf.PlaceEvery, fmt.Sprintf("The default is %q.", fleet.DefaultPrefillPlaceEvery))
-		switch {
-		case !good:
-			ok = false
-		case dur <= 0:
-			d.errorf(a.Expr.Range(), "Invalid duration", "place_every must be positive; omit it for the default, %q.", fleet.DefaultPrefillPlaceEvery.String())
-			ok = false
-		default:
-			pf.PlaceEvery = dur
 		}
 	}
 	return pf, rng, ok

@@ -113,21 +113,6 @@ func (r *Reconciler) placements() Placements {
 	return nil
 }
 
-// prefillMoves returns the prefill moves to serve: this instance's own
-// while it leads, else the leader's last published ones.
-func (r *Reconciler) prefillMoves() PrefillMoves {
-	r.mu.Lock()
-	leading, remote := r.leadingLocked(), r.ha.remote
-	r.mu.Unlock()
-	if leading {
-		return r.prefill.ownMoves()
-	}
-	if remote != nil {
-		return remote.PrefillMoves
-	}
-	return nil
-}
-
 // scrapeSet points scraping at specs while this instance leads (seeding
 // pools that start with the previous leader's decisions) and stops it
 // otherwise. The caller holds pushMu.
@@ -149,15 +134,14 @@ func (r *Reconciler) scrapeSet(ctx context.Context, specs map[string]weights.Poo
 	r.scrape.Set(ctx, specs)
 }
 
-// publish publishes the decisions, hot-key tables, adapter placements and
-// prefill moves served, if this instance leads and they changed since it
-// last did (or force).
-func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, hot HotTables, lora Placements, moves PrefillMoves, force bool) {
+// publish publishes the decisions, hot-key tables and adapter placements
+// served, if this instance leads and they changed since it last did (or
+// force).
+func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, hot HotTables, lora Placements, force bool) {
 	r.mu.Lock()
 	if !r.leadingLocked() || (!force && r.ha.published != nil && reflect.DeepEqual(r.ha.published.Pools, served) &&
 		reflect.DeepEqual(cloneHot(r.ha.published.HotKeys), cloneHot(hot)) &&
-		reflect.DeepEqual(clonePlacements(r.ha.published.Adapters), clonePlacements(lora)) &&
-		reflect.DeepEqual(clonePrefillMoves(r.ha.published.PrefillMoves), clonePrefillMoves(moves))) {
+		reflect.DeepEqual(clonePlacements(r.ha.published.Adapters), clonePlacements(lora))) {
 		r.mu.Unlock()
 		return
 	}
@@ -167,9 +151,6 @@ func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, hot HotTa
 	}
 	if c := clonePlacements(lora); len(c) > 0 {
 		doc.Adapters = c
-	}
-	if c := clonePrefillMoves(moves); len(c) > 0 {
-		doc.PrefillMoves = c
 	}
 	r.ha.published = &doc
 	r.mu.Unlock()
@@ -213,7 +194,6 @@ func (h haHandler) Leading(leading bool, term int64) {
 			r.ha.seed = cloneDecisions(r.ha.remote.Pools)
 			r.hot.seed(r.ha.remote.HotKeys, r.now())
 			r.lora.seed(r.ha.remote.Adapters, r.now())
-			r.prefill.seed(r.ha.remote.PrefillMoves, r.now())
 		}
 		r.log.Info("leading: scraping and deciding", "term", term)
 		r.haMetrics.changes.Inc()

@@ -294,7 +294,7 @@ func (s hotSink) Observe(req accesslog.Request) {
 	h := s.r.hot
 	now := s.r.now()
 	s.r.lora.observe(req, now)
-	s.r.prefill.observe(req, now)
+	s.r.prefill.observe(req)
 	if req.Key < 0 {
 		return // a request without a key, of a pool placing adapters
 	}

@@ -67,7 +67,6 @@ const (
 	causeLeader    = "leader" // a leadership change, or the leader's decisions
 	causeHotKeys   = "hot_keys"
 	causeAdapters  = "adapters"
-	causePrefill   = "prefill"
 )
 
 // Reconciler keeps the fleet model in step with its inputs.
@@ -103,7 +102,6 @@ type Reconciler struct {
 	served     ha.Decisions // the decisions of the last push
 	servedHot  HotTables    // the hot-key tables of the last push
 	servedLoRA Placements   // the adapter placements of the last push
-	servedPD   PrefillMoves // the prefill moves of the last push
 	// The stages of the groups of the last push (nil before the first),
 	// and the timer of the next stage due.
 	groupStages groupStages
@@ -185,7 +183,7 @@ func New(opts Options) *Reconciler {
 	r.hot = newHotState(reg)
 	r.lora = newAdapterState(reg)
 	r.prefill = newPrefillState(reg)
-	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters, causePrefill} {
+	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
@@ -233,9 +231,9 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}()
 	}
 	r.mu.Lock()
-	served, servedHot, servedLoRA, servedPD := r.served, r.servedHot, r.servedLoRA, r.servedPD
+	served, servedHot, servedLoRA := r.served, r.servedHot, r.servedLoRA
 	r.mu.Unlock()
-	r.publish(ctx, served, servedHot, servedLoRA, servedPD, true)
+	r.publish(ctx, served, servedHot, servedLoRA, true)
 	// Hot-key tables and adapter placements are decided on their pools'
 	// intervals; the timer wakes for the next one due (every second
 	// while none is).
@@ -261,11 +259,8 @@ func (r *Reconciler) Run(ctx context.Context) {
 			now := r.now()
 			changed, next := r.hot.decide(now, leading)
 			placed, nextLoRA := r.lora.decide(now, leading, r.scrape.View)
-			moved, nextPD := r.prefill.decide(now, leading)
-			for _, n := range []time.Duration{nextLoRA, nextPD} {
-				if n > 0 && (next <= 0 || n < next) {
-					next = n
-				}
+			if nextLoRA > 0 && (next <= 0 || nextLoRA < next) {
+				next = nextLoRA
 			}
 			if next <= 0 {
 				next = time.Second
@@ -276,8 +271,6 @@ func (r *Reconciler) Run(ctx context.Context) {
 				cause = causeHotKeys
 			case placed:
 				cause = causeAdapters
-			case moved:
-				cause = causePrefill
 			default:
 				continue
 			}
@@ -285,7 +278,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 		r.pushMu.Lock()
 		err := r.pushLocked(ctx, r.Policy(), cause)
 		r.mu.Lock()
-		served, servedHot, servedLoRA, servedPD := r.served, r.servedHot, r.servedLoRA, r.servedPD
+		served, servedHot, servedLoRA := r.served, r.servedHot, r.servedLoRA
 		r.mu.Unlock()
 		r.pushMu.Unlock()
 		if err != nil {
@@ -294,7 +287,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 		}
 		// A new leader publishes at once, under its own term, what it
 		// serves: its predecessor's decisions.
-		r.publish(ctx, served, servedHot, servedLoRA, servedPD, cause == causeLeader)
+		r.publish(ctx, served, servedHot, servedLoRA, cause == causeLeader)
 	}
 }
 
@@ -339,14 +332,13 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	decisions := r.decisions()
 	hot := r.hotTables()
 	placements := r.placements()
-	moves := r.prefillMoves()
 	discovered := r.disc.Targets()
 	now := r.now()
 	r.mu.Lock()
 	prevStages := r.groupStages
 	r.mu.Unlock()
 	joined, stages, wake := stageGroups(Join(p, discovered, decisions), prevStages, now)
-	m, err := fleet.Prepare(WithPrefillMoves(WithAdapters(WithHotKeys(joined, hot), placements), moves))
+	m, err := fleet.Prepare(WithAdapters(WithHotKeys(joined, hot), placements))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -388,7 +380,7 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 		})
 	}
 	r.policy, r.fleet, r.served, r.servedHot, r.discovered = p, f, decisions, hot, discovered
-	r.servedLoRA, r.servedPD, r.model = placements, moves, m
+	r.servedLoRA, r.model = placements, m
 	r.since = trackSince(r.since, f, decisions, now)
 	r.shares = shares
 	r.mu.Unlock()

@@ -305,11 +305,6 @@ type Config struct {
 	// request whose body is shorter is prefilled on its decode replica.
 	// Default 0, every request on a prefill replica.
 	PDMinBodyBytes int
-	// PDIdleAfter is the kvxds modes' prefill { idle_after } in engine
-	// time (written as wall time): 0 keeps the default
-	// (fleet.DefaultPrefillIdleAfter), negative turns placing idle slots
-	// by load off.
-	PDIdleAfter time.Duration
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.

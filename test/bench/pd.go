@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
-	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/sim"
 )
 
@@ -146,11 +144,7 @@ type PDPolicyOptions struct {
 	// MinBodyBytes is the prefill block's min_body_bytes (0: left out,
 	// its default).
 	MinBodyBytes int
-	// IdleAfter is the prefill block's idle_after in engine time: 0
-	// the default, negative off. Its place_every is the default, also in
-	// engine time.
-	IdleAfter time.Duration
-	TimeScale float64
+	TimeScale    float64
 	Scrape       time.Duration // wall
 	// Bare leaves the metrics, escape and weights blocks out of the kvxds
 	// modes' pools; NoHotKeys turns a hashed decode pool's hot keys off.
@@ -181,13 +175,6 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		if o.MinBodyBytes > 0 {
 			fmt.Fprintf(&b, "    min_body_bytes = %d\n", o.MinBodyBytes)
 		}
-		idle := cmp.Or(o.IdleAfter, fleet.DefaultPrefillIdleAfter)
-		if idle < 0 {
-			idle = 0
-		}
-		scale := cmp.Or(o.TimeScale, 1)
-		fmt.Fprintf(&b, "    idle_after     = %q\n    place_every    = %q\n",
-			wallDuration(idle, scale), wallDuration(fleet.DefaultPrefillPlaceEvery, scale))
 		b.WriteString("  }\n")
 	}
 	pdEndpoints(&b, "decode", o.Decode)
@@ -338,7 +325,7 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 		return nil, err
 	}
 	pol, err := PDPolicy(PDPolicyOptions{Mode: mode, Prefill: prefill, Decode: decode, Key: keyHCL,
-		MinBodyBytes: c.PDMinBodyBytes, IdleAfter: c.PDIdleAfter, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
+		MinBodyBytes: c.PDMinBodyBytes, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
 	if err != nil {
 		return nil, err
 	}

@@ -73,9 +73,6 @@ type Request struct {
 	// (host:port), "" if none or the pool is no decode pool. A decode
 	// pool's request is handed to the sink with or without a key.
 	Prefill string
-	// PrefillSlot is the prefill table's slot the request's key picked
-	// (translate.PrefillSlotHeader), -1 if none was logged.
-	PrefillSlot int
 }
 
 // PrefillSink is a Sink that also counts the requests of decode pools
@@ -272,7 +269,7 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 			break
 		}
 	}
-	r := Request{PrefillSlot: -1}
+	var r Request
 	decode := false
 	if ps, ok := s.sink.(PrefillSink); ok {
 		if h := ps.PrefillHeader(pool); h != "" {
@@ -280,13 +277,6 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 			r.Prefill, _ = header(logged, h)
 			if r.Prefill != "" && !validHostPort(r.Prefill) {
 				return ResultBadValue
-			}
-			if v, ok := header(logged, translate.PrefillSlotHeader); ok && v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 0 || n >= fleet.PrefillSlots {
-					return ResultBadValue
-				}
-				r.PrefillSlot = n
 			}
 			s.prefillKeys(ps, pool, logged, c)
 		}
@@ -342,7 +332,7 @@ func (s *Service) prefillKeys(ps PrefillSink, pool string, logged map[string]str
 			if !hotkeys.ValidValue(v) {
 				return
 			}
-			r := Request{Key: i, Value: v, PrefillSlot: -1}
+			r := Request{Key: i, Value: v}
 			s.fill(&r, prefill, c)
 			// The decode replica served it: where it prefilled is not
 			// the prefill pool's upstream.

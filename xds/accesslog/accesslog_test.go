@@ -145,10 +145,10 @@ func TestEntries(t *testing.T) {
 		t.Fatalf("stream: %v", err)
 	}
 	want := []Request{
-		{Pool: "chat", Key: 0, Value: "s1", Spread: "01100101", Cluster: "chat", Upstream: "10.0.0.1:8000", Start: start, Duration: 250 * time.Millisecond, PrefillSlot: -1},
-		{Pool: "chat", Key: 1, Value: "0123456789abcdef", Cluster: "chat", Upstream: "[::1]:8001", Start: start, Duration: 250 * time.Millisecond, PrefillSlot: -1},
-		{Pool: "chat", Key: 0, Value: "s2", Cluster: "chat-g0", Start: start, Duration: 250 * time.Millisecond, PrefillSlot: -1},
-		{Pool: "chat", Key: 0, Value: "s3", Cluster: "chat-g0", Upstream: "10.0.0.2:8000", Start: start, Duration: 250 * time.Millisecond, PrefillSlot: -1},
+		{Pool: "chat", Key: 0, Value: "s1", Spread: "01100101", Cluster: "chat", Upstream: "10.0.0.1:8000", Start: start, Duration: 250 * time.Millisecond},
+		{Pool: "chat", Key: 1, Value: "0123456789abcdef", Cluster: "chat", Upstream: "[::1]:8001", Start: start, Duration: 250 * time.Millisecond},
+		{Pool: "chat", Key: 0, Value: "s2", Cluster: "chat-g0", Start: start, Duration: 250 * time.Millisecond},
+		{Pool: "chat", Key: 0, Value: "s3", Cluster: "chat-g0", Upstream: "10.0.0.2:8000", Start: start, Duration: 250 * time.Millisecond},
 	}
 	for i := range sink.reqs {
 		sink.reqs[i].Start = sink.reqs[i].Start.UTC()
@@ -297,8 +297,7 @@ func TestPrefillEntries(t *testing.T) {
 		entry("chat", "10.0.0.2", 8000, map[string]string{"x-session": "s1", "x-prefiller-host-port": "[fd00::1]:8000"}),
 		entry("chat", "10.0.0.2", 8000, map[string]string{}),
 		entry("chat", "10.0.0.2", 8000, map[string]string{"x-prefiller-host-port": "prefill-0.llm:8000"}),
-		entry("chat", "10.0.0.3", 8000, map[string]string{"x-kvxds-prefill-key-1": "0123456789abcdef", "x-session": "s2", "x-prefiller-host-port": "10.0.1.2:8000", "x-kvxds-prefill-slot": "1023"}),
-		entry("chat", "10.0.0.3", 8000, map[string]string{"x-session": "s3", "x-prefiller-host-port": "10.0.1.2:8000", "x-kvxds-prefill-slot": "1024"}),
+		entry("chat", "10.0.0.3", 8000, map[string]string{"x-kvxds-prefill-key-1": "0123456789abcdef", "x-session": "s2", "x-prefiller-host-port": "10.0.1.2:8000"}),
 	))
 	if err != nil {
 		t.Fatal(err)
@@ -308,27 +307,24 @@ func TestPrefillEntries(t *testing.T) {
 		key               int
 		value             string
 		upstream, prefill string
-		slot              int
 	}
 	var gs []got
 	for _, r := range sink.reqs {
-		gs = append(gs, got{r.Pool, r.Key, r.Value, r.Upstream, r.Prefill, r.PrefillSlot})
+		gs = append(gs, got{r.Pool, r.Key, r.Value, r.Upstream, r.Prefill})
 	}
 	// Each request of the decode pool with a prefill key is also one of
 	// the prefill pool (first, with its first key present), upstream
 	// unknown.
-	// A slot is logged with its request; one out of the table's range
-	// is malformed.
 	want := []got{
-		{"chat", -1, "", "10.0.0.1:8000", "10.0.1.1:8000", -1},
-		{"chat-prefill", 2, "s1", "", "", -1}, {"chat", 0, "s1", "10.0.0.2:8000", "[fd00::1]:8000", -1},
-		{"chat", -1, "", "10.0.0.2:8000", "", -1},
-		{"chat-prefill", 0, "0123456789abcdef", "", "", -1}, {"chat", 0, "s2", "10.0.0.3:8000", "10.0.1.2:8000", 1023},
+		{"chat", -1, "", "10.0.0.1:8000", "10.0.1.1:8000"},
+		{"chat-prefill", 2, "s1", "", ""}, {"chat", 0, "s1", "10.0.0.2:8000", "[fd00::1]:8000"},
+		{"chat", -1, "", "10.0.0.2:8000", ""},
+		{"chat-prefill", 0, "0123456789abcdef", "", ""}, {"chat", 0, "s2", "10.0.0.3:8000", "10.0.1.2:8000"},
 	}
 	if !reflect.DeepEqual(gs, want) {
 		t.Errorf("requests %+v, want %+v", gs, want)
 	}
-	if n := testutil.ToFloat64(mustVec(t, reg, "kvxds_access_log_entries_total", "result", ResultBadValue)); n != 2 {
-		t.Errorf("malformed values = %v, want the prefill host that is no address and the slot out of range", n)
+	if n := testutil.ToFloat64(mustVec(t, reg, "kvxds_access_log_entries_total", "result", ResultBadValue)); n != 1 {
+		t.Errorf("malformed values = %v, want the prefill host that is no address", n)
 	}
 }

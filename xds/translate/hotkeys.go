@@ -172,9 +172,6 @@ func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	// the prefill pool's keys, whose hot ones kvxds learns from them.
 	if pf := p.Prefill; pf != nil {
 		headers = append(headers, pf.Header)
-		if h := slotHeader(p); h != "" {
-			headers = append(headers, h)
-		}
 		if t := p.PrefillTable; t != nil {
 			for _, h := range PrefillLogHeaders(t) {
 				if h != "" && !slices.Contains(headers, h) {

@@ -51,11 +51,6 @@ func PrefillKeyHeader(i int) string { return "x-kvxds-prefill-key-" + strconv.It
 // of the prefill pool's hot keys when it is a body key.
 const PrefillSpreadHeader = "x-kvxds-prefill-spread"
 
-// PrefillSlotHeader carries, on the decode listener, the prefill table's
-// slot a request's key picked, when the pool places idle slots by load:
-// the access log reports it, and kvxds learns which slots are busy.
-const PrefillSlotHeader = "x-kvxds-prefill-slot"
-
 // PrefillLogHeaders are the request headers of the prefill pool's key
 // chain as the decode listener logs them, in chain order ("" for a key no
 // header carries: cookies, query parameters).
@@ -130,7 +125,7 @@ func prefillFilters(p *fleet.Pool) ([]*hcmv3.HttpFilter, error) {
 		out = append(out, f)
 	}
 	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: headers, Header: p.Prefill.Header,
-		MinBody: p.Prefill.MinBodyBytes, Slots: fleet.PrefillSlots, SpreadHeader: spreadHeader, SpreadRaw: raw, SlotHeader: slotHeader(p)})
+		MinBody: p.Prefill.MinBodyBytes, Slots: fleet.PrefillSlots, SpreadHeader: spreadHeader, SpreadRaw: raw})
 	if err != nil {
 		return nil, err
 	}
@@ -139,15 +134,6 @@ func prefillFilters(p *fleet.Pool) ([]*hcmv3.HttpFilter, error) {
 		return nil, err
 	}
 	return append(out, f), nil
-}
-
-// slotHeader is the header the prefill filter names a request's slot in,
-// "" when the pool does not place idle slots.
-func slotHeader(p *fleet.Pool) string {
-	if p.Prefill.PlacesIdle() {
-		return PrefillSlotHeader
-	}
-	return ""
 }
 
 // prefillBodyLimit is the longest body the prefill keys filter reads.

@@ -32,10 +32,6 @@ type Prefill struct {
 	MinBody int
 	// Slots is the number of slots of the table.
 	Slots int
-	// SlotHeader, if set, receives the slot a key picked (decimal), for
-	// the access log that tells kvxds which slots are busy; the script
-	// removes any the client sent.
-	SlotHeader string
 }
 
 // PrefillKey is one key of the prefill pool's chain: the header carrying
@@ -73,11 +69,6 @@ func LuaPrefill(p Prefill) (string, error) {
 		fmt.Fprintf(&b, "local PREFILL_SPREAD, SPREAD_RAW = %s, %v\n", luaString(strings.ToLower(p.SpreadHeader)), p.SpreadRaw)
 	} else {
 		b.WriteString("local PREFILL_SPREAD, SPREAD_RAW = nil, false\n")
-	}
-	if p.SlotHeader != "" {
-		fmt.Fprintf(&b, "local SLOT_HEADER = %s\n", luaString(strings.ToLower(p.SlotHeader)))
-	} else {
-		b.WriteString("local SLOT_HEADER = nil\n")
 	}
 	b.WriteString("local PREFILL_KEYS = {\n")
 	for _, k := range p.Keys {

@@ -7,8 +7,6 @@
 -- host:port. A request without a key gets a random slot. A
 -- request whose declared body is shorter than MIN_BODY, or a route
 -- without a table, gets no header: the decode replica prefills it.
--- SLOT_HEADER, if set, gets the slot a key picked, which the access log
--- reports to kvxds (the slots in use).
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
 -- PREFILL_SPREAD carries them (set by the prefill keys filter), or, with
 -- SPREAD_RAW, carries the value they are the spread of; nil if absent.
@@ -56,17 +54,13 @@ local function set_prefill(handle, headers)
   end
   local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
   local host = i and hosts[i + 1]
-  if type(host) == "string" then
-    headers:replace(PREFILL_HEADER, host)
-    if SLOT_HEADER ~= nil and v ~= nil then headers:replace(SLOT_HEADER, tostring(slot)) end
-  end
+  if type(host) == "string" then headers:replace(PREFILL_HEADER, host) end
 end
 
 function envoy_on_request(handle)
   local headers = handle:headers()
   -- A client must not pick its own prefill replica.
   headers:remove(PREFILL_HEADER)
-  if SLOT_HEADER ~= nil then headers:remove(SLOT_HEADER) end
   local ok, err = pcall(set_prefill, handle, headers)
   if not ok then
     handle:logWarn("kvxds prefill: " .. tostring(err))
