@@ -80,6 +80,10 @@ type PrefillTable struct {
 	// SpreadBy is the prefill pool's spread sub-key; nil when it finds no
 	// hot keys.
 	SpreadBy *HashKey `json:"spread_by,omitempty"`
+	// BalanceFactor is the prefill pool's Hash.BalanceFactor: with it,
+	// each Envoy bounds its requests in flight to a prefill replica as
+	// Envoy bounds a hash table's (zero: unbounded).
+	BalanceFactor uint32 `json:"balance_factor,omitempty"`
 }
 
 // Host returns the prefill replica of slot s, or "" if there is none.
@@ -124,7 +128,7 @@ func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 // lists (a replica in both roles, which discovery may find) is left out:
 // it decodes.
 func NewPrefillTable(prefill, decode *Pool) *PrefillTable {
-	t := &PrefillTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes}
+	t := &PrefillTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes, BalanceFactor: prefill.Hash.BalanceFactor}
 	if h := prefill.Hash.Hot; h != nil {
 		by := h.SpreadBy
 		t.SpreadBy = &by

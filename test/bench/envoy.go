@@ -407,6 +407,9 @@ type routing struct {
 	headers       [][2]string
 	loggers       []*adsenvoy.AccessLogger
 	release       func()
+	// respond runs the Lua filters' envoy_on_response, once, when the
+	// response starts (or the request fails without one).
+	respond func()
 }
 
 // route runs the pool's filters and router on a request: the Lua filter's
@@ -417,7 +420,7 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 	if err != nil {
 		return "", nil, err
 	}
-	return r.addr, r.release, nil
+	return r.addr, func() { r.respond(); r.release() }, nil
 }
 
 func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, err error) {
@@ -441,12 +444,16 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	if st == nil {
 		return r, errors.New("envoy has no configuration")
 	}
+	respond := func() {}
 	if lua != nil {
 		// The filters see the client's headers and the body, and leave
 		// the headers the router and the upstream see.
-		if hdrs, err = lua.run(st.lua, hdrs, body); err != nil {
+		var id uint64
+		if hdrs, id, err = lua.run(st.lua, hdrs, body); err != nil {
 			return r, err
 		}
+		var once sync.Once
+		respond = func() { once.Do(func() { lua.respond(id) }) }
 	}
 	req := &envoylb.Request{Path: "/v1/completions", Headers: hdrs}
 
@@ -517,7 +524,7 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	act[addr]++
 	e.total[d.Cluster]++
 	cluster := d.Cluster
-	return routing{addr: addr, cluster: cluster, headers: hdrs, loggers: e.logging, release: func() {
+	return routing{addr: addr, cluster: cluster, headers: hdrs, loggers: e.logging, respond: respond, release: func() {
 		e.mu.Lock()
 		e.active[cluster][addr]--
 		e.total[cluster]--
@@ -605,7 +612,10 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	// Envoy forwards the headers its filters left, the prefill header
 	// among them.
 	var headersAt time.Time
-	entry.Code = streamCompletion(ctx, e.hc, rt.addr, rt.headers, r, start, &res, func() { headersAt = time.Now() }, nil)
+	// Envoy's encoders run on the response's headers, or on the local
+	// reply of a request that got none.
+	defer rt.respond()
+	entry.Code = streamCompletion(ctx, e.hc, rt.addr, rt.headers, r, start, &res, func() { headersAt = time.Now(); rt.respond() }, nil)
 	if !headersAt.IsZero() {
 		entry.FirstUpstreamByte = headersAt.Sub(began)
 	}
@@ -811,6 +821,8 @@ type luaFilter struct {
 	mu      sync.Mutex
 	// metadata is the route metadata each filter was last sent.
 	metadata []string
+	// requests counts the requests run, which number them.
+	requests uint64
 	broken   atomic.Bool
 }
 
@@ -820,12 +832,16 @@ type luaFilter struct {
 //
 //	M <filter> <bytes>\n<Lua expression>   the filter's route metadata
 //	R <headers> <bytes>\n<name\tvalue\n>...<body>   a request
+//	E <request> 0\n   the response of a request starts
 //
 // For a request it runs every filter's envoy_on_request as Envoy's Lua
 // filter would (content-length declared, body buffered, the route's
-// metadata under the filter's name), and prints the headers left, but
-// pseudo-headers and content-length, as name=value, tab-separated, sorted,
-// on one line.
+// metadata under the filter's name, the stream's dynamic metadata), and
+// prints the headers left, but pseudo-headers and content-length, as
+// name=value, tab-separated, sorted, on one line. Requests are numbered
+// from 1 in order. For a response it runs the envoy_on_response of every
+// filter that has one, in reverse order as Envoy's encoders run, and
+// prints nothing.
 const luaDriver = `
 local filters = {}
 for i = 1, #arg do
@@ -837,6 +853,7 @@ for i = 1, #arg do
 end
 local out = io.stdout
 out:setvbuf("full")
+local streams, nreq = {}, 0
 while true do
   local line = io.read("*l")
   if line == nil then break end
@@ -867,6 +884,14 @@ while true do
       if i < 0 or k < 0 or i + k > #s then error("index/length out of range") end
       return string.sub(s, i + 1, i + k)
     end
+    local ns = {}
+    local dm = {}
+    function dm:set(filter, key, value) ns[filter] = ns[filter] or {}; ns[filter][key] = value end
+    function dm:get(filter) return ns[filter] end
+    local si = {}
+    function si:dynamicMetadata() return dm end
+    nreq = nreq + 1
+    streams[nreq] = si
     for _, f in ipairs(filters) do
       local md = {}
       function md:get(key) return f.md[key] end
@@ -874,6 +899,7 @@ while true do
       function handle:headers() return headers end
       function handle:body() if #s == 0 then return nil end return body end
       function handle:metadata() return md end
+      function handle:streamInfo() return si end
       function handle:logWarn(msg) end
       f.env.envoy_on_request(handle)
     end
@@ -884,6 +910,20 @@ while true do
     table.sort(set)
     out:write(table.concat(set, "\t"), "\n")
     out:flush()
+  elseif cmd == "E" then
+    local si = streams[a]
+    streams[a] = nil
+    if si ~= nil then
+      for k = #filters, 1, -1 do
+        local f = filters[k]
+        if f.env.envoy_on_response ~= nil then
+          local handle = {}
+          function handle:streamInfo() return si end
+          function handle:logWarn(msg) end
+          f.env.envoy_on_response(handle)
+        end
+      end
+    end
   else
     error("bad command: " .. line)
   end
@@ -951,18 +991,32 @@ func (l *luaFilter) runs(fs []luaSpec) bool {
 	return true
 }
 
+// respond runs the filters' envoy_on_response for request id (from run).
+func (l *luaFilter) respond(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.broken.Load() {
+		return
+	}
+	fmt.Fprintf(l.in, "E %d 0\n", id)
+	if err := l.in.Flush(); err != nil {
+		l.broken.Store(true)
+	}
+}
+
 // run is the headers the filters fs (those l runs, with the metadata of
-// the newest routes) leave on a request with headers hdrs and this body.
-func (l *luaFilter) run(fs []luaSpec, hdrs [][2]string, body []byte) ([][2]string, error) {
+// the newest routes) leave on a request with headers hdrs and this body,
+// and the request's number for respond.
+func (l *luaFilter) run(fs []luaSpec, hdrs [][2]string, body []byte) ([][2]string, uint64, error) {
 	for _, h := range hdrs {
 		if strings.ContainsAny(h[0], "\t\n\r=") || strings.ContainsAny(h[1], "\t\n\r") {
-			return nil, fmt.Errorf("header %q: the simulated Envoy's filters take no tab, newline or '=' in a name", h[0])
+			return nil, 0, fmt.Errorf("header %q: the simulated Envoy's filters take no tab, newline or '=' in a name", h[0])
 		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.broken.Load() {
-		return nil, errors.New("the Lua filter's process failed")
+		return nil, 0, errors.New("the Lua filter's process failed")
 	}
 	for i, f := range fs {
 		// An RDS update changes the metadata, not the filters.
@@ -971,6 +1025,8 @@ func (l *luaFilter) run(fs []luaSpec, hdrs [][2]string, body []byte) ([][2]strin
 			l.metadata[i] = f.metadata
 		}
 	}
+	l.requests++
+	id := l.requests
 	fmt.Fprintf(l.in, "R %d %d\n", len(hdrs), len(body))
 	for _, h := range hdrs {
 		fmt.Fprintf(l.in, "%s\t%s\n", h[0], h[1])
@@ -978,12 +1034,12 @@ func (l *luaFilter) run(fs []luaSpec, hdrs [][2]string, body []byte) ([][2]strin
 	l.in.Write(body)
 	if err := l.in.Flush(); err != nil {
 		l.broken.Store(true)
-		return nil, fmt.Errorf("lua: %w", err)
+		return nil, 0, fmt.Errorf("lua: %w", err)
 	}
 	line, err := l.out.ReadString('\n')
 	if err != nil {
 		l.broken.Store(true)
-		return nil, fmt.Errorf("lua: %w", err)
+		return nil, 0, fmt.Errorf("lua: %w", err)
 	}
 	var out [][2]string
 	for _, kv := range strings.Split(strings.TrimSuffix(line, "\n"), "\t") {
@@ -991,7 +1047,7 @@ func (l *luaFilter) run(fs []luaSpec, hdrs [][2]string, body []byte) ([][2]strin
 			out = append(out, [2]string{k, v})
 		}
 	}
-	return out, nil
+	return out, id, nil
 }
 
 func (l *luaFilter) close() {

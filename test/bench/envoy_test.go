@@ -59,7 +59,7 @@ func TestEnvoyDataPlane(t *testing.T) {
 	var owner string
 	for _, r := range reqs {
 		body := completionsBody(r)
-		set, err := luaOf(t, e).run(luaSpecsOf(e), nil, body)
+		set, _, err := luaOf(t, e).run(luaSpecsOf(e), nil, body)
 		if err != nil {
 			t.Fatal(err)
 		}

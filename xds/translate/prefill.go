@@ -163,6 +163,9 @@ func prefillMetadata(p *fleet.Pool) (*corev3.Metadata, error) {
 		hosts[i] = h
 	}
 	fields := map[string]any{"hosts": hosts, "slots": t.EncodeSlots()}
+	if t.BalanceFactor > 0 {
+		fields["balance"] = float64(t.BalanceFactor)
+	}
 	if len(t.Hot) > 0 {
 		hot := make(map[string]any, len(t.Hot))
 		for _, k := range t.Hot {

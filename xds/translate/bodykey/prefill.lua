@@ -7,6 +7,12 @@
 -- host:port. A request without a key gets a random slot. A
 -- request whose declared body is shorter than MIN_BODY, or a route
 -- without a table, gets no header: the decode replica prefills it.
+-- With "balance" in the metadata (the prefill pool's balance_factor, in
+-- percent) the choice is bounded as Envoy bounds a hash table's
+-- (hash_balance_factor): a replica with more requests in flight from
+-- this Lua state (one per Envoy worker) than its share of balance% of
+-- their mean passes a keyed request to the replica of the next slots
+-- that is not, so that a key's overflow goes to one other replica.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
 -- PREFILL_SPREAD carries them (set by the prefill keys filter), or, with
 -- SPREAD_RAW, carries the value they are the spread of; nil if absent.
@@ -17,6 +23,72 @@ local function spread_bits(headers)
   if SPREAD_RAW then s = spread(keyhash(s)) end
   if #s ~= SPREAD_BITS or find(s, "[^01]") then return nil end
   return s
+end
+
+-- Requests this Lua state named a prefill replica for, in flight until
+-- their response starts (envoy_on_response), by replica; open holds each
+-- one's replica and start, so that a request whose response never comes
+-- (a client gone first) stops counting after MAX_OPEN seconds.
+local inflight, total, open, next_id, opened = {}, 0, {}, 0, 0
+local MAX_OPEN = 600
+local share_of, share_slots = nil, nil
+
+local function release(id)
+  local o = open[id]
+  if o == nil then return end
+  open[id], opened = nil, opened - 1
+  inflight[o.host] = inflight[o.host] - 1
+  total = total - 1
+end
+
+-- Forget requests open longer than MAX_OPEN, every 256 requests.
+local function expire(now)
+  if next_id % 256 ~= 0 then return end
+  for id, o in pairs(open) do
+    if now - o.t > MAX_OPEN then release(id) end
+  end
+end
+
+-- Each host's slots (its weight in the bound), cached per table.
+local function shares(slots)
+  if share_slots ~= slots then
+    local n = {}
+    for s = 0, SLOTS - 1 do
+      local i = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
+      if i ~= nil then n[i] = (n[i] or 0) + 1 end
+    end
+    share_of, share_slots = n, slots
+  end
+  return share_of
+end
+
+-- Whether host i (named h) is overloaded: Envoy's hostOverloadFactor,
+-- its requests in flight over ceil(weight × ceil((total+1) × factor/100)).
+local function overloaded(n, i, h, factor)
+  local cap = floor(((total + 1) * factor + 99) / 100)
+  local slots = math.max(math.ceil(cap * (n[i] or 0) / SLOTS), 1)
+  return (inflight[h] or 0) > slots
+end
+
+-- The host of slot, or with a factor the first host of the next slots
+-- that is not overloaded (else the slot's own).
+local function bounded(hosts, slots, slot, factor)
+  local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
+  local host = i and hosts[i + 1]
+  if type(host) ~= "string" or factor == nil then return host end
+  local n = shares(slots)
+  if not overloaded(n, i, host, factor) then return host end
+  local seen = {[i] = true}
+  for k = 1, SLOTS - 1 do
+    local s = (slot + k) % SLOTS
+    local j = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
+    if j ~= nil and not seen[j] then
+      seen[j] = true
+      local h = hosts[j + 1]
+      if type(h) == "string" and not overloaded(n, j, h, factor) then return h end
+    end
+  end
+  return host
 end
 
 local function set_prefill(handle, headers)
@@ -52,9 +124,20 @@ local function set_prefill(handle, headers)
   else
     slot = math.random(0, SLOTS - 1)
   end
-  local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
-  local host = i and hosts[i + 1]
-  if type(host) == "string" then headers:replace(PREFILL_HEADER, host) end
+  local factor = md:get("balance")
+  if type(factor) ~= "number" or factor < 100 or v == nil then factor = nil end
+  local host = bounded(hosts, slots, slot, factor)
+  if type(host) ~= "string" then return end
+  headers:replace(PREFILL_HEADER, host)
+  if factor ~= nil then
+    local now = os.time()
+    next_id = next_id + 1
+    expire(now)
+    open[next_id], opened = {host = host, t = now}, opened + 1
+    inflight[host] = (inflight[host] or 0) + 1
+    total = total + 1
+    handle:streamInfo():dynamicMetadata():set("kvxds.prefill", "open", next_id)
+  end
 end
 
 function envoy_on_request(handle)
@@ -65,4 +148,11 @@ function envoy_on_request(handle)
   if not ok then
     handle:logWarn("kvxds prefill: " .. tostring(err))
   end
+end
+
+-- The prefill replica answered (the decode replica's response starts once
+-- its prefill is done): the request no longer counts.
+function envoy_on_response(handle)
+  local md = handle:streamInfo():dynamicMetadata():get("kvxds.prefill")
+  if md ~= nil and md.open ~= nil then release(md.open) end
 end

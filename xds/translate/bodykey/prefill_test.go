@@ -2,6 +2,7 @@ package bodykey
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +139,117 @@ func TestPrefillSlotKey(t *testing.T) {
 	} {
 		if got := PrefillSlotKey(tc.value, tc.spread, tc.bits); got != tc.want {
 			t.Errorf("PrefillSlotKey(%q, %d, %q) = %q, want %q", tc.value, tc.spread, tc.bits, got, tc.want)
+		}
+	}
+}
+
+// With a balance factor in the table, each Lua state bounds its requests
+// in flight per prefill replica as Envoy's hash_balance_factor bounds a
+// hash table's: a keyed request whose replica has more in flight than
+// ceil(share × ceil((total+1) × factor / 100)) goes to the replica of
+// the next slots that has not, and envoy_on_response releases it. A
+// script of requests and responses over a few keys runs under LuaJIT and
+// under the same rule written here.
+func TestLuaPrefillBounded(t *testing.T) {
+	bin := luajit(t)
+	const slots, factor = 64, 150
+	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"}
+	var enc strings.Builder
+	table := make([]int, slots)
+	share := make([]int, len(hosts))
+	for s := range table {
+		table[s] = (s * 7 / 3) % len(hosts)
+		share[table[s]]++
+		fmt.Fprintf(&enc, "%03x", table[s])
+	}
+	const header = "x-prefiller-host-port"
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Header: header, Slots: slots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rule: in flight per host and in all, from request to response.
+	inflight := map[int]int{}
+	total := 0
+	over := func(i int) bool {
+		capacity := ((total+1)*factor + 99) / 100
+		n := max((capacity*share[i]+slots-1)/slots, 1)
+		return inflight[i] > n
+	}
+	pick := func(key string) int {
+		s := PrefillSlot(key, slots)
+		i := table[s]
+		if !over(i) {
+			return i
+		}
+		seen := map[int]bool{i: true}
+		for k := 1; k < slots; k++ {
+			j := table[(s+k)%slots]
+			if !seen[j] {
+				seen[j] = true
+				if !over(j) {
+					return j
+				}
+			}
+		}
+		return i
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	keys := []string{"alice", "bob", "carol", "dave", "erin"}
+	var lines, want []string
+	var open []int // request numbers (from 1) awaiting a response, and their host
+	hostOf := map[int]int{}
+	requests, spilled := 0, 0
+	for range 400 {
+		if len(open) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(open))
+			n := open[j]
+			open = append(open[:j], open[j+1:]...)
+			lines = append(lines, fmt.Sprintf("respond\t%d", n))
+			inflight[hostOf[n]]--
+			total--
+			continue
+		}
+		// Mostly one hot key, so that its replica overflows.
+		key := keys[0]
+		if rng.IntN(2) == 0 {
+			key = keys[rng.IntN(len(keys))]
+		}
+		i := pick(key)
+		if i != table[PrefillSlot(key, slots)] {
+			spilled++
+		}
+		requests++
+		hostOf[requests] = i
+		inflight[i]++
+		total++
+		open = append(open, requests)
+		lines = append(lines, "500\tx-session-id="+key)
+		want = append(want, hosts[i])
+	}
+	if spilled == 0 || spilled > requests/2 {
+		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)
+	}
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src),
+		write("table", enc.String()+"\n"+strings.Join(hosts, "\n")+fmt.Sprintf("\nbalance\t%d\n", factor)),
+		write("cases", strings.Join(lines, "\n")+"\n"), header).CombinedOutput()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, out)
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("luajit printed %d lines for %d requests:\n%s", len(got), len(want), out)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("request %d: got %s, want %s (then %d more to compare)", i+1, got[i], want[i], len(want)-i-1)
 		}
 	}
 }

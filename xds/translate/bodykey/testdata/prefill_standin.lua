@@ -1,15 +1,18 @@
 -- A stand-in for the parts of Envoy's Lua request handle that the
 -- generated prefill script uses, to run it under a plain LuaJIT:
 -- handle:headers() (:get, :replace, :remove), handle:metadata() (:get;
--- nil-valued without a table, as for a route without metadata), and
--- handle:logWarn(msg).
+-- nil-valued without a table, as for a route without metadata),
+-- handle:streamInfo():dynamicMetadata() (:get, :set, per request) and
+-- handle:logWarn(msg); and envoy_on_response.
 --
 -- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
 -- where TABLE is a file of "slots" on its first line and one host per
--- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key ("-"
--- for a route without metadata), and CASES a file of
--- lines "content-length<TAB>header=value<TAB>...", "-" for no
--- content-length. Prints per case the value of HEADER after the run, or "-".
+-- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key, or
+-- "balance<TAB>factor" ("-" for a route without metadata), and CASES a
+-- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
+-- content-length, or "respond<TAB>N" to run envoy_on_response for the
+-- N-th request (from 1). Prints per request the value of HEADER after
+-- the run, or "-"; nothing for a response.
 
 local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
 dofile(script)
@@ -18,41 +21,57 @@ local md = nil
 local f = assert(io.open(tablefile, "rb"))
 local first = f:read("*l")
 if first ~= "-" then
-  local hosts, hot = {}, nil
+  local hosts, hot, balance = {}, nil, nil
   for line in f:lines() do
     local k, n = string.match(line, "^hot\t(.*)\t(%d+)$")
+    local b = string.match(line, "^balance\t(%d+)$")
     if k ~= nil then
       hot = hot or {}
       hot[k] = tonumber(n)
+    elseif b ~= nil then
+      balance = tonumber(b)
     else
       hosts[#hosts + 1] = line
     end
   end
-  md = {hosts = hosts, slots = first, hot = hot}
+  md = {hosts = hosts, slots = first, hot = hot, balance = balance}
 end
 f:close()
 
+local handles = {}
 for line in io.lines(casefile) do
-  local fields = {}
-  for x in string.gmatch(line, "[^\t]+") do fields[#fields + 1] = x end
-  local t = {[":method"] = "POST"}
-  if fields[1] ~= "-" then t["content-length"] = fields[1] end
-  for i = 2, #fields do
-    local eq = string.find(fields[i], "=", 1, true)
-    t[string.sub(fields[i], 1, eq - 1)] = string.sub(fields[i], eq + 1)
+  local n = string.match(line, "^respond\t(%d+)$")
+  if n ~= nil then
+    envoy_on_response(handles[tonumber(n)])
+  else
+    local fields = {}
+    for x in string.gmatch(line, "[^\t]+") do fields[#fields + 1] = x end
+    local t = {[":method"] = "POST"}
+    if fields[1] ~= "-" then t["content-length"] = fields[1] end
+    for i = 2, #fields do
+      local eq = string.find(fields[i], "=", 1, true)
+      t[string.sub(fields[i], 1, eq - 1)] = string.sub(fields[i], eq + 1)
+    end
+    local h = {}
+    function h:get(name) return t[name] end
+    function h:replace(name, value) t[name] = tostring(value) end
+    function h:remove(name) t[name] = nil end
+    local dm, ns = {}, {}
+    function dm:set(filter, key, value) ns[filter] = ns[filter] or {}; ns[filter][key] = value end
+    function dm:get(filter) return ns[filter] end
+    local si = {}
+    function si:dynamicMetadata() return dm end
+    local handle = {}
+    function handle:headers() return h end
+    function handle:metadata()
+      local m = {}
+      function m:get(k) if md == nil then return nil end return md[k] end
+      return m
+    end
+    function handle:streamInfo() return si end
+    function handle:logWarn(msg) io.stderr:write(msg, "\n") end
+    handles[#handles + 1] = handle
+    envoy_on_request(handle)
+    print(t[header] or "-")
   end
-  local h = {}
-  function h:get(name) return t[name] end
-  function h:replace(name, value) t[name] = tostring(value) end
-  function h:remove(name) t[name] = nil end
-  local handle = {}
-  function handle:headers() return h end
-  function handle:metadata()
-    local m = {}
-    function m:get(k) if md == nil then return nil end return md[k] end
-    return m
-  end
-  function handle:logWarn(msg) io.stderr:write(msg, "\n") end
-  envoy_on_request(handle)
-  print(t[header] or "-")
 end
