@@ -230,3 +230,47 @@ func startTestFleet(t *testing.T, n int) ([]*sim.Replica, []string) {
 	}
 	return reps, addrs
 }
+
+// The simulated Envoy's Lua driver keeps each request's dynamic metadata
+// and runs envoy_on_response when its response starts, as Envoy does: a
+// filter counting requests in flight sees each one end.
+func TestLuaDriverResponses(t *testing.T) {
+	requireLuaJIT(t)
+	src := `
+local n = 0
+function envoy_on_request(h)
+  n = n + 1
+  h:headers():replace("x-in-flight", tostring(n))
+  h:streamInfo():dynamicMetadata():set("counter", "counted", true)
+end
+function envoy_on_response(h)
+  local md = h:streamInfo():dynamicMetadata():get("counter")
+  if md ~= nil and md.counted then n = n - 1 end
+end
+`
+	fs := []luaSpec{{name: "counter", source: src, metadata: "{}"}}
+	l, err := startLua(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	run := func(want string) uint64 {
+		t.Helper()
+		hdrs, id, err := l.run(fs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hdrs) != 1 || hdrs[0] != [2]string{"x-in-flight", want} {
+			t.Fatalf("headers %v, want x-in-flight=%s", hdrs, want)
+		}
+		return id
+	}
+	a := run("1")
+	b := run("2")
+	l.respond(a)
+	c := run("2")
+	l.respond(b)
+	l.respond(c)
+	l.respond(c) // a second response of one request changes nothing
+	run("1")
+}
