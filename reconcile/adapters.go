@@ -75,10 +75,9 @@ var moveCauses = status.MoveCauses
 type adapterState struct {
 	mu    sync.Mutex
 	pools map[string]*adapterPool
-	// own are the placements this instance decided (or, after gaining
-	// the lead, its predecessor's).
-	own     Placements
-	decided map[string]time.Time
+	// placed are the placements this instance decided (or, after
+	// gaining the lead, its predecessor's).
+	placed decided[fleet.AdapterPlacement]
 	// below is, by pool and adapter, since when its need has been below
 	// half of its replicas (shrinking waits a full interval).
 	below map[string]map[string]time.Time
@@ -125,7 +124,7 @@ type adapterPool struct {
 func newAdapterState(reg prometheus.Registerer) *adapterState {
 	f := promauto.With(reg)
 	return &adapterState{
-		pools: map[string]*adapterPool{}, own: Placements{}, decided: map[string]time.Time{},
+		pools: map[string]*adapterPool{}, placed: newDecided(placementKind),
 		below: map[string]map[string]time.Time{}, inFlight: map[string]map[string]float64{}, inFlightAt: map[string]time.Time{}, served: map[string]servedAdapters{}, seen: map[string]*adapterSeen{},
 		moves: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_adapter_moves_total",
@@ -191,8 +190,7 @@ func (s *adapterState) update(f fleet.Fleet, plan func(string) fleet.Plan) {
 	for name := range s.seen {
 		if pools[name] == nil {
 			delete(s.seen, name)
-			delete(s.own, name)
-			delete(s.decided, name)
+			s.placed.forget(name)
 			delete(s.below, name)
 			delete(s.inFlight, name)
 			delete(s.inFlightAt, name)
@@ -348,29 +346,13 @@ func (s *adapterState) decide(now time.Time, leading bool, view func() map[strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var views map[string]weights.PoolView
-	for _, name := range slices.Sorted(maps.Keys(s.pools)) {
-		ap := s.pools[name]
-		iv := ap.settings.Interval
-		due := s.decided[name].Add(iv)
-		if !leading {
-			due = now.Add(iv)
-		} else if !now.Before(due) {
+	return s.placed.run(slices.Collect(maps.Keys(s.pools)), func(name string) time.Duration { return s.pools[name].settings.Interval },
+		now, leading, func(name string) fleet.AdapterPlacement {
 			if views == nil && view != nil {
 				views = view()
 			}
-			pl := s.decidePool(name, ap, enginesOf(views[name]), now)
-			if !equalPlacement(pl, s.own[name]) {
-				s.own[name] = pl
-				changed = true
-			}
-			s.decided[name] = now
-			due = now.Add(iv)
-		}
-		if d := due.Sub(now); next == 0 || d < next {
-			next = d
-		}
-	}
-	return changed, next
+			return s.decidePool(name, s.pools[name], enginesOf(views[name]), now)
+		})
 }
 
 // decidePool decides one pool's placement: shares from the logs when
@@ -378,7 +360,7 @@ func (s *adapterState) decide(now time.Time, leading bool, view func() map[strin
 // previous placement's (fail static); then each adapter's replicas with
 // hysteresis, at most settings.Max adapters, the always-placed first.
 func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand, now time.Time) fleet.AdapterPlacement {
-	prev := s.own[name]
+	prev := s.placed.own[name]
 	// Leaving adapters are not placed any more: they only wait for their
 	// cluster to go (stageAdapters).
 	old := map[string]fleet.Adapter{}
@@ -634,15 +616,23 @@ func sameOrder(a, b []fleet.Adapter) bool {
 	return slices.Equal(order(a), order(b))
 }
 
-func equalPlacement(a, b fleet.AdapterPlacement) bool {
-	return slices.Equal(a.Adapters, b.Adapters) && maps.Equal(a.Slots, b.Slots)
+// placementKind compares and copies placements; one without adapters or
+// slots is empty.
+var placementKind = decisionKind[fleet.AdapterPlacement]{
+	equal: func(a, b fleet.AdapterPlacement) bool {
+		return slices.Equal(a.Adapters, b.Adapters) && maps.Equal(a.Slots, b.Slots)
+	},
+	clone: func(pl fleet.AdapterPlacement) (fleet.AdapterPlacement, bool) {
+		return fleet.AdapterPlacement{Adapters: slices.Clone(pl.Adapters), Slots: maps.Clone(pl.Slots)},
+			len(pl.Adapters) > 0 || len(pl.Slots) > 0
+	},
 }
 
 // ownPlacements returns a copy of the placements this instance decided.
 func (s *adapterState) ownPlacements() Placements {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return clonePlacements(s.own)
+	return s.placed.copy()
 }
 
 // seed makes a new leader start from its predecessor's placements, and
@@ -650,23 +640,10 @@ func (s *adapterState) ownPlacements() Placements {
 func (s *adapterState) seed(p Placements, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.own = clonePlacements(p)
-	s.decided = map[string]time.Time{}
-	for name := range s.pools {
-		s.decided[name] = now
-	}
+	s.placed.seed(p, slices.Collect(maps.Keys(s.pools)), now)
 }
 
-func clonePlacements(p Placements) Placements {
-	out := make(Placements, len(p))
-	for pool, pl := range p {
-		if len(pl.Adapters) == 0 && len(pl.Slots) == 0 {
-			continue
-		}
-		out[pool] = fleet.AdapterPlacement{Adapters: slices.Clone(pl.Adapters), Slots: maps.Clone(pl.Slots)}
-	}
-	return out
-}
+func clonePlacements(p Placements) Placements { return cloneDecided(p, placementKind) }
 
 // WithAdapters puts each pool's placement into f: pools placing adapters
 // take their placement's adapters (and their always-placed adapters at one

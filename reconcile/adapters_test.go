@@ -95,7 +95,7 @@ func TestDecideAdapters(t *testing.T) {
 	if got, want := stages(pl), map[string]string{"sql": fleet.StageAdding, "fr": fleet.StageAdding}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("stages %v, want %v", got, want)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	// Demand falls below half: the placement holds for an interval.
 	t1 := t0.Add(10 * time.Minute) // the old counts decayed away
 	observe(t1, map[string]int{"sql": 10, "fr": 100, "": 890})
@@ -106,14 +106,14 @@ func TestDecideAdapters(t *testing.T) {
 	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("stages %v, want both routed", got)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	t2 := t1.Add(set.Interval)
 	observe(t2, map[string]int{"sql": 10, "fr": 100, "": 890})
 	pl = s.decidePool("chat", ap, engineDemand{}, t2)
 	if got := replicas(pl); got["sql"] != 1 || got["fr"] != 2 {
 		t.Fatalf("after an interval below half: %v, want sql 1", got)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	// No logs: the engines' in-flight adapters keep it, without headroom.
 	t3 := t2.Add(set.Interval)
 	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3, "fr": 2, "llama": 8}, slots: map[string]int{"r1": 2}}, t3)
@@ -123,7 +123,7 @@ func TestDecideAdapters(t *testing.T) {
 	if pl.Slots["r1"] != 2 {
 		t.Errorf("slots %v, want r1's reported 2", pl.Slots)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	// An adapter the engines no longer report is forgotten over the
 	// half-life; then, after an interval below half, it loses its route
 	// first, and its cluster with the next decision.
@@ -132,27 +132,27 @@ func TestDecideAdapters(t *testing.T) {
 	if got := replicas(pl); !reflect.DeepEqual(got, map[string]int{"sql": 3, "fr": 2}) {
 		t.Fatalf("one decision without fr: %v, want it kept on 2", got)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	t3 = t3.Add(5 * set.HalfLife) // 2 × 2⁻⁵ in flight: below minInFlight
 	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3}}, t3)
 	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("stages %v, want %v (fr held an interval)", got, want)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	t3 = t3.Add(set.Interval)
 	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3}}, t3)
 	if got, want := stages(pl), map[string]string{"sql": "", "fr": fleet.StageLeaving}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("stages %v, want %v", got, want)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	t3 = t3.Add(set.Interval)
 	pl = s.decidePool("chat", ap, engineDemand{reporting: 8, inFlight: map[string]int{"sql": 3, "fr": 1}}, t3)
 	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("stages %v, want %v (a leaving adapter's cluster is served: it is routed at once)", got, want)
 	}
-	s.own["chat"] = pl
+	s.placed.own["chat"] = pl
 	// Nothing at all: the placement stays.
-	if got := s.decidePool("chat", ap, engineDemand{}, t3.Add(set.Interval)); !equalPlacement(got, pl) {
+	if got := s.decidePool("chat", ap, engineDemand{}, t3.Add(set.Interval)); !placementKind.equal(got, pl) {
 		t.Errorf("without signals the placement changed: %+v → %+v", pl, got)
 	}
 }
@@ -222,7 +222,7 @@ func TestAdapterShareBand(t *testing.T) {
 			s := newAdapterState(prometheus.NewRegistry())
 			ap := adapterTestPool(set, 8)
 			s.pools["chat"] = ap
-			s.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "fr", Replicas: 2, Share: 0.15}, {Name: "sql", Replicas: 3, Share: 0.2}}}
+			s.placed.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "fr", Replicas: 2, Share: 0.15}, {Name: "sql", Replicas: 3, Share: 0.2}}}
 			for i := range 1000 {
 				switch {
 				case i < tc.sql:

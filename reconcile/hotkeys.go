@@ -55,10 +55,9 @@ type hotState struct {
 	// clusters names each of their clusters' pool.
 	pools    map[string]*hotPool
 	clusters map[string]string
-	// own are the tables this instance decided (or, after gaining the
-	// lead, its predecessor's, which it starts from).
-	own     HotTables
-	decided map[string]time.Time
+	// tables are the tables this instance decided (or, after gaining
+	// the lead, its predecessor's, which it starts from).
+	tables decided[[]fleet.HotKey]
 	// seen counts, per pool, the keyed requests observed and those sent
 	// away by reason, since the instance started.
 	seen map[string]*hotSeen
@@ -115,7 +114,7 @@ func newHotState(reg prometheus.Registerer) *hotState {
 	f := promauto.With(reg)
 	return &hotState{
 		pools: map[string]*hotPool{}, clusters: map[string]string{},
-		own: HotTables{}, decided: map[string]time.Time{}, seen: map[string]*hotSeen{},
+		tables: newDecided(hotKind), seen: map[string]*hotSeen{},
 		away: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_requests_away_total",
 			Help: "Logged requests of pools with hot keys that Envoy sent to another replica than their key's first (the one the key alone hashes to with every replica in the table), by pool and reason: spread (a hot key), escape (the first replica is out of the table), bound (otherwise: bounded load, or a table not yet applied).",
@@ -193,8 +192,7 @@ func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *tran
 	for name := range h.seen {
 		if pools[name] == nil {
 			delete(h.seen, name)
-			delete(h.own, name)
-			delete(h.decided, name)
+			h.tables.forget(name)
 			for _, r := range awayReasons {
 				h.away.DeleteLabelValues(name, r)
 			}
@@ -354,36 +352,23 @@ func (hp *hotPool) awayReason(req accesslog.Request) string {
 func (h *hotState) decide(now time.Time, leading bool) (changed bool, next time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, name := range slices.Sorted(maps.Keys(h.pools)) {
-		hp := h.pools[name]
-		iv := hp.settings.Interval
-		if iv <= 0 {
-			iv = fleet.DefaultHotKeysInterval
+	interval := func(name string) time.Duration {
+		if iv := h.pools[name].settings.Interval; iv > 0 {
+			return iv
 		}
-		due := h.decided[name].Add(iv)
-		if !leading {
-			due = now.Add(iv)
-		} else if !now.Before(due) {
-			t := hp.sketch.Decide(now, hp.healthy, &hp.settings, h.own[name])
-			if !slices.Equal(t, h.own[name]) {
-				h.own[name] = t
-				changed = true
-			}
-			h.decided[name] = now
-			due = now.Add(iv)
-		}
-		if d := due.Sub(now); next == 0 || d < next {
-			next = d
-		}
+		return fleet.DefaultHotKeysInterval
 	}
-	return changed, next
+	return h.tables.run(slices.Collect(maps.Keys(h.pools)), interval, now, leading, func(name string) []fleet.HotKey {
+		hp := h.pools[name]
+		return hp.sketch.Decide(now, hp.healthy, &hp.settings, h.tables.own[name])
+	})
 }
 
 // ownTables returns a copy of the tables this instance decided.
 func (h *hotState) ownTables() HotTables {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return cloneHot(h.own)
+	return h.tables.copy()
 }
 
 // seed makes a new leader start from its predecessor's tables, and
@@ -391,22 +376,16 @@ func (h *hotState) ownTables() HotTables {
 func (h *hotState) seed(t HotTables, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.own = cloneHot(t)
-	h.decided = map[string]time.Time{}
-	for name := range h.pools {
-		h.decided[name] = now
-	}
+	h.tables.seed(t, slices.Collect(maps.Keys(h.pools)), now)
 }
 
-func cloneHot(t HotTables) HotTables {
-	out := make(HotTables, len(t))
-	for pool, keys := range t {
-		if len(keys) > 0 {
-			out[pool] = slices.Clone(keys)
-		}
-	}
-	return out
+// hotKind compares and copies hot-key tables; an empty one is absent.
+var hotKind = decisionKind[[]fleet.HotKey]{
+	equal: slices.Equal[[]fleet.HotKey],
+	clone: func(keys []fleet.HotKey) ([]fleet.HotKey, bool) { return slices.Clone(keys), len(keys) > 0 },
 }
+
+func cloneHot(t HotTables) HotTables { return cloneDecided(t, hotKind) }
 
 // status is the hot-key part of each pool's status: the table served,
 // shown hashed, and what this instance observed.
