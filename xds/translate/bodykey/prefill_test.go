@@ -67,14 +67,7 @@ func TestLuaPrefillMatchesGo(t *testing.T) {
 		tc{"500\tx-kvxds-prefill-key-1=hotprefix", hosts[table[PrefillSlot("hotprefix", slots)]]},
 		tc{"500\tx-kvxds-prefill-key-1=hotprefix\tx-kvxds-prefill-spread=0101", hosts[table[PrefillSlot("hotprefix", slots)]]},
 	)
-	dir := t.TempDir()
-	write := func(name, s string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := tempWriter(t)
 	scriptPath := write("prefill.lua", src)
 	var lines []string
 	for _, c := range cases {
@@ -229,14 +222,7 @@ func TestLuaPrefillBounded(t *testing.T) {
 	if spilled == 0 || spilled > requests/2 {
 		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)
 	}
-	dir := t.TempDir()
-	write := func(name, s string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := tempWriter(t)
 	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src),
 		write("table", enc.String()+"\n"+strings.Join(hosts, "\n")+fmt.Sprintf("\nbalance\t%d\n", factor)),
 		write("cases", strings.Join(lines, "\n")+"\n"), header).CombinedOutput()
@@ -251,5 +237,18 @@ func TestLuaPrefillBounded(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("request %d: got %s, want %s (then %d more to compare)", i+1, got[i], want[i], len(want)-i-1)
 		}
+	}
+}
+
+// tempWriter returns a function that writes a file of a fresh temporary
+// directory and returns its path.
+func tempWriter(t *testing.T) func(name, content string) string {
+	dir := t.TempDir()
+	return func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
 }
