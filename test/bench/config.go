@@ -305,6 +305,10 @@ type Config struct {
 	// request whose body is shorter is prefilled on its decode replica.
 	// Default 0, every request on a prefill replica.
 	PDMinBodyBytes int
+	// PDBalanceFactor is the kvxds modes' prefill pool balance_factor,
+	// which bounds each Envoy's requests in flight per prefill replica
+	// (0: the policy's default).
+	PDBalanceFactor int
 	// Trace, if set, is a JSONL trace in Mooncake's format to replay
 	// instead of Workloads (see TraceName); PrefixBlocks are the
 	// prompt_prefix lengths, in 512-token trace blocks, kvxds runs with.
@@ -448,6 +452,9 @@ func (c Config) Validate() error {
 				return err
 			}
 		}
+	}
+	if c.PDBalanceFactor != 0 && c.PDBalanceFactor < 100 {
+		return fmt.Errorf("prefill balance factor must be 0 (the default) or at least 100, not %d", c.PDBalanceFactor)
 	}
 	if c.PDMinBodyBytes < 0 {
 		return fmt.Errorf("prefill min body bytes must not be negative, not %d", c.PDMinBodyBytes)

@@ -144,8 +144,12 @@ type PDPolicyOptions struct {
 	// MinBodyBytes is the prefill block's min_body_bytes (0: left out,
 	// its default).
 	MinBodyBytes int
-	TimeScale    float64
-	Scrape       time.Duration // wall
+	// BalanceFactor is the prefill pool's hash balance_factor (0: left
+	// out, the policy's default: 150 for prompt_prefix and conversation
+	// keys, none for a header).
+	BalanceFactor int
+	TimeScale     float64
+	Scrape        time.Duration // wall
 	// Bare leaves the metrics, escape and weights blocks out of the kvxds
 	// modes' pools; NoHotKeys turns a hashed decode pool's hot keys off.
 	Bare, NoHotKeys bool
@@ -186,7 +190,11 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 	if kvxds {
 		// The prefill table is the pool's own: no ring to size, and no
 		// listener traffic for hot keys to learn from.
-		fmt.Fprintf(&b, "  hash {\n    key { %s }\n  }\n", o.Key)
+		bf := ""
+		if o.BalanceFactor > 0 {
+			bf = fmt.Sprintf("    balance_factor = %d\n", o.BalanceFactor)
+		}
+		fmt.Fprintf(&b, "  hash {\n    key { %s }\n%s  }\n", o.Key, bf)
 	} else {
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	}
@@ -325,7 +333,7 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 		return nil, err
 	}
 	pol, err := PDPolicy(PDPolicyOptions{Mode: mode, Prefill: prefill, Decode: decode, Key: keyHCL,
-		MinBodyBytes: c.PDMinBodyBytes, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
+		MinBodyBytes: c.PDMinBodyBytes, BalanceFactor: c.PDBalanceFactor, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func TestPDPolicies(t *testing.T) {
 		for _, key := range []string{`header = "x-session-id"`, "prompt_prefix = 2048", "conversation = true"} {
 			for _, bare := range []bool{false, true} {
 				src, err := PDPolicy(PDPolicyOptions{Mode: m, Prefill: []string{"127.0.0.1:1", "127.0.0.1:2"},
-					Decode: []string{"127.0.0.1:3"}, Key: key, MinBodyBytes: 100, TimeScale: 5, Scrape: time.Second, Bare: bare})
+					Decode: []string{"127.0.0.1:3"}, Key: key, MinBodyBytes: 100, BalanceFactor: 300, TimeScale: 5, Scrape: time.Second, Bare: bare})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -55,6 +55,8 @@ func TestPDPolicies(t *testing.T) {
 					t.Errorf("%s: prefill block %+v", m, pf)
 				} else if kv && (pf.Pool != PrefillPoolName || pf.MinBodyBytes != 100) {
 					t.Errorf("%s: prefill block %+v", m, pf)
+				} else if kv && pol.Pools[1].Hash.BalanceFactor != 300 {
+					t.Errorf("%s, %s: prefill pool balance factor %d, want 300", m, key, pol.Pools[1].Hash.BalanceFactor)
 				}
 			}
 		}
