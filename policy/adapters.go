@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -95,21 +94,8 @@ func (d *decoder) adapters(spec *adaptersSpec) fleet.Adapters {
 		d.errorf(spec.Adapters.Expr.Range(), "Too many adapters",
 			"%d adapters are always placed but max is %d; raise max or list fewer.", n, a.Max)
 	}
-	for _, t := range []struct {
-		a   *hcl.Attribute
-		dst *time.Duration
-		def time.Duration
-	}{{spec.Interval, &a.Interval, fleet.DefaultAdaptersInterval}, {spec.HalfLife, &a.HalfLife, fleet.DefaultAdaptersHalfLife}} {
-		if t.a == nil {
-			continue
-		}
-		dur, ok := d.durationOr(t.a, t.def, fmt.Sprintf("The default is %q.", t.def.String()))
-		if ok && dur <= 0 {
-			d.errorf(t.a.Expr.Range(), "Invalid duration", "%s must be positive; omit it for the default, %q.", t.a.Name, t.def.String())
-			continue
-		}
-		*t.dst = dur
-	}
+	d.positiveDuration(spec.Interval, &a.Interval, fleet.DefaultAdaptersInterval)
+	d.positiveDuration(spec.HalfLife, &a.HalfLife, fleet.DefaultAdaptersHalfLife)
 	return a
 }
 

@@ -193,6 +193,21 @@ func (d *decoder) durationOr(a *hcl.Attribute, def time.Duration, hint string) (
 	return dur, true
 }
 
+// positiveDuration decodes an optional duration attribute that must be
+// positive into dst (a may be nil: dst keeps def's value, which it holds).
+// A zero or negative one is reported, naming def.
+func (d *decoder) positiveDuration(a *hcl.Attribute, dst *time.Duration, def time.Duration) {
+	if a == nil {
+		return
+	}
+	dur, ok := d.durationOr(a, def, fmt.Sprintf("The default is %q.", def.String()))
+	if ok && dur <= 0 {
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s must be positive; omit it for the default, %q.", a.Name, def.String())
+		return
+	}
+	*dst = dur
+}
+
 // optDuration is durationValue for an optional attribute (a may be nil,
 // which is unset).
 func (d *decoder) optDuration(a *hcl.Attribute, hint string) (dur time.Duration, set, ok bool) {

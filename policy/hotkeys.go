@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -94,21 +93,8 @@ func (d *decoder) hotKeysBlock(spec *hotKeysSpec, keys []fleet.HashKey) (fleet.H
 			}
 		}
 	}
-	for _, t := range []struct {
-		a   *hcl.Attribute
-		dst *time.Duration
-		def time.Duration
-	}{{spec.Interval, &h.Interval, fleet.DefaultHotKeysInterval}, {spec.HalfLife, &h.HalfLife, fleet.DefaultHotKeysHalfLife}} {
-		if t.a == nil {
-			continue
-		}
-		dur, ok := d.durationOr(t.a, t.def, fmt.Sprintf("The default is %q.", t.def.String()))
-		if ok && dur <= 0 {
-			d.errorf(t.a.Expr.Range(), "Invalid duration", "%s must be positive; omit it for the default, %q.", t.a.Name, t.def.String())
-			continue
-		}
-		*t.dst = dur
-	}
+	d.positiveDuration(spec.Interval, &h.Interval, fleet.DefaultHotKeysInterval)
+	d.positiveDuration(spec.HalfLife, &h.HalfLife, fleet.DefaultHotKeysHalfLife)
 	h.Declared = d.declared(spec.Declared, keys, h.Max, spec.Max)
 	atMostOne(d, spec.SpreadBy, "a", "spread_by", "This hot_keys block", keepOne)
 	for i := range spec.SpreadBy {
