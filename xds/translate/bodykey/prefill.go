@@ -43,7 +43,9 @@ type PrefillKey struct {
 
 // LuaPrefill returns the source of the Envoy Lua filter that names a
 // request's prefill replica in p.Header, from the table in its route's
-// metadata (under the filter's name: "hosts" and "slots").
+// metadata (under the filter's name: "hosts" and "slots", "hot" and
+// "balance"). With "balance" it counts its Lua state's requests in flight
+// per prefill replica until envoy_on_response, which it also defines.
 func LuaPrefill(p Prefill) (string, error) {
 	switch {
 	case p.Header == "":
