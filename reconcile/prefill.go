@@ -3,6 +3,7 @@ package reconcile
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/translate"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
 // prefillState counts, per decode pool of prefill/decode disaggregation,
@@ -24,6 +26,7 @@ type prefillState struct {
 	pools map[string]*prefillPool
 
 	requests *prometheus.CounterVec
+	away     *prometheus.CounterVec
 }
 
 // Results of a decode pool's logged request, as
@@ -43,6 +46,13 @@ type prefillPool struct {
 	prefill                   map[string]bool // the table's hosts
 	requests, remote, unknown uint64
 	pairs                     map[[2]string]uint64
+	// table is the pushed prefill table, hot its hot keys by "index:value";
+	// keyed counts the remote requests that carried a prefill key, away
+	// those named another replica than their key's slot's, by reason.
+	table *fleet.PrefillTable
+	hot   map[string]bool
+	keyed uint64
+	away  map[string]uint64
 }
 
 func newPrefillState(reg prometheus.Registerer) *prefillState {
@@ -51,6 +61,10 @@ func newPrefillState(reg prometheus.Registerer) *prefillState {
 			Name: "kvxds_prefill_requests_logged_total",
 			Help: "Logged requests of decode pools (prefill/decode disaggregation), by pool and result: remote (the Lua filter named a prefill replica of the table), local (it named none: the decode replica prefills), unknown (a replica the pushed model does not have).",
 		}, []string{"pool", "result"}),
+		away: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_prefill_requests_away_total",
+			Help: "Logged requests of decode pools whose prefill replica was not their prefill key's slot's in the pushed table, by pool and reason: spread (a hot key's conversation), bound (the Envoy's bound on its requests in flight, or a table not yet applied).",
+		}, []string{"pool", "reason"}),
 	}
 }
 
@@ -66,7 +80,11 @@ func (s *prefillState) update(f fleet.Fleet) {
 			continue
 		}
 		pp := &prefillPool{settings: *p.Prefill, keys: translate.PrefillLogHeaders(p.PrefillTable),
-			decode: map[string]bool{}, prefill: map[string]bool{}, pairs: map[[2]string]uint64{}}
+			decode: map[string]bool{}, prefill: map[string]bool{}, pairs: map[[2]string]uint64{},
+			table: p.PrefillTable, hot: map[string]bool{}, away: map[string]uint64{}}
+		for _, k := range p.PrefillTable.Hot {
+			pp.hot[strconv.Itoa(k.Key)+":"+k.Value] = true
+		}
 		for _, e := range p.Endpoints {
 			pp.decode[e.Address()] = true
 		}
@@ -74,7 +92,8 @@ func (s *prefillState) update(f fleet.Fleet) {
 			pp.prefill[h] = true
 		}
 		if old := s.pools[p.Name]; old != nil {
-			pp.requests, pp.remote, pp.unknown = old.requests, old.remote, old.unknown
+			pp.requests, pp.remote, pp.unknown, pp.keyed = old.requests, old.remote, old.unknown, old.keyed
+			pp.away = old.away
 			for k, n := range old.pairs {
 				if pp.decode[k[0]] && pp.prefill[k[1]] {
 					pp.pairs[k] = n
@@ -84,6 +103,9 @@ func (s *prefillState) update(f fleet.Fleet) {
 			for _, r := range []string{prefillRemote, prefillLocal, prefillUnknown} {
 				s.requests.WithLabelValues(p.Name, r)
 			}
+			for _, r := range prefillAwayReasons {
+				s.away.WithLabelValues(p.Name, r)
+			}
 		}
 		pools[p.Name] = pp
 	}
@@ -91,6 +113,9 @@ func (s *prefillState) update(f fleet.Fleet) {
 		if pools[name] == nil {
 			for _, r := range []string{prefillRemote, prefillLocal, prefillUnknown} {
 				s.requests.DeleteLabelValues(name, r)
+			}
+			for _, r := range prefillAwayReasons {
+				s.away.DeleteLabelValues(name, r)
 			}
 		}
 	}
@@ -147,8 +172,32 @@ func (s *prefillState) observe(req accesslog.Request) {
 		result = prefillRemote
 		pp.remote++
 		pp.pairs[[2]string{req.Upstream, req.Prefill}]++
+		if req.PrefillValue != "" {
+			pp.keyed++
+			if reason := pp.awayReason(req.PrefillKey, req.PrefillValue, req.Prefill); reason != "" {
+				pp.away[reason]++
+				s.away.WithLabelValues(req.Pool, reason).Inc()
+			}
+		}
 	}
 	s.requests.WithLabelValues(req.Pool, result).Inc()
+}
+
+// Reasons a keyed request prefilled away from its key's slot's replica.
+var prefillAwayReasons = []string{status.AwaySpread, status.AwayBound}
+
+// awayReason says why the prefill replica named for a request of key
+// index key and value was not its slot's in the table, "" if it was: a
+// hot key spreads its conversations; otherwise the Envoy's bound passed
+// it on (or it routed with a table not yet applied).
+func (pp *prefillPool) awayReason(key int, value, named string) string {
+	if pp.table.Host(bodykey.PrefillSlot(value, fleet.PrefillSlots)) == named {
+		return ""
+	}
+	if pp.hot[strconv.Itoa(key)+":"+value] {
+		return status.AwaySpread
+	}
+	return status.AwayBound
 }
 
 // status is each decode pool's prefill side, by pool.
@@ -171,7 +220,11 @@ func (s *prefillState) status(f fleet.Fleet) map[string]*status.Prefill {
 			slices.SortStableFunc(st.Hosts, func(a, b status.PrefillHost) int { return cmp.Compare(b.Slots, a.Slots) })
 		}
 		if pp := s.pools[p.Name]; pp != nil {
-			st.Requests, st.Remote, st.Unknown = pp.requests, pp.remote, pp.unknown
+			st.Requests, st.Remote, st.Unknown, st.Keyed = pp.requests, pp.remote, pp.unknown, pp.keyed
+			st.Away = map[string]uint64{}
+			for _, r := range prefillAwayReasons {
+				st.Away[r] = pp.away[r]
+			}
 			for k, n := range pp.pairs {
 				st.Pairs = append(st.Pairs, status.PrefillPair{Decode: k[0], Prefill: k[1], Requests: n})
 			}

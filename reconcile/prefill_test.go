@@ -11,9 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
 const prefillPolicy = `
@@ -140,5 +143,31 @@ func TestPrefillHotKeys(t *testing.T) {
 		if changed := after[typ] != v; changed != strings.HasSuffix(typ, "RouteConfiguration") {
 			t.Errorf("%s changed %v with the hot prefill key", typ, changed)
 		}
+	}
+
+	// The decode pool's logged requests that named another prefill
+	// replica than their key's slot's are counted away: a hot key's as
+	// spread, another's as bound.
+	tab := r.Fleet().Pools[0].PrefillTable
+	home := func(v string) string { return tab.Host(bodykey.PrefillSlot(v, fleet.PrefillSlots)) }
+	other := func(v string) string {
+		for _, h := range tab.Hosts {
+			if h != home(v) {
+				return h
+			}
+		}
+		return ""
+	}
+	for _, tc := range []struct{ value, named string }{
+		{"hot-session", other("hot-session")}, {"s1", other("s1")}, {"s1", home("s1")}, {"s2", home("s2")},
+	} {
+		sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: -1, Upstream: "10.0.0.1:8000", Prefill: tc.named, PrefillKey: 0, PrefillValue: tc.value})
+	}
+	st := r.Status().Pools[0].Prefill
+	if st.Keyed != 4 || st.Away[status.AwaySpread] != 1 || st.Away[status.AwayBound] != 1 {
+		t.Errorf("keyed %d, away %v; want 4 keyed, 1 spread and 1 bound", st.Keyed, st.Away)
+	}
+	if got := testutil.ToFloat64(r.prefill.away.WithLabelValues("chat", status.AwayBound)); got != 1 {
+		t.Errorf("kvxds_prefill_requests_away_total{reason=bound} = %v, want 1", got)
 	}
 }

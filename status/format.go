@@ -497,8 +497,11 @@ func (f Format) HotKeyLines(h *HotKeys) []string {
 // ("prefill on pool chat-prefill (x-prefiller-host-port, bodies of 2048
 // bytes and more): 3 replicas in 1024 slots; 1200 requests logged: 1100
 // remote, 100 local, 0 unknown"), one line for the table's replicas and
-// their slots, and one per decode replica for the prefill replicas named
-// for its requests. Nil for a nil.
+// their slots, once keyed requests were logged one for those prefilled
+// away from their key's replica ("prefilled away from their key's
+// replica: 5.0% of 1000 keyed (spread 1.0%, bound 4.0%)"), and one per
+// decode replica for the prefill replicas named for its requests. Nil
+// for a nil.
 func (f Format) PrefillLines(p *Prefill) []string {
 	if p == nil {
 		return nil
@@ -524,6 +527,20 @@ func (f Format) PrefillLines(p *Prefill) []string {
 			hosts[i] = h.Address + " " + strconv.Itoa(h.Slots)
 		}
 		out = append(out, "prefill slots: "+strings.Join(hosts, ", "))
+	}
+	if p.Keyed > 0 {
+		frac := func(n uint64) *float64 {
+			v := float64(n) / float64(p.Keyed)
+			return &v
+		}
+		var total uint64
+		var reasons []string
+		for _, r := range []string{AwaySpread, AwayBound} {
+			total += p.Away[r]
+			reasons = append(reasons, r+" "+f.Percent(frac(p.Away[r])))
+		}
+		out = append(out, "prefilled away from their key's replica: "+f.Percent(frac(total))+" of "+
+			strconv.FormatUint(p.Keyed, 10)+" keyed ("+strings.Join(reasons, ", ")+")")
 	}
 	for i := 0; i < len(p.Pairs); {
 		j := i

@@ -333,11 +333,12 @@ func TestPrefillLines(t *testing.T) {
 		}},
 		{"serving", &Prefill{Pool: "chat-prefill", Header: "x-prefiller-host-port", MinBodyBytes: 2048, Slots: 1024,
 			Hosts:    []PrefillHost{{"10.0.1.2:8000", 520}, {"10.0.1.1:8000", 504}},
-			Requests: 120, Remote: 100, Unknown: 2,
+			Requests: 120, Remote: 100, Unknown: 2, Keyed: 80, Away: map[string]uint64{AwaySpread: 2, AwayBound: 6},
 			Pairs: []PrefillPair{{"10.0.0.1:8000", "10.0.1.1:8000", 40}, {"10.0.0.1:8000", "10.0.1.2:8000", 10}, {"10.0.0.2:8000", "10.0.1.2:8000", 50}},
 		}, []string{
 			"prefill on pool chat-prefill (x-prefiller-host-port, bodies of 2048 bytes and more): 2 replicas in 1024 slots; 120 requests logged: 100 remote, 18 local, 2 unknown",
 			"prefill slots: 10.0.1.2:8000 520, 10.0.1.1:8000 504",
+			"prefilled away from their key's replica: 10.0% of 80 keyed (spread 2.5%, bound 7.5%)",
 			"decode 10.0.0.1:8000 prefilled on: 10.0.1.1:8000 40, 10.0.1.2:8000 10",
 			"decode 10.0.0.2:8000 prefilled on: 10.0.1.2:8000 50",
 		}},

@@ -209,6 +209,11 @@ type Prefill struct {
 	Requests uint64 `json:"requests"`
 	Remote   uint64 `json:"remote"`
 	Unknown  uint64 `json:"unknown"`
+	// Keyed counts the remote requests that carried a prefill key, Away
+	// those named another replica than their key's slot's, by reason
+	// (AwaySpread, AwayBound): what affinity gave up for balance.
+	Keyed uint64            `json:"keyed"`
+	Away  map[string]uint64 `json:"away,omitempty"`
 	// Pairs are the logged requests by decode replica and the prefill
 	// replica named for them.
 	Pairs []PrefillPair `json:"pairs"`

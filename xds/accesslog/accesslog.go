@@ -73,6 +73,11 @@ type Request struct {
 	// (host:port), "" if none or the pool is no decode pool. A decode
 	// pool's request is handed to the sink with or without a key.
 	Prefill string
+	// PrefillValue is the value of the first of the prefill pool's keys
+	// the decode pool's request carried, PrefillKey its index in that
+	// chain; "" and 0 if none (or the pool is no decode pool).
+	PrefillKey   int
+	PrefillValue string
 }
 
 // PrefillSink is a Sink that also counts the requests of decode pools
@@ -278,7 +283,7 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 			if r.Prefill != "" && !validHostPort(r.Prefill) {
 				return ResultBadValue
 			}
-			s.prefillKeys(ps, pool, logged, c)
+			r.PrefillKey, r.PrefillValue = s.prefillKeys(ps, pool, logged, c)
 		}
 	}
 	if as, ok := s.sink.(AdapterSink); ok {
@@ -318,11 +323,12 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 
 // prefillKeys hands a decode pool's logged request to the sink as a
 // request of its prefill pool, with the first of the prefill pool's keys
-// it carried; not when it carried none or a malformed value.
-func (s *Service) prefillKeys(ps PrefillSink, pool string, logged map[string]string, c *datav3.AccessLogCommon) {
+// it carried; not when it carried none or a malformed value. It returns
+// that key's index and value ("" for none).
+func (s *Service) prefillKeys(ps PrefillSink, pool string, logged map[string]string, c *datav3.AccessLogCommon) (int, string) {
 	prefill, headers := ps.PrefillKeys(pool)
 	if prefill == "" {
-		return
+		return 0, ""
 	}
 	for i, h := range headers {
 		if h == "" {
@@ -330,7 +336,7 @@ func (s *Service) prefillKeys(ps PrefillSink, pool string, logged map[string]str
 		}
 		if v, ok := header(logged, h); ok && v != "" {
 			if !hotkeys.ValidValue(v) {
-				return
+				return 0, ""
 			}
 			r := Request{Key: i, Value: v}
 			s.fill(&r, prefill, c)
@@ -338,9 +344,10 @@ func (s *Service) prefillKeys(ps PrefillSink, pool string, logged map[string]str
 			// the prefill pool's upstream.
 			r.Cluster, r.Upstream = "", ""
 			s.sink.Observe(r)
-			return
+			return i, v
 		}
 	}
+	return 0, ""
 }
 
 // fill sets r's pool and what the entry's common properties say.

@@ -307,19 +307,21 @@ func TestPrefillEntries(t *testing.T) {
 		key               int
 		value             string
 		upstream, prefill string
+		prefillKey        int
+		prefillValue      string
 	}
 	var gs []got
 	for _, r := range sink.reqs {
-		gs = append(gs, got{r.Pool, r.Key, r.Value, r.Upstream, r.Prefill})
+		gs = append(gs, got{r.Pool, r.Key, r.Value, r.Upstream, r.Prefill, r.PrefillKey, r.PrefillValue})
 	}
 	// Each request of the decode pool with a prefill key is also one of
 	// the prefill pool (first, with its first key present), upstream
-	// unknown.
+	// unknown; the decode pool's request carries that key too.
 	want := []got{
-		{"chat", -1, "", "10.0.0.1:8000", "10.0.1.1:8000"},
-		{"chat-prefill", 2, "s1", "", ""}, {"chat", 0, "s1", "10.0.0.2:8000", "[fd00::1]:8000"},
-		{"chat", -1, "", "10.0.0.2:8000", ""},
-		{"chat-prefill", 0, "0123456789abcdef", "", ""}, {"chat", 0, "s2", "10.0.0.3:8000", "10.0.1.2:8000"},
+		{"chat", -1, "", "10.0.0.1:8000", "10.0.1.1:8000", 0, ""},
+		{"chat-prefill", 2, "s1", "", "", 0, ""}, {"chat", 0, "s1", "10.0.0.2:8000", "[fd00::1]:8000", 2, "s1"},
+		{"chat", -1, "", "10.0.0.2:8000", "", 0, ""},
+		{"chat-prefill", 0, "0123456789abcdef", "", "", 0, ""}, {"chat", 0, "s2", "10.0.0.3:8000", "10.0.1.2:8000", 0, "0123456789abcdef"},
 	}
 	if !reflect.DeepEqual(gs, want) {
 		t.Errorf("requests %+v, want %+v", gs, want)
