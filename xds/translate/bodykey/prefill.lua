@@ -29,14 +29,14 @@ end
 -- their response starts (envoy_on_response), by replica; open holds each
 -- one's replica and start, so that a request whose response never comes
 -- (a client gone first) stops counting after MAX_OPEN seconds.
-local inflight, total, open, next_id, opened = {}, 0, {}, 0, 0
+local inflight, total, open, next_id = {}, 0, {}, 0
 local MAX_OPEN = 600
 local share_of, share_slots = nil, nil
 
 local function release(id)
   local o = open[id]
   if o == nil then return end
-  open[id], opened = nil, opened - 1
+  open[id] = nil
   inflight[o.host] = inflight[o.host] - 1
   total = total - 1
 end
@@ -133,7 +133,7 @@ local function set_prefill(handle, headers)
     local now = os.time()
     next_id = next_id + 1
     expire(now)
-    open[next_id], opened = {host = host, t = now}, opened + 1
+    open[next_id] = {host = host, t = now}
     inflight[host] = (inflight[host] or 0) + 1
     total = total + 1
     handle:streamInfo():dynamicMetadata():set("kvxds.prefill", "open", next_id)
