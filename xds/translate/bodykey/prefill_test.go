@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -141,8 +142,9 @@ func TestPrefillSlotKey(t *testing.T) {
 // hash table's: a keyed request whose replica has more in flight than
 // ceil(share × ceil((total+1) × factor / 100)) goes to the replica of
 // the next slots that has not, and envoy_on_response releases it. A
-// script of requests and responses over a few keys runs under LuaJIT and
-// under the same rule written here.
+// script of requests and responses over a few keys, some never answered
+// and forgotten ten minutes on, runs under LuaJIT and under the same rule
+// written here.
 func TestLuaPrefillBounded(t *testing.T) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
@@ -189,18 +191,41 @@ func TestLuaPrefillBounded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	keys := []string{"alice", "bob", "carol", "dave", "erin"}
 	var lines, want []string
-	var open []int // request numbers (from 1) awaiting a response, and their host
-	hostOf := map[int]int{}
-	requests, spilled := 0, 0
-	for range 400 {
-		if len(open) > 0 && rng.IntN(3) == 0 {
-			j := rng.IntN(len(open))
-			n := open[j]
-			open = append(open[:j], open[j+1:]...)
-			lines = append(lines, fmt.Sprintf("respond\t%d", n))
-			inflight[hostOf[n]]--
+	// Requests awaiting a response by number (from 1): their host and
+	// start. A tenth never get one (their client went away): the script
+	// forgets them MAX_OPEN (600 s) after they started, when it next
+	// looks (every 256 requests), as this rule does.
+	type pending struct{ host, start int }
+	open := map[int]pending{}
+	lost := map[int]bool{}
+	release := func(n int) {
+		if p, ok := open[n]; ok {
+			delete(open, n)
+			inflight[p.host]--
 			total--
+		}
+	}
+	clock, requests, spilled, expired := 0, 0, 0, 0
+	for step := range 1500 {
+		if step%150 == 149 {
+			clock += 250
+			lines = append(lines, fmt.Sprintf("clock\t%d", clock))
 			continue
+		}
+		if len(open) > 0 && rng.IntN(3) == 0 {
+			var waiting []int
+			for n := range open {
+				if !lost[n] {
+					waiting = append(waiting, n)
+				}
+			}
+			if len(waiting) > 0 {
+				slices.Sort(waiting)
+				n := waiting[rng.IntN(len(waiting))]
+				lines = append(lines, fmt.Sprintf("respond\t%d", n))
+				release(n)
+				continue
+			}
 		}
 		// Mostly one hot key, so that its replica overflows.
 		key := keys[0]
@@ -212,12 +237,23 @@ func TestLuaPrefillBounded(t *testing.T) {
 			spilled++
 		}
 		requests++
-		hostOf[requests] = i
+		if requests%256 == 0 {
+			for n, p := range open {
+				if clock-p.start > 600 {
+					release(n)
+					expired++
+				}
+			}
+		}
+		open[requests] = pending{i, clock}
 		inflight[i]++
 		total++
-		open = append(open, requests)
+		lost[requests] = rng.IntN(10) == 0
 		lines = append(lines, "500\tx-session-id="+key)
 		want = append(want, hosts[i])
+	}
+	if expired == 0 {
+		t.Fatal("no request expired: the script does not test forgetting")
 	}
 	if spilled == 0 || spilled > requests/2 {
 		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)

@@ -11,8 +11,9 @@
 -- "balance<TAB>factor" ("-" for a route without metadata), and CASES a
 -- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
 -- content-length, or "respond<TAB>N" to run envoy_on_response for the
--- N-th request (from 1). Prints per request the value of HEADER after
--- the run, or "-"; nothing for a response.
+-- N-th request (from 1), or "clock<TAB>T" to make os.time() return T from
+-- then on (0 at first). Prints per request the value of HEADER after the
+-- run, or "-"; nothing for a response or a clock.
 
 local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
 dofile(script)
@@ -38,11 +39,16 @@ if first ~= "-" then
 end
 f:close()
 
+os.time = function() return 0 end
 local handles = {}
 for line in io.lines(casefile) do
   local n = string.match(line, "^respond\t(%d+)$")
+  local clock = string.match(line, "^clock\t(%d+)$")
   if n ~= nil then
     envoy_on_response(handles[tonumber(n)])
+  elseif clock ~= nil then
+    local now = tonumber(clock)
+    os.time = function() return now end
   else
     local fields = {}
     for x in string.gmatch(line, "[^\t]+") do fields[#fields + 1] = x end
