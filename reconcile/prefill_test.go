@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/server"
@@ -35,6 +36,20 @@ pool "chat-prefill" {
 }
 `
 
+// applyPrefill starts a standalone reconciler pushing to a server, applies
+// p, and returns them with a context that ends with the test.
+func applyPrefill(t *testing.T, p *policy.Policy) (*Reconciler, *server.Server, context.Context) {
+	t.Helper()
+	srv := server.New(server.Options{})
+	r := New(Options{Sink: srv, Logger: hclog.NewNullLogger(), Registerer: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); r.Close() })
+	if err := r.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	return r, srv, ctx
+}
+
 // A decode pool's model carries its prefill pool's table; a prefill
 // replica leaving changes the decode pool's routes (the table) and the
 // prefill pool's endpoints, never a listener or Envoy's clusters; the
@@ -42,15 +57,7 @@ pool "chat-prefill" {
 // keeps only pairs of replicas the model has.
 func TestPrefillStandalone(t *testing.T) {
 	three := `"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"`
-	reg := prometheus.NewRegistry()
-	srv := server.New(server.Options{})
-	r := New(Options{Sink: srv, Logger: hclog.NewNullLogger(), Registerer: reg})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer r.Close()
-	if err := r.Apply(ctx, mustParse(t, strings.Replace(prefillPolicy, "PREFILL", three, 1))); err != nil {
-		t.Fatal(err)
-	}
+	r, srv, ctx := applyPrefill(t, mustParse(t, strings.Replace(prefillPolicy, "PREFILL", three, 1)))
 	f := r.Fleet()
 	if f.Pools[0].Name != "chat" || f.Pools[0].PrefillTable == nil || len(f.Pools[0].PrefillTable.Hosts) != 3 {
 		t.Fatalf("decode pool %+v", f.Pools[0])
@@ -108,15 +115,7 @@ func TestPrefillStandalone(t *testing.T) {
 func TestPrefillHotKeys(t *testing.T) {
 	p := withHot(t, mustParse(t, strings.Replace(prefillPolicy, "PREFILL",
 		`"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000"`, 1)), "chat-prefill", 50*time.Millisecond)
-	reg := prometheus.NewRegistry()
-	srv := server.New(server.Options{})
-	r := New(Options{Sink: srv, Logger: hclog.NewNullLogger(), Registerer: reg})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	defer r.Close()
-	if err := r.Apply(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	r, srv, ctx := applyPrefill(t, p)
 	go r.Run(ctx)
 	sink := r.AccessLogSink().(accesslog.PrefillSink)
 	if pool, keys := sink.PrefillKeys("chat"); pool != "chat-prefill" || strings.Join(keys, ",") != "x-session-id" {
