@@ -9,10 +9,13 @@
 -- without a table, gets no header: the decode replica prefills it.
 -- With "balance" in the metadata (the prefill pool's balance_factor, in
 -- percent) the choice is bounded as Envoy bounds a hash table's
--- (hash_balance_factor): a replica with more requests in flight from
--- this Lua state (one per Envoy worker) than its share of balance% of
--- their mean passes a keyed request to the replica of the next slots
--- that is not, so that a key's overflow goes to one other replica.
+-- (hash_balance_factor), but on prompt bytes rather than requests: a
+-- replica with more bytes in flight from this Lua state (one per Envoy
+-- worker) than its share of balance% of the bytes in flight with this
+-- request's passes a keyed request to the replica of the next slots that
+-- is not, so that a key's overflow goes to one other replica. Prefill
+-- costs what the prompt is long, and prompts differ a hundredfold: three
+-- long prompts load a replica as three short ones do not.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
 -- PREFILL_SPREAD carries them (set by the prefill keys filter), or, with
 -- SPREAD_RAW, carries the value they are the spread of; nil if absent.
@@ -25,11 +28,12 @@ local function spread_bits(headers)
   return s
 end
 
--- Requests this Lua state named a prefill replica for, in flight until
--- their response starts (envoy_on_response), by replica; open holds each
--- one's replica and start, so that a request whose response never comes
--- (a client gone first) stops counting after MAX_OPEN seconds.
-local inflight, total, open, next_id = {}, 0, {}, 0
+-- Bytes of the requests this Lua state named a prefill replica for, in
+-- flight until their response starts (envoy_on_response), by replica and
+-- in all (count requests); open holds each one's replica, bytes and
+-- start, so that a request whose response never comes (a client gone
+-- first) stops counting after MAX_OPEN seconds.
+local inflight, total, count, open, next_id = {}, 0, 0, {}, 0
 local MAX_OPEN = 600
 local share_of, share_slots = nil, nil
 
@@ -37,8 +41,9 @@ local function release(id)
   local o = open[id]
   if o == nil then return end
   open[id] = nil
-  inflight[o.host] = inflight[o.host] - 1
-  total = total - 1
+  inflight[o.host] = inflight[o.host] - o.w
+  total = total - o.w
+  count = count - 1
 end
 
 -- Forget requests open longer than MAX_OPEN, every 256 requests.
@@ -62,22 +67,24 @@ local function shares(slots)
   return share_of
 end
 
--- Whether host i (named h) is overloaded: Envoy's hostOverloadFactor,
--- its requests in flight over ceil(weight × ceil((total+1) × factor/100)).
-local function overloaded(n, i, h, factor)
-  local cap = floor(((total + 1) * factor + 99) / 100)
-  local slots = math.max(math.ceil(cap * (n[i] or 0) / SLOTS), 1)
+-- Whether host i (named h) is overloaded for a request of w bytes:
+-- Envoy's hostOverloadFactor in bytes, its bytes in flight over its share
+-- of (total + w) × factor/100, and never under w (an idle replica takes
+-- any request).
+local function overloaded(n, i, h, factor, w)
+  local cap = (total + w) * factor / 100
+  local slots = math.max(cap * (n[i] or 0) / SLOTS, w)
   return (inflight[h] or 0) > slots
 end
 
 -- The host of slot, or with a factor the first host of the next slots
 -- that is not overloaded (else the slot's own).
-local function bounded(hosts, slots, slot, factor)
+local function bounded(hosts, slots, slot, factor, w)
   local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
   local host = i and hosts[i + 1]
   if type(host) ~= "string" or factor == nil then return host end
   local n = shares(slots)
-  if not overloaded(n, i, host, factor) then return host end
+  if not overloaded(n, i, host, factor, w) then return host end
   local seen = {[i] = true}
   for k = 1, SLOTS - 1 do
     local s = (slot + k) % SLOTS
@@ -85,7 +92,7 @@ local function bounded(hosts, slots, slot, factor)
     if j ~= nil and not seen[j] then
       seen[j] = true
       local h = hosts[j + 1]
-      if type(h) == "string" and not overloaded(n, j, h, factor) then return h end
+      if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
     end
   end
   return host
@@ -126,16 +133,21 @@ local function set_prefill(handle, headers)
   end
   local factor = md:get("balance")
   if type(factor) ~= "number" or factor < 100 or v == nil then factor = nil end
-  local host = bounded(hosts, slots, slot, factor)
+  -- A body of undeclared length weighs the mean of those in flight.
+  local w = tonumber(headers:get("content-length"))
+  if w == nil then w = count > 0 and total / count or 1 end
+  if w < 1 then w = 1 end
+  local host = bounded(hosts, slots, slot, factor, w)
   if type(host) ~= "string" then return end
   headers:replace(PREFILL_HEADER, host)
   if factor ~= nil then
     local now = os.time()
     next_id = next_id + 1
     expire(now)
-    open[next_id] = {host = host, t = now}
-    inflight[host] = (inflight[host] or 0) + 1
-    total = total + 1
+    open[next_id] = {host = host, t = now, w = w}
+    inflight[host] = (inflight[host] or 0) + w
+    total = total + w
+    count = count + 1
     handle:streamInfo():dynamicMetadata():set("kvxds.prefill", "open", next_id)
   end
 end

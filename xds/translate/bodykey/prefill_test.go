@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -137,18 +138,19 @@ func TestPrefillSlotKey(t *testing.T) {
 	}
 }
 
-// With a balance factor in the table, each Lua state bounds its requests
-// in flight per prefill replica as Envoy's hash_balance_factor bounds a
-// hash table's: a keyed request whose replica has more in flight than
-// ceil(share × ceil((total+1) × factor / 100)) goes to the replica of
-// the next slots that has not, and envoy_on_response releases it. A
-// script of requests and responses over a few keys, some never answered
-// and forgotten ten minutes on, runs under LuaJIT and under the same rule
-// written here.
+// With a balance factor in the table, each Lua state bounds its prompt
+// bytes in flight per prefill replica as Envoy's hash_balance_factor
+// bounds a hash table's requests: a keyed request of w bytes whose
+// replica has more in flight than max(share × (total+w) × factor / 100,
+// w) goes to the replica of the next slots that has not, and
+// envoy_on_response releases it; a body of undeclared length weighs the
+// mean of those in flight. A script of requests of many lengths and
+// responses over a few keys, some never answered and forgotten ten
+// minutes on, runs under LuaJIT and under the same rule written here.
 func TestLuaPrefillBounded(t *testing.T) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
-	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"}
+	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000", "10.0.1.5:8000"}
 	var enc strings.Builder
 	table := make([]int, slots)
 	share := make([]int, len(hosts))
@@ -162,18 +164,18 @@ func TestLuaPrefillBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The rule: in flight per host and in all, from request to response.
-	inflight := map[int]int{}
-	total := 0
-	over := func(i int) bool {
-		capacity := ((total+1)*factor + 99) / 100
-		n := max((capacity*share[i]+slots-1)/slots, 1)
-		return inflight[i] > n
+	// The rule: bytes in flight per host and in all, from request to
+	// response (the same float64 arithmetic as LuaJIT's numbers).
+	inflight := map[int]float64{}
+	total, count := 0.0, 0
+	over := func(i int, w float64) bool {
+		capacity := (total + w) * factor / 100
+		return inflight[i] > max(capacity*float64(share[i])/slots, w)
 	}
-	pick := func(key string) int {
+	pick := func(key string, w float64) int {
 		s := PrefillSlot(key, slots)
 		i := table[s]
-		if !over(i) {
+		if !over(i, w) {
 			return i
 		}
 		seen := map[int]bool{i: true}
@@ -181,7 +183,7 @@ func TestLuaPrefillBounded(t *testing.T) {
 			j := table[(s+k)%slots]
 			if !seen[j] {
 				seen[j] = true
-				if !over(j) {
+				if !over(j, w) {
 					return j
 				}
 			}
@@ -195,14 +197,18 @@ func TestLuaPrefillBounded(t *testing.T) {
 	// start. A tenth never get one (their client went away): the script
 	// forgets them MAX_OPEN (600 s) after they started, when it next
 	// looks (every 256 requests), as this rule does.
-	type pending struct{ host, start int }
+	type pending struct {
+		host, start int
+		w           float64
+	}
 	open := map[int]pending{}
 	lost := map[int]bool{}
 	release := func(n int) {
 		if p, ok := open[n]; ok {
 			delete(open, n)
-			inflight[p.host]--
-			total--
+			inflight[p.host] -= p.w
+			total -= p.w
+			count--
 		}
 	}
 	clock, requests, spilled, expired := 0, 0, 0, 0
@@ -232,7 +238,21 @@ func TestLuaPrefillBounded(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			key = keys[rng.IntN(len(keys))]
 		}
-		i := pick(key)
+		// Prompts from 200 bytes to 40 kB, a tenth up to 2 MB (longer
+		// than all in flight: an idle replica takes it whatever its
+		// share); a twentieth of undeclared length.
+		length := fmt.Sprint(200 + rng.IntN(40_000))
+		if rng.IntN(10) == 0 {
+			length = fmt.Sprint(100_000 + rng.IntN(1_900_000))
+		}
+		w, _ := strconv.ParseFloat(length, 64)
+		if rng.IntN(20) == 0 {
+			length, w = "-", 1
+			if count > 0 {
+				w = total / float64(count)
+			}
+		}
+		i := pick(key, w)
 		if i != table[PrefillSlot(key, slots)] {
 			spilled++
 		}
@@ -245,17 +265,18 @@ func TestLuaPrefillBounded(t *testing.T) {
 				}
 			}
 		}
-		open[requests] = pending{i, clock}
-		inflight[i]++
-		total++
+		open[requests] = pending{i, clock, w}
+		inflight[i] += w
+		total += w
+		count++
 		lost[requests] = rng.IntN(10) == 0
-		lines = append(lines, "500\tx-session-id="+key)
+		lines = append(lines, length+"\tx-session-id="+key)
 		want = append(want, hosts[i])
 	}
 	if expired == 0 {
 		t.Fatal("no request expired: the script does not test forgetting")
 	}
-	if spilled == 0 || spilled > requests/2 {
+	if spilled == 0 || spilled > requests*9/10 {
 		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)
 	}
 	write := tempWriter(t)
