@@ -350,7 +350,9 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.hash.min_ring_size":  func() any { return cmp.Or(a.Hash.MinRingSize, fleet.DefaultMinRingSize) },
 		"pool.hash.balance_factor": func() any { return a.Hash.BalanceFactor },
 		"pool.hash.balance_factor with a prompt_prefix or conversation key": func() any { return b.Hash.BalanceFactor },
-		"pool.hash.keyless": func() any { return a.Hash.Keyless },
+		// fleet.Hash.BalanceOn leaves requests, its default, empty.
+		"pool.hash.balance_on": func() any { return cmp.Or(a.Hash.BalanceOn, fleet.BalanceOnRequests) },
+		"pool.hash.keyless":    func() any { return a.Hash.Keyless },
 		// Zero: the clients' own cap.
 		"pool.hash.grpc_ring_cap":    func() any { return cmp.Or(a.Hash.GRPCRingCap, fleet.DefaultGRPCRingCap) },
 		"pool.hash.max_body_bytes":   func() any { return b.Hash.MaxBodyBytes },

@@ -310,6 +310,12 @@ type Hash struct {
 	// BalanceFactor is bounded-load hashing in percent (>= 100); zero
 	// turns it off.
 	BalanceFactor uint32 `json:"balance_factor,omitempty"`
+	// BalanceOn is what the bound counts: BalanceOnRequests (Envoy's own
+	// hash_balance_factor) or BalanceOnPromptBytes (Envoy's Lua filter
+	// picks the replica from the pool's slot table, bounded on the prompt
+	// bytes in flight; clients without the filter keep the requests
+	// bound). Empty is BalanceOnRequests.
+	BalanceOn string `json:"balance_on,omitempty"`
 	// GRPCRingCap is the ring size cap of proxyless gRPC clients; zero
 	// is their default (4,096). Their rings are sized to fill it with
 	// 64 units of weight.
@@ -641,6 +647,15 @@ func (h Hash) validate(pool string) []error {
 	}
 	if h.BalanceFactor != 0 && h.BalanceFactor < MinBalanceFactor {
 		bad("balance factor %d below %d", h.BalanceFactor, MinBalanceFactor)
+	}
+	switch h.BalanceOn {
+	case "", BalanceOnRequests:
+	case BalanceOnPromptBytes:
+		if h.BalanceFactor == 0 {
+			bad("balance on %s without a balance factor", h.BalanceOn)
+		}
+	default:
+		bad("unknown balance_on %q", h.BalanceOn)
 	}
 	if h.GRPCRingCap != 0 && (h.GRPCRingCap < MinGRPCRingCap || h.GRPCRingCap > MaxRingSize) {
 		bad("gRPC ring cap %d outside %d..%d", h.GRPCRingCap, MinGRPCRingCap, MaxRingSize)

@@ -57,6 +57,8 @@ func TestValidate(t *testing.T) {
 		{"hot keys without a body limit", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Hot: &HotKeys{}, Keys: []HashKey{{Header: "h"}}}}}}}, ""},
 		{"hot keys with a negative body limit", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Hot: &HotKeys{}, MaxBodyBytes: -1, Keys: []HashKey{{Header: "h"}}}}}}}, "hot keys need a positive body limit"},
 		{"low balance", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{BalanceFactor: 50, Keys: []HashKey{{Header: "h"}}}}}}}, "below 100"},
+		{"balance on tokens", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{BalanceFactor: 150, BalanceOn: "tokens", Keys: []HashKey{{Header: "h"}}}}}}}, "unknown balance_on"},
+		{"bytes unbounded", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{BalanceOn: BalanceOnPromptBytes, Keys: []HashKey{{Header: "h"}}}}}}}, "without a balance factor"},
 		{"duplicate identity", Fleet{Pools: []Pool{pool("a", 1, Endpoint{Host: "10.0.0.1", Port: 1, HashKey: "x"}, Endpoint{Host: "10.0.0.1", Port: 2, HashKey: "x"})}}, "duplicate endpoint identity"},
 		{"keyless least request", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keyless: LeastRequest, Keys: []HashKey{{Header: "h"}}}}}}}, ""},
 		{"keyless random", Fleet{Pools: []Pool{{Name: "a", Settings: Settings{Port: 1, Hash: Hash{Keyless: Random, Keys: []HashKey{{Header: "h"}}}}}}}, ""},

@@ -51,6 +51,12 @@ const (
 	MinBalanceFactor = 100
 )
 
+// What a hash pool's bound counts (Hash.BalanceOn).
+const (
+	BalanceOnRequests    = "requests"
+	BalanceOnPromptBytes = "prompt_bytes"
+)
+
 // IsPrime reports whether n is prime (Envoy's Maglev table sizes must be).
 func IsPrime(n uint64) bool {
 	if n < 2 {

@@ -84,6 +84,9 @@ type PrefillTable struct {
 	// each Envoy bounds its requests in flight to a prefill replica as
 	// Envoy bounds a hash table's (zero: unbounded).
 	BalanceFactor uint32 `json:"balance_factor,omitempty"`
+	// BalanceOn is the prefill pool's Hash.BalanceOn: with
+	// BalanceOnPromptBytes the bound counts prompt bytes, not requests.
+	BalanceOn string `json:"balance_on,omitempty"`
 }
 
 // Host returns the prefill replica of slot s, or "" if there is none.
@@ -128,7 +131,7 @@ func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 // lists (a replica in both roles, which discovery may find) is left out:
 // it decodes.
 func NewPrefillTable(prefill, decode *Pool) *PrefillTable {
-	t := &PrefillTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes, BalanceFactor: prefill.Hash.BalanceFactor}
+	t := &PrefillTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes, BalanceFactor: prefill.Hash.BalanceFactor, BalanceOn: prefill.Hash.BalanceOn}
 	if h := prefill.Hash.Hot; h != nil {
 		by := h.SpreadBy
 		t.SpreadBy = &by

@@ -20,6 +20,7 @@ type hashSpec struct {
 	MaxRingSize   *hcl.Attribute `hcl:"max_ring_size,optional"`
 	PerWeight     *hcl.Attribute `hcl:"entries_per_weight,optional"`
 	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
+	BalanceOn     *hcl.Attribute `hcl:"balance_on,optional"`
 	Keyless       *hcl.Attribute `hcl:"keyless,optional"`
 	GRPCRingCap   *hcl.Attribute `hcl:"grpc_ring_cap,optional"`
 	MaxBodyBytes  *hcl.Attribute `hcl:"max_body_bytes,optional"`
@@ -156,7 +157,31 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 	// Envoy reads the body as for the chain's own.
 	h.Hot = d.hotKeys(spec.HotKeys, h.Keys)
 	d.bodyKeys(spec, &h)
+	d.balanceOn(spec, &h)
 	return h
+}
+
+// balanceOn decodes balance_on, once balance_factor has its default: what
+// the bound counts, requests (Envoy's own bound) or prompt_bytes (the
+// Lua filter's choice from the pool's slot table), which needs a bound.
+func (d *decoder) balanceOn(spec *hashSpec, h *fleet.Hash) {
+	a := spec.BalanceOn
+	if a == nil {
+		return
+	}
+	on, good := enum(d, a, nil, "Unknown balance_on", func(s string) string {
+		return fmt.Sprintf("%q is not what a bound can count; use %q (Envoy's own bound on requests in flight) or %q (Envoy's Lua filter bounds the prompt bytes in flight).",
+			s, fleet.BalanceOnRequests, fleet.BalanceOnPromptBytes)
+	}, fleet.BalanceOnRequests, fleet.BalanceOnPromptBytes)
+	if !good {
+		return
+	}
+	if on == fleet.BalanceOnPromptBytes && h.BalanceFactor == 0 {
+		d.errorf(a.Expr.Range(), "Bound required",
+			"balance_on = %q bounds the prompt bytes each replica is sent, by balance_factor; set balance_factor (150 lets a replica take 1.5 times its share) or remove balance_on.", on)
+		return
+	}
+	h.BalanceOn = on
 }
 
 // tableSize decodes a Maglev table size: a prime no larger than Envoy's

@@ -15,6 +15,7 @@
 //	    algorithm      = "maglev" # or "ring_hash" (min_ring_size, max_ring_size), the default when they are set
 //	    table_size     = 65537    # prime
 //	    balance_factor = 150      # bounded load, percent; 0 = off
+//	    balance_on     = "requests" # or "prompt_bytes": Envoy's Lua filter bounds prompt bytes in flight
 //	    keyless        = "round_robin" # requests with no key; or "least_request", "random"
 //	    grpc_ring_cap  = 4096     # gRPC clients' ring size cap, if raised on them
 //	    key { header = "x-session-id" } # tried in order; first present wins

@@ -290,6 +290,9 @@ type Config struct {
 	// BalanceFactor is KVXDSBounded's balance_factor (percent). Default
 	// 150, the default kvxds gives a pool with a prompt_prefix key.
 	BalanceFactor int
+	// BalanceOn, if set, is the colocated hash modes' balance_on: what
+	// their bound counts ("requests", "prompt_bytes").
+	BalanceOn string
 	// PD, if set, runs every workload on a prefill/decode fleet of
 	// PD.Prefill replicas of sim.RolePrefill and PD.Decode of
 	// sim.RoleDecode instead of Replicas (which it sets to their sum: the

@@ -408,8 +408,9 @@ type routing struct {
 	loggers       []*adsenvoy.AccessLogger
 	release       func()
 	// respond runs the Lua filters' envoy_on_response, once, when the
-	// response starts (or the request fails without one).
-	respond func()
+	// response starts (or the request fails without one); finish ends
+	// the response, after respond.
+	respond, finish func()
 }
 
 // route runs the pool's filters and router on a request: the Lua filter's
@@ -420,7 +421,7 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 	if err != nil {
 		return "", nil, err
 	}
-	return r.addr, func() { r.respond(); r.release() }, nil
+	return r.addr, func() { r.respond(); r.finish(); r.release() }, nil
 }
 
 func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, err error) {
@@ -444,7 +445,7 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	if st == nil {
 		return r, errors.New("envoy has no configuration")
 	}
-	respond := func() {}
+	respond, finish := func() {}, func() {}
 	if lua != nil {
 		// The filters see the client's headers and the body, and leave
 		// the headers the router and the upstream see.
@@ -454,6 +455,14 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 		}
 		var once sync.Once
 		respond = func() { once.Do(func() { lua.respond(id) }) }
+		finish = func() { lua.finish(id) }
+	}
+	// A filter's upstream override host (setUpstreamOverrideHost) is no
+	// header: the router takes it, not the upstream.
+	var override string
+	if i := slices.IndexFunc(hdrs, func(h [2]string) bool { return h[0] == ":override" }); i >= 0 {
+		override = hdrs[i][1]
+		hdrs = slices.Delete(slices.Clone(hdrs), i, i+1)
 	}
 	req := &envoylb.Request{Path: "/v1/completions", Headers: hdrs}
 
@@ -480,6 +489,12 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	act := active(d.Cluster)
 	host := -1
 	switch {
+	case override != "" && ec.overridable(override):
+		// Envoy takes an override host the cluster has in a status of
+		// override_host_status (by default unknown, healthy or degraded)
+		// over its balancer's choice; not strict, it ignores one it has
+		// not (HostUtility::selectOverrideHost).
+		addr = strings.TrimSuffix(override, " strict")
 	case ec.kind == "hash":
 		b := st.router.Balancer(d.Cluster)
 		load := &envoylb.Load{Active: make([]uint32, len(b.Hosts)), Total: e.total[d.Cluster]}
@@ -524,12 +539,25 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	act[addr]++
 	e.total[d.Cluster]++
 	cluster := d.Cluster
-	return routing{addr: addr, cluster: cluster, headers: hdrs, loggers: e.logging, respond: respond, release: func() {
+	return routing{addr: addr, cluster: cluster, headers: hdrs, loggers: e.logging, respond: respond, finish: finish, release: func() {
 		e.mu.Lock()
 		e.active[cluster][addr]--
 		e.total[cluster]--
 		e.mu.Unlock()
 	}}, nil
+}
+
+// overridable reports whether the cluster takes override host h (a
+// filter's setUpstreamOverrideHost, " strict" after it if strict): a host
+// of its set, healthy or degraded.
+func (ec *envoyCluster) overridable(h string) bool {
+	h = strings.TrimSuffix(h, " strict")
+	for _, x := range ec.hosts {
+		if x.Address == h {
+			return x.Health == envoylb.Healthy || x.Health == envoylb.Degraded
+		}
+	}
+	return false
 }
 
 // weightedRR is the n-th pick of a weighted rotation over the healthy
@@ -614,6 +642,7 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	var headersAt time.Time
 	// Envoy's encoders run on the response's headers, or on the local
 	// reply of a request that got none.
+	defer rt.finish()
 	defer rt.respond()
 	entry.Code = streamCompletion(ctx, e.hc, rt.addr, rt.headers, r, start, &res, func() { headersAt = time.Now(); rt.respond() }, nil)
 	if !headersAt.IsZero() {
@@ -833,15 +862,19 @@ type luaFilter struct {
 //	M <filter> <bytes>\n<Lua expression>   the filter's route metadata
 //	R <headers> <bytes>\n<name\tvalue\n>...<body>   a request
 //	E <request> 0\n   the response of a request starts
+//	F <request> 0\n   the response of a request ends
 //
 // For a request it runs every filter's envoy_on_request as Envoy's Lua
 // filter would (content-length declared, body buffered, the route's
 // metadata under the filter's name, the stream's dynamic metadata), and
 // prints the headers left, but pseudo-headers and content-length, as
-// name=value, tab-separated, sorted, on one line. Requests are numbered
-// from 1 in order. For a response it runs the envoy_on_response of every
-// filter that has one, in reverse order as Envoy's encoders run, and
-// prints nothing.
+// name=value, tab-separated, sorted, on one line; an upstream override
+// host a filter set (setUpstreamOverrideHost) as ":override=host", and
+// " strict" after it if strict. Requests are numbered from 1 in order.
+// For a response it runs the envoy_on_response of every filter that has
+// one, in reverse order as Envoy's encoders run, each as a coroutine
+// whose handle:bodyChunks() iterator yields until the response ends, and
+// prints nothing; at the end it resumes them.
 const luaDriver = `
 local filters = {}
 for i = 1, #arg do
@@ -853,7 +886,7 @@ for i = 1, #arg do
 end
 local out = io.stdout
 out:setvbuf("full")
-local streams, nreq = {}, 0
+local streams, ending, nreq = {}, {}, 0
 while true do
   local line = io.read("*l")
   if line == nil then break end
@@ -901,11 +934,14 @@ while true do
       function handle:metadata() return md end
       function handle:streamInfo() return si end
       function handle:logWarn(msg) end
+      function handle:setUpstreamOverrideHost(host, strict)
+        t[":override"] = host .. (strict and " strict" or "")
+      end
       f.env.envoy_on_request(handle)
     end
     local set = {}
     for k, v in pairs(t) do
-      if string.sub(k, 1, 1) ~= ":" and k ~= "content-length" then set[#set + 1] = k .. "=" .. v end
+      if (string.sub(k, 1, 1) ~= ":" or k == ":override") and k ~= "content-length" then set[#set + 1] = k .. "=" .. v end
     end
     table.sort(set)
     out:write(table.concat(set, "\t"), "\n")
@@ -914,16 +950,27 @@ while true do
     local si = streams[a]
     streams[a] = nil
     if si ~= nil then
+      local waiting = {}
       for k = #filters, 1, -1 do
         local f = filters[k]
         if f.env.envoy_on_response ~= nil then
           local handle = {}
           function handle:streamInfo() return si end
           function handle:logWarn(msg) end
-          f.env.envoy_on_response(handle)
+          function handle:bodyChunks()
+            return function() coroutine.yield(); return nil end
+          end
+          local co = coroutine.create(f.env.envoy_on_response)
+          assert(coroutine.resume(co, handle))
+          if coroutine.status(co) == "suspended" then waiting[#waiting + 1] = co end
         end
       end
+      if #waiting > 0 then ending[a] = waiting end
     end
+  elseif cmd == "F" then
+    local waiting = ending[a]
+    ending[a] = nil
+    for _, co in ipairs(waiting or {}) do assert(coroutine.resume(co)) end
   else
     error("bad command: " .. line)
   end
@@ -999,6 +1046,20 @@ func (l *luaFilter) respond(id uint64) {
 		return
 	}
 	fmt.Fprintf(l.in, "E %d 0\n", id)
+	if err := l.in.Flush(); err != nil {
+		l.broken.Store(true)
+	}
+}
+
+// finish ends the response of request id (from run): the filters'
+// envoy_on_response coroutines waiting on its body resume.
+func (l *luaFilter) finish(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.broken.Load() {
+		return
+	}
+	fmt.Fprintf(l.in, "F %d 0\n", id)
 	if err := l.in.Flush(); err != nil {
 		l.broken.Store(true)
 	}

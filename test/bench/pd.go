@@ -148,8 +148,11 @@ type PDPolicyOptions struct {
 	// out, the policy's default: 150 for prompt_prefix and conversation
 	// keys, none for a header).
 	BalanceFactor int
-	TimeScale     float64
-	Scrape        time.Duration // wall
+	// BalanceOn is the prefill pool's balance_on ("": left out, counting
+	// requests).
+	BalanceOn string
+	TimeScale float64
+	Scrape    time.Duration // wall
 	// Bare leaves the metrics, escape and weights blocks out of the kvxds
 	// modes' pools; NoHotKeys turns a hashed decode pool's hot keys off.
 	Bare, NoHotKeys bool
@@ -193,6 +196,9 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		bf := ""
 		if o.BalanceFactor > 0 {
 			bf = fmt.Sprintf("    balance_factor = %d\n", o.BalanceFactor)
+		}
+		if o.BalanceOn != "" {
+			bf += fmt.Sprintf("    balance_on = %q\n", o.BalanceOn)
 		}
 		fmt.Fprintf(&b, "  hash {\n    key { %s }\n%s  }\n", o.Key, bf)
 	} else {
@@ -333,7 +339,7 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 		return nil, err
 	}
 	pol, err := PDPolicy(PDPolicyOptions{Mode: mode, Prefill: prefill, Decode: decode, Key: keyHCL,
-		MinBodyBytes: c.PDMinBodyBytes, BalanceFactor: c.PDBalanceFactor, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
+		MinBodyBytes: c.PDMinBodyBytes, BalanceFactor: c.PDBalanceFactor, BalanceOn: c.BalanceOn, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Bare: c.Bare, NoHotKeys: c.NoHotKeys})
 	if err != nil {
 		return nil, err
 	}

@@ -138,6 +138,8 @@ type PolicyOptions struct {
 	GroupShared bool
 	// BalanceFactor is KVXDSBounded's balance_factor.
 	BalanceFactor int
+	// BalanceOn, if set, is the hash modes' balance_on (Config.BalanceOn).
+	BalanceOn string
 	// BodyKey, if set, is the key block's body that keys the hash modes
 	// on the request body instead of x-session-id ("prompt_prefix = 512",
 	// "conversation = true"; Envoy only, and balance_factor then defaults
@@ -210,6 +212,9 @@ func Policy(o PolicyOptions) (string, error) {
 		case o.BodyKey != "" && o.BalanceFactor != 0 && o.BalanceFactor != policy.DefaultPromptPrefixBalanceFactor:
 			// A body key's bounded load away from the default it gets.
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+		}
+		if o.BalanceOn != "" {
+			fmt.Fprintf(&b, "    balance_on = %q\n", o.BalanceOn)
 		}
 		if len(o.HotValues) > 0 && o.BodyKey != "" {
 			return "", fmt.Errorf("hot values are values of %s, which a body-keyed pool does not key on", SessionHeader)

@@ -39,6 +39,13 @@ func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManag
 		}
 		filters = append(filters, f)
 	}
+	if picks(p, kind) {
+		f, err := pickFilter(p)
+		if err != nil {
+			return nil, fmt.Errorf("pick: %w", err)
+		}
+		filters = append(filters, f)
+	}
 	if prefills(p, kind) {
 		fs, err := prefillFilters(p)
 		if err != nil {

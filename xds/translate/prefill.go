@@ -157,7 +157,12 @@ func luaHTTPFilter(name, stats, src string) (*hcmv3.HttpFilter, error) {
 
 // prefillMetadata is the route metadata carrying p's prefill table.
 func prefillMetadata(p *fleet.Pool) (*corev3.Metadata, error) {
-	t := p.PrefillTable
+	return tableMetadata(p.PrefillTable, PrefillFilterName)
+}
+
+// tableMetadata is the route metadata carrying slot table t to the Lua
+// filter name.
+func tableMetadata(t *fleet.PrefillTable, name string) (*corev3.Metadata, error) {
 	hosts := make([]any, len(t.Hosts))
 	for i, h := range t.Hosts {
 		hosts[i] = h
@@ -165,6 +170,9 @@ func prefillMetadata(p *fleet.Pool) (*corev3.Metadata, error) {
 	fields := map[string]any{"hosts": hosts, "slots": t.EncodeSlots()}
 	if t.BalanceFactor > 0 {
 		fields["balance"] = float64(t.BalanceFactor)
+		if t.BalanceOn == fleet.BalanceOnPromptBytes {
+			fields["bytes"] = true
+		}
 	}
 	if len(t.Hot) > 0 {
 		hot := make(map[string]any, len(t.Hot))
@@ -177,5 +185,5 @@ func prefillMetadata(p *fleet.Pool) (*corev3.Metadata, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{PrefillFilterName: s}}, nil
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{name: s}}, nil
 }

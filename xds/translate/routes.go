@@ -70,6 +70,15 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 			r.Metadata = md
 		}
 	}
+	if picks(p, kind) {
+		md, err := pickMetadata(p, kind)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range routes {
+			r.Metadata = md
+		}
+	}
 	rc := &routev3.RouteConfiguration{
 		Name: p.Name,
 		VirtualHosts: []*routev3.VirtualHost{{

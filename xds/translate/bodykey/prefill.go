@@ -26,8 +26,14 @@ type Prefill struct {
 	SpreadHeader string
 	SpreadRaw    bool
 	// Header receives the prefill replica's host:port; the script removes
-	// any the client sent.
+	// any the client sent. "" with Override.
 	Header string
+	// Override, instead of naming the replica in a header, makes it the
+	// request's upstream host (Envoy's setUpstreamOverrideHost, not
+	// strict: a host the cluster lacks or holds unhealthy leaves the
+	// choice to the cluster's own balancer). A hash pool's own table
+	// picks its replica this way (bounded on prompt bytes).
+	Override bool
 	// MinBody: a request declaring a shorter body gets no header.
 	MinBody int
 	// Slots is the number of slots of the table.
@@ -42,14 +48,17 @@ type PrefillKey struct {
 }
 
 // LuaPrefill returns the source of the Envoy Lua filter that names a
-// request's prefill replica in p.Header, from the table in its route's
+// request's prefill replica in p.Header (or, with p.Override, makes it
+// the request's upstream host), from the table in its route's
 // metadata (under the filter's name: "hosts" and "slots", "hot" and
 // "balance"). With "balance" it counts its Lua state's requests in flight
 // per prefill replica until envoy_on_response, which it also defines.
 func LuaPrefill(p Prefill) (string, error) {
 	switch {
-	case p.Header == "":
+	case p.Header == "" && !p.Override:
 		return "", fmt.Errorf("prefill: no header")
+	case p.Header != "" && p.Override:
+		return "", fmt.Errorf("prefill: a header and an override")
 	case p.Slots <= 0:
 		return "", fmt.Errorf("prefill: %d slots", p.Slots)
 	case p.MinBody < 0:
@@ -65,8 +74,12 @@ func LuaPrefill(p Prefill) (string, error) {
 	b.WriteString("local find, sub, byte, format, floor = string.find, string.sub, string.byte, string.format, math.floor\n")
 	fmt.Fprintf(&b, "local HASH_SEED1, HASH_SEED2 = 0x%x, 0x%x\nlocal HASH_MUL1, HASH_MUL2 = 0x%x, 0x%x\nlocal HASH_ROT1, HASH_ROT2 = %d, %d\n",
 		hashSeed1, hashSeed2, hashMul1, hashMul2, hashRot1, hashRot2)
+	header := "nil"
+	if !p.Override {
+		header = luaString(p.Header)
+	}
 	fmt.Fprintf(&b, "local PREFILL_HEADER = %s\nlocal MIN_BODY = %d\nlocal SLOTS = %d\nlocal SPREAD_BITS = %d\n",
-		luaString(p.Header), p.MinBody, p.Slots, SpreadBits)
+		header, p.MinBody, p.Slots, SpreadBits)
 	if p.SpreadHeader != "" {
 		fmt.Fprintf(&b, "local PREFILL_SPREAD, SPREAD_RAW = %s, %v\n", luaString(strings.ToLower(p.SpreadHeader)), p.SpreadRaw)
 	} else {

@@ -4,18 +4,22 @@
 -- "hosts", the prefill replicas, and "slots", three hex digits per slot
 -- naming a host by its index from 0; "hot", the prefill pool's hot keys
 -- as "index:value" = spread), and PREFILL_HEADER gets that replica's
--- host:port. A request without a key gets a random slot. A
--- request whose declared body is shorter than MIN_BODY, or a route
--- without a table, gets no header: the decode replica prefills it.
--- With "balance" in the metadata (the prefill pool's balance_factor, in
--- percent) the choice is bounded as Envoy bounds a hash table's
--- (hash_balance_factor), but on prompt bytes rather than requests: a
--- replica with more bytes in flight from this Lua state (one per Envoy
--- worker) than its share of balance% of the bytes in flight with this
--- request's passes a keyed request to the replica of the next slots that
--- is not, so that a key's overflow goes to one other replica. Prefill
--- costs what the prompt is long, and prompts differ a hundredfold: three
--- long prompts load a replica as three short ones do not.
+-- host:port. A request without a key gets a random slot. A request whose
+-- declared body is shorter than MIN_BODY, or a route without a table,
+-- gets no header: the decode replica prefills it.
+-- Where PREFILL_HEADER is nil, the script picks a hash pool's own
+-- replica: the slot's replica becomes the request's upstream host (not
+-- strict: the cluster's balancer decides if its hosts lack it or hold it
+-- unhealthy), and a request without a key is left to the cluster.
+-- With "balance" in the metadata (the pool's balance_factor, in percent)
+-- the choice is bounded as Envoy bounds a hash table's
+-- (hash_balance_factor): a replica with more requests in flight from
+-- this Lua state (one per Envoy worker) than its share of balance% of
+-- their mean passes a keyed request to the replica of the next slots
+-- that is not, so that a key's overflow goes to one other replica. With
+-- "bytes" too (balance_on = "prompt_bytes") the bound counts the prompt
+-- bytes in flight instead, this request's among them: prefill costs
+-- what the prompt is long, and prompts may differ a hundredfold.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
 -- PREFILL_SPREAD carries them (set by the prefill keys filter), or, with
 -- SPREAD_RAW, carries the value they are the spread of; nil if absent.
@@ -70,11 +74,15 @@ end
 -- Whether host i (named h) is overloaded for a request of w bytes:
 -- Envoy's hostOverloadFactor in bytes, its bytes in flight over its share
 -- of (total + w) × factor/100, and never under w (an idle replica takes
--- any request).
+-- any request); with w nil, in requests as Envoy counts them, over
+-- ceil(share × ceil((total+1) × factor/100)).
 local function overloaded(n, i, h, factor, w)
+  if w == nil then
+    local cap = floor(((total + 1) * factor + 99) / 100)
+    return (inflight[h] or 0) > math.max(math.ceil(cap * (n[i] or 0) / SLOTS), 1)
+  end
   local cap = (total + w) * factor / 100
-  local slots = math.max(cap * (n[i] or 0) / SLOTS, w)
-  return (inflight[h] or 0) > slots
+  return (inflight[h] or 0) > math.max(cap * (n[i] or 0) / SLOTS, w)
 end
 
 -- The host of slot, or with a factor the first host of the next slots
@@ -128,22 +136,33 @@ local function set_prefill(handle, headers)
       end
     end
     slot = tonumber(sub(keyhash(v), 1, 8), 16) % SLOTS
+  elseif PREFILL_HEADER == nil then
+    return -- no key: the cluster spreads it (its keyless route)
   else
     slot = math.random(0, SLOTS - 1)
   end
   local factor = md:get("balance")
   if type(factor) ~= "number" or factor < 100 or v == nil then factor = nil end
-  -- A body of undeclared length weighs the mean of those in flight.
-  local w = tonumber(headers:get("content-length"))
-  if w == nil then w = count > 0 and total / count or 1 end
-  if w < 1 then w = 1 end
+  -- With "bytes", a body of undeclared length weighs the mean of those
+  -- in flight; without, a request weighs one.
+  local w = nil
+  if md:get("bytes") == true then
+    w = tonumber(headers:get("content-length"))
+    if w == nil then w = count > 0 and total / count or 1 end
+    if w < 1 then w = 1 end
+  end
   local host = bounded(hosts, slots, slot, factor, w)
   if type(host) ~= "string" then return end
-  headers:replace(PREFILL_HEADER, host)
+  if PREFILL_HEADER == nil then
+    handle:setUpstreamOverrideHost(host, false)
+  else
+    headers:replace(PREFILL_HEADER, host)
+  end
   if factor ~= nil then
     local now = os.time()
     next_id = next_id + 1
     expire(now)
+    w = w or 1
     open[next_id] = {host = host, t = now, w = w}
     inflight[host] = (inflight[host] or 0) + w
     total = total + w
@@ -155,7 +174,7 @@ end
 function envoy_on_request(handle)
   local headers = handle:headers()
   -- A client must not pick its own prefill replica.
-  headers:remove(PREFILL_HEADER)
+  if PREFILL_HEADER ~= nil then headers:remove(PREFILL_HEADER) end
   local ok, err = pcall(set_prefill, handle, headers)
   if not ok then
     handle:logWarn("kvxds prefill: " .. tostring(err))
@@ -163,8 +182,17 @@ function envoy_on_request(handle)
 end
 
 -- The prefill replica answered (the decode replica's response starts once
--- its prefill is done): the request no longer counts.
+-- its prefill is done): the request no longer counts. A replica picked
+-- for the whole request (no PREFILL_HEADER) counts it until its response
+-- ends, as Envoy counts a request in flight: an engine sends its
+-- streamed response's headers before it computes the prompt. The chunks
+-- pass as they arrive (bodyChunks buffers nothing); a stream reset
+-- before its end leaves the request to expire.
 function envoy_on_response(handle)
   local md = handle:streamInfo():dynamicMetadata():get("kvxds.prefill")
-  if md ~= nil and md.open ~= nil then release(md.open) end
+  if md == nil or md.open == nil then return end
+  if PREFILL_HEADER == nil then
+    for _ in handle:bodyChunks() do end
+  end
+  release(md.open)
 end

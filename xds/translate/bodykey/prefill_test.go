@@ -138,16 +138,25 @@ func TestPrefillSlotKey(t *testing.T) {
 	}
 }
 
-// With a balance factor in the table, each Lua state bounds its prompt
-// bytes in flight per prefill replica as Envoy's hash_balance_factor
-// bounds a hash table's requests: a keyed request of w bytes whose
-// replica has more in flight than max(share × (total+w) × factor / 100,
-// w) goes to the replica of the next slots that has not, and
-// envoy_on_response releases it; a body of undeclared length weighs the
-// mean of those in flight. A script of requests of many lengths and
-// responses over a few keys, some never answered and forgotten ten
-// minutes on, runs under LuaJIT and under the same rule written here.
+// With a balance factor in the table, each Lua state bounds its requests
+// in flight per replica as Envoy's hash_balance_factor bounds a hash
+// table's: a keyed request whose replica has more in flight than
+// ceil(share × ceil((total+1) × factor / 100)) goes to the replica of
+// the next slots that has not, and envoy_on_response releases it. With
+// "bytes" in the table it bounds prompt bytes instead: a request of w
+// bytes, over max(share × (total+w) × factor / 100, w); a body of
+// undeclared length weighs the mean of those in flight. A script of
+// requests of many lengths and responses over a few keys, some never
+// answered and forgotten ten minutes on, runs under LuaJIT and under the
+// same rule written here, named in the prefill header and as a pool's
+// own upstream override host.
 func TestLuaPrefillBounded(t *testing.T) {
+	for _, bytes := range []bool{false, true} {
+		t.Run(map[bool]string{false: "requests", true: "bytes"}[bytes], func(t *testing.T) { testLuaPrefillBounded(t, bytes) })
+	}
+}
+
+func testLuaPrefillBounded(t *testing.T, bytes bool) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000", "10.0.1.5:8000"}
@@ -159,16 +168,16 @@ func TestLuaPrefillBounded(t *testing.T) {
 		share[table[s]]++
 		fmt.Fprintf(&enc, "%03x", table[s])
 	}
-	const header = "x-prefiller-host-port"
-	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Header: header, Slots: slots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The rule: bytes in flight per host and in all, from request to
-	// response (the same float64 arithmetic as LuaJIT's numbers).
+	// The rule: requests or bytes in flight per host and in all, from
+	// request to response (bytes in the same float64 arithmetic as
+	// LuaJIT's numbers).
 	inflight := map[int]float64{}
 	total, count := 0.0, 0
 	over := func(i int, w float64) bool {
+		if !bytes {
+			capacity := ((count+1)*factor + 99) / 100
+			return inflight[i] > float64(max((capacity*share[i]+slots-1)/slots, 1))
+		}
 		capacity := (total + w) * factor / 100
 		return inflight[i] > max(capacity*float64(share[i])/slots, w)
 	}
@@ -252,6 +261,9 @@ func TestLuaPrefillBounded(t *testing.T) {
 				w = total / float64(count)
 			}
 		}
+		if !bytes {
+			w = 1
+		}
 		i := pick(key, w)
 		if i != table[PrefillSlot(key, slots)] {
 			spilled++
@@ -280,20 +292,42 @@ func TestLuaPrefillBounded(t *testing.T) {
 		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)
 	}
 	write := tempWriter(t)
-	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src),
-		write("table", enc.String()+"\n"+strings.Join(hosts, "\n")+fmt.Sprintf("\nbalance\t%d\n", factor)),
-		write("cases", strings.Join(lines, "\n")+"\n"), header).CombinedOutput()
-	if err != nil {
-		t.Fatalf("luajit: %v\n%s", err, out)
+	md := enc.String() + "\n" + strings.Join(hosts, "\n") + fmt.Sprintf("\nbalance\t%d\n", factor)
+	if bytes {
+		md += "bytes\n"
 	}
-	got := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("luajit printed %d lines for %d requests:\n%s", len(got), len(want), out)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("request %d: got %s, want %s (then %d more to compare)", i+1, got[i], want[i], len(want)-i-1)
-		}
+	table_ := write("table", md)
+	cases := write("cases", strings.Join(lines, "\n")+"\n")
+	// The same choices named in the prefill header, or made the upstream
+	// host (not strict) by a hash pool's own table.
+	for _, mode := range []struct {
+		p      Prefill
+		header string
+	}{
+		{Prefill{Header: "x-prefiller-host-port"}, "x-prefiller-host-port"},
+		{Prefill{Override: true}, ":override"},
+	} {
+		t.Run(mode.header, func(t *testing.T) {
+			p := mode.p
+			p.Keys, p.Slots = []PrefillKey{{"x-session-id", 0}}, slots
+			src, err := LuaPrefill(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table_, cases, mode.header).CombinedOutput()
+			if err != nil {
+				t.Fatalf("luajit: %v\n%s", err, out)
+			}
+			got := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+			if len(got) != len(want) {
+				t.Fatalf("luajit printed %d lines for %d requests:\n%s", len(got), len(want), out)
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("request %d: got %s, want %s (then %d more to compare)", i+1, got[i], want[i], len(want)-i-1)
+				}
+			}
+		})
 	}
 }
 

@@ -2,13 +2,16 @@
 -- generated prefill script uses, to run it under a plain LuaJIT:
 -- handle:headers() (:get, :replace, :remove), handle:metadata() (:get;
 -- nil-valued without a table, as for a route without metadata),
--- handle:streamInfo():dynamicMetadata() (:get, :set, per request) and
--- handle:logWarn(msg); and envoy_on_response.
+-- handle:streamInfo():dynamicMetadata() (:get, :set, per request),
+-- handle:setUpstreamOverrideHost(host, strict) (which sets the
+-- pseudo-header ":override" to host, and " strict" if strict) and
+-- handle:logWarn(msg); and envoy_on_response, with handle:bodyChunks()
+-- (a response ends as it starts).
 --
 -- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
 -- where TABLE is a file of "slots" on its first line and one host per
 -- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key, or
--- "balance<TAB>factor" ("-" for a route without metadata), and CASES a
+-- "balance<TAB>factor", or "bytes" ("-" for a route without metadata), and CASES a
 -- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
 -- content-length, or "respond<TAB>N" to run envoy_on_response for the
 -- N-th request (from 1), or "clock<TAB>T" to make os.time() return T from
@@ -22,20 +25,23 @@ local md = nil
 local f = assert(io.open(tablefile, "rb"))
 local first = f:read("*l")
 if first ~= "-" then
-  local hosts, hot, balance = {}, nil, nil
+  local hosts, hot, balance, md_bytes = {}, nil, nil, nil
   for line in f:lines() do
     local k, n = string.match(line, "^hot\t(.*)\t(%d+)$")
     local b = string.match(line, "^balance\t(%d+)$")
+    local bytes = line == "bytes"
     if k ~= nil then
       hot = hot or {}
       hot[k] = tonumber(n)
     elseif b ~= nil then
       balance = tonumber(b)
+    elseif bytes then
+      md_bytes = true
     else
       hosts[#hosts + 1] = line
     end
   end
-  md = {hosts = hosts, slots = first, hot = hot, balance = balance}
+  md = {hosts = hosts, slots = first, hot = hot, balance = balance, bytes = md_bytes}
 end
 f:close()
 
@@ -76,6 +82,11 @@ for line in io.lines(casefile) do
     end
     function handle:streamInfo() return si end
     function handle:logWarn(msg) io.stderr:write(msg, "\n") end
+    -- A response ends as it starts: its body has no chunks.
+    function handle:bodyChunks() return function() return nil end end
+    function handle:setUpstreamOverrideHost(host, strict)
+      t[":override"] = host .. (strict and " strict" or "")
+    end
     handles[#handles + 1] = handle
     envoy_on_request(handle)
     print(t[header] or "-")

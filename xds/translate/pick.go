@@ -1,0 +1,91 @@
+package translate
+
+import (
+	"fmt"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
+)
+
+// A hash pool whose bound counts prompt bytes (fleet.BalanceOnPromptBytes)
+// gets, on Envoy, a Lua filter after its keys filter (PickFilterName)
+// that picks each request's replica itself: the first key present picks
+// a slot of the pool's own slot table (fleet.NewPrefillTable over the
+// pool, the same on every Envoy and every kvxds instance), bounded as the
+// prefill table is on the bytes in flight from its Lua state, and the
+// replica becomes the request's upstream host, not strict. Envoy's bound
+// counts requests, and prompts differ a hundredfold in what they cost;
+// the filter counts what a replica was sent to compute.
+//
+// The table rides in the metadata of the pool's routes, so a change is
+// one RDS update. The cluster keeps its hash table and bound: a request
+// without a table (a route not yet updated), or whose override host the
+// cluster lacks or holds unhealthy (a stale table), is hashed as before.
+// Only pools whose routes all go to the pool's own cluster get it (no
+// adapters, no tenant groups): an override must not leave an adapter's
+// or a group's replicas. gRPC clients run no filter and keep the
+// cluster's own hashing.
+
+// PickFilterName names the Lua filter that picks a hash pool's replica by
+// its slot table, and the route metadata namespace of the table.
+const PickFilterName = "kvxds.pick"
+
+// picks reports whether kind's listener of p picks replicas by p's slot
+// table.
+func picks(p *fleet.Pool, kind Kind) bool {
+	return kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.BalanceFactor > 0 &&
+		p.Hash.BalanceOn == fleet.BalanceOnPromptBytes && p.Prefill == nil && p.LoRA == nil && len(p.Groups) == 0
+}
+
+// PickTable is the slot table kind's listener of p picks replicas by, or
+// nil for none.
+func PickTable(p *fleet.Pool, kind Kind) *fleet.PrefillTable {
+	if !picks(p, kind) {
+		return nil
+	}
+	return fleet.NewPrefillTable(p, &fleet.Pool{})
+}
+
+// pickFilter is the Lua filter that picks p's replica: it reads the keys
+// the body keys filter (which runs first) leaves in their headers.
+func pickFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
+	var keys []bodykey.PrefillKey
+	for i, k := range p.Hash.Keys {
+		switch {
+		case k.Body():
+			keys = append(keys, bodykey.PrefillKey{Header: bodykey.Header(i), Index: i})
+		case k.Header != "":
+			keys = append(keys, bodykey.PrefillKey{Header: k.Header, Index: i})
+		}
+		// Cookies and query parameters are not read: a request keyed on
+		// them alone is hashed by the cluster.
+	}
+	var spreadHeader string
+	raw := false
+	if h := p.Hash.Hot; h != nil {
+		switch by := h.SpreadBy; {
+		case by.Body():
+			spreadHeader = fleet.DefaultSpreadHeader
+		case by.Header != "":
+			spreadHeader, raw = by.Header, true
+		}
+	}
+	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: keys, Override: true, Slots: fleet.PrefillSlots,
+		SpreadHeader: spreadHeader, SpreadRaw: raw})
+	if err != nil {
+		return nil, err
+	}
+	return luaHTTPFilter(PickFilterName, "kvxds_pick", src)
+}
+
+// pickMetadata is the route metadata carrying p's slot table.
+func pickMetadata(p *fleet.Pool, kind Kind) (*corev3.Metadata, error) {
+	md, err := tableMetadata(PickTable(p, kind), PickFilterName)
+	if err != nil {
+		return nil, fmt.Errorf("pick table: %w", err)
+	}
+	return md, nil
+}

@@ -1,0 +1,80 @@
+package translate
+
+import (
+	"testing"
+
+	"github.com/kvxds/kvxds/fleet"
+)
+
+// A pool bounded on prompt bytes gets the pick filter and its slot table
+// on Envoy alone, and only where every route goes to its own cluster:
+// adapters and tenant groups keep Envoy's own bound, whose override would
+// leave their replicas.
+func TestPicks(t *testing.T) {
+	bytes := fleet.Hash{BalanceFactor: 150, BalanceOn: fleet.BalanceOnPromptBytes, Keys: []fleet.HashKey{{Header: "x-session-id"}}}
+	for _, tc := range []struct {
+		name string
+		edit func(p *fleet.Pool)
+		want bool
+	}{
+		{"prompt bytes", func(p *fleet.Pool) {}, true},
+		{"requests", func(p *fleet.Pool) { p.Hash.BalanceOn = fleet.BalanceOnRequests }, false},
+		{"default", func(p *fleet.Pool) { p.Hash.BalanceOn = "" }, false},
+		{"adapters", func(p *fleet.Pool) {
+			p.LoRA = &fleet.Adapters{Header: "x-kvxds-adapter", BodyField: "model", MaxLoRA: 4, Max: 8}
+		}, false},
+		{"groups", func(p *fleet.Pool) {
+			p.Groups = []fleet.Group{{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: 1}}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: bytes}}
+			p.Hash.Keys = []fleet.HashKey{{Header: "x-session-id"}}
+			for _, a := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {
+				p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: a, Port: 8000})
+			}
+			tc.edit(&p)
+			m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p = m.Fleet().Pools[0]
+			for _, kind := range Kinds {
+				l, err := buildListener(&p, kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hcm, err := httpConnectionManager(&p, kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				filter := false
+				for _, f := range hcm.GetHttpFilters() {
+					filter = filter || f.GetName() == PickFilterName
+				}
+				rc, err := buildRoute(&p, kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tables := 0
+				routes := rc.GetVirtualHosts()[0].GetRoutes()
+				for _, r := range routes {
+					if md := r.GetMetadata().GetFilterMetadata()[PickFilterName]; md != nil {
+						tables++
+						if n := len(md.GetFields()["hosts"].GetListValue().GetValues()); n != 3 {
+							t.Errorf("%v: the table names %d hosts, want 3", kind, n)
+						}
+						if !md.GetFields()["bytes"].GetBoolValue() {
+							t.Errorf("%v: the table does not bound on bytes", kind)
+						}
+					}
+				}
+				want := tc.want && kind == Envoy
+				if filter != want || (tables == len(routes)) != want || (tables == 0) == want {
+					t.Errorf("%v (listener %s): pick filter %v, tables on %d of %d routes; want the filter and every route's table: %v",
+						kind, l.GetName(), filter, tables, len(routes), want)
+				}
+			}
+		})
+	}
+}
