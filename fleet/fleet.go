@@ -127,7 +127,7 @@ type Pool struct {
 	Adapters []Adapter
 	// PrefillTable is the prefill pool's table, in a pool with Prefill:
 	// Prepare builds it from the prefill pool's replicas.
-	PrefillTable *PrefillTable
+	PrefillTable *SlotTable
 }
 
 // Settings are a pool's own settings: everything about it but its name
@@ -245,9 +245,9 @@ type poolJSON struct {
 	Adapters      []Adapter  `json:"adapters,omitempty"`
 	Prefill       *Prefill   `json:"prefill,omitempty"`
 	// PrefillTable is written for reading (status); Prepare rebuilds it.
-	PrefillTable *PrefillTable `json:"prefill_table,omitempty"`
-	RouteTimeout string        `json:"route_timeout,omitempty"`
-	IdleTimeout  string        `json:"idle_timeout,omitempty"`
+	PrefillTable *SlotTable `json:"prefill_table,omitempty"`
+	RouteTimeout string     `json:"route_timeout,omitempty"`
+	IdleTimeout  string     `json:"idle_timeout,omitempty"`
 }
 
 // MarshalJSON writes p with its durations as strings.

@@ -54,7 +54,7 @@ func Prepare(f Fleet) (Model, error) {
 			continue
 		}
 		j, _ := slices.BinarySearchFunc(n.Pools, p.Prefill.Pool, func(q Pool, name string) int { return cmp.Compare(q.Name, name) })
-		p.PrefillTable = NewPrefillTable(&n.Pools[j], p)
+		p.PrefillTable = NewSlotTable(&n.Pools[j], p)
 	}
 	plans := make([]Plan, len(n.Pools))
 	for i := range n.Pools {

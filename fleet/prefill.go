@@ -22,7 +22,7 @@ import (
 //   - Envoy, in front of decode replicas that run llm-d's routing
 //     sidecar, sends each request to a decode replica and names the
 //     prefill replica in a header (Prefill.Header), chosen from the decode
-//     pool's PrefillTable by the prefill pool's key chain: consistent, the
+//     pool's PrefillTable (a SlotTable) by the prefill pool's key chain: consistent, the
 //     same on every Envoy and every kvxds instance.
 //
 // The table is a pure function of the prefill pool's replicas (Prepare
@@ -57,10 +57,12 @@ type Prefill struct {
 	MinBodyBytes int `json:"min_body_bytes,omitempty"`
 }
 
-// PrefillTable is a decode pool's view of its prefill pool: which replica
-// each slot of the key space prefills on, and the key chain that picks a
-// slot.
-type PrefillTable struct {
+// SlotTable is a pool's key space in PrefillSlots slots, each naming the
+// replica its keys go to, and the key chain that picks a slot: a decode
+// pool's view of its prefill pool (Pool.PrefillTable), or a hash pool's
+// own table where Envoy's Lua filter picks the replica (balance_on =
+// "prompt_bytes").
+type SlotTable struct {
 	// Keys is the prefill pool's key chain: the first key a request has
 	// picks its slot; a request with none gets a random slot.
 	Keys []HashKey `json:"keys"`
@@ -90,7 +92,7 @@ type PrefillTable struct {
 }
 
 // Host returns the prefill replica of slot s, or "" if there is none.
-func (t *PrefillTable) Host(s int) string {
+func (t *SlotTable) Host(s int) string {
 	if t == nil || s < 0 || s >= len(t.Slots) {
 		return ""
 	}
@@ -98,7 +100,7 @@ func (t *PrefillTable) Host(s int) string {
 }
 
 // Shares returns each host's number of slots, in Hosts order.
-func (t *PrefillTable) Shares() []int {
+func (t *SlotTable) Shares() []int {
 	if t == nil {
 		return nil
 	}
@@ -111,7 +113,7 @@ func (t *PrefillTable) Shares() []int {
 
 // EncodeSlots is Slots as the Lua filter reads it: three lowercase hex
 // digits per slot, slot 0 first.
-func (t *PrefillTable) EncodeSlots() string {
+func (t *SlotTable) EncodeSlots() string {
 	b := make([]byte, 0, 3*len(t.Slots))
 	for _, i := range t.Slots {
 		b = append(b, hexDigit(i>>8), hexDigit(i>>4), hexDigit(i))
@@ -121,8 +123,8 @@ func (t *PrefillTable) EncodeSlots() string {
 
 func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 
-// NewPrefillTable builds the table of a prefill pool: every serving
-// replica (healthy, with a weight) takes the slots it wins by weighted
+// NewSlotTable builds the table of a pool (prefill, or a hash pool's
+// own, with an empty decode): every serving replica (healthy, with a weight) takes the slots it wins by weighted
 // rendezvous hashing of its identity, a replica of weight w competing
 // with w virtual identities. Integer hashes only, so every kvxds instance
 // builds the same table on any machine; a replica joining or leaving
@@ -130,8 +132,8 @@ func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 // served once, under the lowest identity; a replica that decode also
 // lists (a replica in both roles, which discovery may find) is left out:
 // it decodes.
-func NewPrefillTable(prefill, decode *Pool) *PrefillTable {
-	t := &PrefillTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes, BalanceFactor: prefill.Hash.BalanceFactor, BalanceOn: prefill.Hash.BalanceOn}
+func NewSlotTable(prefill, decode *Pool) *SlotTable {
+	t := &SlotTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes, BalanceFactor: prefill.Hash.BalanceFactor, BalanceOn: prefill.Hash.BalanceOn}
 	if h := prefill.Hash.Hot; h != nil {
 		by := h.SpreadBy
 		t.SpreadBy = &by

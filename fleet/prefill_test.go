@@ -17,7 +17,7 @@ func prefillPool(n int) Pool {
 }
 
 // slotHosts maps each slot to its host's address.
-func slotHosts(t *PrefillTable) []string {
+func slotHosts(t *SlotTable) []string {
 	out := make([]string, len(t.Slots))
 	for s := range t.Slots {
 		out[s] = t.Host(s)
@@ -29,7 +29,7 @@ func TestPrefillTableBalanceAndStability(t *testing.T) {
 	for _, n := range []int{1, 3, 8, 32} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			p := prefillPool(n)
-			tab := NewPrefillTable(&p, &Pool{})
+			tab := NewSlotTable(&p, &Pool{})
 			if len(tab.Hosts) != n || len(tab.Slots) != PrefillSlots {
 				t.Fatalf("%d hosts, %d slots", len(tab.Hosts), len(tab.Slots))
 			}
@@ -46,13 +46,13 @@ func TestPrefillTableBalanceAndStability(t *testing.T) {
 			for i, j := 0, len(q.Endpoints)-1; i < j; i, j = i+1, j-1 {
 				q.Endpoints[i], q.Endpoints[j] = q.Endpoints[j], q.Endpoints[i]
 			}
-			if a, b := tab.EncodeSlots(), NewPrefillTable(&q, &Pool{}).EncodeSlots(); a != b {
+			if a, b := tab.EncodeSlots(), NewSlotTable(&q, &Pool{}).EncodeSlots(); a != b {
 				t.Error("the table depends on the endpoints' order")
 			}
 			before := slotHosts(tab)
 			// A replica joining takes slots only for itself.
 			j := prefillPool(n + 1)
-			for s, h := range slotHosts(NewPrefillTable(&j, &Pool{})) {
+			for s, h := range slotHosts(NewSlotTable(&j, &Pool{})) {
 				if h != before[s] && h != j.Endpoints[n].Address() {
 					t.Fatalf("join: slot %d moved from %s to %s", s, before[s], h)
 				}
@@ -64,7 +64,7 @@ func TestPrefillTableBalanceAndStability(t *testing.T) {
 			gone := p.Endpoints[1].Address()
 			d := prefillPool(n)
 			d.Endpoints[1].Health = Draining
-			for s, h := range slotHosts(NewPrefillTable(&d, &Pool{})) {
+			for s, h := range slotHosts(NewSlotTable(&d, &Pool{})) {
 				if before[s] != gone && h != before[s] || h == gone {
 					t.Fatalf("leave: slot %d went from %s to %s", s, before[s], h)
 				}
@@ -76,7 +76,7 @@ func TestPrefillTableBalanceAndStability(t *testing.T) {
 func TestPrefillTableWeightsAndRoles(t *testing.T) {
 	p := prefillPool(3)
 	p.Endpoints[0].Weight = 3
-	tab := NewPrefillTable(&p, &Pool{})
+	tab := NewSlotTable(&p, &Pool{})
 	sh := tab.Shares()
 	if r := float64(sh[0]) / float64(sh[1]+sh[2]) * 2; r < 2.2 || r > 3.8 {
 		t.Errorf("weight 3 against two of weight 1: shares %v (ratio %.2f)", sh, r)
@@ -86,12 +86,12 @@ func TestPrefillTableWeightsAndRoles(t *testing.T) {
 	for i := range q.Endpoints {
 		q.Endpoints[i].Weight = p.Endpoints[i].Weight * 100
 	}
-	if NewPrefillTable(&q, &Pool{}).EncodeSlots() != tab.EncodeSlots() {
+	if NewSlotTable(&q, &Pool{}).EncodeSlots() != tab.EncodeSlots() {
 		t.Error("scaling every weight moved slots")
 	}
 	// A replica the decode pool also lists decodes: it is not in the table.
 	decode := &Pool{Endpoints: []Endpoint{{Host: "10.0.1.2", Port: 8000}}}
-	tab = NewPrefillTable(&p, decode)
+	tab = NewSlotTable(&p, decode)
 	if strings.Join(tab.Hosts, ",") != "10.0.1.1:8000,10.0.1.3:8000" {
 		t.Errorf("hosts %v, want the replica in both roles left out", tab.Hosts)
 	}
@@ -99,7 +99,7 @@ func TestPrefillTableWeightsAndRoles(t *testing.T) {
 	for i := range p.Endpoints {
 		p.Endpoints[i].Health = Unhealthy
 	}
-	if tab := NewPrefillTable(&p, &Pool{}); len(tab.Hosts) != 0 || len(tab.Slots) != 0 || tab.Host(0) != "" {
+	if tab := NewSlotTable(&p, &Pool{}); len(tab.Hosts) != 0 || len(tab.Slots) != 0 || tab.Host(0) != "" {
 		t.Errorf("table of no replica: %+v", tab)
 	}
 }

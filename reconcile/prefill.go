@@ -49,7 +49,7 @@ type prefillPool struct {
 	// table is the pushed prefill table, hot its hot keys by "index:value";
 	// keyed counts the remote requests that carried a prefill key, away
 	// those named another replica than their key's slot's, by reason.
-	table *fleet.PrefillTable
+	table *fleet.SlotTable
 	hot   map[string]bool
 	keyed uint64
 	away  map[string]uint64

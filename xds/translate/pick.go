@@ -13,7 +13,7 @@ import (
 // A hash pool whose bound counts prompt bytes (fleet.BalanceOnPromptBytes)
 // gets, on Envoy, a Lua filter after its keys filter (PickFilterName)
 // that picks each request's replica itself: the first key present picks
-// a slot of the pool's own slot table (fleet.NewPrefillTable over the
+// a slot of the pool's own slot table (fleet.NewSlotTable over the
 // pool, the same on every Envoy and every kvxds instance), bounded as the
 // prefill table is on the bytes in flight from its Lua state, and the
 // replica becomes the request's upstream host, not strict. Envoy's bound
@@ -42,11 +42,11 @@ func picks(p *fleet.Pool, kind Kind) bool {
 
 // PickTable is the slot table kind's listener of p picks replicas by, or
 // nil for none.
-func PickTable(p *fleet.Pool, kind Kind) *fleet.PrefillTable {
+func PickTable(p *fleet.Pool, kind Kind) *fleet.SlotTable {
 	if !picks(p, kind) {
 		return nil
 	}
-	return fleet.NewPrefillTable(p, &fleet.Pool{})
+	return fleet.NewSlotTable(p, &fleet.Pool{})
 }
 
 // pickFilter is the Lua filter that picks p's replica: it reads the keys

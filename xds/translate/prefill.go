@@ -20,7 +20,7 @@ import (
 // own headers (PrefillKeyHeader; absent when the prefill pool keys on
 // headers alone), the second (PrefillFilterName) picks the prefill
 // replica from the first key present, by the decode pool's
-// fleet.PrefillTable, and names it in the prefill header. The table rides
+// fleet.SlotTable, and names it in the prefill header. The table rides
 // in the metadata of every route of the decode pool, under the second
 // filter's name, so a change of the prefill side is one RDS update of the
 // decode pool: no listener, cluster or endpoint changes.
@@ -54,7 +54,7 @@ const PrefillSpreadHeader = "x-kvxds-prefill-spread"
 // PrefillLogHeaders are the request headers of the prefill pool's key
 // chain as the decode listener logs them, in chain order ("" for a key no
 // header carries: cookies, query parameters).
-func PrefillLogHeaders(t *fleet.PrefillTable) []string {
+func PrefillLogHeaders(t *fleet.SlotTable) []string {
 	out := make([]string, len(t.Keys))
 	for i, k := range t.Keys {
 		switch {
@@ -162,7 +162,7 @@ func prefillMetadata(p *fleet.Pool) (*corev3.Metadata, error) {
 
 // tableMetadata is the route metadata carrying slot table t to the Lua
 // filter name.
-func tableMetadata(t *fleet.PrefillTable, name string) (*corev3.Metadata, error) {
+func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 	hosts := make([]any, len(t.Hosts))
 	for i, h := range t.Hosts {
 		hosts[i] = h
