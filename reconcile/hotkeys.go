@@ -102,6 +102,10 @@ type homeTable struct {
 	serving  []bool
 	// bal is shared by the push's tables over the same replicas.
 	bal *homeBalancer
+	// slots, in a pool whose Envoys pick replicas by its slot table
+	// (balance_on = "prompt_bytes"), is that table with every replica
+	// serving: a key's first replica is its slot's, not the ring's.
+	slots *fleet.SlotTable
 }
 
 // homeBalancer is a home table's balancer, built on first use.
@@ -177,6 +181,14 @@ func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *tran
 			old = prev.homes
 		}
 		hp.homes = homeTables(res, names, old)
+		if ht := hp.homes[p.Name]; ht != nil && translate.PickTable(p, translate.Envoy) != nil {
+			all := *p
+			all.Endpoints = slices.Clone(p.Endpoints)
+			for i := range all.Endpoints {
+				all.Endpoints[i].Health = fleet.Healthy
+			}
+			ht.slots = fleet.NewSlotTable(&all, &fleet.Pool{})
+		}
 		for _, n := range names {
 			clusters[n] = p.Name
 		}
@@ -244,8 +256,12 @@ func homeTables(res *translate.Resources, names []string, old map[string]*homeTa
 }
 
 // first is the index of the replica a key value hashes to in t (Envoy
-// hashes a header value as XXH64 with seed 0), -1 if t does not hash.
+// hashes a header value as XXH64 with seed 0; the pick filter takes its
+// slot's), -1 if t does not hash.
 func (t *homeTable) first(value string) int {
+	if t.slots != nil {
+		return slices.Index(t.addrs, t.slots.Host(bodykey.PrefillSlot(value, fleet.PrefillSlots)))
+	}
 	hb := t.bal
 	if !hb.built {
 		hb.built = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
 const hotPolicy = `
@@ -333,4 +335,50 @@ func TestHotKeysFollowLeader(t *testing.T) {
 		doc, ok := board.Get()
 		return ok && doc.Leader == "b" && len(doc.HotKeys["chat"]) == 0 && len(r.Fleet().Pools[0].HotKeys) == 0
 	})
+}
+
+// In a pool whose Envoys pick replicas by its slot table, a key's first
+// replica is its slot's, not the ring's: a request there is not away, one
+// on the ring's replica is.
+func TestAwayPick(t *testing.T) {
+	src := strings.Replace(hotPolicy, `key { header = "x-session-id" }`, `balance_on = "prompt_bytes"
+    key { header = "x-session-id" }`, 1)
+	p := withHot(t, mustParse(t, src), "chat", time.Hour)
+	r := New(Options{Sink: server.New(server.Options{}), Logger: hclog.NewNullLogger(), Peers: scripted{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	pool := r.Fleet().Pools[0]
+	table := translate.PickTable(&pool, translate.Envoy)
+	if table == nil {
+		t.Fatal("no pick table: the policy does not bound on prompt bytes")
+	}
+	// A key whose slot's replica is not the ring's.
+	var key, slot, ring string
+	for i := range 100 {
+		key = fmt.Sprint("session-", i)
+		slot = table.Host(bodykey.PrefillSlot(key, fleet.PrefillSlots))
+		r.hot.mu.Lock()
+		ht := *r.hot.pools["chat"].homes["chat"]
+		r.hot.mu.Unlock()
+		ht.slots = nil
+		if ring = ht.addrs[ht.first(key)]; ring != slot {
+			break
+		}
+	}
+	if ring == slot {
+		t.Fatal("every key's slot replica is its ring replica: the test tells nothing")
+	}
+	if got := envoyFirst(t, r, "chat", key); got != slot {
+		t.Fatalf("first replica of %s: %s, want its slot's %s (the ring's is %s)", key, got, slot, ring)
+	}
+	sink := r.AccessLogSink()
+	sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: 0, Value: key, Upstream: slot})
+	sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: 0, Value: key, Upstream: ring})
+	if got := r.Status().Pools[0].HotKeys.Away; got["bound"] != 1 || got["escape"] != 0 || got["spread"] != 0 {
+		t.Errorf("away = %v, want one bound", got)
+	}
 }
