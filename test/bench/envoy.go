@@ -404,9 +404,12 @@ func (e *envoyClient) accessLogStats() adsenvoy.AccessLogStats {
 // access loggers of the configuration that routed it.
 type routing struct {
 	addr, cluster string
-	headers       [][2]string
-	loggers       []*adsenvoy.AccessLogger
-	release       func()
+	// override is the upstream host a filter named (not strict), "" for
+	// none; addr is it where the cluster took it.
+	override string
+	headers  [][2]string
+	loggers  []*adsenvoy.AccessLogger
+	release  func()
 	// respond runs the Lua filters' envoy_on_response, once, when the
 	// response starts (or the request fails without one); finish ends
 	// the response, after respond.
@@ -539,7 +542,7 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	act[addr]++
 	e.total[d.Cluster]++
 	cluster := d.Cluster
-	return routing{addr: addr, cluster: cluster, headers: hdrs, loggers: e.logging, respond: respond, finish: finish, release: func() {
+	return routing{addr: addr, cluster: cluster, override: override, headers: hdrs, loggers: e.logging, respond: respond, finish: finish, release: func() {
 		e.mu.Lock()
 		e.active[cluster][addr]--
 		e.total[cluster]--
@@ -1039,27 +1042,20 @@ func (l *luaFilter) runs(fs []luaSpec) bool {
 }
 
 // respond runs the filters' envoy_on_response for request id (from run).
-func (l *luaFilter) respond(id uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.broken.Load() {
-		return
-	}
-	fmt.Fprintf(l.in, "E %d 0\n", id)
-	if err := l.in.Flush(); err != nil {
-		l.broken.Store(true)
-	}
-}
+func (l *luaFilter) respond(id uint64) { l.response('E', id) }
 
 // finish ends the response of request id (from run): the filters'
 // envoy_on_response coroutines waiting on its body resume.
-func (l *luaFilter) finish(id uint64) {
+func (l *luaFilter) finish(id uint64) { l.response('F', id) }
+
+// response sends the driver command cmd (E or F) for request id.
+func (l *luaFilter) response(cmd byte, id uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.broken.Load() {
 		return
 	}
-	fmt.Fprintf(l.in, "F %d 0\n", id)
+	fmt.Fprintf(l.in, "%c %d 0\n", cmd, id)
 	if err := l.in.Flush(); err != nil {
 		l.broken.Store(true)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 	"github.com/kvxds/kvxds/xds/envoylb"
@@ -248,23 +249,7 @@ function envoy_on_response(h)
   if md ~= nil and md.counted then n = n - 1 end
 end
 `
-	fs := []luaSpec{{name: "counter", source: src, metadata: "{}"}}
-	l, err := startLua(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.close()
-	run := func(want string) uint64 {
-		t.Helper()
-		hdrs, id, err := l.run(fs, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(hdrs) != 1 || hdrs[0] != [2]string{"x-in-flight", want} {
-			t.Fatalf("headers %v, want x-in-flight=%s", hdrs, want)
-		}
-		return id
-	}
+	l, run := counterFilter(t, src)
 	a := run("1")
 	b := run("2")
 	l.respond(a)
@@ -273,4 +258,128 @@ end
 	l.respond(c)
 	l.respond(c) // a second response of one request changes nothing
 	run("1")
+}
+
+// counterFilter runs filter src under the driver; run runs a request
+// and checks the headers left: extra, then x-in-flight = want.
+func counterFilter(t *testing.T, src string, extra ...[2]string) (*luaFilter, func(want string) uint64) {
+	t.Helper()
+	fs := []luaSpec{{name: "counter", source: src, metadata: "{}"}}
+	l, err := startLua(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.close)
+	return l, func(want string) uint64 {
+		t.Helper()
+		hdrs, id, err := l.run(fs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := append(slices.Clone(extra), [2]string{"x-in-flight", want}); !slices.Equal(hdrs, want) {
+			t.Fatalf("headers %v, want %v", hdrs, want)
+		}
+		return id
+	}
+}
+
+// A filter that waits for the end of a response (looping over
+// bodyChunks in envoy_on_response) resumes at finish, not at respond; an
+// upstream override host comes back as ":override".
+func TestLuaDriverResponseEnds(t *testing.T) {
+	requireLuaJIT(t)
+	src := `
+local n = 0
+function envoy_on_request(h)
+  n = n + 1
+  h:headers():replace("x-in-flight", tostring(n))
+  h:setUpstreamOverrideHost("10.0.0.1:8000", false)
+end
+function envoy_on_response(h)
+  for _ in h:bodyChunks() do end
+  n = n - 1
+end
+`
+	l, run := counterFilter(t, src, [2]string{":override", "10.0.0.1:8000"})
+	a := run("1")
+	l.respond(a)
+	b := run("2") // a's response started, not ended
+	l.finish(a)
+	l.respond(b)
+	l.finish(b)
+	l.finish(b) // a second end changes nothing
+	run("1")
+}
+
+// A pool bounding prompt bytes: the served pick filter names each keyed
+// request's replica (its slot's, or the next with room) and the
+// simulated Envoy sends it there; a request of one key goes where the
+// last did while nothing is in flight, and a request without a key is
+// left to the cluster.
+func TestEnvoyPick(t *testing.T) {
+	requireLuaJIT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, addrs := startTestFleet(t, 3)
+	pol, err := Policy(PolicyOptions{Mode: KVXDSPrefix, Endpoints: addrs, TimeScale: 10, Scrape: time.Second,
+		BodyKey: "prompt_prefix = 64", BalanceOn: fleet.BalanceOnPromptBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, "pick-test", KVXDSPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.stop()
+	envoys, err := k.connectEnvoys(ctx, Config{Clients: 1}, "pick-test", KVXDSPrefix, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := envoys[0]
+	prompt := func(i int) *Request {
+		return &Request{Request: workload.Request{Prompt: strings.Repeat(fmt.Sprintf("document %d ", i), 20), MaxTokens: 2}}
+	}
+	var rt routing
+	for deadline := time.Now().Add(20 * time.Second); rt.override == "" && time.Now().Before(deadline); {
+		if rt, err = e.routeRequest(nil, KeyBody(prompt(0))); err != nil {
+			t.Fatal(err)
+		}
+		rt.release()
+		time.Sleep(50 * time.Millisecond)
+	}
+	seen := map[string]bool{}
+	for i := range 30 {
+		first, err := e.routeRequest(nil, KeyBody(prompt(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.respond()
+		first.finish()
+		first.release()
+		again, err := e.routeRequest(nil, KeyBody(prompt(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again.respond()
+		again.finish()
+		again.release()
+		if first.override == "" || first.addr != first.override || again.addr != first.addr {
+			t.Fatalf("key %d: override %q, sent to %s, then to %s", i, first.override, first.addr, again.addr)
+		}
+		if slices.ContainsFunc(first.headers, func(h [2]string) bool { return h[0] == ":override" }) {
+			t.Fatalf("the override went upstream as a header: %v", first.headers)
+		}
+		seen[first.addr] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("30 keys went to %d replica(s): the table names one", len(seen))
+	}
+	keyless, err := e.routeRequest(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyless.release()
+	if keyless.override != "" {
+		t.Errorf("a request without a key got override %q", keyless.override)
+	}
 }
