@@ -26,6 +26,10 @@ pool "llama-prefill" {
     key { prompt_prefix = 512 }
     key { header = "x-session-id" }
     balance_factor = 150
+    # Prompts that differ a hundredfold in length and rarely share more
+    # than their first blocks: bound each prefill replica's prompt bytes
+    # in flight rather than its requests.
+    # balance_on = "prompt_bytes"
   }
   kubernetes {
     namespace = "llm"
