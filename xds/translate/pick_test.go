@@ -78,3 +78,35 @@ func TestPicks(t *testing.T) {
 		})
 	}
 }
+
+// A prefill pool bounding prompt bytes says so in the decode pool's
+// prefill table, where the prefill filter reads it; one bounding
+// requests does not.
+func TestPrefillTableBytes(t *testing.T) {
+	for _, on := range []string{"", fleet.BalanceOnRequests, fleet.BalanceOnPromptBytes} {
+		t.Run(on, func(t *testing.T) {
+			prefill := fleet.Pool{Name: "prefill", Settings: fleet.Settings{Port: 10001,
+				Hash: fleet.Hash{BalanceFactor: 150, BalanceOn: on, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
+				Endpoints: []fleet.Endpoint{{Host: "10.0.1.1", Port: 8000}, {Host: "10.0.1.2", Port: 8000}}}
+			decode := fleet.Pool{Name: "decode", Settings: fleet.Settings{Port: 10000, Balancer: fleet.LeastRequest,
+				Prefill: &fleet.Prefill{Pool: "prefill", Header: fleet.DefaultPrefillHeader}},
+				Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}}}
+			m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{decode, prefill}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := m.Fleet().Pools[0]
+			md, err := prefillMetadata(&d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := md.GetFilterMetadata()[PrefillFilterName].GetFields()
+			if got, want := f["bytes"].GetBoolValue(), on == fleet.BalanceOnPromptBytes; got != want || f["balance"].GetNumberValue() != 150 {
+				t.Errorf("table: bytes %v (want %v), balance %v", got, want, f["balance"].GetNumberValue())
+			}
+			if picks(&d, Envoy) {
+				t.Error("a decode pool picks its own replicas")
+			}
+		})
+	}
+}
