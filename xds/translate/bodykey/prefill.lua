@@ -32,9 +32,10 @@ local function spread_bits(headers)
   return s
 end
 
--- Bytes of the requests this Lua state named a prefill replica for, in
--- flight until their response starts (envoy_on_response), by replica and
--- in all (count requests); open holds each one's replica, bytes and
+-- The weight (1, or bytes) of the requests this Lua state named a
+-- replica for, in flight until their response starts (a prefill
+-- replica's) or ends (a pool's own; envoy_on_response), by replica and
+-- in all (count requests); open holds each one's replica, weight and
 -- start, so that a request whose response never comes (a client gone
 -- first) stops counting after MAX_OPEN seconds.
 local inflight, total, count, open, next_id = {}, 0, 0, {}, 0
