@@ -181,7 +181,7 @@ func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *tran
 			old = prev.homes
 		}
 		hp.homes = homeTables(res, names, old)
-		if ht := hp.homes[p.Name]; ht != nil && translate.PickTable(p, translate.Envoy) != nil {
+		if ht := hp.homes[p.Name]; ht != nil && translate.Picks(p, translate.Envoy) {
 			all := *p
 			all.Endpoints = slices.Clone(p.Endpoints)
 			for i := range all.Endpoints {

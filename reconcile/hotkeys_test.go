@@ -381,4 +381,10 @@ func TestAwayPick(t *testing.T) {
 	if got := r.Status().Pools[0].HotKeys.Away; got["bound"] != 1 || got["escape"] != 0 || got["spread"] != 0 {
 		t.Errorf("away = %v, want one bound", got)
 	}
+	if got := r.Status().Pools[0].BalanceOn; got != fleet.BalanceOnPromptBytes {
+		t.Errorf("status balance_on %q, want %q", got, fleet.BalanceOnPromptBytes)
+	}
+	if got := r.Status().Pools[1].BalanceOn; got != "" {
+		t.Errorf("a pool bounding requests: status balance_on %q", got)
+	}
 }

@@ -106,6 +106,9 @@ func buildPools(in *statusInput) []status.Pool {
 		}
 		if fp.Balancer == fleet.ConsistentHash {
 			sp.Algorithm = string(fp.Hash.Algorithm)
+			if translate.Picks(&fp, translate.Envoy) {
+				sp.BalanceOn = fp.Hash.BalanceOn
+			}
 		}
 		sp.HotKeys = in.hot[fp.Name]
 		sp.Adapters = in.adapters[fp.Name]

@@ -133,6 +133,10 @@ type Pool struct {
 	Name      string `json:"name"`
 	Balancer  string `json:"balancer"`            // hash, round_robin, least_request
 	Algorithm string `json:"algorithm,omitempty"` // maglev or ring_hash, for hash pools
+	// BalanceOn is "prompt_bytes" where the pool's Envoys pick its
+	// replicas from its slot table, bounded on prompt bytes in flight
+	// (balance_on); empty for Envoy's own bound on requests.
+	BalanceOn string `json:"balance_on,omitempty"`
 	// Engine is the metrics block's engine; empty without metrics.
 	Engine   string    `json:"engine,omitempty"`
 	Replicas []Replica `json:"replicas"`

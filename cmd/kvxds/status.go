@@ -222,6 +222,9 @@ func printPool(w io.Writer, st *status.Status, p *status.Pool, color bool, paint
 	if p.Algorithm != "" {
 		kind += "/" + p.Algorithm
 	}
+	if p.BalanceOn != "" {
+		kind += ", bound on " + p.BalanceOn
+	}
 	head := []string{paint("POOL "+p.Name, bold), kind}
 	if p.Engine != "" {
 		head = append(head, p.Engine)

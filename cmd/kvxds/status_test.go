@@ -163,6 +163,10 @@ func TestStatusUnknowns(t *testing.T) {
 		edit      func(st *status.Status, chat *status.Pool)
 		want, not []string
 	}{{
+		name: "pool bounding prompt bytes",
+		edit: func(_ *status.Status, chat *status.Pool) { chat.BalanceOn = "prompt_bytes" },
+		want: []string{"POOL chat  hash/maglev, bound on prompt_bytes  vllm  5 replicas"},
+	}, {
 		name: "pool without a balance or a note",
 		edit: func(_ *status.Status, chat *status.Pool) { chat.Balance = nil },
 		want: []string{"POOL chat  hash/maglev  vllm  5 replicas  hit rate 1m 72.0%  escapes 1h 1  weight moves 1h 4\n"},

@@ -183,6 +183,9 @@ func newPagePool(st *status.Status, p *status.Pool, all bool) pagePool {
 	if p.Algorithm != "" {
 		pp.Kind += " · " + p.Algorithm
 	}
+	if p.BalanceOn != "" {
+		pp.Kind += " · bound on " + strings.ReplaceAll(p.BalanceOn, "_", " ")
+	}
 	pp.Moved = format.MovedLines(st.Time, p.Name, p.Moved)
 	pp.HotKeyLines = format.HotKeyLines(p.HotKeys)
 	pp.AdapterLines = format.AdapterLines(p.Adapters)

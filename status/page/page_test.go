@@ -316,3 +316,16 @@ func BenchmarkRender1000(b *testing.B) {
 		})
 	}
 }
+
+// A pool whose Envoys bound prompt bytes says so beside its algorithm.
+func TestPageBalanceOn(t *testing.T) {
+	st := fleetStatus(3)
+	p := &st.Pools[0]
+	if got := newPagePool(st, p, false).Kind; got != "hash · maglev" {
+		t.Errorf("kind %q, want %q", got, "hash · maglev")
+	}
+	p.BalanceOn = "prompt_bytes"
+	if got := newPagePool(st, p, false).Kind; got != "hash · maglev · bound on prompt bytes" {
+		t.Errorf("kind %q, want %q", got, "hash · maglev · bound on prompt bytes")
+	}
+}

@@ -39,7 +39,7 @@ func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManag
 		}
 		filters = append(filters, f)
 	}
-	if picks(p, kind) {
+	if Picks(p, kind) {
 		f, err := pickFilter(p)
 		if err != nil {
 			return nil, fmt.Errorf("pick: %w", err)

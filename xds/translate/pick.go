@@ -33,9 +33,9 @@ import (
 // its slot table, and the route metadata namespace of the table.
 const PickFilterName = "kvxds.pick"
 
-// picks reports whether kind's listener of p picks replicas by p's slot
+// Picks reports whether kind's listener of p picks replicas by p's slot
 // table.
-func picks(p *fleet.Pool, kind Kind) bool {
+func Picks(p *fleet.Pool, kind Kind) bool {
 	return kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.BalanceFactor > 0 &&
 		p.Hash.BalanceOn == fleet.BalanceOnPromptBytes && p.Prefill == nil && p.LoRA == nil && len(p.Groups) == 0
 }
@@ -43,7 +43,7 @@ func picks(p *fleet.Pool, kind Kind) bool {
 // PickTable is the slot table kind's listener of p picks replicas by, or
 // nil for none.
 func PickTable(p *fleet.Pool, kind Kind) *fleet.SlotTable {
-	if !picks(p, kind) {
+	if !Picks(p, kind) {
 		return nil
 	}
 	return fleet.NewSlotTable(p, &fleet.Pool{})

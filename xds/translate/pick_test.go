@@ -104,7 +104,7 @@ func TestPrefillTableBytes(t *testing.T) {
 			if got, want := f["bytes"].GetBoolValue(), on == fleet.BalanceOnPromptBytes; got != want || f["balance"].GetNumberValue() != 150 {
 				t.Errorf("table: bytes %v (want %v), balance %v", got, want, f["balance"].GetNumberValue())
 			}
-			if picks(&d, Envoy) {
+			if Picks(&d, Envoy) {
 				t.Error("a decode pool picks its own replicas")
 			}
 		})

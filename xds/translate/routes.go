@@ -70,7 +70,7 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 			r.Metadata = md
 		}
 	}
-	if picks(p, kind) {
+	if Picks(p, kind) {
 		md, err := pickMetadata(p, kind)
 		if err != nil {
 			return nil, err
