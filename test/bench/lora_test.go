@@ -105,23 +105,30 @@ func TestLoRAInfoScrape(t *testing.T) {
 	if _, err := resp.Body.Read(buf); err != nil { // streaming: the request runs
 		t.Fatal(err)
 	}
+	// The engine records the gauge at the end of each step, after the
+	// step's tokens went out (as vLLM records its stats): the first token
+	// may be read before the first record, so the first scrape waits.
 	scrape := func() LoRAState {
 		t.Helper()
-		mresp, err := http.Get("http://" + r.Addr() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mresp, err := http.Get("http://" + r.Addr() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			parser := expfmt.NewTextParser(model.LegacyValidation)
+			fams, err := parser.TextToMetricFamilies(mresp.Body)
+			mresp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, ok, err := LoRAInfo(fams)
+			if err != nil || !ok && time.Now().After(deadline) {
+				t.Fatalf("LoRAInfo: %v, %v", ok, err)
+			}
+			if ok {
+				return s
+			}
 		}
-		defer mresp.Body.Close()
-		parser := expfmt.NewTextParser(model.LegacyValidation)
-		fams, err := parser.TextToMetricFamilies(mresp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, ok, err := LoRAInfo(fams)
-		if err != nil || !ok {
-			t.Fatalf("LoRAInfo: %v, %v", ok, err)
-		}
-		return s
 	}
 	s, st := scrape(), r.Stats()
 	if !slices.Equal(s.Running, []string{"adapter-3"}) || !slices.Equal(s.Waiting, s.Running) || s.MaxLoRA != 2 {
