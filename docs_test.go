@@ -303,6 +303,7 @@ pool "b" {
   port = 10001
   hash {
     key { prompt_prefix = 4096 }
+    balance_on = "prompt_bytes"
   }
   metrics {
     signal "queue_depth" { metric = "q" }
@@ -352,7 +353,8 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.hash.balance_factor with a prompt_prefix or conversation key": func() any { return b.Hash.BalanceFactor },
 		// fleet.Hash.BalanceOn leaves requests, its default, empty.
 		"pool.hash.balance_on": func() any { return cmp.Or(a.Hash.BalanceOn, fleet.BalanceOnRequests) },
-		"pool.hash.keyless":    func() any { return a.Hash.Keyless },
+		"pool.hash.load_interval with balance_on = \"prompt_bytes\"": func() any { return b.Hash.LoadInterval },
+		"pool.hash.keyless": func() any { return a.Hash.Keyless },
 		// Zero: the clients' own cap.
 		"pool.hash.grpc_ring_cap":    func() any { return cmp.Or(a.Hash.GRPCRingCap, fleet.DefaultGRPCRingCap) },
 		"pool.hash.max_body_bytes":   func() any { return b.Hash.MaxBodyBytes },

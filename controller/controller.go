@@ -135,7 +135,7 @@ func New(opts Options) (*Controller, error) {
 		*reach = c.reconcile.Reach
 	}
 	c.accessLog = accesslog.New(accesslog.Options{
-		Sink: c.reconcile.AccessLogSink(), Logger: logger.Named("accesslog"), Registerer: reg,
+		Sink: c.reconcile.AccessLogSink(), Load: c.reconcile.LoadSink(), Logger: logger.Named("accesslog"), Registerer: reg,
 	})
 	return c, nil
 }

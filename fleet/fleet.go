@@ -128,6 +128,11 @@ type Pool struct {
 	// PrefillTable is the prefill pool's table, in a pool with Prefill:
 	// Prepare builds it from the prefill pool's replicas.
 	PrefillTable *SlotTable
+	// LoadObserved says that Envoys log the pool's requests in flight to
+	// this instance (Hash.LoadInterval), so that its endpoints'
+	// InFlightBytes are the fleet's as this instance sees it, zeros
+	// included; false leaves each pick filter to its own counts.
+	LoadObserved bool
 }
 
 // Settings are a pool's own settings: everything about it but its name
@@ -246,6 +251,7 @@ type poolJSON struct {
 	Prefill       *Prefill   `json:"prefill,omitempty"`
 	// PrefillTable is written for reading (status); Prepare rebuilds it.
 	PrefillTable *SlotTable `json:"prefill_table,omitempty"`
+	LoadObserved bool       `json:"load_observed,omitempty"`
 	RouteTimeout string     `json:"route_timeout,omitempty"`
 	IdleTimeout  string     `json:"idle_timeout,omitempty"`
 }
@@ -256,6 +262,7 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 		Name: p.Name, ListenAddress: p.ListenAddress, Port: p.Port, Balancer: p.Balancer,
 		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups, HotKeys: p.HotKeys,
 		LoRA: p.LoRA, Adapters: p.Adapters, Prefill: p.Prefill, PrefillTable: p.PrefillTable,
+		LoadObserved: p.LoadObserved,
 	}
 	if p.RouteTimeout != 0 {
 		j.RouteTimeout = p.RouteTimeout.String()
@@ -272,7 +279,7 @@ func (p *Pool) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, Settings: Settings{
+	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, LoadObserved: j.LoadObserved, Settings: Settings{
 		ListenAddress: j.ListenAddress, Port: j.Port, Balancer: j.Balancer,
 		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups, LoRA: j.LoRA, Prefill: j.Prefill,
 	}}
@@ -316,6 +323,12 @@ type Hash struct {
 	// bytes in flight; clients without the filter keep the requests
 	// bound). Empty is BalanceOnRequests.
 	BalanceOn string `json:"balance_on,omitempty"`
+	// LoadInterval, with BalanceOnPromptBytes, is how often kvxds serves
+	// the Envoys' pick filters each replica's prompt bytes in flight as
+	// every Envoy's upstream logs report them (Endpoint.InFlightBytes):
+	// each filter then bounds on the fleet's load, not on its own share
+	// of it. Zero turns that off: each filter bounds on its own counts.
+	LoadInterval time.Duration `json:"load_interval,omitempty"`
 	// GRPCRingCap is the ring size cap of proxyless gRPC clients; zero
 	// is their default (4,096). Their rings are sized to fill it with
 	// 64 units of weight.
@@ -385,6 +398,13 @@ type Endpoint struct {
 	// the adapters it is a member of keep it, served healthy in their
 	// tables, rather than fill in.
 	Saturated bool `json:"saturated,omitempty"`
+	// InFlightBytes is the prompt bytes the Envoys that log to this kvxds
+	// instance have in flight to the replica, in a pool whose pick
+	// filters bound on the fleet's load (Hash.LoadInterval); zero
+	// otherwise. Unlike the rest of the model it is this instance's own
+	// observation, not a published decision: it moves no key (the slot
+	// table does not depend on it), only where a bound overflows.
+	InFlightBytes uint64 `json:"in_flight_bytes,omitempty"`
 }
 
 // Identity is the endpoint's place on the hash ring: its hash key, or its
@@ -656,6 +676,9 @@ func (h Hash) validate(pool string) []error {
 		}
 	default:
 		bad("unknown balance_on %q", h.BalanceOn)
+	}
+	if h.LoadInterval != 0 && (h.BalanceOn != BalanceOnPromptBytes || h.LoadInterval < MinLoadInterval) {
+		bad("load interval %s without balance on %s, or below %s", h.LoadInterval, BalanceOnPromptBytes, MinLoadInterval)
 	}
 	if h.GRPCRingCap != 0 && (h.GRPCRingCap < MinGRPCRingCap || h.GRPCRingCap > MaxRingSize) {
 		bad("gRPC ring cap %d outside %d..%d", h.GRPCRingCap, MinGRPCRingCap, MaxRingSize)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 	"unicode/utf8"
 )
 
@@ -55,6 +56,14 @@ const (
 const (
 	BalanceOnRequests    = "requests"
 	BalanceOnPromptBytes = "prompt_bytes"
+)
+
+// Hash.LoadInterval: the default, as the policy sets it for a pool bounding
+// prompt bytes (each interval is at most one route update of the pool),
+// and the shortest.
+const (
+	DefaultLoadInterval = time.Second
+	MinLoadInterval     = 10 * time.Millisecond
 )
 
 // IsPrime reports whether n is prime (Envoy's Maglev table sizes must be).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -89,7 +90,20 @@ type SlotTable struct {
 	// BalanceOn is the prefill pool's Hash.BalanceOn: with
 	// BalanceOnPromptBytes the bound counts prompt bytes, not requests.
 	BalanceOn string `json:"balance_on,omitempty"`
+	// Load is each host's prompt bytes in flight (Endpoint.InFlightBytes),
+	// in Hosts order, where the pool's load is observed (LoadObserved);
+	// nil otherwise.
+	Load []uint64 `json:"load,omitempty"`
+	// LoadLag is how long after a request starts its Envoy's own count
+	// of it may be missing from Load (the upstream log's flush interval,
+	// twice, and the push); zero without Load.
+	LoadLag time.Duration `json:"load_lag,omitempty"`
 }
+
+// LoadLogFlush is how often Envoy flushes the upstream log that reports
+// a pool's requests in flight: a tenth of its load interval, at least
+// MinLoadInterval.
+func LoadLogFlush(h Hash) time.Duration { return max(h.LoadInterval/10, MinLoadInterval) }
 
 // Host returns the prefill replica of slot s, or "" if there is none.
 func (t *SlotTable) Host(s int) string {
@@ -147,6 +161,7 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 		id   string
 		addr string
 		w    uint32
+		load uint64
 	}
 	var ms []member
 	seen := map[string]bool{}
@@ -160,7 +175,7 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 			continue
 		}
 		seen[e.Address()] = true
-		ms = append(ms, member{id: e.Identity(), addr: e.Address(), w: e.Weight})
+		ms = append(ms, member{id: e.Identity(), addr: e.Address(), w: e.Weight, load: e.InFlightBytes})
 	}
 	if len(ms) == 0 {
 		return t
@@ -171,6 +186,12 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 	slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.addr, b.addr) })
 	for _, m := range ms {
 		t.Hosts = append(t.Hosts, m.addr)
+	}
+	if prefill.LoadObserved && prefill.Hash.LoadInterval > 0 {
+		for _, m := range ms {
+			t.Load = append(t.Load, m.load)
+		}
+		t.LoadLag = 3 * LoadLogFlush(prefill.Hash)
 	}
 	// Each virtual identity's hash is the same for every slot but mixed
 	// with the slot's, so a table costs one hash per slot and identity.

@@ -21,6 +21,7 @@ type hashSpec struct {
 	PerWeight     *hcl.Attribute `hcl:"entries_per_weight,optional"`
 	BalanceFactor *hcl.Attribute `hcl:"balance_factor,optional"`
 	BalanceOn     *hcl.Attribute `hcl:"balance_on,optional"`
+	LoadInterval  *hcl.Attribute `hcl:"load_interval,optional"`
 	Keyless       *hcl.Attribute `hcl:"keyless,optional"`
 	GRPCRingCap   *hcl.Attribute `hcl:"grpc_ring_cap,optional"`
 	MaxBodyBytes  *hcl.Attribute `hcl:"max_body_bytes,optional"`
@@ -158,6 +159,7 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 	h.Hot = d.hotKeys(spec.HotKeys, h.Keys)
 	d.bodyKeys(spec, &h)
 	d.balanceOn(spec, &h)
+	d.loadInterval(spec, &h)
 	return h
 }
 
@@ -182,6 +184,33 @@ func (d *decoder) balanceOn(spec *hashSpec, h *fleet.Hash) {
 		return
 	}
 	h.BalanceOn = on
+	if on == fleet.BalanceOnPromptBytes {
+		h.LoadInterval = fleet.DefaultLoadInterval
+	}
+}
+
+// loadInterval decodes load_interval, once balance_on is known: how often
+// the pick filters learn the fleet's bytes in flight per replica; "0s"
+// leaves each filter to its own counts.
+func (d *decoder) loadInterval(spec *hashSpec, h *fleet.Hash) {
+	a := spec.LoadInterval
+	if a == nil {
+		return
+	}
+	dur, ok := d.durationOr(a, fleet.DefaultLoadInterval, `"0s" turns it off.`)
+	if !ok {
+		return
+	}
+	switch {
+	case h.BalanceOn != fleet.BalanceOnPromptBytes:
+		d.errorf(a.Expr.Range(), "Bound on prompt bytes required",
+			"load_interval is how often Envoy's pick filters learn every replica's prompt bytes in flight, which only a bound on prompt bytes reads; set balance_on = %q or remove load_interval.", fleet.BalanceOnPromptBytes)
+	case dur != 0 && dur < fleet.MinLoadInterval:
+		d.errorf(a.Expr.Range(), "Invalid duration",
+			"load_interval %s is below %s; each interval may cost one route update of the pool. \"0s\" turns it off; the default is %q.", dur, fleet.MinLoadInterval, fleet.DefaultLoadInterval.String())
+	default:
+		h.LoadInterval = dur
+	}
 }
 
 // tableSize decodes a Maglev table size: a prime no larger than Envoy's

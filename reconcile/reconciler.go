@@ -67,6 +67,7 @@ const (
 	causeLeader    = "leader" // a leadership change, or the leader's decisions
 	causeHotKeys   = "hot_keys"
 	causeAdapters  = "adapters"
+	causeLoad      = "load" // the pick tables' bytes in flight
 )
 
 // Reconciler keeps the fleet model in step with its inputs.
@@ -88,6 +89,7 @@ type Reconciler struct {
 	hot         *hotState
 	lora        *adapterState
 	prefill     *prefillState
+	load        *loadState
 	now         func() time.Time
 	// stageCh asks for a push when a group's stage is due (stageGroups).
 	stageCh chan struct{}
@@ -156,7 +158,7 @@ func New(opts Options) *Reconciler {
 		now:         opts.Now,
 		updates: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
-			Help: "Fleet models pushed, by what changed: policy, discovery, metrics, leader, hot_keys or adapters.",
+			Help: "Fleet models pushed, by what changed: policy, discovery, metrics, leader, hot_keys, adapters or load (the pick tables' bytes in flight).",
 		}, []string{"cause"}),
 		failures: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_update_errors_total",
@@ -183,7 +185,8 @@ func New(opts Options) *Reconciler {
 	r.hot = newHotState(reg)
 	r.lora = newAdapterState(reg)
 	r.prefill = newPrefillState(reg)
-	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters} {
+	r.load = newLoadState(reg)
+	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters, causeLoad} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
 	}
@@ -262,6 +265,10 @@ func (r *Reconciler) Run(ctx context.Context) {
 			if nextLoRA > 0 && (next <= 0 || nextLoRA < next) {
 				next = nextLoRA
 			}
+			loaded, nextLoad := r.load.decide(now)
+			if nextLoad > 0 && (next <= 0 || nextLoad < next) {
+				next = nextLoad
+			}
 			if next <= 0 {
 				next = time.Second
 			}
@@ -271,6 +278,8 @@ func (r *Reconciler) Run(ctx context.Context) {
 				cause = causeHotKeys
 			case placed:
 				cause = causeAdapters
+			case loaded:
+				cause = causeLoad
 			default:
 				continue
 			}
@@ -338,7 +347,7 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	prevStages := r.groupStages
 	r.mu.Unlock()
 	joined, stages, wake := stageGroups(Join(p, discovered, decisions), prevStages, now)
-	m, err := fleet.Prepare(WithAdapters(WithHotKeys(joined, hot), placements))
+	m, err := fleet.Prepare(WithLoad(WithAdapters(WithHotKeys(joined, hot), placements), r.load.current()))
 	if err == nil {
 		err = r.sink.Update(ctx, m)
 	}
@@ -365,6 +374,7 @@ func (r *Reconciler) pushLocked(ctx context.Context, p *policy.Policy, cause str
 	r.hot.update(f, m.Plan, envoyResources(r.sink, m))
 	r.lora.update(f, m.Plan)
 	r.prefill.update(f)
+	r.load.update(f)
 	r.mu.Lock()
 	r.groupStages = stages
 	if r.stageTimer != nil {

@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		adapterLd  = fs.Duration("adapter-load", 0, "engine time of one LoRA adapter swap-in (0: the simulator's default)")
 		pdFleet    = fs.String("pd", "", "P:D: run every workload on a prefill/decode fleet of P prefill and D decode replicas (in place of --replicas; the load is a fraction of P+D colocated replicas' capacity), under round_robin, least_request, kvxds, index and upper-bound (and kvxds+hashed-decode when named); on the envoy data plane unless --data-plane is given (envoy needs luajit); on grpc-go each client prefills on xds:///bench-prefill and decodes on xds:///bench itself")
 		pdKey      = fs.String("pd-key", "", "with --pd: the prefill pool's key: session (x-session-id), conversation, prompt_prefix (--prompt-prefix bytes; of a trace, the first --prefix-blocks); default session where the requests carry one, prompt_prefix for a trace, else conversation")
+		loadIv     = fs.Duration("load-interval", 0, "with --balance-on prompt_bytes, the colocated hash modes' load_interval (simulated): how often Envoy's pick filters learn every replica's bytes in flight; 0 keeps the default (1s), a negative value turns it off")
 		balanceOn  = fs.String("balance-on", "", "the hash modes' balance_on (with --pd, the prefill pool's): what their bound counts, requests (Envoy's own bound) or prompt_bytes (Envoy's Lua filter picks from the pool's slot table, bounded on prompt bytes in flight); empty keeps the policy's default")
 		pdBalance  = fs.Int("pd-balance-factor", 0, "with --pd: the kvxds modes' prefill pool balance_factor, bounding each Envoy's requests in flight per prefill replica (0: the policy's default, 150 for prompt_prefix and conversation keys, none for a header)")
 		pdMinBody  = fs.Int("pd-min-body", 0, "with --pd: the kvxds modes' prefill { min_body_bytes }: shorter request bodies prefill on their decode replica (0: every request on a prefill replica)")
@@ -221,6 +222,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		PDMinBodyBytes:    *pdMinBody,
 		PDBalanceFactor:   *pdBalance,
 		BalanceOn:         *balanceOn,
+		LoadInterval:      *loadIv,
 		Out:               *out,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kvxds", Level: hclog.LevelFromString(*logLevel),
 			Output: logFile, TimeFormat: "15:04:05.000"}),

@@ -293,6 +293,11 @@ type Config struct {
 	// BalanceOn, if set, is the colocated hash modes' balance_on: what
 	// their bound counts ("requests", "prompt_bytes").
 	BalanceOn string
+	// LoadInterval is the colocated hash modes' load_interval with
+	// balance_on = "prompt_bytes" (simulated time): zero keeps the
+	// policy's default (fleet.DefaultLoadInterval), negative turns the
+	// fleet's load view off ("0s").
+	LoadInterval time.Duration
 	// PD, if set, runs every workload on a prefill/decode fleet of
 	// PD.Prefill replicas of sim.RolePrefill and PD.Decode of
 	// sim.RoleDecode instead of Replicas (which it sets to their sum: the

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -140,6 +141,8 @@ type PolicyOptions struct {
 	BalanceFactor int
 	// BalanceOn, if set, is the hash modes' balance_on (Config.BalanceOn).
 	BalanceOn string
+	// LoadInterval is Config.LoadInterval.
+	LoadInterval time.Duration
 	// BodyKey, if set, is the key block's body that keys the hash modes
 	// on the request body instead of x-session-id ("prompt_prefix = 512",
 	// "conversation = true"; Envoy only, and balance_factor then defaults
@@ -215,6 +218,14 @@ func Policy(o PolicyOptions) (string, error) {
 		}
 		if o.BalanceOn != "" {
 			fmt.Fprintf(&b, "    balance_on = %q\n", o.BalanceOn)
+		}
+		if o.BalanceOn == fleet.BalanceOnPromptBytes {
+			// The default interval is simulated time, like the others.
+			iv := "0s"
+			if o.LoadInterval >= 0 {
+				iv = wallDuration(cmp.Or(o.LoadInterval, fleet.DefaultLoadInterval), o.TimeScale)
+			}
+			fmt.Fprintf(&b, "    load_interval = %q\n", iv)
 		}
 		if len(o.HotValues) > 0 && o.BodyKey != "" {
 			return "", fmt.Errorf("hot values are values of %s, which a body-keyed pool does not key on", SessionHeader)

@@ -104,7 +104,7 @@ func runLive(ctx context.Context, c Config, w *workloadPlan, mode Mode, dp DataP
 	}
 	pol, err := Policy(PolicyOptions{Mode: mode, Endpoints: addrs, TimeScale: w.TimeScale, Scrape: c.ScrapeInterval, Escape: w.Escape,
 		GroupKey: w.HotSession, GroupReplicas: c.GroupReplicas, GroupShared: c.GroupShared,
-		BalanceFactor: c.BalanceFactor, BalanceOn: c.BalanceOn, BodyKey: bodyKeyHCL(w, dp), Bare: c.Bare, NoHotKeys: c.NoHotKeys, HotValues: c.HotValues, EscapeSet: c.EscapeSet, WeightsSet: c.WeightsSet,
+		BalanceFactor: c.BalanceFactor, BalanceOn: c.BalanceOn, LoadInterval: c.LoadInterval, BodyKey: bodyKeyHCL(w, dp), Bare: c.Bare, NoHotKeys: c.NoHotKeys, HotValues: c.HotValues, EscapeSet: c.EscapeSet, WeightsSet: c.WeightsSet,
 		MaxLoRA: c.MaxLoRA})
 	if err != nil {
 		return nil, err

@@ -14,6 +14,11 @@
 // be read are counted by reason and dropped; nothing an Envoy sends can
 // fail the server.
 //
+// A pool whose pick filters bound on the fleet's load also has its
+// router's upstream log ("kvxds-load/<pool>"): an entry when each
+// request's upstream stream starts and another when it ends, handed to a
+// LoadSink, which counts every replica's bytes in flight.
+//
 // Logging is best effort and off the request path: Envoy buffers entries
 // and drops them when kvxds is away, and each Envoy streams to the one
 // kvxds instance it is connected to, so an instance sees a sample of the
@@ -26,6 +31,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -103,6 +109,21 @@ type AdapterSink interface {
 	AdapterHeader(pool string) string
 }
 
+// LoadSink receives the load log's entries (translate.LoadLogPrefix):
+// the start and end of each request's upstream attempt, by stream (one
+// per Envoy worker's logger) and request key (its x-request-id, attempt
+// and upstream host, the same in both entries).
+type LoadSink interface {
+	// LoadPool resolves a load log's pool name; false for a pool kvxds
+	// does not serve.
+	LoadPool(name string) bool
+	Start(stream uint64, pool, key, upstream string, bytes uint64, at time.Time)
+	End(stream uint64, pool, key string)
+	// CloseStream is told that a stream ended: its open requests' ends
+	// will not come.
+	CloseStream(stream uint64)
+}
+
 // Sink receives the logged requests.
 type Sink interface {
 	// KeyHeaders resolves a pool, named by its name or by one of its
@@ -124,9 +145,15 @@ const (
 	ResultNoRequest = "malformed_no_request" // no request properties
 	ResultBadValue  = "malformed_value"      // a key value too long or not printable
 	ResultTCP       = "malformed_tcp"        // TCP entries: kvxds asks only for HTTP ones
+	// Load log entries (LoadSink).
+	ResultLoad       = "load"             // a start or end, handed to the load sink
+	ResultLoadOther  = "load_other"       // another type of entry (a periodic one), ignored
+	ResultBadLoad    = "malformed_load"   // no request id or upstream host, or a bad length
+	ResultNoLoadSink = "load_not_tracked" // a load log, and this instance counts no load
 )
 
-var results = []string{ResultObserved, ResultNoKey, ResultUnknownPool, ResultNoPool, ResultNoRequest, ResultBadValue, ResultTCP}
+var results = []string{ResultObserved, ResultNoKey, ResultUnknownPool, ResultNoPool, ResultNoRequest, ResultBadValue, ResultTCP,
+	ResultLoad, ResultLoadOther, ResultBadLoad, ResultNoLoadSink}
 
 // Reasons a stream is refused, as kvxds_access_log_streams_refused_total
 // labels them.
@@ -150,7 +177,9 @@ func Check(n *core.Node) (reason string, err error) {
 
 // Options configure a Service.
 type Options struct {
-	Sink       Sink
+	Sink Sink
+	// Load receives the load logs; nil drops them (counted).
+	Load       LoadSink
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer
 	// Now is the clock for entries without a start time; nil means
@@ -162,6 +191,8 @@ type Options struct {
 type Service struct {
 	alsv3.UnimplementedAccessLogServiceServer
 	sink    Sink
+	load    LoadSink
+	nextID  atomic.Uint64
 	log     hclog.Logger
 	now     func() time.Time
 	entries *prometheus.CounterVec
@@ -174,11 +205,12 @@ func New(opts Options) *Service {
 	f := promauto.With(opts.Registerer)
 	s := &Service{
 		sink: opts.Sink,
+		load: opts.Load,
 		log:  opts.Logger,
 		now:  opts.Now,
 		entries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_access_log_entries_total",
-			Help: "Access log entries received from Envoys, by result: observed (a keyed request), no_key, unknown_pool, or malformed_* (dropped: no_pool, no_request, value, tcp).",
+			Help: "Access log entries received from Envoys, by result: observed (a keyed request), no_key, unknown_pool, load (a load log start or end), load_other (another load log entry type), load_not_tracked, or malformed_* (dropped: no_pool, no_request, value, tcp, load).",
 		}, []string{"result"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_access_log_streams_refused_total",
@@ -224,11 +256,17 @@ func (s *Service) StreamAccessLogs(stream grpc.ClientStreamingServer[alsv3.Strea
 	}
 	s.streams.Inc()
 	defer s.streams.Dec()
+	sid := s.nextID.Add(1)
 	// Envoy names its logger once, in the stream's first message.
 	logName := id.GetLogName()
 	for {
-		s.handle(logName, msg)
+		s.handle(sid, logName, msg)
 		if msg, err = stream.Recv(); err != nil {
+			// Before the answer: the stream's requests are no longer
+			// observed once it ends.
+			if s.load != nil {
+				s.load.CloseStream(sid)
+			}
 			if errors.Is(err, io.EOF) {
 				return stream.SendAndClose(&alsv3.StreamAccessLogsResponse{})
 			}
@@ -237,14 +275,64 @@ func (s *Service) StreamAccessLogs(stream grpc.ClientStreamingServer[alsv3.Strea
 	}
 }
 
-func (s *Service) handle(logName string, msg *alsv3.StreamAccessLogsMessage) {
+func (s *Service) handle(stream uint64, logName string, msg *alsv3.StreamAccessLogsMessage) {
 	if n := len(msg.GetTcpLogs().GetLogEntry()); n > 0 {
 		s.entries.WithLabelValues(ResultTCP).Add(float64(n))
 	}
+	loadPool, isLoad := strings.CutPrefix(logName, translate.LoadLogPrefix)
 	for _, e := range msg.GetHttpLogs().GetLogEntry() {
+		if isLoad {
+			s.entries.WithLabelValues(s.loadEntry(stream, loadPool, e)).Inc()
+			continue
+		}
 		s.entries.WithLabelValues(s.entry(logName, e)).Inc()
 	}
 }
+
+// loadEntry hands one load log entry to the load sink and returns its
+// result.
+func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogEntry) string {
+	if s.load == nil {
+		return ResultNoLoadSink
+	}
+	if pool == "" || !s.load.LoadPool(pool) {
+		return ResultUnknownPool
+	}
+	c := e.GetCommonProperties()
+	typ := c.GetAccessLogType()
+	if typ != datav3.AccessLogType_UpstreamPoolReady && typ != datav3.AccessLogType_UpstreamEnd {
+		return ResultLoadOther
+	}
+	logged := e.GetRequest().GetRequestHeaders()
+	id, _ := header(logged, translate.LoadLogRequestID)
+	sa := c.GetUpstreamRemoteAddress().GetSocketAddress()
+	if id == "" || len(id) > maxRequestID || sa == nil {
+		return ResultBadLoad
+	}
+	upstream := address(sa)
+	key := id + "\x00" + strconv.FormatUint(uint64(c.GetUpstreamRequestAttemptCount()), 10) + "\x00" + upstream
+	if typ == datav3.AccessLogType_UpstreamEnd {
+		s.load.End(stream, pool, key)
+		return ResultLoad
+	}
+	var n uint64
+	if v, ok := header(logged, translate.LoadLogLength); ok {
+		var err error
+		if n, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return ResultBadLoad
+		}
+	}
+	at := s.now()
+	if t := c.GetStartTime(); t != nil {
+		at = t.AsTime()
+	}
+	s.load.Start(stream, pool, key, upstream, n, at)
+	return ResultLoad
+}
+
+// maxRequestID bounds the request ids kept: Envoy's are 36-byte UUIDs; a
+// client's own x-request-id passes through, and may be anything.
+const maxRequestID = 128
 
 // entry hands one entry to the sink and returns its result.
 func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {

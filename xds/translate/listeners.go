@@ -27,7 +27,16 @@ import (
 // that sets their headers first (see bodyKeyFilter), and a pool with hot
 // keys the access log that reports its keys to kvxds (hotKeyAccessLog).
 func httpConnectionManager(p *fleet.Pool, kind Kind) (*hcmv3.HttpConnectionManager, error) {
-	router, err := typed(&routerv3.Router{})
+	rc := &routerv3.Router{}
+	if ObservesLoad(p, kind) {
+		al, err := loadAccessLog(p)
+		if err != nil {
+			return nil, fmt.Errorf("load log: %w", err)
+		}
+		rc.UpstreamLog = []*accesslogv3.AccessLog{al}
+		rc.UpstreamLogOptions = &routerv3.Router_UpstreamAccessLogOptions{FlushUpstreamLogOnUpstreamStream: true}
+	}
+	router, err := typed(rc)
 	if err != nil {
 		return nil, err
 	}

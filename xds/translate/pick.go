@@ -3,8 +3,12 @@ package translate
 import (
 	"fmt"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
@@ -38,6 +42,60 @@ const PickFilterName = "kvxds.pick"
 func Picks(p *fleet.Pool, kind Kind) bool {
 	return kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.BalanceFactor > 0 &&
 		p.Hash.BalanceOn == fleet.BalanceOnPromptBytes && p.Prefill == nil && p.LoRA == nil && len(p.Groups) == 0
+}
+
+// ObservesLoad reports whether kind's listener of p reports its requests
+// in flight to kvxds (loadAccessLog): a pick pool with a load interval.
+func ObservesLoad(p *fleet.Pool, kind Kind) bool {
+	return Picks(p, kind) && p.Hash.LoadInterval > 0
+}
+
+// LoadLogPrefix starts the log name of a pool's load log: pool "chat"
+// logs as "kvxds-load/chat". The access log service reads the pool back
+// from it.
+const LoadLogPrefix = "kvxds-load/"
+
+// LoadLogName is the load log name of pool's Envoy router.
+func LoadLogName(pool string) string { return LoadLogPrefix + pool }
+
+// The request headers the load log carries: the id that pairs an
+// attempt's start and end entries (Envoy sets x-request-id on every
+// request that lacks one), and the body's length, what the attempt costs.
+const (
+	LoadLogRequestID = "x-request-id"
+	LoadLogLength    = "content-length"
+)
+
+// loadAccessLog is the router's upstream log through which Envoy reports
+// each request of p when its upstream stream starts (UpstreamPoolReady,
+// with flush_upstream_log_on_upstream_stream) and ends (UpstreamEnd), so
+// that kvxds counts every replica's prompt bytes in flight across its
+// Envoys and serves them back in the pick table (fleet.SlotTable.Load).
+// It is flushed every tenth of the load interval: a start reaches kvxds
+// within that, and the next table within one interval.
+func loadAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
+	logCluster := fleet.DefaultLogCluster
+	if p.Hash.Hot != nil {
+		logCluster = p.Hash.Hot.LogCluster
+	}
+	cfg, err := typed(&grpcalsv3.HttpGrpcAccessLogConfig{
+		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{
+			LogName: LoadLogName(p.Name),
+			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: logCluster},
+			}},
+			TransportApiVersion: corev3.ApiVersion_V3,
+			BufferFlushInterval: durationpb.New(fleet.LoadLogFlush(p.Hash)),
+		},
+		AdditionalRequestHeadersToLog: []string{LoadLogRequestID, LoadLogLength},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &accesslogv3.AccessLog{
+		Name:       wellknown.HTTPGRPCAccessLog,
+		ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: cfg},
+	}, nil
 }
 
 // PickTable is the slot table kind's listener of p picks replicas by, or

@@ -174,6 +174,16 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 			fields["bytes"] = true
 		}
 	}
+	if t.Load != nil {
+		// One string, parsed once per table by each Lua state: bytes in
+		// flight per host, in hosts order.
+		load := make([]string, len(t.Load))
+		for i, n := range t.Load {
+			load[i] = strconv.FormatUint(n, 10)
+		}
+		fields["load"] = strings.Join(load, ",")
+		fields["load_lag"] = float64(t.LoadLag.Milliseconds())
+	}
 	if len(t.Hot) > 0 {
 		hot := make(map[string]any, len(t.Hot))
 		for _, k := range t.Hot {

@@ -19,7 +19,13 @@
 -- that is not, so that a key's overflow goes to one other replica. With
 -- "bytes" too (balance_on = "prompt_bytes") the bound counts the prompt
 -- bytes in flight instead, this request's among them: prefill costs
--- what the prompt is long, and prompts may differ a hundredfold.
+-- what the prompt is long, and prompts may differ a hundredfold. With
+-- "load" too (the bytes every Envoy logging to kvxds has in flight per
+-- host, in hosts order, as one string) a replica's bytes are the
+-- fleet's: the table's, plus what this Lua state sent since ("load_lag"
+-- ms before the table arrived: the logs and the push take that long to
+-- count a request), so that many Envoys, each with a small share of the
+-- traffic, bound a replica by its whole load.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
 -- PREFILL_SPREAD carries them (set by the prefill keys filter), or, with
 -- SPREAD_RAW, carries the value they are the spread of; nil if absent.
@@ -42,6 +48,43 @@ local inflight, total, count, open, next_id = {}, 0, 0, {}, 0
 local MAX_OPEN = 600
 local share_of, share_slots = nil, nil
 
+-- The fleet's load (nil without one): the table's bytes by host and
+-- their sum, and this state's requests since it (fresh: those whose
+-- gen is the table's).
+local load_str, gload, gtotal, fresh, ftotal, gen = nil, nil, 0, {}, 0, 0
+
+-- Milliseconds since the epoch: Envoy's timestamp(), else os.time().
+local function now_ms(handle)
+  local ok, ms = pcall(handle.timestamp, handle)
+  if ok and type(ms) == "number" then return ms end
+  return os.time() * 1000
+end
+
+-- A new load string: parse it, and count as fresh this state's requests
+-- that started within lag ms of now.
+local function sync_load(s, hosts, lag, now)
+  if s == load_str then return end
+  load_str, gen = s, gen + 1
+  if s == nil then gload = nil; return end
+  gload, gtotal, fresh, ftotal = {}, 0, {}, 0
+  local i = 0
+  for v in string.gmatch(s, "[^,]+") do
+    i = i + 1
+    local h, n = hosts[i], tonumber(v)
+    if type(h) == "string" and n ~= nil then
+      gload[h] = n
+      gtotal = gtotal + n
+    end
+  end
+  for _, o in pairs(open) do
+    if now - o.ms <= lag then
+      fresh[o.host] = (fresh[o.host] or 0) + o.w
+      ftotal = ftotal + o.w
+      o.gen = gen
+    end
+  end
+end
+
 local function release(id)
   local o = open[id]
   if o == nil then return end
@@ -49,6 +92,10 @@ local function release(id)
   inflight[o.host] = inflight[o.host] - o.w
   total = total - o.w
   count = count - 1
+  if o.gen == gen and gload ~= nil then
+    fresh[o.host] = fresh[o.host] - o.w
+    ftotal = ftotal - o.w
+  end
 end
 
 -- Forget requests open longer than MAX_OPEN, every 256 requests.
@@ -82,8 +129,12 @@ local function overloaded(n, i, h, factor, w)
     local cap = floor(((total + 1) * factor + 99) / 100)
     return (inflight[h] or 0) > math.max(math.ceil(cap * (n[i] or 0) / SLOTS), 1)
   end
-  local cap = (total + w) * factor / 100
-  return (inflight[h] or 0) > math.max(cap * (n[i] or 0) / SLOTS, w)
+  local load, all = inflight[h] or 0, total
+  if gload ~= nil then
+    load, all = (gload[h] or 0) + (fresh[h] or 0), gtotal + ftotal
+  end
+  local cap = (all + w) * factor / 100
+  return load > math.max(cap * (n[i] or 0) / SLOTS, w)
 end
 
 -- The host of slot, or with a factor the first host of the next slots
@@ -147,10 +198,17 @@ local function set_prefill(handle, headers)
   -- With "bytes", a body of undeclared length weighs the mean of those
   -- in flight; without, a request weighs one.
   local w = nil
+  local now = 0
   if md:get("bytes") == true then
     w = tonumber(headers:get("content-length"))
     if w == nil then w = count > 0 and total / count or 1 end
     if w < 1 then w = 1 end
+    if factor ~= nil then
+      now = now_ms(handle)
+      local ls, lag = md:get("load"), md:get("load_lag")
+      if type(ls) ~= "string" then ls = nil end
+      sync_load(ls, hosts, type(lag) == "number" and lag or 0, now)
+    end
   end
   local host = bounded(hosts, slots, slot, factor, w)
   if type(host) ~= "string" then return end
@@ -160,14 +218,19 @@ local function set_prefill(handle, headers)
     headers:replace(PREFILL_HEADER, host)
   end
   if factor ~= nil then
-    local now = os.time()
+    local t = os.time()
     next_id = next_id + 1
-    expire(now)
-    w = w or 1
-    open[next_id] = {host = host, t = now, w = w}
-    inflight[host] = (inflight[host] or 0) + w
-    total = total + w
+    expire(t)
+    local o = {host = host, t = t, ms = now, w = w or 1}
+    open[next_id] = o
+    inflight[host] = (inflight[host] or 0) + o.w
+    total = total + o.w
     count = count + 1
+    if gload ~= nil and w ~= nil then
+      o.gen = gen
+      fresh[host] = (fresh[host] or 0) + o.w
+      ftotal = ftotal + o.w
+    end
     handle:streamInfo():dynamicMetadata():set("kvxds.prefill", "open", next_id)
   end
 end

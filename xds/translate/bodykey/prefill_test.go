@@ -151,12 +151,20 @@ func TestPrefillSlotKey(t *testing.T) {
 // same rule written here, named in the prefill header and as a pool's
 // own upstream override host.
 func TestLuaPrefillBounded(t *testing.T) {
-	for _, bytes := range []bool{false, true} {
-		t.Run(map[bool]string{false: "requests", true: "bytes"}[bytes], func(t *testing.T) { testLuaPrefillBounded(t, bytes) })
+	for _, mode := range []struct {
+		name         string
+		bytes, fleet bool
+	}{{"requests", false, false}, {"bytes", true, false}, {"fleet_bytes", true, true}} {
+		t.Run(mode.name, func(t *testing.T) { testLuaPrefillBounded(t, mode.bytes, mode.fleet) })
 	}
 }
 
-func testLuaPrefillBounded(t *testing.T, bytes bool) {
+// testLuaPrefillBounded runs the script on requests, responses and clock
+// steps against the rule in Go. With fleet, table pushes bring the
+// fleet's bytes in flight ("load"): a replica's bytes are then the
+// table's plus this state's requests since it, those started within
+// load_lag ms of the table's arrival included.
+func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000", "10.0.1.5:8000"}
@@ -173,13 +181,27 @@ func testLuaPrefillBounded(t *testing.T, bytes bool) {
 	// LuaJIT's numbers).
 	inflight := map[int]float64{}
 	total, count := 0.0, 0
+	// The fleet's table (nil before the first) and this state's bytes
+	// since it: fresh, by host, of the requests of generation gen.
+	var gl []float64
+	fresh, gen := map[int]float64{}, 0
 	over := func(i int, w float64) bool {
 		if !bytes {
 			capacity := ((count+1)*factor + 99) / 100
 			return inflight[i] > float64(max((capacity*share[i]+slots-1)/slots, 1))
 		}
-		capacity := (total + w) * factor / 100
-		return inflight[i] > max(capacity*float64(share[i])/slots, w)
+		load, all := inflight[i], total
+		if gl != nil {
+			load, all = gl[i]+fresh[i], 0
+			for _, v := range gl {
+				all += v
+			}
+			for _, v := range fresh {
+				all += v
+			}
+		}
+		capacity := (all + w) * factor / 100
+		return load > max(capacity*float64(share[i])/slots, w)
 	}
 	pick := func(key string, w float64) int {
 		s := PrefillSlot(key, slots)
@@ -209,6 +231,7 @@ func testLuaPrefillBounded(t *testing.T, bytes bool) {
 	type pending struct {
 		host, start int
 		w           float64
+		ms, gen     int
 	}
 	open := map[int]pending{}
 	lost := map[int]bool{}
@@ -218,10 +241,29 @@ func testLuaPrefillBounded(t *testing.T, bytes bool) {
 			inflight[p.host] -= p.w
 			total -= p.w
 			count--
+			if gl != nil && p.gen == gen {
+				fresh[p.host] -= p.w
+			}
 		}
 	}
-	clock, requests, spilled, expired := 0, 0, 0, 0
+	const lag = 100
+	clock, requests, spilled, expired, ms := 0, 0, 0, 0, 0
+	var arrived []float64 // a table pushed, not yet seen by a request
 	for step := range 1500 {
+		if fleet {
+			ms += rng.IntN(40)
+			lines = append(lines, fmt.Sprintf("ms\t%d", ms))
+			if step%60 == 30 {
+				arrived = make([]float64, len(hosts))
+				parts := make([]string, len(hosts))
+				for i := range arrived {
+					arrived[i] = float64(rng.IntN(400_000))
+					parts[i] = fmt.Sprint(arrived[i])
+				}
+				lines = append(lines, fmt.Sprintf("load\t%s\t%d", strings.Join(parts, ","), lag))
+				continue
+			}
+		}
 		if step%150 == 149 {
 			clock += 250
 			lines = append(lines, fmt.Sprintf("clock\t%d", clock))
@@ -264,6 +306,20 @@ func testLuaPrefillBounded(t *testing.T, bytes bool) {
 		if !bytes {
 			w = 1
 		}
+		if arrived != nil {
+			// The first request after a push reads it: this state's
+			// requests of the last lag ms count on top of it.
+			gl, arrived = arrived, nil
+			gen++
+			fresh = map[int]float64{}
+			for n, p := range open {
+				if ms-p.ms <= lag {
+					fresh[p.host] += p.w
+					p.gen = gen
+					open[n] = p
+				}
+			}
+		}
 		i := pick(key, w)
 		if i != table[PrefillSlot(key, slots)] {
 			spilled++
@@ -277,7 +333,12 @@ func testLuaPrefillBounded(t *testing.T, bytes bool) {
 				}
 			}
 		}
-		open[requests] = pending{i, clock, w}
+		p := pending{host: i, start: clock, w: w, ms: ms}
+		if gl != nil {
+			p.gen = gen
+			fresh[i] += w
+		}
+		open[requests] = p
 		inflight[i] += w
 		total += w
 		count++

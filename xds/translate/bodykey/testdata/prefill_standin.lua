@@ -15,8 +15,11 @@
 -- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
 -- content-length, or "respond<TAB>N" to run envoy_on_response for the
 -- N-th request (from 1), or "clock<TAB>T" to make os.time() return T from
--- then on (0 at first). Prints per request the value of HEADER after the
--- run, or "-"; nothing for a response or a clock.
+-- then on (0 at first), or "ms<TAB>M" to make handle:timestamp() return M
+-- (milliseconds; 0 at first), or "load<TAB>L<TAB>LAG" to set the table's
+-- "load" to L and "load_lag" to LAG (the fleet's bytes in flight, as a
+-- table push brings them). Prints per request the value of HEADER after
+-- the run, or "-"; nothing for a response, a clock or a load.
 
 local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
 dofile(script)
@@ -46,12 +49,19 @@ end
 f:close()
 
 os.time = function() return 0 end
+local ms = 0
 local handles = {}
 for line in io.lines(casefile) do
   local n = string.match(line, "^respond\t(%d+)$")
   local clock = string.match(line, "^clock\t(%d+)$")
+  local msv = string.match(line, "^ms\t(%d+)$")
+  local load, lag = string.match(line, "^load\t([%d,]+)\t(%d+)$")
   if n ~= nil then
     envoy_on_response(handles[tonumber(n)])
+  elseif msv ~= nil then
+    ms = tonumber(msv)
+  elseif load ~= nil then
+    md.load, md.load_lag = load, tonumber(lag)
   elseif clock ~= nil then
     local now = tonumber(clock)
     os.time = function() return now end
@@ -81,6 +91,7 @@ for line in io.lines(casefile) do
       return m
     end
     function handle:streamInfo() return si end
+    function handle:timestamp() return ms end
     function handle:logWarn(msg) io.stderr:write(msg, "\n") end
     -- A response ends as it starts: its body has no chunks.
     function handle:bodyChunks() return function() return nil end end

@@ -1,0 +1,206 @@
+// Package inflight counts each replica's prompt bytes in flight across
+// every Envoy that logs to this kvxds instance: Envoy's router writes an
+// upstream log entry when a request's upstream stream starts
+// (UpstreamPoolReady, flush_upstream_log_on_upstream_stream) and another
+// when it ends (UpstreamEnd), each with the request's id, its
+// content-length and its upstream host. A Tracker pairs them and sums
+// what is open per pool and replica; Snapshot is what kvxds serves to
+// the pick filters, so that every Envoy bounds a replica's load by what
+// the whole fleet sent it, not by its own share.
+//
+// Memory is bounded: a pool holds at most MaxOpen open requests (a flood
+// of starts without ends is counted and dropped), a request open longer
+// than MaxAge is forgotten, and a stream that closes takes its open
+// requests with it (its Envoy's requests are no longer observed; counting
+// them forever would pin their replicas' load). The package is pure: time
+// is passed in.
+package inflight
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MaxOpen is the most open requests one pool tracks: about 200 bytes
+// each, so 64 MiB at most per pool whatever the logs say.
+const MaxOpen = 1 << 18
+
+// MaxAge is how long a request may stay open without its end entry
+// (lost, or the stream cut) before it stops counting: a streamed
+// generation may run for minutes.
+const MaxAge = 10 * time.Minute
+
+// Results of an entry, as kvxds_load_log_entries_total labels them.
+const (
+	Started   = "started"    // a request's upstream stream started
+	Ended     = "ended"      // an open request ended
+	Unmatched = "unmatched"  // an end whose start was not seen (dropped)
+	Duplicate = "duplicate"  // a second start of an open request (dropped)
+	Full      = "pool_full"  // a start past MaxOpen (dropped)
+	Expired   = "expired"    // open past MaxAge, forgotten
+	Closed    = "stream_end" // open when its stream closed, forgotten
+)
+
+// Results lists every result, for metrics.
+var Results = []string{Started, Ended, Unmatched, Duplicate, Full, Expired, Closed}
+
+type open struct {
+	stream uint64
+	host   string
+	bytes  uint64
+	at     time.Time
+}
+
+type pool struct {
+	open  map[string]open   // by request key
+	bytes map[string]uint64 // by host
+}
+
+// Tracker pairs the start and end entries of every pool's requests.
+// It is safe for concurrent use.
+type Tracker struct {
+	mu    sync.Mutex
+	pools map[string]*pool
+	// streams are the streams that sent an entry, by id: a pool whose
+	// Envoys send no load logs has no view (Snapshot's ok is false).
+	streams map[uint64]map[string]bool
+	count   func(result string, n int)
+}
+
+// New returns an empty tracker; count, if not nil, is told each entry's
+// result.
+func New(count func(result string, n int)) *Tracker {
+	if count == nil {
+		count = func(string, int) {}
+	}
+	return &Tracker{pools: map[string]*pool{}, streams: map[uint64]map[string]bool{}, count: count}
+}
+
+func (t *Tracker) poolLocked(name string) *pool {
+	p := t.pools[name]
+	if p == nil {
+		p = &pool{open: map[string]open{}, bytes: map[string]uint64{}}
+		t.pools[name] = p
+	}
+	return p
+}
+
+func (t *Tracker) seenLocked(stream uint64, name string) {
+	s := t.streams[stream]
+	if s == nil {
+		s = map[string]bool{}
+		t.streams[stream] = s
+	}
+	s[name] = true
+}
+
+// Start counts a request of pool, identified by key, whose upstream
+// stream to host started at at with a body of n bytes.
+func (t *Tracker) Start(stream uint64, name, key, host string, n uint64, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seenLocked(stream, name)
+	p := t.poolLocked(name)
+	if _, ok := p.open[key]; ok {
+		t.count(Duplicate, 1)
+		return
+	}
+	if len(p.open) >= MaxOpen {
+		t.count(Full, 1)
+		return
+	}
+	p.open[key] = open{stream: stream, host: host, bytes: n, at: at}
+	p.bytes[host] += n
+	t.count(Started, 1)
+}
+
+// End stops counting a request of pool.
+func (t *Tracker) End(stream uint64, name, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seenLocked(stream, name)
+	p := t.poolLocked(name)
+	o, ok := p.open[key]
+	if !ok {
+		t.count(Unmatched, 1)
+		return
+	}
+	p.forget(key, o)
+	t.count(Ended, 1)
+}
+
+func (p *pool) forget(key string, o open) {
+	delete(p.open, key)
+	if p.bytes[o.host] <= o.bytes {
+		delete(p.bytes, o.host)
+	} else {
+		p.bytes[o.host] -= o.bytes
+	}
+}
+
+// CloseStream forgets the open requests a stream started: their ends
+// will not come on it.
+func (t *Tracker) CloseStream(stream uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for name := range t.streams[stream] {
+		p := t.pools[name]
+		n := 0
+		for key, o := range p.open {
+			if o.stream == stream {
+				p.forget(key, o)
+				n++
+			}
+		}
+		if n > 0 {
+			t.count(Closed, n)
+		}
+	}
+	delete(t.streams, stream)
+}
+
+// Snapshot is pool's bytes in flight by replica at now (after forgetting
+// requests open longer than MaxAge), and whether any open stream logs for
+// the pool: without one there is no view, and the pick filters bound on
+// their own counts.
+func (t *Tracker) Snapshot(name string, now time.Time) (map[string]uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ok := false
+	for _, s := range t.streams {
+		if s[name] {
+			ok = true
+			break
+		}
+	}
+	p := t.pools[name]
+	if p == nil {
+		return nil, ok
+	}
+	n := 0
+	for key, o := range p.open {
+		if now.Sub(o.at) > MaxAge {
+			p.forget(key, o)
+			n++
+		}
+	}
+	if n > 0 {
+		t.count(Expired, n)
+	}
+	return maps.Clone(p.bytes), ok
+}
+
+// Pools lists the pools with a view, sorted.
+func (t *Tracker) Pools() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := map[string]bool{}
+	for _, s := range t.streams {
+		for n := range s {
+			seen[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}

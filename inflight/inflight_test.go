@@ -1,0 +1,130 @@
+package inflight
+
+import (
+	"maps"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type op struct {
+	kind   string // start, end, close, snap
+	stream uint64
+	pool   string
+	key    string
+	host   string
+	bytes  uint64
+	at     time.Duration
+}
+
+func TestTracker(t *testing.T) {
+	tests := []struct {
+		name   string
+		ops    []op
+		pool   string
+		at     time.Duration
+		want   map[string]uint64
+		wantOK bool
+		counts map[string]int
+	}{
+		{
+			name: "starts and ends pair by key",
+			ops: []op{
+				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 100},
+				{kind: "start", stream: 2, pool: "p", key: "b", host: "h1", bytes: 50},
+				{kind: "start", stream: 2, pool: "p", key: "c", host: "h2", bytes: 7},
+				{kind: "end", stream: 1, pool: "p", key: "a"},
+			},
+			pool: "p", want: map[string]uint64{"h1": 50, "h2": 7}, wantOK: true,
+			counts: map[string]int{Started: 3, Ended: 1},
+		},
+		{
+			name: "an end without its start and a second start are dropped",
+			ops: []op{
+				{kind: "end", stream: 1, pool: "p", key: "x"},
+				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 10},
+				{kind: "start", stream: 1, pool: "p", key: "a", host: "h2", bytes: 99},
+			},
+			pool: "p", want: map[string]uint64{"h1": 10}, wantOK: true,
+			counts: map[string]int{Started: 1, Unmatched: 1, Duplicate: 1},
+		},
+		{
+			name: "a closed stream takes its open requests, not others'",
+			ops: []op{
+				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 10},
+				{kind: "start", stream: 2, pool: "p", key: "b", host: "h1", bytes: 20},
+				{kind: "close", stream: 1},
+			},
+			pool: "p", want: map[string]uint64{"h1": 20}, wantOK: true,
+			counts: map[string]int{Started: 2, Closed: 1},
+		},
+		{
+			name: "no open stream logs for the pool: no view",
+			ops: []op{
+				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 10},
+				{kind: "close", stream: 1},
+			},
+			pool: "p", want: map[string]uint64{}, wantOK: false,
+			counts: map[string]int{Started: 1, Closed: 1},
+		},
+		{
+			name: "requests open past MaxAge are forgotten",
+			ops: []op{
+				{kind: "start", stream: 1, pool: "p", key: "old", host: "h1", bytes: 10},
+				{kind: "start", stream: 1, pool: "p", key: "new", host: "h1", bytes: 5, at: MaxAge},
+			},
+			pool: "p", at: MaxAge + time.Second, want: map[string]uint64{"h1": 5}, wantOK: true,
+			counts: map[string]int{Started: 2, Expired: 1},
+		},
+		{
+			name: "pools are apart",
+			ops: []op{
+				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 10},
+				{kind: "start", stream: 1, pool: "q", key: "a", host: "h1", bytes: 30},
+			},
+			pool: "q", want: map[string]uint64{"h1": 30}, wantOK: true,
+			counts: map[string]int{Started: 2},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			counts := map[string]int{}
+			tr := New(func(r string, n int) { counts[r] += n })
+			for _, o := range tt.ops {
+				switch o.kind {
+				case "start":
+					tr.Start(o.stream, o.pool, o.key, o.host, o.bytes, t0.Add(o.at))
+				case "end":
+					tr.End(o.stream, o.pool, o.key)
+				case "close":
+					tr.CloseStream(o.stream)
+				}
+			}
+			got, ok := tr.Snapshot(tt.pool, t0.Add(tt.at))
+			if got == nil {
+				got = map[string]uint64{}
+			}
+			if !maps.Equal(got, tt.want) || ok != tt.wantOK {
+				t.Errorf("Snapshot = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+			if !maps.Equal(counts, tt.counts) {
+				t.Errorf("counts = %v, want %v", counts, tt.counts)
+			}
+		})
+	}
+}
+
+// TestFloodStaysBounded: starts without ends stop being kept at MaxOpen
+// per pool, and are counted.
+func TestFloodStaysBounded(t *testing.T) {
+	counts := map[string]int{}
+	tr := New(func(r string, n int) { counts[r] += n })
+	for i := range MaxOpen + 100 {
+		tr.Start(1, "p", string(rune(i))+"#"+time.Duration(i).String(), "h1", 1, t0)
+	}
+	got, _ := tr.Snapshot("p", t0)
+	if got["h1"] != MaxOpen || counts[Full] != 100 {
+		t.Errorf("h1 = %d (want %d), pool_full = %d (want 100)", got["h1"], MaxOpen, counts[Full])
+	}
+}

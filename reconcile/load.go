@@ -1,0 +1,159 @@
+package reconcile
+
+import (
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/inflight"
+	"github.com/kvxds/kvxds/xds/accesslog"
+	"github.com/kvxds/kvxds/xds/translate"
+)
+
+// Loads are the pools' observed bytes in flight by replica address, as
+// the last push served them; a pool is present when its Envoys log their
+// load to this instance.
+type Loads map[string]map[string]uint64
+
+// loadState counts the requests in flight that Envoys' load logs report
+// (inflight.Tracker) and decides, every pool's load interval, whether the
+// pick tables must carry new figures. Unlike hot keys and weights, the
+// figures are this instance's own and are not published: they move no
+// key, only where a bound overflows, and each instance knows the
+// requests of the Envoys attached to it.
+type loadState struct {
+	tracker *inflight.Tracker
+
+	mu sync.Mutex
+	// intervals are the pools observing load, by name.
+	intervals map[string]time.Duration
+	due       map[string]time.Time
+	served    Loads
+	pushes    *prometheus.CounterVec
+}
+
+func newLoadState(reg prometheus.Registerer) *loadState {
+	f := promauto.With(reg)
+	entries := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvxds_load_log_requests_total",
+		Help: "Requests' upstream attempts in Envoys' load logs, by result: started, ended, or dropped (unmatched: an end without its start; duplicate; pool_full: past the bound of open requests per pool) or forgotten (expired: open past 10 minutes; stream_end: open when its Envoy's log stream ended).",
+	}, []string{"result"})
+	for _, r := range inflight.Results {
+		entries.WithLabelValues(r)
+	}
+	return &loadState{
+		tracker:   inflight.New(func(r string, n int) { entries.WithLabelValues(r).Add(float64(n)) }),
+		intervals: map[string]time.Duration{}, due: map[string]time.Time{}, served: Loads{},
+		pushes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvxds_load_tables_total",
+			Help: "Pick tables whose replicas' bytes in flight changed, by pool: each is one route update of the pool, at most one per load interval.",
+		}, []string{"pool"}),
+	}
+}
+
+// update learns the pools that observe load from the pushed fleet.
+func (l *loadState) update(f fleet.Fleet) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := map[string]time.Duration{}
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		if translate.ObservesLoad(p, translate.Envoy) {
+			next[p.Name] = p.Hash.LoadInterval
+		}
+	}
+	for name := range l.due {
+		if _, ok := next[name]; !ok {
+			delete(l.due, name)
+			delete(l.served, name)
+		}
+	}
+	l.intervals = next
+}
+
+// decide takes each due pool's snapshot; changed is true when one
+// differs from what was served (then current has it), next is the wait
+// until the next pool is due (zero for none).
+func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for name, iv := range l.intervals {
+		if d, ok := l.due[name]; ok && now.Before(d) {
+			if w := d.Sub(now); next == 0 || w < next {
+				next = w
+			}
+			continue
+		}
+		l.due[name] = now.Add(iv)
+		if next == 0 || iv < next {
+			next = iv
+		}
+		snap, ok := l.tracker.Snapshot(name, now)
+		old, had := l.served[name]
+		switch {
+		case !ok && had:
+			delete(l.served, name)
+		case ok && (!had || !maps.Equal(old, snap)):
+			if snap == nil {
+				snap = map[string]uint64{}
+			}
+			l.served[name] = snap
+		default:
+			continue
+		}
+		l.pushes.WithLabelValues(name).Inc()
+		changed = true
+	}
+	return changed, next
+}
+
+// current is the figures to serve.
+func (l *loadState) current() Loads {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.served)
+}
+
+// LoadSink is where the access log service hands this instance's load
+// logs.
+func (r *Reconciler) LoadSink() accesslog.LoadSink { return loadSink{r.load} }
+
+type loadSink struct{ l *loadState }
+
+func (s loadSink) LoadPool(name string) bool {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	_, ok := s.l.intervals[name]
+	return ok
+}
+
+func (s loadSink) Start(stream uint64, pool, key, upstream string, n uint64, at time.Time) {
+	s.l.tracker.Start(stream, pool, key, upstream, n, at)
+}
+
+func (s loadSink) End(stream uint64, pool, key string) { s.l.tracker.End(stream, pool, key) }
+
+func (s loadSink) CloseStream(stream uint64) { s.l.tracker.CloseStream(stream) }
+
+// WithLoad puts the observed bytes in flight into f's pools that observe
+// load: each endpoint's InFlightBytes (zero when none is open), and
+// LoadObserved. Other pools' are cleared.
+func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		load, ok := loads[p.Name]
+		p.LoadObserved = ok && translate.ObservesLoad(p, translate.Envoy)
+		for j := range p.Endpoints {
+			e := &p.Endpoints[j]
+			e.InFlightBytes = 0
+			if p.LoadObserved {
+				e.InFlightBytes = load[e.Address()]
+			}
+		}
+	}
+	return f
+}

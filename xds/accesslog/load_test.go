@@ -1,0 +1,141 @@
+package accesslog
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	datav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// fakeLoad serves the load of pool "docs" and records what it is told.
+type fakeLoad struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *fakeLoad) LoadPool(name string) bool { return name == "docs" }
+
+func (f *fakeLoad) record(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, s)
+}
+
+func (f *fakeLoad) Start(stream uint64, pool, key, upstream string, n uint64, at time.Time) {
+	f.record(fmt.Sprintf("start %d %s %q %s %d %s", stream, pool, key, upstream, n, at.Format(time.TimeOnly)))
+}
+
+func (f *fakeLoad) End(stream uint64, pool, key string) {
+	f.record(fmt.Sprintf("end %d %s %q", stream, pool, key))
+}
+
+func (f *fakeLoad) CloseStream(stream uint64) { f.record(fmt.Sprintf("close %d", stream)) }
+
+func loadEntry(typ datav3.AccessLogType, upstream string, attempt uint32, headers map[string]string) *datav3.HTTPAccessLogEntry {
+	e := entry("docs", upstream, 8000, headers)
+	e.CommonProperties.AccessLogType = typ
+	e.CommonProperties.UpstreamRequestAttemptCount = attempt
+	return e
+}
+
+// TestLoadEntries: the router's load log hands each attempt's start (with
+// its content-length) and end to the load sink under one key (request id,
+// attempt, upstream), counts what it cannot read, and tells the sink when
+// the stream ends.
+func TestLoadEntries(t *testing.T) {
+	load := &fakeLoad{}
+	reg := prometheus.NewRegistry()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	New(Options{Sink: &fakeSink{}, Load: load, Registerer: reg}).Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	c := alsv3.NewAccessLogServiceClient(cc)
+
+	ready, end := datav3.AccessLogType_UpstreamPoolReady, datav3.AccessLogType_UpstreamEnd
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: envoyNode("envoy-1"), LogName: "kvxds-load/docs"}
+	if err := send(t, c, httpLogs(id,
+		loadEntry(ready, "10.0.2.1", 1, map[string]string{"x-request-id": "r1", "content-length": "1200"}),
+		// A retry: the second attempt is its own request in flight.
+		loadEntry(end, "10.0.2.1", 1, map[string]string{"x-request-id": "r1", "content-length": "1200"}),
+		loadEntry(ready, "10.0.2.2", 2, map[string]string{"x-request-id": "r1", "content-length": "1200"}),
+		// No content-length: a body of no declared length weighs nothing.
+		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "r2"}),
+		// Malformed: no id, no upstream, a length that is no number.
+		loadEntry(ready, "10.0.2.1", 1, map[string]string{"content-length": "5"}),
+		loadEntry(ready, "", 1, map[string]string{"x-request-id": "r3"}),
+		loadEntry(ready, "10.0.2.1", 1, map[string]string{"x-request-id": "r4", "content-length": "-1"}),
+		// A periodic entry is not a start or an end.
+		loadEntry(datav3.AccessLogType_UpstreamPeriodic, "10.0.2.1", 1, map[string]string{"x-request-id": "r1"}),
+	), httpLogs(nil,
+		loadEntry(end, "10.0.2.2", 2, map[string]string{"x-request-id": "r1"}),
+	)); err != nil {
+		t.Fatal(err)
+	}
+	// Another pool's load log, which this instance does not count.
+	other := &alsv3.StreamAccessLogsMessage_Identifier{Node: envoyNode("envoy-1"), LogName: "kvxds-load/chat"}
+	if err := send(t, c, httpLogs(other, loadEntry(ready, "10.0.2.1", 1, map[string]string{"x-request-id": "r9"}))); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`start 1 docs "r1\x001\x0010.0.2.1:8000" 10.0.2.1:8000 1200 10:00:00`,
+		`end 1 docs "r1\x001\x0010.0.2.1:8000"`,
+		`start 1 docs "r1\x002\x0010.0.2.2:8000" 10.0.2.2:8000 1200 10:00:00`,
+		`start 1 docs "r2\x001\x0010.0.2.2:8000" 10.0.2.2:8000 0 10:00:00`,
+		`end 1 docs "r1\x002\x0010.0.2.2:8000"`,
+		`close 1`,
+		`close 2`,
+	}
+	load.mu.Lock()
+	got := slices.Clone(load.calls)
+	load.mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Errorf("load sink got\n%q\nwant\n%q", got, want)
+	}
+	for result, n := range map[string]float64{ResultLoad: 5, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
+		if v := testutil.ToFloat64(mustCounter(t, reg, result)); v != n {
+			t.Errorf("entries %s = %v, want %v", result, v, n)
+		}
+	}
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, result string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kvxds_access_log_entries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+					c.Add(m.GetCounter().GetValue())
+					return c
+				}
+			}
+		}
+	}
+	t.Fatalf("no kvxds_access_log_entries_total{result=%q}", result)
+	return nil
+}
