@@ -15,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"google.golang.org/grpc"
@@ -48,8 +49,43 @@ const accessLogWriteBuffer = 64
 // connection manager, in its order. A logger whose config does not decode
 // is an error: Envoy would reject the listener.
 func HTTPGrpcAccessLogs(hcm *hcmv3.HttpConnectionManager) ([]*grpcalsv3.HttpGrpcAccessLogConfig, error) {
+	return grpcAccessLogs(hcm.GetAccessLog())
+}
+
+// routerTypeURL is the type of the router filter's typed config, by which
+// Envoy finds the filter (its name is only a fallback).
+const routerTypeURL = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+
+// RouterUpstreamLogs returns the gRPC HTTP access loggers of the router
+// filter's upstream_log (envoy.filters.http.router, found by its typed
+// config's type), in their order, and whether its upstream_log_options
+// set flush_upstream_log_on_upstream_stream: Envoy then also writes an
+// entry when an upstream attempt's stream is associated with the request
+// (UpstreamPoolReady), besides the one at the attempt's end
+// (UpstreamEnd). An HTTP connection manager without a router, or whose
+// router has no upstream log, has none. A router or logger whose config
+// does not decode is an error: Envoy would reject the listener.
+func RouterUpstreamLogs(hcm *hcmv3.HttpConnectionManager) (loggers []*grpcalsv3.HttpGrpcAccessLogConfig, flushOnStream bool, err error) {
+	for _, f := range hcm.GetHttpFilters() {
+		if f.GetTypedConfig().GetTypeUrl() != routerTypeURL {
+			continue
+		}
+		var rt routerv3.Router
+		if err := f.GetTypedConfig().UnmarshalTo(&rt); err != nil {
+			return nil, false, fmt.Errorf("router filter %s: %w", f.GetName(), err)
+		}
+		if loggers, err = grpcAccessLogs(rt.GetUpstreamLog()); err != nil {
+			return nil, false, fmt.Errorf("router filter %s: upstream %w", f.GetName(), err)
+		}
+		return loggers, rt.GetUpstreamLogOptions().GetFlushUpstreamLogOnUpstreamStream(), nil
+	}
+	return nil, false, nil
+}
+
+// grpcAccessLogs returns the gRPC HTTP access loggers of als, in order.
+func grpcAccessLogs(als []*accesslogcfgv3.AccessLog) ([]*grpcalsv3.HttpGrpcAccessLogConfig, error) {
 	var out []*grpcalsv3.HttpGrpcAccessLogConfig
-	for _, al := range hcm.GetAccessLog() {
+	for _, al := range als {
 		if !isHTTPGrpcAccessLog(al) {
 			continue
 		}
@@ -95,6 +131,15 @@ type Logged struct {
 	LastDownstreamByte time.Duration
 	// Code is the response's status code (0: no response).
 	Code int
+	// Type is the entry's access_log_type: NotSet for the HTTP
+	// connection manager's entry at the request's end as the simulated
+	// Envoys write it, UpstreamPoolReady and UpstreamEnd for the router's
+	// upstream log (an upstream attempt's stream associated with the
+	// request, and its end).
+	Type accesslogdatav3.AccessLogType
+	// Attempt is the upstream attempt's number, from 1
+	// (upstream_request_attempt_count; 0: not set).
+	Attempt uint32
 }
 
 // AccessLogStats counts what a logger did with its entries, as Envoy's
@@ -178,8 +223,11 @@ func (l *AccessLogger) Stats() AccessLogStats {
 
 // Entry is the HTTPAccessLogEntry Envoy writes for r: the request headers
 // named in additional_request_headers_to_log that r carries (the first
-// value of a repeated one), the upstream host and cluster, the timings and
-// the response code.
+// value of a repeated one), the upstream host and cluster, the timings,
+// the response code, and, when r has them, the access log type (an
+// entry written before its stream completes, UpstreamPoolReady or a
+// periodic one, is marked intermediate, as Envoy marks entries of
+// streams not yet complete) and the attempt count.
 func (l *AccessLogger) Entry(r Logged) *accesslogdatav3.HTTPAccessLogEntry {
 	req := &accesslogdatav3.HTTPRequestProperties{Path: r.Path}
 	if m, ok := corev3.RequestMethod_value[strings.ToUpper(r.Method)]; ok {
@@ -209,12 +257,30 @@ func (l *AccessLogger) Entry(r Logged) *accesslogdatav3.HTTPAccessLogEntry {
 	if a := socketAddress(r.Upstream); a != nil {
 		common.UpstreamRemoteAddress = a
 	}
+	if r.Type != accesslogdatav3.AccessLogType_NotSet {
+		common.AccessLogType = r.Type
+		common.IntermediateLogEntry = intermediate(r.Type)
+	}
+	common.UpstreamRequestAttemptCount = r.Attempt
 	e := &accesslogdatav3.HTTPAccessLogEntry{CommonProperties: common, Request: req,
 		ProtocolVersion: accesslogdatav3.HTTPAccessLogEntry_HTTP11}
 	if r.Code > 0 {
 		e.Response = &accesslogdatav3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(uint32(r.Code))}
 	}
 	return e
+}
+
+// intermediate reports whether Envoy writes entries of type t before
+// their stream completes (StreamInfo::requestComplete unset), which it
+// marks intermediate_log_entry.
+func intermediate(t accesslogdatav3.AccessLogType) bool {
+	switch t {
+	case accesslogdatav3.AccessLogType_UpstreamPoolReady, accesslogdatav3.AccessLogType_UpstreamPeriodic,
+		accesslogdatav3.AccessLogType_DownstreamStart, accesslogdatav3.AccessLogType_DownstreamPeriodic,
+		accesslogdatav3.AccessLogType_DownstreamTunnelSuccessfullyEstablished:
+		return true
+	}
+	return false
 }
 
 // socketAddress is ip:port as an Envoy address, or nil if addr is not one.

@@ -8,8 +8,11 @@ import (
 
 	accesslogcfgv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"google.golang.org/grpc"
@@ -148,6 +151,136 @@ func TestHTTPGrpcAccessLogs(t *testing.T) {
 	hcm.AccessLog = append(hcm.AccessLog, &accesslogcfgv3.AccessLog{ConfigType: &accesslogcfgv3.AccessLog_TypedConfig{TypedConfig: bad}})
 	if _, err := HTTPGrpcAccessLogs(hcm); err == nil {
 		t.Error("a logger that does not decode: no error")
+	}
+}
+
+// routerHCM is an HTTP connection manager whose router filter has the
+// upstream log rt, after a Lua filter, and whose own access log is hcmLog.
+func routerHCM(t *testing.T, rt *routerv3.Router, hcmLog *grpcalsv3.HttpGrpcAccessLogConfig) *hcmv3.HttpConnectionManager {
+	t.Helper()
+	lua, err := anypb.New(&luav3.Lua{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := anypb.New(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := anypb.New(hcmLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &hcmv3.HttpConnectionManager{
+		AccessLog: []*accesslogcfgv3.AccessLog{{Name: HTTPGrpcAccessLogName, ConfigType: &accesslogcfgv3.AccessLog_TypedConfig{TypedConfig: hl}}},
+		HttpFilters: []*hcmv3.HttpFilter{
+			{Name: "kvxds.body_keys", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: lua}},
+			// Envoy finds the router by its config's type, whatever its name.
+			{Name: "terminal", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}},
+		}}
+}
+
+// The router's gRPC upstream loggers are found by the router's config
+// type, apart from the connection manager's own, with the flush option.
+func TestRouterUpstreamAccessLogs(t *testing.T) {
+	upstream, err := anypb.New(logConfig("kvxds-load/bench", 100*time.Millisecond, 0, "content-length", "x-request-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileLog, err := anypb.New(&filev3.FileAccessLog{Path: "/dev/stdout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &routerv3.Router{UpstreamLog: []*accesslogcfgv3.AccessLog{
+		{Name: "envoy.access_loggers.file", ConfigType: &accesslogcfgv3.AccessLog_TypedConfig{TypedConfig: fileLog}},
+		{Name: "load", ConfigType: &accesslogcfgv3.AccessLog_TypedConfig{TypedConfig: upstream}},
+	}, UpstreamLogOptions: &routerv3.Router_UpstreamAccessLogOptions{FlushUpstreamLogOnUpstreamStream: true}}
+	hcm := routerHCM(t, rt, logConfig("kvxds/bench", 0, 0))
+	got, flush, err := RouterUpstreamLogs(hcm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].GetCommonConfig().GetLogName() != "kvxds-load/bench" || !flush {
+		t.Fatalf("upstream loggers = %v, flush %v; want the router's one gRPC logger, flushing on the upstream stream", got, flush)
+	}
+	if hl, err := HTTPGrpcAccessLogs(hcm); err != nil || len(hl) != 1 || hl[0].GetCommonConfig().GetLogName() != "kvxds/bench" {
+		t.Errorf("connection manager's loggers = %v, %v; want its own alone", hl, err)
+	}
+
+	rt.UpstreamLogOptions = nil
+	if got, flush, err := RouterUpstreamLogs(routerHCM(t, rt, logConfig("kvxds/bench", 0, 0))); err != nil || len(got) != 1 || flush {
+		t.Errorf("without upstream_log_options: %d loggers, flush %v, %v", len(got), flush, err)
+	}
+	if got, flush, err := RouterUpstreamLogs(routerHCM(t, &routerv3.Router{}, logConfig("kvxds/bench", 0, 0))); err != nil || len(got) != 0 || flush {
+		t.Errorf("a router without an upstream log: %d loggers, flush %v, %v", len(got), flush, err)
+	}
+	if got, _, err := RouterUpstreamLogs(&hcmv3.HttpConnectionManager{}); err != nil || len(got) != 0 {
+		t.Errorf("no router: %d loggers, %v", len(got), err)
+	}
+	bad := &anypb.Any{TypeUrl: upstream.TypeUrl, Value: []byte{0xff}}
+	rt.UpstreamLog = append(rt.UpstreamLog, &accesslogcfgv3.AccessLog{ConfigType: &accesslogcfgv3.AccessLog_TypedConfig{TypedConfig: bad}})
+	if _, _, err := RouterUpstreamLogs(routerHCM(t, rt, logConfig("kvxds/bench", 0, 0))); err == nil {
+		t.Error("an upstream logger that does not decode: no error")
+	}
+}
+
+// An upstream log entry carries its type, whether it is intermediate, the
+// attempt count and the configured headers; an entry without a type (the
+// connection manager's) carries none of them.
+func TestAccessLogUpstreamEntry(t *testing.T) {
+	srv := &alsServer{}
+	addr := startALS(t, srv)
+	l, err := NewAccessLogger(addr, &corev3.Node{Id: "envoy-1"}, logConfig("kvxds-load/bench", time.Hour, 0, "content-length", "x-request-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	r := Logged{Method: "POST", Path: "/v1/completions", Upstream: "127.0.0.1:8001", Cluster: "bench", Start: start, Attempt: 1,
+		Headers: [][2]string{{"x-request-id", "5e8a0b52-1c1f-4f3e-9d1a-3b1c0f6a7e21"}, {"content-length", "120"}, {"x-kvxds-key-1", "00ff"}}}
+	ready := r
+	ready.Type = accesslogdatav3.AccessLogType_UpstreamPoolReady
+	end := r
+	end.Type, end.Code, end.FirstUpstreamByte = accesslogdatav3.AccessLogType_UpstreamEnd, 200, 30*time.Millisecond
+	for _, c := range []struct {
+		r            Logged
+		intermediate bool
+	}{{ready, true}, {end, false}} {
+		e := l.Entry(c.r)
+		cp := e.GetCommonProperties()
+		if cp.GetAccessLogType() != c.r.Type || cp.GetIntermediateLogEntry() != c.intermediate || cp.GetUpstreamRequestAttemptCount() != 1 {
+			t.Errorf("%v entry: type %v, intermediate %v, attempt %d; want intermediate %v, attempt 1", c.r.Type,
+				cp.GetAccessLogType(), cp.GetIntermediateLogEntry(), cp.GetUpstreamRequestAttemptCount(), c.intermediate)
+		}
+		h := e.GetRequest().GetRequestHeaders()
+		if len(h) != 2 || h["x-request-id"] != "5e8a0b52-1c1f-4f3e-9d1a-3b1c0f6a7e21" || h["content-length"] != "120" {
+			t.Errorf("%v entry: headers %v, want x-request-id and content-length", c.r.Type, h)
+		}
+		if sa := cp.GetUpstreamRemoteAddress().GetSocketAddress(); sa.GetAddress() != "127.0.0.1" || sa.GetPortValue() != 8001 ||
+			cp.GetUpstreamCluster() != "bench" || !cp.GetStartTime().AsTime().Equal(start) {
+			t.Errorf("%v entry: upstream %v of %q from %v", c.r.Type, sa, cp.GetUpstreamCluster(), cp.GetStartTime())
+		}
+	}
+	if e := l.Entry(end); e.GetResponse().GetResponseCode().GetValue() != 200 ||
+		e.GetCommonProperties().GetTimeToFirstUpstreamRxByte().AsDuration() != 30*time.Millisecond {
+		t.Errorf("end entry: response %v after %v", e.GetResponse(), e.GetCommonProperties().GetTimeToFirstUpstreamRxByte())
+	}
+	// The connection manager's entry as before: no type, not intermediate,
+	// no attempt count.
+	hcmEntry := r
+	hcmEntry.Attempt = 0
+	if cp := l.Entry(hcmEntry).GetCommonProperties(); cp.GetAccessLogType() != accesslogdatav3.AccessLogType_NotSet ||
+		cp.GetIntermediateLogEntry() || cp.GetUpstreamRequestAttemptCount() != 0 {
+		t.Errorf("untyped entry: %v", cp)
+	}
+	// Both reach the server in order.
+	l.Log(ready)
+	l.Log(end)
+	l.Flush()
+	waitFor(t, "the two entries", func() bool { return srv.entries() == 2 })
+	got := srv.snapshot()[0][0].GetHttpLogs().GetLogEntry()
+	if got[0].GetCommonProperties().GetAccessLogType() != accesslogdatav3.AccessLogType_UpstreamPoolReady ||
+		got[1].GetCommonProperties().GetAccessLogType() != accesslogdatav3.AccessLogType_UpstreamEnd {
+		t.Errorf("received %v then %v", got[0].GetCommonProperties().GetAccessLogType(), got[1].GetCommonProperties().GetAccessLogType())
 	}
 }
 

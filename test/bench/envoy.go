@@ -27,6 +27,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	"google.golang.org/protobuf/proto"
@@ -99,11 +100,19 @@ type envoyClient struct {
 	total  map[string]uint32
 	rr     map[string]uint64 // round-robin position per cluster
 	rng    *rand.Rand
-	// loggers are the access loggers of the pool's listener, by their
-	// config (Envoy keeps one per distinct config); logging lists them in
-	// the listener's order.
-	loggers map[string]*adsenvoy.AccessLogger
-	logging []*adsenvoy.AccessLogger
+	// ids draws the x-request-id the connection manager gives a request
+	// that has none; apart from rng, so that the routing draws do not
+	// depend on it.
+	ids *rand.Rand
+	// loggers are the access loggers of the pool's listener, the
+	// connection manager's and the router's upstream ones, by their config
+	// (Envoy keeps one per distinct config); logging lists the connection
+	// manager's in the listener's order, upstreamLogging the router's, and
+	// flushUpstreamLog is the router's flush_upstream_log_on_upstream_stream.
+	loggers          map[string]*adsenvoy.AccessLogger
+	logging          []*adsenvoy.AccessLogger
+	upstreamLogging  []*adsenvoy.AccessLogger
+	flushUpstreamLog bool
 }
 
 // envoyState is what one set of resources gives: the router, the route
@@ -114,8 +123,13 @@ type envoyState struct {
 	routeName string
 	lua       []luaSpec
 	clusters  map[string]*envoyCluster
-	// accessLogs are the listener's gRPC access loggers.
-	accessLogs []*grpcalsv3.HttpGrpcAccessLogConfig
+	// accessLogs are the listener's gRPC access loggers; upstreamLogs the
+	// router filter's gRPC upstream loggers, and flushUpstreamLog whether
+	// they also log when an upstream stream is associated with a request
+	// (flush_upstream_log_on_upstream_stream).
+	accessLogs       []*grpcalsv3.HttpGrpcAccessLogConfig
+	upstreamLogs     []*grpcalsv3.HttpGrpcAccessLogConfig
+	flushUpstreamLog bool
 }
 
 type envoyCluster struct {
@@ -132,7 +146,8 @@ func startEnvoy(ctx context.Context, xdsAddr, node string) (*envoyClient, error)
 		node:    &corev3.Node{Id: node, Cluster: "kvxds-bench", UserAgentName: "envoy"},
 		xdsAddr: xdsAddr,
 		active:  map[string]map[string]uint32{}, total: map[string]uint32{}, rr: map[string]uint64{},
-		rng: rand.New(rand.NewPCG(nodeSeed(node), 1)), loggers: map[string]*adsenvoy.AccessLogger{}}
+		rng: rand.New(rand.NewPCG(nodeSeed(node), 1)), ids: rand.New(rand.NewPCG(nodeSeed(node), 2)),
+		loggers: map[string]*adsenvoy.AccessLogger{}}
 	ads, err := adsenvoy.Subscribe(xdsAddr, e.node, e.update)
 	if err != nil {
 		return nil, err
@@ -209,44 +224,57 @@ func (e *envoyClient) update(r adsenvoy.Resources, err error) {
 		return
 	}
 	e.state, e.err = st, nil
-	if err := e.startLoggers(st.accessLogs); err != nil {
+	if err := e.startLoggers(st.accessLogs, st.upstreamLogs); err != nil {
 		e.err = fmt.Errorf("access log: %w", err)
 	}
+	e.flushUpstreamLog = st.flushUpstreamLog
 }
 
 // startLoggers keeps one access logger per distinct config of the
-// listener, as Envoy's logger cache does, starting new ones and closing
-// those the listener no longer has. Every logger goes to kvxds's xDS
-// address (buildEnvoyState checked that it names the xDS cluster).
-func (e *envoyClient) startLoggers(cfgs []*grpcalsv3.HttpGrpcAccessLogConfig) error {
+// listener, the connection manager's (cfgs) and the router's upstream ones
+// (upstream) alike, as Envoy's logger cache does (keyed by config: equal
+// configs share a logger), starting new ones and closing those the
+// listener no longer has. Every logger goes to kvxds's xDS address
+// (buildEnvoyState checked that it names the xDS cluster).
+func (e *envoyClient) startLoggers(cfgs, upstream []*grpcalsv3.HttpGrpcAccessLogConfig) error {
 	keep := map[string]*adsenvoy.AccessLogger{}
-	var logging []*adsenvoy.AccessLogger
 	var err error
-	for _, c := range cfgs {
-		b, merr := proto.MarshalOptions{Deterministic: true}.Marshal(c)
-		if merr != nil {
-			err = merr
-			break
-		}
-		key := string(b)
-		if keep[key] != nil {
-			continue
-		}
-		l := e.loggers[key]
-		if l == nil {
-			if l, err = adsenvoy.NewAccessLogger(e.xdsAddr, e.node, c); err != nil {
-				break
+	// start lists the loggers of cs, each once.
+	start := func(cs []*grpcalsv3.HttpGrpcAccessLogConfig) []*adsenvoy.AccessLogger {
+		var out []*adsenvoy.AccessLogger
+		for _, c := range cs {
+			b, merr := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+			if merr != nil {
+				err = merr
+				return out
+			}
+			key := string(b)
+			l := keep[key]
+			if l == nil {
+				if l = e.loggers[key]; l == nil {
+					if l, err = adsenvoy.NewAccessLogger(e.xdsAddr, e.node, c); err != nil {
+						return out
+					}
+				}
+				keep[key] = l
+			}
+			if !slices.Contains(out, l) {
+				out = append(out, l)
 			}
 		}
-		keep[key] = l
-		logging = append(logging, l)
+		return out
+	}
+	logging := start(cfgs)
+	var upstreamLogging []*adsenvoy.AccessLogger
+	if err == nil {
+		upstreamLogging = start(upstream)
 	}
 	for key, l := range e.loggers {
 		if keep[key] == nil {
 			go l.Close() // flushes, off the ADS goroutine
 		}
 	}
-	e.loggers, e.logging = keep, logging
+	e.loggers, e.logging, e.upstreamLogging = keep, logging, upstreamLogging
 	return err
 }
 
@@ -269,7 +297,11 @@ func buildEnvoyState(r adsenvoy.Resources, prev *envoylb.Router) (*envoyState, e
 		if err != nil {
 			return nil, err
 		}
-		for _, c := range als {
+		upstream, flush, err := adsenvoy.RouterUpstreamLogs(hcm)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range slices.Concat(als, upstream) {
 			// The simulated Envoy's one static cluster is the bootstrap's
 			// xDS cluster; Envoy rejects a listener whose logger names a
 			// cluster it does not have.
@@ -277,7 +309,7 @@ func buildEnvoyState(r adsenvoy.Resources, prev *envoylb.Router) (*envoyState, e
 				return nil, fmt.Errorf("access log %q: cluster %q is not the xDS cluster %q", c.GetCommonConfig().GetLogName(), name, bootstrap.XDSClusterName)
 			}
 		}
-		st.accessLogs = als
+		st.accessLogs, st.upstreamLogs, st.flushUpstreamLog = als, upstream, flush
 		for _, f := range hcm.GetHttpFilters() {
 			m, err := f.GetTypedConfig().UnmarshalNew()
 			if err != nil {
@@ -374,7 +406,7 @@ func (e *envoyClient) close() {
 		e.lua = nil
 	}
 	loggers := e.loggers
-	e.loggers, e.logging = nil, nil
+	e.loggers, e.logging, e.upstreamLogging = nil, nil, nil
 	e.mu.Unlock()
 	for _, l := range loggers {
 		l.Close()
@@ -400,8 +432,9 @@ func (e *envoyClient) accessLogStats() adsenvoy.AccessLogStats {
 }
 
 // routing is where the router sent a request: the host and its cluster,
-// the headers it routed with (the client's and the filters'), and the
-// access loggers of the configuration that routed it.
+// the headers it routed with (the client's, the connection manager's
+// x-request-id and the filters'), the access loggers of the configuration
+// that routed it, and its upstream attempt.
 type routing struct {
 	addr, cluster string
 	// override is the upstream host a filter named (not strict), "" for
@@ -409,7 +442,12 @@ type routing struct {
 	override string
 	headers  [][2]string
 	loggers  []*adsenvoy.AccessLogger
-	release  func()
+	// attempt is the router's upstream request, which the router's
+	// upstream loggers log; nil when the configuration has none.
+	attempt *upstreamAttempt
+	// release ends the request: it writes the attempt's end entry if
+	// send has not, and stops counting the host's request in flight.
+	release func()
 	// respond runs the Lua filters' envoy_on_response, once, when the
 	// response starts (or the request fails without one); finish ends
 	// the response, after respond.
@@ -427,10 +465,65 @@ func (e *envoyClient) route(hdrs [][2]string, body []byte) (addr string, release
 	return r.addr, func() { r.respond(); r.finish(); r.release() }, nil
 }
 
+// upstreamAttempt is one upstream request of the router, for its upstream
+// log: the entry its loggers write (the request headers the router sent,
+// content-length among them; the host, cluster, start and attempt number),
+// at the attempt's end once.
+type upstreamAttempt struct {
+	loggers []*adsenvoy.AccessLogger
+	entry   adsenvoy.Logged
+	once    sync.Once
+}
+
+// end writes the attempt's UpstreamEnd entry, once, with the response's
+// code and the time to its first byte (zero: none).
+func (a *upstreamAttempt) end(code int, firstByte time.Duration) {
+	if a == nil {
+		return
+	}
+	a.once.Do(func() {
+		e := a.entry
+		e.Type, e.Code, e.FirstUpstreamByte = accesslogdatav3.AccessLogType_UpstreamEnd, code, firstByte
+		for _, l := range a.loggers {
+			l.Log(e)
+		}
+	})
+}
+
+// withRequestID is hdrs with an x-request-id, a random UUID (version 4)
+// drawn from rng, when they carry none, as Envoy's connection manager
+// sets one (generate_request_id defaults to true) on each request before
+// its filters run; hdrs itself is not changed.
+func withRequestID(hdrs [][2]string, rng *rand.Rand) [][2]string {
+	if slices.ContainsFunc(hdrs, func(h [2]string) bool { return strings.EqualFold(h[0], "x-request-id") }) {
+		return hdrs
+	}
+	hi, lo := rng.Uint64(), rng.Uint64()
+	hi = hi&^0xf000 | 0x4000     // version 4
+	lo = lo&^(0xc<<60) | 0x8<<60 // RFC 4122 variant
+	id := fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", hi>>32, hi>>16&0xffff, hi&0xffff, lo>>48, lo&0xffffffffffff)
+	return append(slices.Clip(hdrs), [2]string{"x-request-id", id})
+}
+
+// withContentLength is hdrs with a content-length of n when they carry
+// none: the router's request headers declare the body's length (the Lua
+// filters see it, but the simulated filters leave it out of the headers
+// they return, and a client's header list need not carry it).
+func withContentLength(hdrs [][2]string, n int) [][2]string {
+	if slices.ContainsFunc(hdrs, func(h [2]string) bool { return strings.EqualFold(h[0], "content-length") }) {
+		return hdrs
+	}
+	return append(slices.Clip(hdrs), [2]string{"content-length", strconv.Itoa(n)})
+}
+
 func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, err error) {
 	var addr string
 	e.mu.Lock()
 	st := e.state
+	if st != nil {
+		// The connection manager's request id, before the filters.
+		hdrs = withRequestID(hdrs, e.ids)
+	}
 	var lua *luaFilter
 	if st != nil && len(st.lua) > 0 {
 		if e.lua == nil || !e.lua.runs(st.lua) {
@@ -542,12 +635,32 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	act[addr]++
 	e.total[d.Cluster]++
 	cluster := d.Cluster
-	return routing{addr: addr, cluster: cluster, override: override, headers: hdrs, loggers: e.logging, respond: respond, finish: finish, release: func() {
-		e.mu.Lock()
-		e.active[cluster][addr]--
-		e.total[cluster]--
-		e.mu.Unlock()
-	}}, nil
+	var attempt *upstreamAttempt
+	if len(e.upstreamLogging) > 0 {
+		// The router's upstream request, its first attempt (the simulated
+		// router does not retry). With flush_upstream_log_on_upstream_stream
+		// Envoy logs once the connection pool hands the attempt its stream
+		// (UpstreamPoolReady); the simulated Envoy's pool is ready once the
+		// host is chosen.
+		attempt = &upstreamAttempt{loggers: e.upstreamLogging, entry: adsenvoy.Logged{
+			Headers: withContentLength(hdrs, len(body)), Method: http.MethodPost, Path: req.Path,
+			Upstream: addr, Cluster: cluster, Start: time.Now(), Attempt: 1}}
+		if e.flushUpstreamLog {
+			ready := attempt.entry
+			ready.Type = accesslogdatav3.AccessLogType_UpstreamPoolReady
+			for _, l := range attempt.loggers {
+				l.Log(ready)
+			}
+		}
+	}
+	return routing{addr: addr, cluster: cluster, override: override, headers: hdrs, loggers: e.logging, attempt: attempt,
+		respond: respond, finish: finish, release: func() {
+			attempt.end(0, 0)
+			e.mu.Lock()
+			e.active[cluster][addr]--
+			e.total[cluster]--
+			e.mu.Unlock()
+		}}, nil
 }
 
 // overridable reports whether the cluster takes override host h (a
@@ -633,8 +746,11 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	began := time.Now()
 	entry := adsenvoy.Logged{Headers: rt.headers, Method: http.MethodPost, Path: "/v1/completions",
 		Upstream: rt.addr, Cluster: rt.cluster, Start: began}
-	// Envoy logs each request once it completes, whatever its outcome.
+	// Envoy logs each request once it completes, whatever its outcome:
+	// the router's upstream attempt as it ends, then the connection
+	// manager's entry.
 	defer func() {
+		rt.attempt.end(entry.Code, entry.FirstUpstreamByte)
 		entry.LastDownstreamByte = time.Since(began)
 		for _, l := range rt.loggers {
 			l.Log(entry)
@@ -879,6 +995,17 @@ type luaFilter struct {
 // whose handle:bodyChunks() iterator yields until the response ends, and
 // prints nothing; at the end it resumes them.
 const luaDriver = `
+local ffi = require("ffi")
+ffi.cdef [[
+  typedef struct { long tv_sec; long tv_nsec; } kvxds_timespec;
+  int clock_gettime(int clk, kvxds_timespec *ts);
+]]
+local ts = ffi.new("kvxds_timespec")
+-- Envoy's handle:timestamp(): milliseconds since the epoch.
+local function now_ms()
+  ffi.C.clock_gettime(0, ts)
+  return tonumber(ts.tv_sec) * 1000 + math.floor(tonumber(ts.tv_nsec) / 1e6)
+end
 local filters = {}
 for i = 1, #arg do
   local chunk = assert(loadfile(arg[i]))
@@ -937,6 +1064,7 @@ while true do
       function handle:metadata() return md end
       function handle:streamInfo() return si end
       function handle:logWarn(msg) end
+      function handle:timestamp() return now_ms() end
       function handle:setUpstreamOverrideHost(host, strict)
         t[":override"] = host .. (strict and " strict" or "")
       end

@@ -200,13 +200,19 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	return nil
 }
 
-// sameShape reports whether a and b differ at most in their endpoints.
+// sameShape reports whether a and b differ at most in their endpoints,
+// and not in what of them the routes carry (pick tables).
 func sameShape(a, b fleet.Fleet) bool {
 	if len(a.Pools) != len(b.Pools) {
 		return false
 	}
 	for i := range a.Pools {
 		pa, pb := a.Pools[i], b.Pools[i]
+		// A pick table rides in the routes, and follows the replicas:
+		// their membership, health, weights and bytes in flight.
+		if !reflect.DeepEqual(translate.PickTable(&pa, translate.Envoy), translate.PickTable(&pb, translate.Envoy)) {
+			return false
+		}
 		pa.Endpoints, pb.Endpoints = nil, nil
 		if !reflect.DeepEqual(pa, pb) {
 			return false

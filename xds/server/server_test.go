@@ -139,6 +139,21 @@ func TestClassify(t *testing.T) {
 // Weight, health and membership changes bump EDS, and for gRPC clients
 // the CDS of the pools whose ring size follows the healthy weight; never
 // LDS or RDS, and never Envoy's CDS.
+// pickFleet is testFleet(2, 2, 1, 1) bounding prompt bytes with its load
+// observed: the first replica has health h, the second inFlight bytes in
+// flight.
+func pickFleet(inFlight uint64, h fleet.Health) fleet.Fleet {
+	f := testFleet(2, 2, 1, 1)
+	p := &f.Pools[0]
+	p.Hash.BalanceFactor = 200
+	p.Hash.BalanceOn = fleet.BalanceOnPromptBytes
+	p.Hash.LoadInterval = fleet.DefaultLoadInterval
+	p.LoadObserved = true
+	p.Endpoints[0].Health = h
+	p.Endpoints[1].InFlightBytes = inFlight
+	return f
+}
+
 func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()
@@ -168,6 +183,12 @@ func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 			f.Pools[0].Hash.BalanceFactor = 200
 			return f
 		}(), map[string]bool{resourcev3.ClusterType: true}, nil}, // gRPC ignores it
+		// A pool whose Envoys pick replicas from its slot table, in the
+		// routes: the table follows the replicas' health and their
+		// bytes in flight, which only Envoy's routes carry.
+		{"bound on prompt bytes", pickFleet(0, fleet.Draining), map[string]bool{resourcev3.ListenerType: true, resourcev3.RouteType: true}, nil},
+		{"bytes in flight", pickFleet(120_000, fleet.Draining), map[string]bool{resourcev3.RouteType: true}, nil},
+		{"pick pool health", pickFleet(120_000, fleet.Healthy), map[string]bool{resourcev3.RouteType: true, resourcev3.EndpointType: true}, edsAndRing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := map[translate.Kind]map[string]string{}
