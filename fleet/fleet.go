@@ -128,11 +128,11 @@ type Pool struct {
 	// PrefillTable is the prefill pool's table, in a pool with Prefill:
 	// Prepare builds it from the prefill pool's replicas.
 	PrefillTable *SlotTable
-	// LoadObserved says that Envoys log the pool's requests in flight to
-	// this instance (Hash.LoadInterval), so that its endpoints'
-	// InFlightBytes are the fleet's as this instance sees it, zeros
-	// included; false leaves each pick filter to its own counts.
-	LoadObserved bool
+	// LoadAt, when Envoys log the pool's requests in flight to this
+	// instance (Hash.LoadInterval), is when its endpoints' InFlightBytes
+	// were counted: they are the fleet's as this instance sees it, zeros
+	// included. Zero leaves each pick filter to its own counts.
+	LoadAt time.Time
 }
 
 // Settings are a pool's own settings: everything about it but its name
@@ -251,7 +251,7 @@ type poolJSON struct {
 	Prefill       *Prefill   `json:"prefill,omitempty"`
 	// PrefillTable is written for reading (status); Prepare rebuilds it.
 	PrefillTable *SlotTable `json:"prefill_table,omitempty"`
-	LoadObserved bool       `json:"load_observed,omitempty"`
+	LoadAt       *time.Time `json:"load_at,omitempty"`
 	RouteTimeout string     `json:"route_timeout,omitempty"`
 	IdleTimeout  string     `json:"idle_timeout,omitempty"`
 }
@@ -262,7 +262,9 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 		Name: p.Name, ListenAddress: p.ListenAddress, Port: p.Port, Balancer: p.Balancer,
 		Hash: p.Hash, Endpoints: p.Endpoints, Mesh: p.Mesh, Groups: p.Groups, HotKeys: p.HotKeys,
 		LoRA: p.LoRA, Adapters: p.Adapters, Prefill: p.Prefill, PrefillTable: p.PrefillTable,
-		LoadObserved: p.LoadObserved,
+	}
+	if !p.LoadAt.IsZero() {
+		j.LoadAt = &p.LoadAt
 	}
 	if p.RouteTimeout != 0 {
 		j.RouteTimeout = p.RouteTimeout.String()
@@ -279,10 +281,13 @@ func (p *Pool) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, LoadObserved: j.LoadObserved, Settings: Settings{
+	*p = Pool{Name: j.Name, Endpoints: j.Endpoints, HotKeys: j.HotKeys, Adapters: j.Adapters, Settings: Settings{
 		ListenAddress: j.ListenAddress, Port: j.Port, Balancer: j.Balancer,
 		Hash: j.Hash, Mesh: j.Mesh, Groups: j.Groups, LoRA: j.LoRA, Prefill: j.Prefill,
 	}}
+	if j.LoadAt != nil {
+		p.LoadAt = *j.LoadAt
+	}
 	for _, d := range []struct {
 		s   string
 		dst *time.Duration

@@ -91,9 +91,13 @@ type SlotTable struct {
 	// BalanceOnPromptBytes the bound counts prompt bytes, not requests.
 	BalanceOn string `json:"balance_on,omitempty"`
 	// Load is each host's prompt bytes in flight (Endpoint.InFlightBytes),
-	// in Hosts order, where the pool's load is observed (LoadObserved);
-	// nil otherwise.
-	Load []uint64 `json:"load,omitempty"`
+	// in Hosts order, where the pool's load is observed (Pool.LoadAt);
+	// nil otherwise. LoadAt is when it was counted, LoadTTL how long a
+	// filter believes it (ten load intervals): a table kvxds no longer
+	// refreshes (kvxds gone) stops biasing the bound.
+	Load    []uint64      `json:"load,omitempty"`
+	LoadAt  time.Time     `json:"load_at,omitzero"`
+	LoadTTL time.Duration `json:"load_ttl,omitempty"`
 	// LoadLag is how long after a request starts its Envoy's own count
 	// of it may be missing from Load (the upstream log's flush interval,
 	// twice, and the push); zero without Load.
@@ -104,6 +108,10 @@ type SlotTable struct {
 // a pool's requests in flight: a tenth of its load interval, at least
 // MinLoadInterval.
 func LoadLogFlush(h Hash) time.Duration { return max(h.LoadInterval/10, MinLoadInterval) }
+
+// LoadTTL is how long a pick filter believes a table's bytes in flight:
+// ten load intervals (kvxds refreshes a table at least every five).
+func LoadTTL(h Hash) time.Duration { return 10 * h.LoadInterval }
 
 // Host returns the prefill replica of slot s, or "" if there is none.
 func (t *SlotTable) Host(s int) string {
@@ -187,11 +195,12 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 	for _, m := range ms {
 		t.Hosts = append(t.Hosts, m.addr)
 	}
-	if prefill.LoadObserved && prefill.Hash.LoadInterval > 0 {
+	if !prefill.LoadAt.IsZero() && prefill.Hash.LoadInterval > 0 {
 		for _, m := range ms {
 			t.Load = append(t.Load, m.load)
 		}
 		t.LoadLag = 3 * LoadLogFlush(prefill.Hash)
+		t.LoadAt, t.LoadTTL = prefill.LoadAt, LoadTTL(prefill.Hash)
 	}
 	// Each virtual identity's hash is the same for every slot but mixed
 	// with the slot's, so a table costs one hash per slot and identity.

@@ -14,10 +14,16 @@ import (
 	"github.com/kvxds/kvxds/xds/translate"
 )
 
-// Loads are the pools' observed bytes in flight by replica address, as
-// the last push served them; a pool is present when its Envoys log their
-// load to this instance.
-type Loads map[string]map[string]uint64
+// Loads are the pools' observed bytes in flight, as the last push served
+// them; a pool is present when its Envoys log their load to this
+// instance.
+type Loads map[string]PoolLoad
+
+// PoolLoad is a pool's bytes in flight by replica address, counted at At.
+type PoolLoad struct {
+	At    time.Time
+	Bytes map[string]uint64
+}
 
 // loadState counts the requests in flight that Envoys' load logs report
 // (inflight.Tracker) and decides, every pool's load interval, whether the
@@ -76,8 +82,10 @@ func (l *loadState) update(f fleet.Fleet) {
 }
 
 // decide takes each due pool's snapshot; changed is true when one
-// differs from what was served (then current has it), next is the wait
-// until the next pool is due (zero for none).
+// differs from what was served (then current has it), or when figures
+// not all zero were served half their TTL ago (so that filters keep
+// believing them), next is the wait until the next pool is due (zero for
+// none).
 func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -94,14 +102,15 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 		}
 		snap, ok := l.tracker.Snapshot(name, now)
 		old, had := l.served[name]
+		refresh := had && len(old.Bytes) > 0 && now.Sub(old.At) >= 5*iv
 		switch {
 		case !ok && had:
 			delete(l.served, name)
-		case ok && (!had || !maps.Equal(old, snap)):
+		case ok && (!had || refresh || !maps.Equal(old.Bytes, snap)):
 			if snap == nil {
 				snap = map[string]uint64{}
 			}
-			l.served[name] = snap
+			l.served[name] = PoolLoad{At: now, Bytes: snap}
 		default:
 			continue
 		}
@@ -141,17 +150,20 @@ func (s loadSink) CloseStream(stream uint64) { s.l.tracker.CloseStream(stream) }
 
 // WithLoad puts the observed bytes in flight into f's pools that observe
 // load: each endpoint's InFlightBytes (zero when none is open), and
-// LoadObserved. Other pools' are cleared.
+// LoadAt. Other pools' are cleared.
 func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		load, ok := loads[p.Name]
-		p.LoadObserved = ok && translate.ObservesLoad(p, translate.Envoy)
+		p.LoadAt = time.Time{}
+		if ok && translate.ObservesLoad(p, translate.Envoy) {
+			p.LoadAt = load.At
+		}
 		for j := range p.Endpoints {
 			e := &p.Endpoints[j]
 			e.InFlightBytes = 0
-			if p.LoadObserved {
-				e.InFlightBytes = load[e.Address()]
+			if ok && !p.LoadAt.IsZero() {
+				e.InFlightBytes = load.Bytes[e.Address()]
 			}
 		}
 	}

@@ -148,7 +148,7 @@ func pickFleet(inFlight uint64, h fleet.Health) fleet.Fleet {
 	p.Hash.BalanceFactor = 200
 	p.Hash.BalanceOn = fleet.BalanceOnPromptBytes
 	p.Hash.LoadInterval = fleet.DefaultLoadInterval
-	p.LoadObserved = true
+	p.LoadAt = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	p.Endpoints[0].Health = h
 	p.Endpoints[1].InFlightBytes = inFlight
 	return f

@@ -183,6 +183,8 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 		}
 		fields["load"] = strings.Join(load, ",")
 		fields["load_lag"] = float64(t.LoadLag.Milliseconds())
+		fields["load_at"] = float64(t.LoadAt.UnixMilli())
+		fields["load_ttl"] = float64(t.LoadTTL.Milliseconds())
 	}
 	if len(t.Hot) > 0 {
 		hot := make(map[string]any, len(t.Hot))

@@ -25,7 +25,9 @@
 -- fleet's: the table's, plus what this Lua state sent since ("load_lag"
 -- ms before the table arrived: the logs and the push take that long to
 -- count a request), so that many Envoys, each with a small share of the
--- traffic, bound a replica by its whole load.
+-- traffic, bound a replica by its whole load. A table whose "load_at"
+-- (ms since the epoch) is more than "load_ttl" ms old is not believed:
+-- the state's own counts bound.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
 -- PREFILL_SPREAD carries them (set by the prefill keys filter), or, with
 -- SPREAD_RAW, carries the value they are the spread of; nil if absent.
@@ -205,8 +207,10 @@ local function set_prefill(handle, headers)
     if w < 1 then w = 1 end
     if factor ~= nil then
       now = now_ms(handle)
-      local ls, lag = md:get("load"), md:get("load_lag")
-      if type(ls) ~= "string" then ls = nil end
+      -- A table counted more than load_ttl ms ago (kvxds gone, or its
+      -- clock far from this one) is not believed.
+      local ls, lag, at, ttl = md:get("load"), md:get("load_lag"), md:get("load_at"), md:get("load_ttl")
+      if type(ls) ~= "string" or type(at) ~= "number" or type(ttl) ~= "number" or now - at > ttl then ls = nil end
       sync_load(ls, hosts, type(lag) == "number" and lag or 0, now)
     end
   end

@@ -163,7 +163,8 @@ func TestLuaPrefillBounded(t *testing.T) {
 // steps against the rule in Go. With fleet, table pushes bring the
 // fleet's bytes in flight ("load"): a replica's bytes are then the
 // table's plus this state's requests since it, those started within
-// load_lag ms of the table's arrival included.
+// load_lag ms of the table's arrival included; a table older than its
+// load_ttl is not believed, and the state's own counts bound.
 func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
@@ -246,21 +247,30 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 			}
 		}
 	}
-	const lag = 100
+	const lag, ttl = 100, 700
 	clock, requests, spilled, expired, ms := 0, 0, 0, 0, 0
-	var arrived []float64 // a table pushed, not yet seen by a request
+	// The table the route carries (its figures, when it was counted and
+	// its number; nil before the first), and the number of the one the
+	// state bounds by (0: its own counts).
+	type loadTable struct {
+		load   []float64
+		at, id int
+	}
+	var served *loadTable
+	inUse, stale := 0, 0
 	for step := range 1500 {
 		if fleet {
 			ms += rng.IntN(40)
 			lines = append(lines, fmt.Sprintf("ms\t%d", ms))
 			if step%60 == 30 {
-				arrived = make([]float64, len(hosts))
+				tb := &loadTable{load: make([]float64, len(hosts)), at: ms, id: step + 1}
 				parts := make([]string, len(hosts))
-				for i := range arrived {
-					arrived[i] = float64(rng.IntN(400_000))
-					parts[i] = fmt.Sprint(arrived[i])
+				for i := range tb.load {
+					tb.load[i] = float64(rng.IntN(400_000))
+					parts[i] = fmt.Sprint(tb.load[i])
 				}
-				lines = append(lines, fmt.Sprintf("load\t%s\t%d", strings.Join(parts, ","), lag))
+				served = tb
+				lines = append(lines, fmt.Sprintf("load\t%s\t%d\t%d\t%d", strings.Join(parts, ","), lag, tb.at, ttl))
 				continue
 			}
 		}
@@ -306,10 +316,11 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 		if !bytes {
 			w = 1
 		}
-		if arrived != nil {
+		switch believed := served != nil && ms-served.at <= ttl; {
+		case believed && inUse != served.id:
 			// The first request after a push reads it: this state's
 			// requests of the last lag ms count on top of it.
-			gl, arrived = arrived, nil
+			gl, inUse = served.load, served.id
 			gen++
 			fresh = map[int]float64{}
 			for n, p := range open {
@@ -319,6 +330,10 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 					open[n] = p
 				}
 			}
+		case !believed && inUse != 0:
+			gl, inUse = nil, 0
+			gen++
+			stale++
 		}
 		i := pick(key, w)
 		if i != table[PrefillSlot(key, slots)] {
@@ -348,6 +363,9 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 	}
 	if expired == 0 {
 		t.Fatal("no request expired: the script does not test forgetting")
+	}
+	if fleet && stale == 0 {
+		t.Fatal("no table went stale: the script does not test load_ttl")
 	}
 	if spilled == 0 || spilled > requests*9/10 {
 		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)

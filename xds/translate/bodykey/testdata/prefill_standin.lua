@@ -16,9 +16,10 @@
 -- content-length, or "respond<TAB>N" to run envoy_on_response for the
 -- N-th request (from 1), or "clock<TAB>T" to make os.time() return T from
 -- then on (0 at first), or "ms<TAB>M" to make handle:timestamp() return M
--- (milliseconds; 0 at first), or "load<TAB>L<TAB>LAG" to set the table's
--- "load" to L and "load_lag" to LAG (the fleet's bytes in flight, as a
--- table push brings them). Prints per request the value of HEADER after
+-- (milliseconds; 0 at first), or "load<TAB>L<TAB>LAG<TAB>AT<TAB>TTL" to
+-- set the table's "load" to L, "load_lag" to LAG, "load_at" to AT and
+-- "load_ttl" to TTL (the fleet's bytes in flight, as a table push brings
+-- them). Prints per request the value of HEADER after
 -- the run, or "-"; nothing for a response, a clock or a load.
 
 local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
@@ -55,13 +56,13 @@ for line in io.lines(casefile) do
   local n = string.match(line, "^respond\t(%d+)$")
   local clock = string.match(line, "^clock\t(%d+)$")
   local msv = string.match(line, "^ms\t(%d+)$")
-  local load, lag = string.match(line, "^load\t([%d,]+)\t(%d+)$")
+  local load, lag, at, ttl = string.match(line, "^load\t([%d,]+)\t(%d+)\t(%d+)\t(%d+)$")
   if n ~= nil then
     envoy_on_response(handles[tonumber(n)])
   elseif msv ~= nil then
     ms = tonumber(msv)
   elseif load ~= nil then
-    md.load, md.load_lag = load, tonumber(lag)
+    md.load, md.load_lag, md.load_at, md.load_ttl = load, tonumber(lag), tonumber(at), tonumber(ttl)
   elseif clock ~= nil then
     local now = tonumber(clock)
     os.time = function() return now end

@@ -1,0 +1,72 @@
+package reconcile
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvxds/kvxds/fleet"
+)
+
+// loadFleet is one pool bounding prompt bytes on its Envoys' load, over
+// two replicas.
+func loadFleet() fleet.Fleet {
+	return fleet.Fleet{Pools: []fleet.Pool{{
+		Name: "docs",
+		Settings: fleet.Settings{Port: 10000, Balancer: fleet.ConsistentHash, Hash: fleet.Hash{
+			Algorithm: fleet.RingHash, BalanceFactor: 150, BalanceOn: fleet.BalanceOnPromptBytes,
+			LoadInterval: time.Second, Keys: []fleet.HashKey{{Header: "x-session-id"}}, Keyless: fleet.RoundRobin,
+		}},
+		Endpoints: []fleet.Endpoint{
+			{Host: "10.0.0.1", Port: 8000, Weight: 1, Health: fleet.Healthy},
+			{Host: "10.0.0.2", Port: 8000, Weight: 1, Health: fleet.Healthy},
+		},
+	}}}
+}
+
+// TestLoadDecide: a pool's figures are taken every load interval and
+// served when they change, refreshed after five intervals unchanged, and
+// dropped when no stream logs for the pool; WithLoad puts them on the
+// replicas.
+func TestLoadDecide(t *testing.T) {
+	l := newLoadState(prometheus.NewRegistry())
+	f := loadFleet()
+	l.update(f)
+	sink := loadSink{l}
+	if !sink.LoadPool("docs") || sink.LoadPool("chat") {
+		t.Fatal("LoadPool: want docs only")
+	}
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	step := func(at time.Duration, wantChanged bool) {
+		t.Helper()
+		changed, next := l.decide(t0.Add(at))
+		if changed != wantChanged || next <= 0 || next > time.Second {
+			t.Fatalf("at %s: decide = %v, %s; want changed %v, next within the interval", at, changed, next, wantChanged)
+		}
+	}
+	step(0, false) // no stream yet: no view
+	sink.Start(1, "docs", "r1", "10.0.0.1:8000", 5000, t0)
+	step(500*time.Millisecond, false) // not due
+	step(time.Second, true)
+	got := WithLoad(loadFleet(), l.current()).Pools[0]
+	if !got.LoadAt.Equal(t0.Add(time.Second)) || got.Endpoints[0].InFlightBytes != 5000 || got.Endpoints[1].InFlightBytes != 0 {
+		t.Fatalf("WithLoad: load at %s, bytes %d and %d", got.LoadAt, got.Endpoints[0].InFlightBytes, got.Endpoints[1].InFlightBytes)
+	}
+	step(2*time.Second, false) // unchanged
+	step(6*time.Second, true)  // refreshed: five intervals old
+	sink.End(1, "docs", "r1")
+	step(7*time.Second, true)
+	if b := l.current()["docs"].Bytes; len(b) != 0 {
+		t.Fatalf("after the end: %v", b)
+	}
+	step(20*time.Second, false) // all zero: no refresh needed
+	sink.CloseStream(1)
+	step(21*time.Second, true) // no view: the table carries no load
+	if _, ok := l.current()["docs"]; ok {
+		t.Fatal("a pool without log streams kept its figures")
+	}
+	if got := WithLoad(loadFleet(), l.current()).Pools[0]; !got.LoadAt.IsZero() {
+		t.Fatal("WithLoad without figures set LoadAt")
+	}
+}
