@@ -93,7 +93,12 @@
 // runs, header-keyed or not, computes x-kvxds-spread from it; each Envoy sends its
 // listener's gRPC access log (adsenvoy.AccessLogger) to kvxds's xDS
 // address, on its own stream as its own node, with the headers it routed
-// with. A grpc-go client sends each request's x-kvxds-spread itself
+// with; where the router has an upstream log (a pool bounding prompt
+// bytes on every Envoy's load), it writes Envoy's UpstreamPoolReady entry
+// once the host is chosen and UpstreamEnd at the response's end, with
+// the x-request-id its connection manager gave the request and the
+// body's content-length, and its Lua filters read handle:timestamp() as
+// wall milliseconds. A grpc-go client sends each request's x-kvxds-spread itself
 // (withSpreads: bodykey.Spread of the conversation bytes of its chat body).
 // Config.NoHotKeys turns hot keys off and sends no spread sub-key: the
 // ablation. system-prompt puts 90% of the requests under one session
