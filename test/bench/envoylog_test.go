@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kvxds/kvxds/test/adsenvoy"
+	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 	"github.com/kvxds/kvxds/xds/bootstrap"
 	"github.com/kvxds/kvxds/xds/translate"
@@ -208,6 +209,31 @@ func serveWith(ctx context.Context, t *testing.T, served adsenvoy.Resources, edi
 	return lis.Addr().String(), rec
 }
 
+// servedWithoutLogs starts two replicas and kvxds over them, with hot keys
+// off (the served listener has no access log of its own and its Lua
+// filter sets no spread sub-key; the tests add their own), and an Envoy
+// named name+"-probe" attached to it, to learn what kvxds serves. The
+// caller stops kvxds and closes the probe.
+func servedWithoutLogs(ctx context.Context, t *testing.T, name string) ([]*sim.Replica, *kvxdsRun, *envoyClient) {
+	t.Helper()
+	reps, addrs := startTestFleet(t, 2)
+	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(64).HCL,
+		NoHotKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, name, KVXDS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := startEnvoy(ctx, k.ctrl.XDSAddr(), name+"-probe")
+	if err != nil {
+		k.stop()
+		t.Fatal(err)
+	}
+	return reps, k, probe
+}
+
 // TestEnvoyAccessLog: a simulated Envoy whose listener has a gRPC access
 // log sends every request it routed, on a stream of its own that names
 // its node, with the headers it routed with (the Lua filter's included)
@@ -216,24 +242,9 @@ func TestEnvoyAccessLog(t *testing.T) {
 	requireLuaJIT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	reps, addrs := startTestFleet(t, 2)
-	// Hot keys off: the served listener has no access log of its own
-	// and its Lua filter sets no spread sub-key; the test adds its own.
-	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(64).HCL,
-		NoHotKeys: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, "envoy-log", KVXDS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.stop()
 	// What kvxds serves an Envoy, first without an access log.
-	probe, err := startEnvoy(ctx, k.ctrl.XDSAddr(), "envoy-log-probe")
-	if err != nil {
-		t.Fatal(err)
-	}
+	reps, k, probe := servedWithoutLogs(ctx, t, "envoy-log")
+	defer k.stop()
 	served, _ := probe.ads.Resources()
 	probe.mu.Lock()
 	if len(probe.logging) != 0 || len(probe.loggers) != 0 {
@@ -346,21 +357,8 @@ func TestEnvoyUpstreamAccessLog(t *testing.T) {
 	requireLuaJIT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	reps, addrs := startTestFleet(t, 2)
-	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(64).HCL,
-		NoHotKeys: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, "envoy-upstream-log", KVXDS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reps, k, probe := servedWithoutLogs(ctx, t, "envoy-upstream-log")
 	defer k.stop()
-	probe, err := startEnvoy(ctx, k.ctrl.XDSAddr(), "envoy-upstream-log-probe")
-	if err != nil {
-		t.Fatal(err)
-	}
 	served, _ := probe.ads.Resources()
 	probe.close()
 

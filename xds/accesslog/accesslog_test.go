@@ -48,12 +48,19 @@ func (f *fakeSink) Observe(r Request) {
 
 func serve(t *testing.T, sink Sink, reg prometheus.Registerer) alsv3.AccessLogServiceClient {
 	t.Helper()
+	return serveWith(t, Options{Sink: sink, Registerer: reg})
+}
+
+// serveWith serves the service of opts on a loopback port and returns a
+// client of it.
+func serveWith(t *testing.T, opts Options) alsv3.AccessLogServiceClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	New(Options{Sink: sink, Registerer: reg}).Register(g)
+	New(opts).Register(g)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

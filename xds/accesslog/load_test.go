@@ -2,7 +2,6 @@ package accesslog
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // fakeLoad serves the load of pool "docs" and records what it is told.
@@ -54,20 +51,7 @@ func loadEntry(typ datav3.AccessLogType, upstream string, attempt uint32, header
 func TestLoadEntries(t *testing.T) {
 	load := &fakeLoad{}
 	reg := prometheus.NewRegistry()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	New(Options{Sink: &fakeSink{}, Load: load, Registerer: reg}).Register(g)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	c := alsv3.NewAccessLogServiceClient(cc)
+	c := serveWith(t, Options{Sink: &fakeSink{}, Load: load, Registerer: reg})
 
 	ready, end := datav3.AccessLogType_UpstreamPoolReady, datav3.AccessLogType_UpstreamEnd
 	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: envoyNode("envoy-1"), LogName: "kvxds-load/docs"}

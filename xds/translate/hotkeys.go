@@ -180,14 +180,21 @@ func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 			}
 		}
 	}
+	return grpcAccessLog(HotKeyLogName(p.Name), logCluster, hotKeyLogFlush, headers)
+}
+
+// grpcAccessLog is an Envoy gRPC access log to kvxds (the cluster
+// logCluster names), flushed every flush, with the request headers kvxds
+// reads.
+func grpcAccessLog(name, logCluster string, flush time.Duration, headers []string) (*accesslogv3.AccessLog, error) {
 	cfg, err := typed(&grpcalsv3.HttpGrpcAccessLogConfig{
 		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{
-			LogName: HotKeyLogName(p.Name),
+			LogName: name,
 			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
 				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: logCluster},
 			}},
 			TransportApiVersion: corev3.ApiVersion_V3,
-			BufferFlushInterval: durationpb.New(hotKeyLogFlush),
+			BufferFlushInterval: durationpb.New(flush),
 		},
 		AdditionalRequestHeadersToLog: headers,
 	})

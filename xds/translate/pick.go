@@ -5,10 +5,7 @@ import (
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
@@ -78,24 +75,7 @@ func loadAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	if p.Hash.Hot != nil {
 		logCluster = p.Hash.Hot.LogCluster
 	}
-	cfg, err := typed(&grpcalsv3.HttpGrpcAccessLogConfig{
-		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{
-			LogName: LoadLogName(p.Name),
-			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: logCluster},
-			}},
-			TransportApiVersion: corev3.ApiVersion_V3,
-			BufferFlushInterval: durationpb.New(fleet.LoadLogFlush(p.Hash)),
-		},
-		AdditionalRequestHeadersToLog: []string{LoadLogRequestID, LoadLogLength},
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &accesslogv3.AccessLog{
-		Name:       wellknown.HTTPGRPCAccessLog,
-		ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: cfg},
-	}, nil
+	return grpcAccessLog(LoadLogName(p.Name), logCluster, fleet.LoadLogFlush(p.Hash), []string{LoadLogRequestID, LoadLogLength})
 }
 
 // PickTable is the slot table kind's listener of p picks replicas by, or
