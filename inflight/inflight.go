@@ -192,6 +192,16 @@ func (t *Tracker) Snapshot(name string, now time.Time) (map[string]uint64, bool)
 	return maps.Clone(p.bytes), ok
 }
 
+// Forget drops a pool's open requests: it no longer observes load.
+func (t *Tracker) Forget(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.pools, name)
+	for _, s := range t.streams {
+		delete(s, name)
+	}
+}
+
 // Pools lists the pools with a view, sorted.
 func (t *Tracker) Pools() []string {
 	t.mu.Lock()

@@ -115,6 +115,20 @@ func TestTracker(t *testing.T) {
 	}
 }
 
+// TestForget: a pool that no longer observes load keeps nothing.
+func TestForget(t *testing.T) {
+	tr := New(nil)
+	tr.Start(1, "p", "a", "h1", 10, t0)
+	tr.Start(1, "q", "a", "h1", 20, t0)
+	tr.Forget("p")
+	if got, ok := tr.Snapshot("p", t0); len(got) != 0 || ok {
+		t.Errorf("forgotten pool: %v, %v", got, ok)
+	}
+	if got, ok := tr.Snapshot("q", t0); got["h1"] != 20 || !ok {
+		t.Errorf("other pool: %v, %v", got, ok)
+	}
+}
+
 // TestFloodStaysBounded: starts without ends stop being kept at MaxOpen
 // per pool, and are counted.
 func TestFloodStaysBounded(t *testing.T) {

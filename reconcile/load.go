@@ -56,7 +56,7 @@ func newLoadState(reg prometheus.Registerer) *loadState {
 		intervals: map[string]time.Duration{}, due: map[string]time.Time{}, served: Loads{},
 		pushes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_load_tables_total",
-			Help: "Pick tables whose replicas' bytes in flight changed, by pool: each is one route update of the pool, at most one per load interval.",
+			Help: "Pick tables served with new figures of the replicas' bytes in flight (changed, refreshed after five intervals, or dropped without log streams), by pool: each is one route update of the pool, at most one per load interval.",
 		}, []string{"pool"}),
 	}
 }
@@ -72,10 +72,11 @@ func (l *loadState) update(f fleet.Fleet) {
 			next[p.Name] = p.Hash.LoadInterval
 		}
 	}
-	for name := range l.due {
+	for name := range l.intervals {
 		if _, ok := next[name]; !ok {
 			delete(l.due, name)
 			delete(l.served, name)
+			l.tracker.Forget(name)
 		}
 	}
 	l.intervals = next
