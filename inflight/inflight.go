@@ -18,7 +18,6 @@ package inflight
 
 import (
 	"maps"
-	"slices"
 	"sync"
 	"time"
 )
@@ -200,17 +199,4 @@ func (t *Tracker) Forget(name string) {
 	for _, s := range t.streams {
 		delete(s, name)
 	}
-}
-
-// Pools lists the pools with a view, sorted.
-func (t *Tracker) Pools() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	seen := map[string]bool{}
-	for _, s := range t.streams {
-		for n := range s {
-			seen[n] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(seen))
 }

@@ -26,6 +26,22 @@ func requireLuaJIT(t *testing.T) {
 	}
 }
 
+// kvxdsWithEnvoy starts kvxds on policy pol as mode and one simulated
+// Envoy attached to it, routing to addrs. The caller stops kvxds.
+func kvxdsWithEnvoy(ctx context.Context, t *testing.T, pol, name string, mode Mode, addrs []string) (*kvxdsRun, *envoyClient) {
+	t.Helper()
+	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, name, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envoys, err := k.connectEnvoys(ctx, Config{Clients: 1}, name, mode, addrs)
+	if err != nil {
+		k.stop()
+		t.Fatal(err)
+	}
+	return k, envoys[0]
+}
+
 // TestEnvoyDataPlane: an Envoy node fed by a real kvxds over ADS keys a
 // request on its body through the generated Lua filter (the header equals
 // the Go function's), sends one prefix to one replica while nothing is in
@@ -41,16 +57,8 @@ func TestEnvoyDataPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, "envoy-test", KVXDS)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, e := kvxdsWithEnvoy(ctx, t, pol, "envoy-test", KVXDS, addrs)
 	defer k.stop()
-	envoys, err := k.connectEnvoys(ctx, Config{Clients: 1}, "envoy-test", KVXDS, addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := envoys[0]
 
 	head := strings.Repeat("word ", 20) // 100 bytes: past the prefix
 	reqs := []*Request{
@@ -326,16 +334,8 @@ func TestEnvoyPick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, "pick-test", KVXDSPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, e := kvxdsWithEnvoy(ctx, t, pol, "pick-test", KVXDSPrefix, addrs)
 	defer k.stop()
-	envoys, err := k.connectEnvoys(ctx, Config{Clients: 1}, "pick-test", KVXDSPrefix, addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := envoys[0]
 	prompt := func(i int) *Request {
 		return &Request{Request: workload.Request{Prompt: strings.Repeat(fmt.Sprintf("document %d ", i), 20), MaxTokens: 2}}
 	}

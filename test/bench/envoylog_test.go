@@ -234,6 +234,19 @@ func servedWithoutLogs(ctx context.Context, t *testing.T, name string) ([]*sim.R
 	return reps, k, probe
 }
 
+// xdsLogConfig is a gRPC access log to the bootstrap's xDS cluster (where
+// kvxds serves the access log service), flushed every flush, logging
+// headers.
+func xdsLogConfig(name string, flush time.Duration, headers ...string) *grpcalsv3.HttpGrpcAccessLogConfig {
+	return &grpcalsv3.HttpGrpcAccessLogConfig{
+		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: name,
+			TransportApiVersion: corev3.ApiVersion_V3, BufferFlushInterval: durationpb.New(flush),
+			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: bootstrap.XDSClusterName}}}},
+		AdditionalRequestHeadersToLog: headers,
+	}
+}
+
 // TestEnvoyAccessLog: a simulated Envoy whose listener has a gRPC access
 // log sends every request it routed, on a stream of its own that names
 // its node, with the headers it routed with (the Lua filter's included)
@@ -256,13 +269,7 @@ func TestEnvoyAccessLog(t *testing.T) {
 	// The same resources with a gRPC access log in the pool's listener,
 	// served by an ADS server that also serves the access log service,
 	// as kvxds does on its xDS address.
-	cfg := &grpcalsv3.HttpGrpcAccessLogConfig{
-		CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: translate.HotKeyLogName(PoolName),
-			TransportApiVersion: corev3.ApiVersion_V3, BufferFlushInterval: durationpb.New(50 * time.Millisecond),
-			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: bootstrap.XDSClusterName}}}},
-		AdditionalRequestHeadersToLog: []string{bodykey.Header(0), SessionHeader, "x-kvxds-spread"},
-	}
+	cfg := xdsLogConfig(translate.HotKeyLogName(PoolName), 50*time.Millisecond, bodykey.Header(0), SessionHeader, "x-kvxds-spread")
 	// A logger naming a cluster the Envoy does not have rejects the
 	// listener, as Envoy does.
 	other := proto.Clone(cfg).(*grpcalsv3.HttpGrpcAccessLogConfig)
@@ -362,18 +369,9 @@ func TestEnvoyUpstreamAccessLog(t *testing.T) {
 	served, _ := probe.ads.Resources()
 	probe.close()
 
-	logCfg := func(name string, headers ...string) *grpcalsv3.HttpGrpcAccessLogConfig {
-		return &grpcalsv3.HttpGrpcAccessLogConfig{
-			CommonConfig: &grpcalsv3.CommonGrpcAccessLogConfig{LogName: name,
-				TransportApiVersion: corev3.ApiVersion_V3, BufferFlushInterval: durationpb.New(20 * time.Millisecond),
-				GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: bootstrap.XDSClusterName}}}},
-			AdditionalRequestHeadersToLog: headers,
-		}
-	}
 	upstreamName, hcmName := "kvxds-load/"+PoolName, translate.HotKeyLogName(PoolName)
-	upstream := logCfg(upstreamName, "content-length", "x-request-id")
-	hcmLog := logCfg(hcmName, "x-request-id")
+	upstream := xdsLogConfig(upstreamName, 20*time.Millisecond, "content-length", "x-request-id")
+	hcmLog := xdsLogConfig(hcmName, 20*time.Millisecond, "x-request-id")
 
 	// An upstream logger naming a cluster the Envoy does not have rejects
 	// the listener, as for the connection manager's.

@@ -193,16 +193,8 @@ func TestEnvoyAdapterHeader(t *testing.T) {
 	}
 	// Always placed: the cluster exists without demand.
 	pol = strings.Replace(pol, "  adapters {\n", "  adapters {\n    adapters = [\"adapter-3\"]\n", 1)
-	k, err := startKVXDS(ctx, Config{}.Defaults(), pol, "lora-test", KVXDSAdapters)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, e := kvxdsWithEnvoy(ctx, t, pol, "lora-test", KVXDSAdapters, addrs)
 	defer k.stop()
-	envoys, err := k.connectEnvoys(ctx, Config{Clients: 1}, "lora-test", KVXDSAdapters, addrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := envoys[0]
 	under := &Request{Request: workload.Request{Session: "s1", Prompt: "one two three", MaxTokens: 2, Adapter: "adapter-3"}}
 	base := &Request{Request: workload.Request{Session: "s2", Prompt: "one two three", MaxTokens: 2}}
 	var rt routing
