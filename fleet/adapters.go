@@ -538,3 +538,68 @@ func adapterMembers(p *Pool, idx []int) []Endpoint {
 	}
 	return ms
 }
+
+// AdapterSlotTable is the pick table of adapter a of pool p, for a pool
+// whose Envoys pick each request's replica (balance_on = "prompt_bytes"):
+// the pool's replicas as a's table sees them (its saturated members
+// served healthy) with their bytes in flight; Slots won among a's serving
+// members only; Bound, each host's share of the pool; and Rank, every
+// host in a's rendezvous ranking. A request for a goes to its key's
+// member, then, over the bound, to the next member of its slots, then
+// along Rank: where a would be placed next, the same on every Envoy, so
+// that a busy adapter's overflow keeps to a few replicas (where it is
+// loaded) instead of waiting for its own. Without a serving member the
+// slots are the pool's own. Its slots are fewer than the pool's
+// (AdapterSlots): a pool's routes carry a table per adapter.
+func AdapterSlotTable(p *Pool, a AdapterPlan) *SlotTable {
+	member := make(map[string]bool, len(a.Members))
+	for _, m := range a.Members {
+		member[m.Identity()] = true
+	}
+	view := *p
+	view.Endpoints = slices.Clone(p.Endpoints)
+	for i := range view.Endpoints {
+		if e := &view.Endpoints[i]; e.Saturated && member[e.Identity()] {
+			e.Health = Healthy
+		}
+	}
+	t := NewSlotTable(&view, &Pool{})
+	if len(t.Hosts) == 0 {
+		return t
+	}
+	t.Bound = t.Shares()
+	idx := make(map[string]uint16, len(t.Hosts))
+	for i, h := range t.Hosts {
+		idx[h] = uint16(i)
+	}
+	own := view
+	own.Endpoints = a.Members
+	if mt := newSlotTable(&own, &Pool{}, AdapterSlots(len(a.Members))); len(mt.Hosts) > 0 {
+		t.Slots = make([]uint16, len(mt.Slots))
+		for s, j := range mt.Slots {
+			t.Slots[s] = idx[mt.Hosts[j]]
+		}
+	}
+	seen := make(map[uint16]bool, len(t.Hosts))
+	for _, i := range AdapterRanking(p, a.Name) {
+		j, ok := idx[view.Endpoints[i].Address()]
+		if ok && !seen[j] {
+			seen[j] = true
+			t.Rank = append(t.Rank, j)
+		}
+	}
+	return t
+}
+
+// AdapterSlots is the number of slots of the table of an adapter with n
+// members: 64 per member, a power of two, at most PrefillSlots. A key's
+// slot is its hash modulo the table's size, so 64 slots per member keep
+// each member's share of the keys within about 1/64 of even, in a table
+// a sixteenth of the pool's for an adapter on one or two replicas.
+func AdapterSlots(n int) int {
+	s := 64
+	for s < 64*n && s < PrefillSlots {
+		s *= 2
+	}
+	return s
+}

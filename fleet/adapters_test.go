@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // adapterPool is a hash pool of n replicas "r-0".."r-(n-1)" placing
@@ -328,5 +329,69 @@ func TestAdaptersJSON(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, m.Fleet()) {
 		t.Errorf("round trip:\n%+v\nwant\n%+v", back, m.Fleet())
+	}
+}
+
+// An adapter's pick table names the pool's hosts, fills its slots with
+// the adapter's members only, ranks every host as the adapter ranks the
+// pool, bounds each host by its share of the pool, and carries the pool's
+// bytes in flight; a saturated member is served in it.
+func TestAdapterSlotTable(t *testing.T) {
+	p := adapterPool(6, 4, Adapter{Name: "sql", Replicas: 2, Share: 0.3}, Adapter{Name: "chat", Replicas: 1, Share: 0.1})
+	p.Hash.BalanceFactor, p.Hash.BalanceOn, p.Hash.LoadInterval = 150, BalanceOnPromptBytes, DefaultLoadInterval
+	p.LoadAt = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for i := range p.Endpoints {
+		p.Endpoints[i].InFlightBytes = uint64(1000 * i)
+	}
+	m, pl := prepareOne(t, p)
+	p = m.Fleet().Pools[0]
+	for i, a := range pl.Adapters {
+		tab := AdapterSlotTable(&p, a)
+		pool := NewSlotTable(&p, &Pool{})
+		if !slices.Equal(tab.Hosts, pool.Hosts) || !slices.Equal(tab.Load, pool.Load) || !slices.Equal(tab.Bound, pool.Shares()) {
+			t.Fatalf("%s: hosts %v load %v bound %v; want the pool's %v %v %v", a.Name, tab.Hosts, tab.Load, tab.Bound, pool.Hosts, pool.Load, pool.Shares())
+		}
+		members := map[string]bool{}
+		for _, e := range a.Members {
+			members[e.Address()] = true
+		}
+		named := map[string]bool{}
+		for s := range tab.Slots {
+			named[tab.Host(s)] = true
+		}
+		if !maps.Equal(named, members) {
+			t.Errorf("%s: slots name %v, want its members %v", a.Name, named, members)
+		}
+		var rank []string
+		for _, j := range AdapterRanking(&p, p.Adapters[i].Name) {
+			rank = append(rank, p.Endpoints[j].Address())
+		}
+		var got []string
+		for _, j := range tab.Rank {
+			got = append(got, tab.Hosts[j])
+		}
+		if !slices.Equal(got, rank) {
+			t.Errorf("%s: rank %v, want %v", a.Name, got, rank)
+		}
+		if len(tab.Load) != 6 || slices.Max(tab.Load) != 5000 {
+			t.Errorf("%s: load %v, want every replica's", a.Name, tab.Load)
+		}
+	}
+	// A saturated member (draining, taken out by the escape hatch) keeps
+	// its slots, as in the adapter's own cluster; the pool's table drops it.
+	sql := pl.Adapters[slices.IndexFunc(pl.Adapters, func(a AdapterPlan) bool { return a.Name == "sql" })]
+	id := sql.Members[0].Identity()
+	for i := range p.Endpoints {
+		if p.Endpoints[i].Identity() == id {
+			p.Endpoints[i].Health, p.Endpoints[i].Saturated = Draining, true
+		}
+	}
+	m, pl = prepareOne(t, p)
+	p = m.Fleet().Pools[0]
+	sql = pl.Adapters[slices.IndexFunc(pl.Adapters, func(a AdapterPlan) bool { return a.Name == "sql" })]
+	tab := AdapterSlotTable(&p, sql)
+	addr := sql.Members[0].Address()
+	if slices.Contains(NewSlotTable(&p, &Pool{}).Hosts, addr) || !slices.Contains(tab.Hosts, addr) || tab.Bound[slices.Index(tab.Hosts, addr)] == 0 {
+		t.Errorf("saturated member %s: pool hosts %v, adapter's %v bound %v", addr, NewSlotTable(&p, &Pool{}).Hosts, tab.Hosts, tab.Bound)
 	}
 }

@@ -346,7 +346,9 @@ func (hp *hotPool) awayReason(req accesslog.Request) string {
 		return ""
 	}
 	t := hp.homes[req.Cluster]
-	if t == nil {
+	if t == nil || req.Adapter != "" && t.slots != nil {
+		// An adapter's request is not judged: its cluster is its own,
+		// or, where Envoy picks, its table is (fleet.AdapterSlotTable).
 		return ""
 	}
 	first := t.first(req.Value)

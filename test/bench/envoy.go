@@ -875,27 +875,62 @@ type luaSpec struct {
 
 // routeFilterMetadata is the filter metadata of namespace name on the
 // routes of rc, as a Lua table constructor. Envoy's handle:metadata()
-// reads the metadata of the route the request matched; the simulated
-// Envoy runs its filters before routing, so it accepts only route
-// configurations whose routes all carry the same metadata there (kvxds
-// puts a decode pool's prefill table in every route of the pool).
+// reads the metadata of the route the request matches when the filter
+// asks, on the headers the filters before it left (a Lua filter's header
+// changes clear the route cache). The simulated Envoy runs its filters
+// before it routes: where every route carries the same metadata it
+// sends that; otherwise a table whose __routes lists each route's header
+// matchers (exact values, or presence; nothing else is supported) and
+// metadata, in order, which the driver matches at the filter's first
+// read (kvxds puts an adapter's own pick table on its route).
 func routeFilterMetadata(rc *routev3.RouteConfiguration, name string) (string, error) {
 	var out *structpb.Struct
-	first := true
+	first, same := true, true
+	var routes []*routev3.Route
 	for _, vh := range rc.GetVirtualHosts() {
 		for _, rt := range vh.GetRoutes() {
+			routes = append(routes, rt)
 			md := rt.GetMetadata().GetFilterMetadata()[name]
 			if first {
 				out, first = md, false
 				continue
 			}
-			if !proto.Equal(md, out) {
-				return "", fmt.Errorf("route configuration %s: the routes carry different %s metadata; the simulated Envoy runs its filters before it routes", rc.GetName(), name)
-			}
+			same = same && proto.Equal(md, out)
 		}
 	}
 	var b strings.Builder
-	luaValue(&b, structpb.NewStructValue(out))
+	if same {
+		luaValue(&b, structpb.NewStructValue(out))
+		return b.String(), nil
+	}
+	b.WriteString("{__routes = {")
+	for _, rt := range routes {
+		if rt.GetMatch().GetPrefix() != "/" || len(rt.GetMatch().GetQueryParameters()) > 0 {
+			return "", fmt.Errorf("route configuration %s: the routes carry different %s metadata and a route matches other than headers", rc.GetName(), name)
+		}
+		b.WriteString("{m = {")
+		for _, h := range rt.GetMatch().GetHeaders() {
+			b.WriteString("{")
+			luaQuote(&b, strings.ToLower(h.GetName()))
+			switch {
+			case h.GetPresentMatch():
+			case h.GetStringMatch().GetExact() != "":
+				b.WriteString(", ")
+				luaQuote(&b, h.GetStringMatch().GetExact())
+			default:
+				return "", fmt.Errorf("route configuration %s: the routes carry different %s metadata and header %s is matched other than by presence or value", rc.GetName(), name, h.GetName())
+			}
+			b.WriteString("}, ")
+		}
+		b.WriteString("}, md = ")
+		md := rt.GetMetadata().GetFilterMetadata()[name]
+		if md == nil {
+			md = &structpb.Struct{}
+		}
+		luaValue(&b, structpb.NewStructValue(md))
+		b.WriteString("}, ")
+	}
+	b.WriteString("}}")
 	return b.String(), nil
 }
 
@@ -985,7 +1020,8 @@ type luaFilter struct {
 //
 // For a request it runs every filter's envoy_on_request as Envoy's Lua
 // filter would (content-length declared, body buffered, the route's
-// metadata under the filter's name, the stream's dynamic metadata), and
+// metadata under the filter's name, of the route the headers match when
+// the filter first reads it, the stream's dynamic metadata), and
 // prints the headers left, but pseudo-headers and content-length, as
 // name=value, tab-separated, sorted, on one line; an upstream override
 // host a filter set (setUpstreamOverrideHost) as ":override=host", and
@@ -1056,8 +1092,23 @@ while true do
     nreq = nreq + 1
     streams[nreq] = si
     for _, f in ipairs(filters) do
-      local md = {}
-      function md:get(key) return f.md[key] end
+      local md, routed = {}, nil
+      function md:get(key)
+        local rs = f.md.__routes
+        if rs == nil then return f.md[key] end
+        if routed == nil then
+          routed = {}
+          for _, r in ipairs(rs) do
+            local ok = true
+            for _, c in ipairs(r.m) do
+              local v = t[c[1]]
+              if v == nil or (c[2] ~= nil and v ~= c[2]) then ok = false; break end
+            end
+            if ok then routed = r.md; break end
+          end
+        end
+        return routed[key]
+      end
       local handle = {}
       function handle:headers() return headers end
       function handle:body() if #s == 0 then return nil end return body end

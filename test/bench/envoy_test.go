@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
@@ -381,5 +386,71 @@ func TestEnvoyPick(t *testing.T) {
 	keyless.release()
 	if keyless.override != "" {
 		t.Errorf("a request without a key got override %q", keyless.override)
+	}
+}
+
+// Where a pool's routes carry different metadata (an adapter's pick
+// table on its route), a filter reads the metadata of the route that the
+// headers match when it first asks, after the filters before it changed
+// them, as Envoy re-resolves the route once a Lua filter changes headers.
+func TestLuaDriverRouteMetadata(t *testing.T) {
+	requireLuaJIT(t)
+	md := func(who string) *corev3.Metadata {
+		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"b": {Fields: map[string]*structpb.Value{"who": structpb.NewStringValue(who)}}}}
+	}
+	match := func(name, exact string) *routev3.RouteMatch {
+		h := &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
+		if exact != "" {
+			h.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: exact}}}
+		}
+		return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: []*routev3.HeaderMatcher{h}}
+	}
+	rc := &routev3.RouteConfiguration{Name: "bench", VirtualHosts: []*routev3.VirtualHost{{Routes: []*routev3.Route{
+		{Match: match("x-kvxds-adapter", "sql"), Metadata: md("sql")},
+		{Match: match("x-session-id", ""), Metadata: md("session")},
+		{Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}, Metadata: md("any")},
+	}}}}
+	b, err := routeFilterMetadata(rc, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := []luaSpec{
+		// The first filter names the adapter from x-model, as the body
+		// keys filter does from the body.
+		{name: "a", metadata: "{}", source: `function envoy_on_request(h)
+  local m = h:headers():get("x-model")
+  if m ~= nil then h:headers():replace("x-kvxds-adapter", m) end
+end`},
+		{name: "b", metadata: b, source: `function envoy_on_request(h)
+  h:headers():replace("x-who", h:metadata():get("who") or "none")
+end`},
+	}
+	l, err := startLua(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.close)
+	for _, tc := range []struct {
+		hdrs [][2]string
+		want string
+	}{
+		{[][2]string{{"x-model", "sql"}, {"x-session-id", "s"}}, "sql"},
+		{[][2]string{{"x-model", "other"}, {"x-session-id", "s"}}, "session"},
+		{nil, "any"},
+	} {
+		got, _, err := l.run(fs, tc.hdrs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(got, func(h [2]string) bool { return h[0] == "x-who" })
+		if i < 0 || got[i][1] != tc.want {
+			t.Errorf("%v: headers %v, want x-who=%s", tc.hdrs, got, tc.want)
+		}
+	}
+	// Metadata alike on every route is sent as it is.
+	rc.VirtualHosts[0].Routes[0].Metadata = md("any")
+	rc.VirtualHosts[0].Routes[1].Metadata = md("any")
+	if b, err := routeFilterMetadata(rc, "b"); err != nil || strings.Contains(b, "__routes") {
+		t.Errorf("same metadata: %s, %v", b, err)
 	}
 }

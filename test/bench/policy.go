@@ -215,6 +215,10 @@ func Policy(o PolicyOptions) (string, error) {
 		case o.BodyKey != "" && o.BalanceFactor != 0 && o.BalanceFactor != policy.DefaultPromptPrefixBalanceFactor:
 			// A body key's bounded load away from the default it gets.
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+		case o.BodyKey == "" && o.BalanceOn != "" && o.BalanceFactor != 0:
+			// A header key has no bound by default: naming what it
+			// counts asks for one.
+			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
 		}
 		if o.BalanceOn != "" {
 			fmt.Fprintf(&b, "    balance_on = %q\n", o.BalanceOn)

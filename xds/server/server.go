@@ -145,7 +145,7 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	}
 	f := m.Fleet()
 	next := map[translate.Kind]*translate.Resources{}
-	if s.last != nil && sameShape(s.last.Fleet(), f) {
+	if s.last != nil && sameShape(*s.last, m) {
 		// Membership, weight and health changes touch only EDS (and the
 		// clusters whose ring size follows the healthy weight: gRPC
 		// clients', and Envoy's with entries_per_weight): listeners and
@@ -202,16 +202,23 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 
 // sameShape reports whether a and b differ at most in their endpoints,
 // and not in what of them the routes carry (pick tables).
-func sameShape(a, b fleet.Fleet) bool {
+func sameShape(ma, mb fleet.Model) bool {
+	a, b := ma.Fleet(), mb.Fleet()
 	if len(a.Pools) != len(b.Pools) {
 		return false
 	}
 	for i := range a.Pools {
 		pa, pb := a.Pools[i], b.Pools[i]
-		// A pick table rides in the routes, and follows the replicas:
-		// their membership, health, weights and bytes in flight.
+		// Pick tables ride in the routes, and follow the replicas: their
+		// membership, health, weights and bytes in flight.
 		if !reflect.DeepEqual(translate.PickTable(&pa, translate.Envoy), translate.PickTable(&pb, translate.Envoy)) {
 			return false
+		}
+		if pa.LoRA != nil && pa.Name == pb.Name {
+			la, lb := ma.Plan(pa.Name), mb.Plan(pb.Name)
+			if !reflect.DeepEqual(translate.AdapterPickTables(&pa, &la, translate.Envoy), translate.AdapterPickTables(&pb, &lb, translate.Envoy)) {
+				return false
+			}
 		}
 		pa.Endpoints, pb.Endpoints = nil, nil
 		if !reflect.DeepEqual(pa, pb) {

@@ -154,6 +154,38 @@ func pickFleet(inFlight uint64, h fleet.Health) fleet.Fleet {
 	return f
 }
 
+// pickLoRAFleet is pickFleet(120_000, fleet.Draining) placing adapter
+// "sql" on every replica; the draining replica was taken out by the
+// escape hatch if saturated.
+func pickLoRAFleet(saturated bool) fleet.Fleet {
+	f := pickFleet(120_000, fleet.Draining)
+	p := &f.Pools[0]
+	p.LoRA = &fleet.Adapters{MaxLoRA: 4}
+	p.Adapters = []fleet.Adapter{{Name: "sql", Replicas: len(p.Endpoints), Share: 0.5}}
+	p.Endpoints[0].Saturated = saturated
+	return f
+}
+
+// An adapter's pick table follows its members: a draining member that
+// saturation took out of the pool's table is served in the adapter's, so
+// its recovery (or its draining for good) changes Envoy's routes, though
+// the pool's own table stays as it was.
+func TestAdapterTablesBumpRoutes(t *testing.T) {
+	s := New(Options{})
+	ctx := context.Background()
+	if err := update(ctx, s, pickLoRAFleet(true)); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Versions(translate.Envoy)
+	if err := update(ctx, s, pickLoRAFleet(false)); err != nil {
+		t.Fatal(err)
+	}
+	after := s.Versions(translate.Envoy)
+	if after[resourcev3.RouteType] == before[resourcev3.RouteType] || after[resourcev3.ListenerType] != before[resourcev3.ListenerType] {
+		t.Errorf("envoy: routes %s → %s, listeners %s → %s; want new routes only", before[resourcev3.RouteType], after[resourcev3.RouteType], before[resourcev3.ListenerType], after[resourcev3.ListenerType])
+	}
+}
+
 func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()

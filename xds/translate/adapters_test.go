@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -157,4 +158,60 @@ func TestAdapterUpdateCost(t *testing.T) {
 		t.Errorf("a joiner: %v", got)
 	}
 	t.Logf("a replica joins (envoy): %v", got)
+}
+
+// Where Envoy picks the replica (balance_on = "prompt_bytes"), each
+// adapter's route goes to the pool's cluster and carries the adapter's
+// own table (its members' slots, its ranking, the pool's shares); gRPC
+// clients keep the adapter clusters.
+func TestAdapterPickRoutes(t *testing.T) {
+	f := adapterFleet(4, fleet.Adapter{Name: "sql", Replicas: 1, Share: 0.2}, fleet.Adapter{Name: "chat-v2", Replicas: 2, Share: 0.1})
+	p := &f.Pools[0]
+	p.Hash.BalanceFactor, p.Hash.BalanceOn, p.Hash.LoadInterval = 200, fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
+	m, err := fleet.Prepare(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range Kinds {
+		r, err := Translate(m, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes := r.Routes[0].GetVirtualHosts()[0].GetRoutes()
+		for i, a := range []string{"chat-v2", "sql"} {
+			rt := routes[i]
+			if got := rt.GetMatch().GetHeaders()[0].GetStringMatch().GetExact(); got != a {
+				t.Fatalf("%v: route %d matches %q, want %q", kind, i, got, a)
+			}
+			md := rt.GetMetadata().GetFilterMetadata()[PickFilterName].GetFields()
+			cluster := rt.GetRoute().GetCluster()
+			if kind != Envoy {
+				if md != nil || kind == GRPC && cluster != "chat/adapter/"+a {
+					t.Errorf("%v: adapter %s: cluster %s, pick table %v; want its cluster as before and no table", kind, a, cluster, md != nil)
+				}
+				continue
+			}
+			if cluster != "chat" {
+				t.Errorf("envoy: adapter %s goes to %s, want the pool's cluster", a, cluster)
+			}
+			hosts := md["hosts"].GetListValue().GetValues()
+			rank, bound := md["rank"].GetStringValue(), md["bound"].GetStringValue()
+			if len(hosts) != 4 || len(rank) != 3*4 || len(strings.Split(bound, ",")) != 4 {
+				t.Errorf("envoy: adapter %s: %d hosts, rank %q, bound %q; want every host of the pool", a, len(hosts), rank, bound)
+			}
+			named := map[string]bool{}
+			slots := md["slots"].GetStringValue()
+			for s := 0; s < len(slots); s += 3 {
+				named[slots[s:s+3]] = true
+			}
+			if want := []int{2, 1}[i]; len(named) != want {
+				t.Errorf("envoy: adapter %s: slots name %d hosts, want its %d members", a, len(named), want)
+			}
+		}
+		// The pool's own routes keep the pool's table.
+		last := routes[len(routes)-1].GetMetadata().GetFilterMetadata()[PickFilterName].GetFields()
+		if kind == Envoy && (last == nil || last["rank"] != nil) {
+			t.Errorf("envoy: the pool's route carries %v, want the pool's table", last)
+		}
+	}
 }

@@ -1,7 +1,11 @@
 package translate
 
 import (
+	"fmt"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvxds/kvxds/fleet"
 )
@@ -85,5 +89,44 @@ func BenchmarkEndpointChangeAllKinds(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// BenchmarkAdapterPickRoutes: the route configuration of a pool whose
+// Envoys pick replicas on prompt bytes with its load observed, each placed
+// adapter's route carrying its own table, as a load push rebuilds it;
+// route-bytes is its size on the wire, which every Envoy of the pool
+// receives at most once per load interval.
+func BenchmarkAdapterPickRoutes(b *testing.B) {
+	for _, sz := range []struct{ replicas, adapters int }{{8, 89}, {100, 256}} {
+		b.Run(fmt.Sprintf("%d_replicas_%d_adapters", sz.replicas, sz.adapters), func(b *testing.B) {
+			var ads []fleet.Adapter
+			for i := range sz.adapters {
+				ads = append(ads, fleet.Adapter{Name: fmt.Sprintf("adapter-%d", i), Replicas: 1 + i%3, Share: 1 / float64(i+1)})
+			}
+			f := adapterFleet(sz.replicas, ads...)
+			p := &f.Pools[0]
+			p.LoRA.MaxLoRA, p.LoRA.Max = 64, sz.adapters
+			p.Hash.BalanceFactor, p.Hash.BalanceOn, p.Hash.LoadInterval = 200, fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
+			p.LoadAt = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+			for i := range p.Endpoints {
+				p.Endpoints[i].InFlightBytes = uint64(123_456 * (i + 1))
+			}
+			m, err := fleet.Prepare(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pp, pl := m.Fleet().Pools[0], m.Plan(p.Name)
+			var size int
+			b.ReportAllocs()
+			for b.Loop() {
+				rc, err := buildRoute(&pp, &pl, Envoy)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = proto.Size(rc)
+			}
+			b.ReportMetric(float64(size), "route-bytes")
+		})
 	}
 }

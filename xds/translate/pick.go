@@ -25,10 +25,12 @@ import (
 // one RDS update. The cluster keeps its hash table and bound: a request
 // without a table (a route not yet updated), or whose override host the
 // cluster lacks or holds unhealthy (a stale table), is hashed as before.
-// Only pools whose routes all go to the pool's own cluster get it (no
-// adapters, no tenant groups): an override must not leave an adapter's
-// or a group's replicas. gRPC clients run no filter and keep the
-// cluster's own hashing.
+// Pools with tenant groups do not get it: an override must not leave a
+// group's replicas. A pool's adapters do (fleet.AdapterSlotTable): each
+// adapter's route goes to the pool's cluster and carries the adapter's
+// table, so that a request over its members' bound goes on along the
+// adapter's ranking rather than wait behind the adapter's own replicas.
+// gRPC clients run no filter and keep the clusters' own hashing.
 
 // PickFilterName names the Lua filter that picks a hash pool's replica by
 // its slot table, and the route metadata namespace of the table.
@@ -38,7 +40,7 @@ const PickFilterName = "kvxds.pick"
 // table.
 func Picks(p *fleet.Pool, kind Kind) bool {
 	return kind == Envoy && p.Balancer == fleet.ConsistentHash && p.Hash.BalanceFactor > 0 &&
-		p.Hash.BalanceOn == fleet.BalanceOnPromptBytes && p.Prefill == nil && p.LoRA == nil && len(p.Groups) == 0
+		p.Hash.BalanceOn == fleet.BalanceOnPromptBytes && p.Prefill == nil && len(p.Groups) == 0
 }
 
 // ObservesLoad reports whether kind's listener of p reports its requests
@@ -119,9 +121,25 @@ func pickFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 	return luaHTTPFilter(PickFilterName, "kvxds_pick", src)
 }
 
-// pickMetadata is the route metadata carrying p's slot table.
-func pickMetadata(p *fleet.Pool, kind Kind) (*corev3.Metadata, error) {
-	md, err := tableMetadata(PickTable(p, kind), PickFilterName)
+// AdapterPickTables are the slot tables of p's routed adapters, in route
+// order (adapterRoutes), for kind's listener, given p's plan; nil if it
+// does not pick.
+func AdapterPickTables(p *fleet.Pool, pl *fleet.Plan, kind Kind) []*fleet.SlotTable {
+	if !Picks(p, kind) || p.LoRA == nil {
+		return nil
+	}
+	var out []*fleet.SlotTable
+	for i, a := range p.Adapters {
+		if a.Routed() && i < len(pl.Adapters) {
+			out = append(out, fleet.AdapterSlotTable(p, pl.Adapters[i]))
+		}
+	}
+	return out
+}
+
+// pickMetadata is the route metadata carrying table t.
+func pickMetadata(t *fleet.SlotTable) (*corev3.Metadata, error) {
+	md, err := tableMetadata(t, PickFilterName)
 	if err != nil {
 		return nil, fmt.Errorf("pick table: %w", err)
 	}

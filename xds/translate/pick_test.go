@@ -7,9 +7,8 @@ import (
 )
 
 // A pool bounded on prompt bytes gets the pick filter and its slot table
-// on Envoy alone, and only where every route goes to its own cluster:
-// adapters and tenant groups keep Envoy's own bound, whose override would
-// leave their replicas.
+// on Envoy alone, adapters or not; tenant groups keep Envoy's own bound,
+// whose override would leave their replicas.
 func TestPicks(t *testing.T) {
 	bytes := fleet.Hash{BalanceFactor: 150, BalanceOn: fleet.BalanceOnPromptBytes, Keys: []fleet.HashKey{{Header: "x-session-id"}}}
 	for _, tc := range []struct {
@@ -22,7 +21,7 @@ func TestPicks(t *testing.T) {
 		{"default", func(p *fleet.Pool) { p.Hash.BalanceOn = "" }, false},
 		{"adapters", func(p *fleet.Pool) {
 			p.LoRA = &fleet.Adapters{Header: "x-kvxds-adapter", BodyField: "model", MaxLoRA: 4, Max: 8}
-		}, false},
+		}, true},
 		{"groups", func(p *fleet.Pool) {
 			p.Groups = []fleet.Group{{Name: "acme", Header: "x-tenant-id", Values: []string{"acme"}, Replicas: 1}}
 		}, false},
@@ -52,7 +51,7 @@ func TestPicks(t *testing.T) {
 				for _, f := range hcm.GetHttpFilters() {
 					filter = filter || f.GetName() == PickFilterName
 				}
-				rc, err := buildRoute(&p, kind)
+				rc, err := buildRoute(&p, &fleet.Plan{}, kind)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -186,6 +186,20 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 		fields["load_at"] = float64(t.LoadAt.UnixMilli())
 		fields["load_ttl"] = float64(t.LoadTTL.Milliseconds())
 	}
+	if len(t.Rank) > 0 {
+		// An adapter's table: its ranking as the slots are (three hex
+		// digits per host), and each host's share of the pool.
+		rank := make([]byte, 0, 3*len(t.Rank))
+		for _, i := range t.Rank {
+			rank = fmt.Appendf(rank, "%03x", i)
+		}
+		fields["rank"] = string(rank)
+		bound := make([]string, len(t.Bound))
+		for i, n := range t.Bound {
+			bound[i] = strconv.Itoa(n)
+		}
+		fields["bound"] = strings.Join(bound, ",")
+	}
 	if len(t.Hot) > 0 {
 		hot := make(map[string]any, len(t.Hot))
 		for _, k := range t.Hot {

@@ -13,7 +13,7 @@ import (
 	"github.com/kvxds/kvxds/fleet"
 )
 
-func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
+func buildRoute(p *fleet.Pool, pl *fleet.Plan, kind Kind) (*routev3.RouteConfiguration, error) {
 	// Every key is terminal: the first one present in the request decides
 	// the hash, later ones are only fallbacks (Envoy and gRPC both stop at
 	// the first terminal policy that produced a hash). gRPC ignores
@@ -71,12 +71,18 @@ func buildRoute(p *fleet.Pool, kind Kind) (*routev3.RouteConfiguration, error) {
 		}
 	}
 	if Picks(p, kind) {
-		md, err := pickMetadata(p, kind)
+		md, err := pickMetadata(PickTable(p, kind))
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range routes {
 			r.Metadata = md
+		}
+		// Adapter routes come first, one per routed adapter.
+		for i, t := range AdapterPickTables(p, pl, kind) {
+			if routes[i].Metadata, err = pickMetadata(t); err != nil {
+				return nil, fmt.Errorf("adapter %s: %w", routes[i].GetMatch().GetHeaders()[0].GetStringMatch().GetExact(), err)
+			}
 		}
 	}
 	rc := &routev3.RouteConfiguration{
@@ -142,8 +148,8 @@ func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Rout
 // adapterRoutes returns the routes of p's placed adapters for kind, in
 // name order: each matches the adapter header exactly and hashes on the
 // pool's route keys (less the adapter header) inside the adapter's
-// cluster, or, for a kind without group tables (grpc-js), inside the
-// pool's cluster. Base-model requests and adapters not placed carry no
+// cluster, or, for a kind without group tables (grpc-js) and where Envoy
+// picks the replica itself (Picks), inside the pool's cluster. Base-model requests and adapters not placed carry no
 // matching header value and take the pool's own routes.
 func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Route {
 	if p.LoRA == nil || len(p.Adapters) == 0 {
@@ -158,7 +164,10 @@ func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Ro
 			continue
 		}
 		cluster := p.Name
-		if groupTables(kind) {
+		if groupTables(kind) && !Picks(p, kind) {
+			// Where Envoy picks the replica, the route goes to the pool's
+			// cluster, so that the adapter's overflow may leave its
+			// members (AdapterPickTables).
 			cluster = a.ClusterName(p.Name)
 		}
 		m := prefixMatch()

@@ -165,7 +165,7 @@ func Translate(m fleet.Model, kind Kind) (*Resources, error) {
 		if r.Listeners[i], err = buildListener(p, kind); err != nil {
 			return resErr(p, "listener", err)
 		}
-		if r.Routes[i], err = buildRoute(p, kind); err != nil {
+		if r.Routes[i], err = buildRoute(p, &pl, kind); err != nil {
 			return resErr(p, "route configuration", err)
 		}
 		if clusters[i], err = buildClusters(p, &pl, kind); err != nil {

@@ -25,7 +25,12 @@
 -- fleet's: the table's, plus what this Lua state sent since ("load_lag"
 -- ms before the table arrived: the logs and the push take that long to
 -- count a request), so that many Envoys, each with a small share of the
--- traffic, bound a replica by its whole load. A table whose "load_at"
+-- traffic, bound a replica by its whole load. An adapter's table
+-- (hosts: the pool's; slots: the adapter's replicas only) adds "rank",
+-- the pool's hosts in the adapter's order, three hex digits each, where
+-- a request goes on when the slots' replicas are all over the bound, and
+-- "bound", each host's slots in the pool's own table (its share in the
+-- bound), comma-separated. A table whose "load_at"
 -- (ms since the epoch) is more than "load_ttl" ms old is not believed:
 -- the state's own counts bound.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
@@ -108,17 +113,46 @@ local function expire(now)
   end
 end
 
--- Each host's slots (its weight in the bound), cached per table.
-local function shares(slots)
-  if share_slots ~= slots then
+-- Each host's slots (its weight in the bound), cached per table: an
+-- adapter's table says them in "bound" (the pool's, by host), any other
+-- has them in its slots.
+local function shares(slots, bound)
+  local key = bound or slots
+  if share_slots ~= key then
     local n = {}
-    for s = 0, SLOTS - 1 do
-      local i = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
-      if i ~= nil then n[i] = (n[i] or 0) + 1 end
+    if bound ~= nil then
+      local i = 0
+      for v in string.gmatch(bound, "[^,]+") do
+        n[i] = tonumber(v) or 0
+        i = i + 1
+      end
+    else
+      for s = 0, #slots / 3 - 1 do
+        local i = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
+        if i ~= nil then n[i] = (n[i] or 0) + 1 end
+      end
     end
-    share_of, share_slots = n, slots
+    share_of, share_slots = n, key
   end
   return share_of
+end
+
+-- The number of hosts slots name, cached per table (a pool's adapters
+-- have a table each; the cache starts over past 1024 of them).
+local distinct_of, distinct_n = {}, 0
+local function distinct(slots)
+  local n = distinct_of[slots]
+  if n == nil then
+    local seen = {}
+    n = 0
+    for s = 0, #slots / 3 - 1 do
+      local i = sub(slots, 3 * s + 1, 3 * s + 3)
+      if not seen[i] then seen[i], n = true, n + 1 end
+    end
+    if distinct_n >= 1024 then distinct_of, distinct_n = {}, 0 end
+    distinct_of[slots], distinct_n = n, distinct_n + 1
+  end
+  return n
 end
 
 -- Whether host i (named h) is overloaded for a request of w bytes:
@@ -140,21 +174,36 @@ local function overloaded(n, i, h, factor, w)
 end
 
 -- The host of slot, or with a factor the first host of the next slots
--- that is not overloaded (else the slot's own).
-local function bounded(hosts, slots, slot, factor, w)
+-- that is not overloaded, then (an adapter's table) of its rank; else
+-- the slot's own.
+local function bounded(hosts, slots, slot, factor, w, rank, bound)
   local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
   local host = i and hosts[i + 1]
   if type(host) ~= "string" or factor == nil then return host end
-  local n = shares(slots)
-  if not overloaded(n, i, host, factor, w) then return host end
-  local seen = {[i] = true}
-  for k = 1, SLOTS - 1 do
-    local s = (slot + k) % SLOTS
+  local n = shares(slots, bound)
+  local seen = {}
+  local function try(j)
+    if j == nil or seen[j] then return nil end
+    seen[j] = true
+    local h = hosts[j + 1]
+    if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
+  end
+  -- An adapter's slots name only its few replicas: stop once each was
+  -- seen.
+  local nslots = #slots / 3
+  local left = rank ~= nil and distinct(slots) or nslots
+  for k = 0, nslots - 1 do
+    local s = (slot + k) % nslots
     local j = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
-    if j ~= nil and not seen[j] then
-      seen[j] = true
-      local h = hosts[j + 1]
-      if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
+    if j ~= nil and not seen[j] then left = left - 1 end
+    local h = try(j)
+    if h ~= nil then return h end
+    if left <= 0 then break end
+  end
+  if rank ~= nil then
+    for k = 0, #rank / 3 - 1 do
+      local h = try(tonumber(sub(rank, 3 * k + 1, 3 * k + 3), 16))
+      if h ~= nil then return h end
     end
   end
   return host
@@ -168,7 +217,10 @@ local function set_prefill(handle, headers)
   local md = handle:metadata()
   if md == nil then return end
   local hosts, slots = md:get("hosts"), md:get("slots")
-  if type(hosts) ~= "table" or type(slots) ~= "string" or #slots ~= 3 * SLOTS then return end
+  -- A pool's table has SLOTS slots; an adapter's fewer (its replicas are
+  -- few), a power of two.
+  if type(hosts) ~= "table" or type(slots) ~= "string" or #slots < 3 or #slots > 3 * SLOTS or #slots % 3 ~= 0 then return end
+  local nslots = #slots / 3
   local v, idx
   for _, k in ipairs(PREFILL_KEYS) do
     v, idx = headers:get(k.header), k.index
@@ -189,11 +241,13 @@ local function set_prefill(handle, headers)
         v = v .. "#" .. sub(bits, 1, level)
       end
     end
-    slot = tonumber(sub(keyhash(v), 1, 8), 16) % SLOTS
-  elseif PREFILL_HEADER == nil then
+    slot = tonumber(sub(keyhash(v), 1, 8), 16) % nslots
+  elseif PREFILL_HEADER == nil and type(md:get("rank")) ~= "string" then
     return -- no key: the cluster spreads it (its keyless route)
   else
-    slot = math.random(0, SLOTS - 1)
+    -- No key: a random slot (of an adapter's table: one of its
+    -- replicas, whose cluster is the pool's).
+    slot = math.random(0, nslots - 1)
   end
   local factor = md:get("balance")
   if type(factor) ~= "number" or factor < 100 or v == nil then factor = nil end
@@ -214,7 +268,9 @@ local function set_prefill(handle, headers)
       sync_load(ls, hosts, type(lag) == "number" and lag or 0, now)
     end
   end
-  local host = bounded(hosts, slots, slot, factor, w)
+  local rank, bound = md:get("rank"), md:get("bound")
+  if type(rank) ~= "string" or type(bound) ~= "string" then rank, bound = nil, nil end
+  local host = bounded(hosts, slots, slot, factor, w, rank, bound)
   if type(host) ~= "string" then return end
   if PREFILL_HEADER == nil then
     handle:setUpstreamOverrideHost(host, false)

@@ -152,10 +152,10 @@ func TestPrefillSlotKey(t *testing.T) {
 // own upstream override host.
 func TestLuaPrefillBounded(t *testing.T) {
 	for _, mode := range []struct {
-		name         string
-		bytes, fleet bool
-	}{{"requests", false, false}, {"bytes", true, false}, {"fleet_bytes", true, true}} {
-		t.Run(mode.name, func(t *testing.T) { testLuaPrefillBounded(t, mode.bytes, mode.fleet) })
+		name                  string
+		bytes, fleet, adapter bool
+	}{{"requests", false, false, false}, {"bytes", true, false, false}, {"fleet_bytes", true, true, false}, {"fleet_adapter", true, true, true}} {
+		t.Run(mode.name, func(t *testing.T) { testLuaPrefillBounded(t, mode.bytes, mode.fleet, mode.adapter) })
 	}
 }
 
@@ -164,8 +164,12 @@ func TestLuaPrefillBounded(t *testing.T) {
 // fleet's bytes in flight ("load"): a replica's bytes are then the
 // table's plus this state's requests since it, those started within
 // load_lag ms of the table's arrival included; a table older than its
-// load_ttl is not believed, and the state's own counts bound.
-func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
+// load_ttl is not believed, and the state's own counts bound. With
+// adapter, the table is an adapter's (fleet.AdapterSlotTable): a quarter
+// of the pool's slots, naming two of the hosts; "bound" gives every host's
+// share of the pool and "rank" the order the others are tried in once
+// both are over the bound.
+func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000", "10.0.1.5:8000"}
@@ -175,8 +179,20 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 	for s := range table {
 		table[s] = (s * 7 / 3) % len(hosts)
 		share[table[s]]++
-		fmt.Fprintf(&enc, "%03x", table[s])
 	}
+	// An adapter's table is shorter than the pool's, whose shares bound.
+	members := []int{0, 2}
+	rank := []int{3, 1, 4, 0, 2}
+	if adapter {
+		table = make([]int, slots/4)
+		for s := range table {
+			table[s] = members[(s*7/3)%len(members)]
+		}
+	}
+	for _, h := range table {
+		fmt.Fprintf(&enc, "%03x", h)
+	}
+	nt := len(table)
 	// The rule: requests or bytes in flight per host and in all, from
 	// request to response (bytes in the same float64 arithmetic as
 	// LuaJIT's numbers).
@@ -205,22 +221,25 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 		return load > max(capacity*float64(share[i])/slots, w)
 	}
 	pick := func(key string, w float64) int {
-		s := PrefillSlot(key, slots)
-		i := table[s]
-		if !over(i, w) {
-			return i
-		}
-		seen := map[int]bool{i: true}
-		for k := 1; k < slots; k++ {
-			j := table[(s+k)%slots]
-			if !seen[j] {
+		s := PrefillSlot(key, nt)
+		seen := map[int]bool{}
+		for k := range nt {
+			if j := table[(s+k)%nt]; !seen[j] {
 				seen[j] = true
 				if !over(j, w) {
 					return j
 				}
 			}
 		}
-		return i
+		if !adapter {
+			return table[s]
+		}
+		for _, j := range rank {
+			if !seen[j] && !over(j, w) {
+				return j
+			}
+		}
+		return table[s]
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	keys := []string{"alice", "bob", "carol", "dave", "erin"}
@@ -336,7 +355,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 			stale++
 		}
 		i := pick(key, w)
-		if i != table[PrefillSlot(key, slots)] {
+		if i != table[PrefillSlot(key, nt)] {
 			spilled++
 		}
 		requests++
@@ -374,6 +393,15 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet bool) {
 	md := enc.String() + "\n" + strings.Join(hosts, "\n") + fmt.Sprintf("\nbalance\t%d\n", factor)
 	if bytes {
 		md += "bytes\n"
+	}
+	if adapter {
+		var r strings.Builder
+		bound := make([]string, len(share))
+		for i, j := range rank {
+			fmt.Fprintf(&r, "%03x", j)
+			bound[i] = fmt.Sprint(share[i])
+		}
+		md += "rank\t" + r.String() + "\nbound\t" + strings.Join(bound, ",") + "\n"
 	}
 	table_ := write("table", md)
 	cases := write("cases", strings.Join(lines, "\n")+"\n")
@@ -420,5 +448,34 @@ func tempWriter(t *testing.T) func(name, content string) string {
 			t.Fatal(err)
 		}
 		return p
+	}
+}
+
+// A request without a key on an adapter's route (whose cluster is the
+// pool's) goes to one of the adapter's replicas, not to the cluster.
+func TestLuaPickAdapterKeyless(t *testing.T) {
+	bin := luajit(t)
+	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"}
+	var slots strings.Builder
+	for s := range 16 {
+		fmt.Fprintf(&slots, "%03x", []int{0, 2}[s%2])
+	}
+	write := tempWriter(t)
+	table := write("table", slots.String()+"\n"+strings.Join(hosts, "\n")+"\nbalance\t200\nbytes\nrank\t001000002\nbound\t22,21,21\n")
+	cases := write("cases", strings.Repeat("500\n", 40))
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, cases, ":override").CombinedOutput()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, out)
+	}
+	seen := map[string]int{}
+	for _, h := range strings.Fields(string(out)) {
+		seen[h]++
+	}
+	if len(seen) != 2 || seen[hosts[0]] == 0 || seen[hosts[2]] == 0 {
+		t.Errorf("keyless requests went to %v, want both of the adapter's replicas %s and %s", seen, hosts[0], hosts[2])
 	}
 }
