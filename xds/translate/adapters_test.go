@@ -208,6 +208,16 @@ func TestAdapterPickRoutes(t *testing.T) {
 				t.Errorf("envoy: adapter %s: slots name %d hosts, want its %d members", a, len(named), want)
 			}
 		}
+		// Envoy gets no adapter cluster its routes would not name.
+		adapterClusters := 0
+		for _, c := range r.Clusters {
+			if strings.Contains(c.GetName(), fleet.AdapterInfix) {
+				adapterClusters++
+			}
+		}
+		if want := map[Kind]int{GRPC: 2, GRPCNoHash: 2}[kind]; adapterClusters != want {
+			t.Errorf("%v: %d adapter clusters, want %d", kind, adapterClusters, want)
+		}
 		// The pool's own routes keep the pool's table.
 		last := routes[len(routes)-1].GetMetadata().GetFilterMetadata()[PickFilterName].GetFields()
 		if kind == Envoy && (last == nil || last["rank"] != nil) {

@@ -273,6 +273,12 @@ func noHashCluster(p *fleet.Pool) (*clusterv3.Cluster, error) {
 // membership.
 func groupTables(kind Kind) bool { return kind != GRPCJS }
 
+// servesTables reports whether kind's clients get p's group and adapter
+// clusters: not where Envoy picks each request's replica itself (Picks),
+// whose adapters' routes go to the pool's cluster with their tables
+// (AdapterPickTables); such a pool has no groups.
+func servesTables(p *fleet.Pool, kind Kind) bool { return !Picks(p, kind) }
+
 // poolView is p as its own clusters and assignment see it for kind: the
 // plan's own table, or the whole pool for a kind without group tables.
 func poolView(p *fleet.Pool, pl *fleet.Plan, kind Kind) *fleet.Pool {
@@ -301,7 +307,7 @@ func groupPool(p *fleet.Pool, cluster string, members []fleet.Endpoint) *fleet.P
 // kind: each shaped like the pool's hash cluster for the kind, over the
 // table's members.
 func groupClusters(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*clusterv3.Cluster, error) {
-	if !groupTables(kind) {
+	if !groupTables(kind) || !servesTables(p, kind) {
 		return nil, nil
 	}
 	var clusters []*clusterv3.Cluster

@@ -205,7 +205,7 @@ func cmpLocality(a, b fleet.Locality) int {
 // groupEndpoints returns the assignments of p's groups and adapters for
 // kind: each table's members with their weights, health and hash keys.
 func groupEndpoints(p *fleet.Pool, pl *fleet.Plan, kind Kind) ([]*endpointv3.ClusterLoadAssignment, error) {
-	if !groupTables(kind) {
+	if !groupTables(kind) || !servesTables(p, kind) {
 		return nil, nil
 	}
 	var clas []*endpointv3.ClusterLoadAssignment
