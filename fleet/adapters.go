@@ -539,40 +539,70 @@ func adapterMembers(p *Pool, idx []int) []Endpoint {
 	return ms
 }
 
-// AdapterSlotTable is the pick table of adapter a of pool p, for a pool
-// whose Envoys pick each request's replica (balance_on = "prompt_bytes"):
-// the pool's replicas as a's table sees them (its saturated members
-// served healthy) with their bytes in flight; Slots won among a's serving
-// members only; Bound, each host's share of the pool; and Rank, every
-// host in a's rendezvous ranking. A request for a goes to its key's
-// member, then, over the bound, to the next member of its slots, then
-// along Rank: where a would be placed next, the same on every Envoy, so
-// that a busy adapter's overflow keeps to a few replicas (where it is
-// loaded) instead of waiting for its own. Without a serving member the
-// slots are the pool's own. Its slots are fewer than the pool's
-// (AdapterSlots): a pool's routes carry a table per adapter.
-func AdapterSlotTable(p *Pool, a AdapterPlan) *SlotTable {
-	member := make(map[string]bool, len(a.Members))
-	for _, m := range a.Members {
-		member[m.Identity()] = true
-	}
-	view := *p
-	view.Endpoints = slices.Clone(p.Endpoints)
-	for i := range view.Endpoints {
-		if e := &view.Endpoints[i]; e.Saturated && member[e.Identity()] {
-			e.Health = Healthy
+// AdapterSlotTables are the pick tables of adapters as of pool p, for a
+// pool whose Envoys pick each request's replica (balance_on =
+// "prompt_bytes"), each:
+//   - the pool's replicas as the adapter's table sees them (its saturated
+//     members served healthy) with their bytes in flight, and Bound, each
+//     one's share of the pool;
+//   - Slots won among the adapter's serving members only;
+//   - Rank, every host in the adapter's rendezvous ranking.
+//
+// A request for the adapter goes to its key's member, then, over the
+// bound, to the next member of its slots, then along Rank: where the
+// adapter would be placed next, the same on every Envoy, so that a busy
+// adapter's overflow keeps to a few replicas (where it is loaded)
+// instead of waiting for its own. Without a serving member the slots are
+// the pool's own. Its slots are fewer than the pool's (AdapterSlots): a
+// pool's routes carry a table per adapter. The pool's view is built once
+// and shared by every adapter without a saturated member.
+func AdapterSlotTables(p *Pool, adapters []AdapterPlan) []*SlotTable {
+	var base *SlotTable
+	out := make([]*SlotTable, len(adapters))
+	for k, a := range adapters {
+		saturated := map[string]bool{}
+		for _, m := range a.Members {
+			if m.Saturated {
+				saturated[m.Identity()] = true
+			}
 		}
+		view := *p
+		if len(saturated) > 0 {
+			view.Endpoints = slices.Clone(p.Endpoints)
+			for i := range view.Endpoints {
+				if e := &view.Endpoints[i]; e.Saturated && saturated[e.Identity()] {
+					e.Health = Healthy
+				}
+			}
+		}
+		var t SlotTable
+		switch {
+		case len(saturated) > 0:
+			t = *NewSlotTable(&view, &Pool{})
+			t.Bound = t.Shares()
+		case base == nil:
+			base = NewSlotTable(p, &Pool{})
+			base.Bound = base.Shares()
+			t = *base
+		default:
+			t = *base
+		}
+		out[k] = adapterSlotTable(&view, &t, a)
 	}
-	t := NewSlotTable(&view, &Pool{})
+	return out
+}
+
+// adapterSlotTable fills t, the view of pool p an adapter's table has,
+// with adapter a's slots and rank.
+func adapterSlotTable(p *Pool, t *SlotTable, a AdapterPlan) *SlotTable {
 	if len(t.Hosts) == 0 {
 		return t
 	}
-	t.Bound = t.Shares()
 	idx := make(map[string]uint16, len(t.Hosts))
 	for i, h := range t.Hosts {
 		idx[h] = uint16(i)
 	}
-	own := view
+	own := *p
 	own.Endpoints = a.Members
 	if mt := newSlotTable(&own, &Pool{}, AdapterSlots(len(a.Members))); len(mt.Hosts) > 0 {
 		t.Slots = make([]uint16, len(mt.Slots))
@@ -581,8 +611,9 @@ func AdapterSlotTable(p *Pool, a AdapterPlan) *SlotTable {
 		}
 	}
 	seen := make(map[uint16]bool, len(t.Hosts))
+	t.Rank = nil
 	for _, i := range AdapterRanking(p, a.Name) {
-		j, ok := idx[view.Endpoints[i].Address()]
+		j, ok := idx[p.Endpoints[i].Address()]
 		if ok && !seen[j] {
 			seen[j] = true
 			t.Rank = append(t.Rank, j)

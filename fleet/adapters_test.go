@@ -332,7 +332,7 @@ func TestAdaptersJSON(t *testing.T) {
 	}
 }
 
-// An adapter's pick table names the pool's hosts, fills its slots with
+// An adapter's pick table (AdapterSlotTables) names the pool's hosts, fills its slots with
 // the adapter's members only, ranks every host as the adapter ranks the
 // pool, bounds each host by its share of the pool, and carries the pool's
 // bytes in flight; a saturated member is served in it.
@@ -345,8 +345,9 @@ func TestAdapterSlotTable(t *testing.T) {
 	}
 	m, pl := prepareOne(t, p)
 	p = m.Fleet().Pools[0]
+	tabs := AdapterSlotTables(&p, pl.Adapters)
 	for i, a := range pl.Adapters {
-		tab := AdapterSlotTable(&p, a)
+		tab := tabs[i]
 		pool := NewSlotTable(&p, &Pool{})
 		if !slices.Equal(tab.Hosts, pool.Hosts) || !slices.Equal(tab.Load, pool.Load) || !slices.Equal(tab.Bound, pool.Shares()) {
 			t.Fatalf("%s: hosts %v load %v bound %v; want the pool's %v %v %v", a.Name, tab.Hosts, tab.Load, tab.Bound, pool.Hosts, pool.Load, pool.Shares())
@@ -389,7 +390,7 @@ func TestAdapterSlotTable(t *testing.T) {
 	m, pl = prepareOne(t, p)
 	p = m.Fleet().Pools[0]
 	sql = pl.Adapters[slices.IndexFunc(pl.Adapters, func(a AdapterPlan) bool { return a.Name == "sql" })]
-	tab := AdapterSlotTable(&p, sql)
+	tab := AdapterSlotTables(&p, []AdapterPlan{sql})[0]
 	addr := sql.Members[0].Address()
 	if slices.Contains(NewSlotTable(&p, &Pool{}).Hosts, addr) || !slices.Contains(tab.Hosts, addr) || tab.Bound[slices.Index(tab.Hosts, addr)] == 0 {
 		t.Errorf("saturated member %s: pool hosts %v, adapter's %v bound %v", addr, NewSlotTable(&p, &Pool{}).Hosts, tab.Hosts, tab.Bound)

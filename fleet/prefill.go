@@ -102,7 +102,7 @@ type SlotTable struct {
 	// of it may be missing from Load (the upstream log's flush interval,
 	// twice, and the push); zero without Load.
 	LoadLag time.Duration `json:"load_lag,omitempty"`
-	// Rank and Bound are set in an adapter's table (AdapterSlotTable),
+	// Rank and Bound are set in an adapter's table (AdapterSlotTables),
 	// whose Slots name only the adapter's members: Rank is every host in
 	// the adapter's rendezvous ranking (indexes into Hosts), where a
 	// request goes, in order, when the members are over their bound, and

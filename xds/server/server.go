@@ -145,7 +145,7 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	}
 	f := m.Fleet()
 	next := map[translate.Kind]*translate.Resources{}
-	if s.last != nil && sameShape(*s.last, m) {
+	if s.last != nil && sameShape(s.last.Fleet(), f) {
 		// Membership, weight and health changes touch only EDS (and the
 		// clusters whose ring size follows the healthy weight: gRPC
 		// clients', and Envoy's with entries_per_weight): listeners and
@@ -202,8 +202,7 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 
 // sameShape reports whether a and b differ at most in their endpoints,
 // and not in what of them the routes carry (pick tables).
-func sameShape(ma, mb fleet.Model) bool {
-	a, b := ma.Fleet(), mb.Fleet()
+func sameShape(a, b fleet.Fleet) bool {
 	if len(a.Pools) != len(b.Pools) {
 		return false
 	}
@@ -214,11 +213,12 @@ func sameShape(ma, mb fleet.Model) bool {
 		if !reflect.DeepEqual(translate.PickTable(&pa, translate.Envoy), translate.PickTable(&pb, translate.Envoy)) {
 			return false
 		}
-		if pa.LoRA != nil && pa.Name == pb.Name {
-			la, lb := ma.Plan(pa.Name), mb.Plan(pb.Name)
-			if !reflect.DeepEqual(translate.AdapterPickTables(&pa, &la, translate.Envoy), translate.AdapterPickTables(&pb, &lb, translate.Envoy)) {
-				return false
-			}
+		// So do its adapters' tables, which follow the endpoints through
+		// the placement too (a member's saturation): any change of them
+		// rebuilds the routes, rather than building every adapter's
+		// table twice here to compare.
+		if pa.LoRA != nil && translate.Picks(&pa, translate.Envoy) && !slices.Equal(pa.Endpoints, pb.Endpoints) {
+			return false
 		}
 		pa.Endpoints, pb.Endpoints = nil, nil
 		if !reflect.DeepEqual(pa, pb) {

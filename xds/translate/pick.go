@@ -26,7 +26,7 @@ import (
 // without a table (a route not yet updated), or whose override host the
 // cluster lacks or holds unhealthy (a stale table), is hashed as before.
 // Pools with tenant groups do not get it: an override must not leave a
-// group's replicas. A pool's adapters do (fleet.AdapterSlotTable): each
+// group's replicas. A pool's adapters do (fleet.AdapterSlotTables): each
 // adapter's route goes to the pool's cluster and carries the adapter's
 // table, so that a request over its members' bound goes on along the
 // adapter's ranking rather than wait behind the adapter's own replicas.
@@ -128,13 +128,13 @@ func AdapterPickTables(p *fleet.Pool, pl *fleet.Plan, kind Kind) []*fleet.SlotTa
 	if !Picks(p, kind) || p.LoRA == nil {
 		return nil
 	}
-	var out []*fleet.SlotTable
+	var routed []fleet.AdapterPlan
 	for i, a := range p.Adapters {
 		if a.Routed() && i < len(pl.Adapters) {
-			out = append(out, fleet.AdapterSlotTable(p, pl.Adapters[i]))
+			routed = append(routed, pl.Adapters[i])
 		}
 	}
-	return out
+	return fleet.AdapterSlotTables(p, routed)
 }
 
 // pickMetadata is the route metadata carrying table t.

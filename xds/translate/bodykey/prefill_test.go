@@ -165,7 +165,7 @@ func TestLuaPrefillBounded(t *testing.T) {
 // table's plus this state's requests since it, those started within
 // load_lag ms of the table's arrival included; a table older than its
 // load_ttl is not believed, and the state's own counts bound. With
-// adapter, the table is an adapter's (fleet.AdapterSlotTable): a quarter
+// adapter, the table is an adapter's (fleet.AdapterSlotTables): a quarter
 // of the pool's slots, naming two of the hosts; "bound" gives every host's
 // share of the pool and "rank" the order the others are tried in once
 // both are over the bound.
