@@ -539,98 +539,56 @@ func adapterMembers(p *Pool, idx []int) []Endpoint {
 	return ms
 }
 
-// AdapterSlotTables are the pick tables of adapters as of pool p, for a
-// pool whose Envoys pick each request's replica (balance_on =
-// "prompt_bytes"), each:
-//   - the pool's replicas as the adapter's table sees them (its saturated
-//     members served healthy) with their bytes in flight, and Bound, each
-//     one's share of the pool;
-//   - Slots won among the adapter's serving members only;
-//   - Rank, every host in the adapter's rendezvous ranking.
-//
-// A request for the adapter goes to its key's member, then, over the
-// bound, to the next member of its slots, then along Rank: where the
-// adapter would be placed next, the same on every Envoy, so that a busy
-// adapter's overflow keeps to a few replicas (where it is loaded)
-// instead of waiting for its own. Without a serving member the slots are
-// the pool's own. Its slots are fewer than the pool's (AdapterSlots): a
-// pool's routes carry a table per adapter. The pool's view is built once
-// and shared by every adapter without a saturated member.
-func AdapterSlotTables(p *Pool, adapters []AdapterPlan) []*SlotTable {
-	var base *SlotTable
-	out := make([]*SlotTable, len(adapters))
-	for k, a := range adapters {
-		saturated := map[string]bool{}
-		for _, m := range a.Members {
-			if m.Saturated {
-				saturated[m.Identity()] = true
-			}
-		}
-		view := *p
-		if len(saturated) > 0 {
-			view.Endpoints = slices.Clone(p.Endpoints)
-			for i := range view.Endpoints {
-				if e := &view.Endpoints[i]; e.Saturated && saturated[e.Identity()] {
-					e.Health = Healthy
-				}
-			}
-		}
-		var t SlotTable
-		switch {
-		case len(saturated) > 0:
-			t = *NewSlotTable(&view, &Pool{})
-			t.Bound = t.Shares()
-		case base == nil:
-			base = NewSlotTable(p, &Pool{})
-			base.Bound = base.Shares()
-			t = *base
-		default:
-			t = *base
-		}
-		out[k] = adapterSlotTable(&view, &t, a)
-	}
-	return out
+// AdapterPick is a placed adapter's entry in its pool's pick table, as
+// indexes into the table's Hosts: Members, its serving replicas, and
+// Rank, the next AdapterRankLen serving replicas of its rendezvous
+// ranking. A request naming the adapter goes to one of its members,
+// chosen by rendezvous of the request's key and the members' addresses
+// (so that each conversation keeps one), or, over the bound, to the next
+// member in that order, then along Rank: where the adapter would be
+// placed next, the same on every Envoy, so that a busy adapter's overflow
+// keeps to a few replicas, where it stays loaded.
+type AdapterPick struct {
+	Members []uint16 `json:"members"`
+	Rank    []uint16 `json:"rank,omitempty"`
 }
 
-// adapterSlotTable fills t, the view of pool p an adapter's table has,
-// with adapter a's slots and rank.
-func adapterSlotTable(p *Pool, t *SlotTable, a AdapterPlan) *SlotTable {
-	if len(t.Hosts) == 0 {
-		return t
+// AdapterRankLen is how many replicas past its own an adapter's overflow
+// may go to.
+const AdapterRankLen = 8
+
+// PickAdapters sets t, pool p's own slot table, to carry the entries of
+// adapters (AdapterPick). A member that t does not serve (draining, or
+// taken out by the escape hatch) is left out of Members: its requests
+// take the next member, or the ranking.
+func (t *SlotTable) PickAdapters(p *Pool, adapters []AdapterPlan) {
+	if len(t.Hosts) == 0 || len(adapters) == 0 {
+		return
 	}
 	idx := make(map[string]uint16, len(t.Hosts))
 	for i, h := range t.Hosts {
 		idx[h] = uint16(i)
 	}
-	own := *p
-	own.Endpoints = a.Members
-	if mt := newSlotTable(&own, &Pool{}, AdapterSlots(len(a.Members))); len(mt.Hosts) > 0 {
-		t.Slots = make([]uint16, len(mt.Slots))
-		for s, j := range mt.Slots {
-			t.Slots[s] = idx[mt.Hosts[j]]
+	t.Adapters = make(map[string]AdapterPick, len(adapters))
+	for _, a := range adapters {
+		var e AdapterPick
+		seen := map[uint16]bool{}
+		for _, m := range a.Members {
+			if j, ok := idx[m.Address()]; ok && !seen[j] {
+				seen[j] = true
+				e.Members = append(e.Members, j)
+			}
 		}
-	}
-	seen := make(map[uint16]bool, len(t.Hosts))
-	t.Rank = nil
-	for _, i := range AdapterRanking(p, a.Name) {
-		j, ok := idx[p.Endpoints[i].Address()]
-		if ok && !seen[j] {
-			seen[j] = true
-			t.Rank = append(t.Rank, j)
+		slices.Sort(e.Members)
+		for _, i := range AdapterRanking(p, a.Name) {
+			if len(e.Rank) == AdapterRankLen {
+				break
+			}
+			if j, ok := idx[p.Endpoints[i].Address()]; ok && !seen[j] {
+				seen[j] = true
+				e.Rank = append(e.Rank, j)
+			}
 		}
+		t.Adapters[a.Name] = e
 	}
-	return t
-}
-
-// AdapterSlots is the number of slots of the table of an adapter with n
-// members: 64 per member, a power of two, at most PrefillSlots. A key's
-// slot is its hash modulo the table's size, so 64 slots per member keep
-// each member's share of the keys within about 1/64 of even, in a table
-// a sixteenth of the pool's for an adapter on one or two replicas.
-func AdapterSlots(n int) int {
-	s := 64
-	for s < 64*n && s < PrefillSlots {
-		s *= 2
-	}
-	return s
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // adapterPool is a hash pool of n replicas "r-0".."r-(n-1)" placing
@@ -332,67 +331,62 @@ func TestAdaptersJSON(t *testing.T) {
 	}
 }
 
-// An adapter's pick table (AdapterSlotTables) names the pool's hosts, fills its slots with
-// the adapter's members only, ranks every host as the adapter ranks the
-// pool, bounds each host by its share of the pool, and carries the pool's
-// bytes in flight; a saturated member is served in it.
-func TestAdapterSlotTable(t *testing.T) {
-	p := adapterPool(6, 4, Adapter{Name: "sql", Replicas: 2, Share: 0.3}, Adapter{Name: "chat", Replicas: 1, Share: 0.1})
-	p.Hash.BalanceFactor, p.Hash.BalanceOn, p.Hash.LoadInterval = 150, BalanceOnPromptBytes, DefaultLoadInterval
-	p.LoadAt = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	for i := range p.Endpoints {
-		p.Endpoints[i].InFlightBytes = uint64(1000 * i)
+// A pick table's adapter entries name each adapter's serving replicas
+// and the next AdapterRankLen of its ranking, as indexes into the
+// table's hosts; a member the table does not serve (taken out by the
+// escape hatch) is left out, and its replicas' next-ranked take over.
+func TestPickAdapters(t *testing.T) {
+	p := adapterPool(12, 4, Adapter{Name: "sql", Replicas: 2, Share: 0.3}, Adapter{Name: "chat", Replicas: 1, Share: 0.1})
+	p.Hash.BalanceFactor, p.Hash.BalanceOn = 150, BalanceOnPromptBytes
+	check := func(p Pool, pl Plan) map[string]AdapterPick {
+		t.Helper()
+		tab := NewSlotTable(&p, &Pool{})
+		tab.PickAdapters(&p, pl.Adapters)
+		for _, a := range pl.Adapters {
+			e := tab.Adapters[a.Name]
+			var members []string
+			for _, m := range a.Members {
+				if slices.Contains(tab.Hosts, m.Address()) {
+					members = append(members, m.Address())
+				}
+			}
+			var got []string
+			for _, j := range e.Members {
+				got = append(got, tab.Hosts[j])
+			}
+			slices.Sort(members)
+			if !slices.Equal(got, members) {
+				t.Errorf("%s: members %v, want the served %v", a.Name, got, members)
+			}
+			var rank []string
+			for _, i := range AdapterRanking(&p, a.Name) {
+				if h := p.Endpoints[i].Address(); slices.Contains(tab.Hosts, h) && !slices.Contains(members, h) && len(rank) < AdapterRankLen {
+					rank = append(rank, h)
+				}
+			}
+			got = got[:0]
+			for _, j := range e.Rank {
+				got = append(got, tab.Hosts[j])
+			}
+			if !slices.Equal(got, rank) || len(rank) != AdapterRankLen {
+				t.Errorf("%s: rank %v, want %v", a.Name, got, rank)
+			}
+		}
+		return tab.Adapters
 	}
 	m, pl := prepareOne(t, p)
-	p = m.Fleet().Pools[0]
-	tabs := AdapterSlotTables(&p, pl.Adapters)
-	for i, a := range pl.Adapters {
-		tab := tabs[i]
-		pool := NewSlotTable(&p, &Pool{})
-		if !slices.Equal(tab.Hosts, pool.Hosts) || !slices.Equal(tab.Load, pool.Load) || !slices.Equal(tab.Bound, pool.Shares()) {
-			t.Fatalf("%s: hosts %v load %v bound %v; want the pool's %v %v %v", a.Name, tab.Hosts, tab.Load, tab.Bound, pool.Hosts, pool.Load, pool.Shares())
-		}
-		members := map[string]bool{}
-		for _, e := range a.Members {
-			members[e.Address()] = true
-		}
-		named := map[string]bool{}
-		for s := range tab.Slots {
-			named[tab.Host(s)] = true
-		}
-		if !maps.Equal(named, members) {
-			t.Errorf("%s: slots name %v, want its members %v", a.Name, named, members)
-		}
-		var rank []string
-		for _, j := range AdapterRanking(&p, p.Adapters[i].Name) {
-			rank = append(rank, p.Endpoints[j].Address())
-		}
-		var got []string
-		for _, j := range tab.Rank {
-			got = append(got, tab.Hosts[j])
-		}
-		if !slices.Equal(got, rank) {
-			t.Errorf("%s: rank %v, want %v", a.Name, got, rank)
-		}
-		if len(tab.Load) != 6 || slices.Max(tab.Load) != 5000 {
-			t.Errorf("%s: load %v, want every replica's", a.Name, tab.Load)
-		}
-	}
-	// A saturated member (draining, taken out by the escape hatch) keeps
-	// its slots, as in the adapter's own cluster; the pool's table drops it.
-	sql := pl.Adapters[slices.IndexFunc(pl.Adapters, func(a AdapterPlan) bool { return a.Name == "sql" })]
-	id := sql.Members[0].Identity()
+	before := check(m.Fleet().Pools[0], pl)
+	// The first member of sql saturated: served in sql's cluster, not in
+	// the pool's table, so not in the entry.
+	id := pl.Adapters[slices.IndexFunc(pl.Adapters, func(a AdapterPlan) bool { return a.Name == "sql" })].Members[0].Identity()
 	for i := range p.Endpoints {
 		if p.Endpoints[i].Identity() == id {
 			p.Endpoints[i].Health, p.Endpoints[i].Saturated = Draining, true
 		}
 	}
 	m, pl = prepareOne(t, p)
-	p = m.Fleet().Pools[0]
-	sql = pl.Adapters[slices.IndexFunc(pl.Adapters, func(a AdapterPlan) bool { return a.Name == "sql" })]
-	tab := AdapterSlotTables(&p, []AdapterPlan{sql})[0]
-	addr := sql.Members[0].Address()
-	if slices.Contains(NewSlotTable(&p, &Pool{}).Hosts, addr) || !slices.Contains(tab.Hosts, addr) || tab.Bound[slices.Index(tab.Hosts, addr)] == 0 {
-		t.Errorf("saturated member %s: pool hosts %v, adapter's %v bound %v", addr, NewSlotTable(&p, &Pool{}).Hosts, tab.Hosts, tab.Bound)
+	after := check(m.Fleet().Pools[0], pl)
+	if len(after["sql"].Members) != 1 || len(before["sql"].Members) != 2 {
+		t.Errorf("sql's served members: %d before, %d saturated; want 2 then 1", len(before["sql"].Members), len(after["sql"].Members))
 	}
 }

@@ -102,14 +102,9 @@ type SlotTable struct {
 	// of it may be missing from Load (the upstream log's flush interval,
 	// twice, and the push); zero without Load.
 	LoadLag time.Duration `json:"load_lag,omitempty"`
-	// Rank and Bound are set in an adapter's table (AdapterSlotTables),
-	// whose Slots name only the adapter's members: Rank is every host in
-	// the adapter's rendezvous ranking (indexes into Hosts), where a
-	// request goes, in order, when the members are over their bound, and
-	// Bound is each host's slots in the pool's own table, its share of
-	// the pool in the bound.
-	Rank  []uint16 `json:"rank,omitempty"`
-	Bound []int    `json:"bound,omitempty"`
+	// Adapters are, in a hash pool's own table, its placed adapters'
+	// entries by name (PickAdapters).
+	Adapters map[string]AdapterPick `json:"adapters,omitempty"`
 }
 
 // LoadLogFlush is how often Envoy flushes the upstream log that reports
@@ -163,11 +158,6 @@ func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 // lists (a replica in both roles, which discovery may find) is left out:
 // it decodes.
 func NewSlotTable(prefill, decode *Pool) *SlotTable {
-	return newSlotTable(prefill, decode, PrefillSlots)
-}
-
-// newSlotTable is NewSlotTable with n slots.
-func newSlotTable(prefill, decode *Pool, n int) *SlotTable {
 	t := &SlotTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes, BalanceFactor: prefill.Hash.BalanceFactor, BalanceOn: prefill.Hash.BalanceOn}
 	if h := prefill.Hash.Hot; h != nil {
 		by := h.SpreadBy
@@ -233,7 +223,7 @@ func newSlotTable(prefill, decode *Pool, n int) *SlotTable {
 			vs = append(vs, vnode{seed: xxhash.Sum64String("prefill\x00" + m.id + "\x00" + strconv.Itoa(int(k))), host: uint16(i)})
 		}
 	}
-	t.Slots = make([]uint16, n)
+	t.Slots = make([]uint16, PrefillSlots)
 	for s := range t.Slots {
 		best, bestScore := vs[0].host, uint64(0)
 		for j, v := range vs {

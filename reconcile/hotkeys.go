@@ -348,7 +348,7 @@ func (hp *hotPool) awayReason(req accesslog.Request) string {
 	t := hp.homes[req.Cluster]
 	if t == nil || req.Adapter != "" && t.slots != nil {
 		// An adapter's request is not judged: its cluster is its own,
-		// or, where Envoy picks, its table is (fleet.AdapterSlotTables).
+		// or, where Envoy picks, its replicas are (fleet.AdapterPick).
 		return ""
 	}
 	first := t.first(req.Value)

@@ -154,22 +154,32 @@ func pickFleet(inFlight uint64, h fleet.Health) fleet.Fleet {
 	return f
 }
 
-// pickLoRAFleet is pickFleet(120_000, fleet.Draining) placing adapter
-// "sql" on every replica; the draining replica was taken out by the
-// escape hatch if saturated.
+// pickLoRAFleet is pickFleet(120_000, fleet.Healthy) placing adapter
+// "sql" on one replica, its first-ranked, which drains, taken out by the
+// escape hatch if saturated (then it keeps its place in the adapter).
 func pickLoRAFleet(saturated bool) fleet.Fleet {
-	f := pickFleet(120_000, fleet.Draining)
+	f := pickFleet(120_000, fleet.Healthy)
 	p := &f.Pools[0]
 	p.LoRA = &fleet.Adapters{MaxLoRA: 4}
-	p.Adapters = []fleet.Adapter{{Name: "sql", Replicas: len(p.Endpoints), Share: 0.5}}
-	p.Endpoints[0].Saturated = saturated
+	p.Adapters = []fleet.Adapter{{Name: "sql", Replicas: 1, Share: 0.5}}
+	m, err := fleet.Prepare(f)
+	if err != nil {
+		panic(err)
+	}
+	prepared := m.Fleet().Pools[0]
+	id := prepared.Endpoints[fleet.AdapterRanking(&prepared, "sql")[0]].Identity()
+	for i := range p.Endpoints {
+		if e := &p.Endpoints[i]; e.Identity() == id || e.Address() == id {
+			e.Health, e.Saturated = fleet.Draining, saturated
+		}
+	}
 	return f
 }
 
-// An adapter's pick table follows its members: a draining member that
-// saturation took out of the pool's table is served in the adapter's, so
-// its recovery (or its draining for good) changes Envoy's routes, though
-// the pool's own table stays as it was.
+// The adapters' entries of a pick table follow their members: a
+// saturated member keeps its place (and is not served), a draining one
+// is replaced by the next-ranked replica, which changes Envoy's routes,
+// though the pool's own table stays as it was.
 func TestAdapterTablesBumpRoutes(t *testing.T) {
 	s := New(Options{})
 	ctx := context.Background()

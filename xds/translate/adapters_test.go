@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvxds/kvxds/fleet"
@@ -160,10 +161,11 @@ func TestAdapterUpdateCost(t *testing.T) {
 	t.Logf("a replica joins (envoy): %v", got)
 }
 
-// Where Envoy picks the replica (balance_on = "prompt_bytes"), each
-// adapter's route goes to the pool's cluster and carries the adapter's
-// own table (its members' slots, its ranking, the pool's shares); gRPC
-// clients keep the adapter clusters.
+// Where Envoy picks the replica (balance_on = "prompt_bytes"), Envoy
+// gets no adapter routes or clusters: every route carries the pool's
+// pick table with each adapter's replicas and ranking, and the pick
+// filter reads the adapter header. gRPC clients keep the adapters'
+// routes and clusters.
 func TestAdapterPickRoutes(t *testing.T) {
 	f := adapterFleet(4, fleet.Adapter{Name: "sql", Replicas: 1, Share: 0.2}, fleet.Adapter{Name: "chat-v2", Replicas: 2, Share: 0.1})
 	p := &f.Pools[0]
@@ -178,50 +180,44 @@ func TestAdapterPickRoutes(t *testing.T) {
 			t.Fatal(err)
 		}
 		routes := r.Routes[0].GetVirtualHosts()[0].GetRoutes()
-		for i, a := range []string{"chat-v2", "sql"} {
-			rt := routes[i]
-			if got := rt.GetMatch().GetHeaders()[0].GetStringMatch().GetExact(); got != a {
-				t.Fatalf("%v: route %d matches %q, want %q", kind, i, got, a)
-			}
-			md := rt.GetMetadata().GetFilterMetadata()[PickFilterName].GetFields()
-			cluster := rt.GetRoute().GetCluster()
-			if kind != Envoy {
-				if md != nil || kind == GRPC && cluster != "chat/adapter/"+a {
-					t.Errorf("%v: adapter %s: cluster %s, pick table %v; want its cluster as before and no table", kind, a, cluster, md != nil)
+		adapterRoutes := 0
+		for _, rt := range routes {
+			for _, h := range rt.GetMatch().GetHeaders() {
+				if h.GetName() == "x-kvxds-adapter" {
+					adapterRoutes++
 				}
-				continue
-			}
-			if cluster != "chat" {
-				t.Errorf("envoy: adapter %s goes to %s, want the pool's cluster", a, cluster)
-			}
-			hosts := md["hosts"].GetListValue().GetValues()
-			rank, bound := md["rank"].GetStringValue(), md["bound"].GetStringValue()
-			if len(hosts) != 4 || len(rank) != 3*4 || len(strings.Split(bound, ",")) != 4 {
-				t.Errorf("envoy: adapter %s: %d hosts, rank %q, bound %q; want every host of the pool", a, len(hosts), rank, bound)
-			}
-			named := map[string]bool{}
-			slots := md["slots"].GetStringValue()
-			for s := 0; s < len(slots); s += 3 {
-				named[slots[s:s+3]] = true
-			}
-			if want := []int{2, 1}[i]; len(named) != want {
-				t.Errorf("envoy: adapter %s: slots name %d hosts, want its %d members", a, len(named), want)
 			}
 		}
-		// Envoy gets no adapter cluster its routes would not name.
 		adapterClusters := 0
 		for _, c := range r.Clusters {
 			if strings.Contains(c.GetName(), fleet.AdapterInfix) {
 				adapterClusters++
 			}
 		}
-		if want := map[Kind]int{GRPC: 2, GRPCNoHash: 2}[kind]; adapterClusters != want {
-			t.Errorf("%v: %d adapter clusters, want %d", kind, adapterClusters, want)
+		want := map[Kind]int{GRPC: 2, GRPCNoHash: 2, GRPCJS: 0}[kind]
+		if adapterClusters != want || (adapterRoutes == 2) != (kind != Envoy) {
+			t.Errorf("%v: %d adapter routes, %d adapter clusters; want %d clusters and routes but on Envoy", kind, adapterRoutes, adapterClusters, want)
 		}
-		// The pool's own routes keep the pool's table.
-		last := routes[len(routes)-1].GetMetadata().GetFilterMetadata()[PickFilterName].GetFields()
-		if kind == Envoy && (last == nil || last["rank"] != nil) {
-			t.Errorf("envoy: the pool's route carries %v, want the pool's table", last)
+		if kind != Envoy {
+			continue
+		}
+		for _, rt := range routes {
+			md := rt.GetMetadata().GetFilterMetadata()[PickFilterName].GetFields()
+			ads := md["adapters"].GetStructValue().GetFields()
+			for name, members := range map[string]int{"sql": 1, "chat-v2": 2} {
+				e := ads[name].GetStringValue()
+				bar := strings.IndexByte(e, '|')
+				if bar != 3*members || len(e)-bar-1 != 3*(4-members) {
+					t.Errorf("envoy: adapter %s's entry %q: want %d members, then the other %d replicas", name, e, members, 4-members)
+				}
+			}
+		}
+		l, err := buildListener(&m.Fleet().Pools[0], kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(prototext.Format(l), `ADAPTER_HEADER = \"x-kvxds-adapter\"`) {
+			t.Error("envoy: the pick filter does not read the adapter header")
 		}
 	}
 }

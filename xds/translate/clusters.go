@@ -275,8 +275,8 @@ func groupTables(kind Kind) bool { return kind != GRPCJS }
 
 // servesTables reports whether kind's clients get p's group and adapter
 // clusters: not where Envoy picks each request's replica itself (Picks),
-// whose adapters' routes go to the pool's cluster with their tables
-// (AdapterPickTables); such a pool has no groups.
+// whose pick table places the adapters (fleet.AdapterPick) and which has
+// no groups.
 func servesTables(p *fleet.Pool, kind Kind) bool { return !Picks(p, kind) }
 
 // poolView is p as its own clusters and assignment see it for kind: the

@@ -26,10 +26,11 @@ import (
 // without a table (a route not yet updated), or whose override host the
 // cluster lacks or holds unhealthy (a stale table), is hashed as before.
 // Pools with tenant groups do not get it: an override must not leave a
-// group's replicas. A pool's adapters do (fleet.AdapterSlotTables): each
-// adapter's route goes to the pool's cluster and carries the adapter's
-// table, so that a request over its members' bound goes on along the
-// adapter's ranking rather than wait behind the adapter's own replicas.
+// group's replicas. A pool's adapters do: the table carries each placed
+// adapter's replicas and ranking (fleet.AdapterPick), Envoy gets no
+// adapter routes or clusters, and a request naming an adapter picks among
+// its replicas, then, over their bound, along its ranking, rather than
+// wait behind its own replicas.
 // gRPC clients run no filter and keep the clusters' own hashing.
 
 // PickFilterName names the Lua filter that picks a hash pool's replica by
@@ -113,20 +114,24 @@ func pickFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 			spreadHeader, raw = by.Header, true
 		}
 	}
+	var adapterHeader string
+	if p.LoRA != nil {
+		adapterHeader = p.LoRA.Header
+	}
 	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: keys, Override: true, Slots: fleet.PrefillSlots,
-		SpreadHeader: spreadHeader, SpreadRaw: raw})
+		SpreadHeader: spreadHeader, SpreadRaw: raw, AdapterHeader: adapterHeader})
 	if err != nil {
 		return nil, err
 	}
 	return luaHTTPFilter(PickFilterName, "kvxds_pick", src)
 }
 
-// AdapterPickTables are the slot tables of p's routed adapters, in route
-// order (adapterRoutes), for kind's listener, given p's plan; nil if it
-// does not pick.
-func AdapterPickTables(p *fleet.Pool, pl *fleet.Plan, kind Kind) []*fleet.SlotTable {
-	if !Picks(p, kind) || p.LoRA == nil {
-		return nil
+// pickTable is PickTable with the entries of p's routed adapters, of
+// plan pl (fleet.SlotTable.PickAdapters).
+func pickTable(p *fleet.Pool, pl *fleet.Plan, kind Kind) *fleet.SlotTable {
+	t := PickTable(p, kind)
+	if t == nil || p.LoRA == nil {
+		return t
 	}
 	var routed []fleet.AdapterPlan
 	for i, a := range p.Adapters {
@@ -134,7 +139,8 @@ func AdapterPickTables(p *fleet.Pool, pl *fleet.Plan, kind Kind) []*fleet.SlotTa
 			routed = append(routed, pl.Adapters[i])
 		}
 	}
-	return fleet.AdapterSlotTables(p, routed)
+	t.PickAdapters(p, routed)
+	return t
 }
 
 // pickMetadata is the route metadata carrying table t.

@@ -186,19 +186,22 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 		fields["load_at"] = float64(t.LoadAt.UnixMilli())
 		fields["load_ttl"] = float64(t.LoadTTL.Milliseconds())
 	}
-	if len(t.Rank) > 0 {
-		// An adapter's table: its ranking as the slots are (three hex
-		// digits per host), and each host's share of the pool.
-		rank := make([]byte, 0, 3*len(t.Rank))
-		for _, i := range t.Rank {
-			rank = fmt.Appendf(rank, "%03x", i)
+	if len(t.Adapters) > 0 {
+		// Each adapter's replicas, "|", its ranking: three hex digits
+		// per host index.
+		ads := make(map[string]any, len(t.Adapters))
+		for name, e := range t.Adapters {
+			b := make([]byte, 0, 3*(len(e.Members)+len(e.Rank))+1)
+			for _, i := range e.Members {
+				b = fmt.Appendf(b, "%03x", i)
+			}
+			b = append(b, '|')
+			for _, i := range e.Rank {
+				b = fmt.Appendf(b, "%03x", i)
+			}
+			ads[name] = string(b)
 		}
-		fields["rank"] = string(rank)
-		bound := make([]string, len(t.Bound))
-		for i, n := range t.Bound {
-			bound[i] = strconv.Itoa(n)
-		}
-		fields["bound"] = strings.Join(bound, ",")
+		fields["adapters"] = ads
 	}
 	if len(t.Hot) > 0 {
 		hot := make(map[string]any, len(t.Hot))

@@ -71,18 +71,12 @@ func buildRoute(p *fleet.Pool, pl *fleet.Plan, kind Kind) (*routev3.RouteConfigu
 		}
 	}
 	if Picks(p, kind) {
-		md, err := pickMetadata(PickTable(p, kind))
+		md, err := pickMetadata(pickTable(p, pl, kind))
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range routes {
 			r.Metadata = md
-		}
-		// Adapter routes come first, one per routed adapter.
-		for i, t := range AdapterPickTables(p, pl, kind) {
-			if routes[i].Metadata, err = pickMetadata(t); err != nil {
-				return nil, fmt.Errorf("adapter %s: %w", routes[i].GetMatch().GetHeaders()[0].GetStringMatch().GetExact(), err)
-			}
 		}
 	}
 	rc := &routev3.RouteConfiguration{
@@ -148,11 +142,13 @@ func groupRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Rout
 // adapterRoutes returns the routes of p's placed adapters for kind, in
 // name order: each matches the adapter header exactly and hashes on the
 // pool's route keys (less the adapter header) inside the adapter's
-// cluster, or, for a kind without group tables (grpc-js) and where Envoy
-// picks the replica itself (Picks), inside the pool's cluster. Base-model requests and adapters not placed carry no
+// cluster, or, for a kind without group tables (grpc-js), inside the
+// pool's cluster; none where Envoy picks the replica (Picks), whose pick
+// table places adapters. Base-model requests and adapters not placed carry no
 // matching header value and take the pool's own routes.
 func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Route {
-	if p.LoRA == nil || len(p.Adapters) == 0 {
+	if p.LoRA == nil || len(p.Adapters) == 0 || Picks(p, kind) {
+		// Where Envoy picks the replica, the pick table places adapters.
 		return nil
 	}
 	header := p.LoRA.Header
@@ -164,10 +160,7 @@ func adapterRoutes(p *fleet.Pool, kind Kind, keys []fleet.HashKey) []*routev3.Ro
 			continue
 		}
 		cluster := p.Name
-		if groupTables(kind) && !Picks(p, kind) {
-			// Where Envoy picks the replica, the route goes to the pool's
-			// cluster, so that the adapter's overflow may leave its
-			// members (AdapterPickTables).
+		if groupTables(kind) {
 			cluster = a.ClusterName(p.Name)
 		}
 		m := prefixMatch()

@@ -38,6 +38,10 @@ type Prefill struct {
 	MinBody int
 	// Slots is the number of slots of the table.
 	Slots int
+	// AdapterHeader names a request's LoRA adapter (set by the body keys
+	// filter before this one), "" for a pool without adapters: a request
+	// naming one of the table's adapters picks among its replicas.
+	AdapterHeader string
 }
 
 // PrefillKey is one key of the prefill pool's chain: the header carrying
@@ -80,6 +84,7 @@ func LuaPrefill(p Prefill) (string, error) {
 	}
 	fmt.Fprintf(&b, "local PREFILL_HEADER = %s\nlocal MIN_BODY = %d\nlocal SLOTS = %d\nlocal SPREAD_BITS = %d\n",
 		header, p.MinBody, p.Slots, SpreadBits)
+	fmt.Fprintf(&b, "local ADAPTER_HEADER = %s\n", luaStringOrNil(strings.ToLower(p.AdapterHeader)))
 	if p.SpreadHeader != "" {
 		fmt.Fprintf(&b, "local PREFILL_SPREAD, SPREAD_RAW = %s, %v\n", luaString(strings.ToLower(p.SpreadHeader)), p.SpreadRaw)
 	} else {
@@ -117,4 +122,12 @@ func PrefillSlotKey(value string, spread int, bits string) string {
 		level++
 	}
 	return value + "#" + bits[:min(level, SpreadBits)]
+}
+
+// luaStringOrNil is s as a Lua string, or nil if empty.
+func luaStringOrNil(s string) string {
+	if s == "" {
+		return "nil"
+	}
+	return luaString(s)
 }

@@ -25,12 +25,10 @@
 -- fleet's: the table's, plus what this Lua state sent since ("load_lag"
 -- ms before the table arrived: the logs and the push take that long to
 -- count a request), so that many Envoys, each with a small share of the
--- traffic, bound a replica by its whole load. An adapter's table
--- (hosts: the pool's; slots: the adapter's replicas only) adds "rank",
--- the pool's hosts in the adapter's order, three hex digits each, where
--- a request goes on when the slots' replicas are all over the bound, and
--- "bound", each host's slots in the pool's own table (its share in the
--- bound), comma-separated. A table whose "load_at"
+-- traffic, bound a replica by its whole load. With ADAPTER_HEADER (a
+-- pool serving LoRA adapters), "adapters" maps each placed adapter to
+-- its candidates (adapter_candidates): a request naming one goes to the
+-- first of them under the bound. A table whose "load_at"
 -- (ms since the epoch) is more than "load_ttl" ms old is not believed:
 -- the state's own counts bound.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
@@ -113,46 +111,17 @@ local function expire(now)
   end
 end
 
--- Each host's slots (its weight in the bound), cached per table: an
--- adapter's table says them in "bound" (the pool's, by host), any other
--- has them in its slots.
-local function shares(slots, bound)
-  local key = bound or slots
-  if share_slots ~= key then
+-- Each host's slots (its weight in the bound), cached per table.
+local function shares(slots)
+  if share_slots ~= slots then
     local n = {}
-    if bound ~= nil then
-      local i = 0
-      for v in string.gmatch(bound, "[^,]+") do
-        n[i] = tonumber(v) or 0
-        i = i + 1
-      end
-    else
-      for s = 0, #slots / 3 - 1 do
-        local i = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
-        if i ~= nil then n[i] = (n[i] or 0) + 1 end
-      end
+    for s = 0, SLOTS - 1 do
+      local i = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
+      if i ~= nil then n[i] = (n[i] or 0) + 1 end
     end
-    share_of, share_slots = n, key
+    share_of, share_slots = n, slots
   end
   return share_of
-end
-
--- The number of hosts slots name, cached per table (a pool's adapters
--- have a table each; the cache starts over past 1024 of them).
-local distinct_of, distinct_n = {}, 0
-local function distinct(slots)
-  local n = distinct_of[slots]
-  if n == nil then
-    local seen = {}
-    n = 0
-    for s = 0, #slots / 3 - 1 do
-      local i = sub(slots, 3 * s + 1, 3 * s + 3)
-      if not seen[i] then seen[i], n = true, n + 1 end
-    end
-    if distinct_n >= 1024 then distinct_of, distinct_n = {}, 0 end
-    distinct_of[slots], distinct_n = n, distinct_n + 1
-  end
-  return n
 end
 
 -- Whether host i (named h) is overloaded for a request of w bytes:
@@ -174,39 +143,64 @@ local function overloaded(n, i, h, factor, w)
 end
 
 -- The host of slot, or with a factor the first host of the next slots
--- that is not overloaded, then (an adapter's table) of its rank; else
--- the slot's own.
-local function bounded(hosts, slots, slot, factor, w, rank, bound)
+-- that is not overloaded (else the slot's own).
+local function bounded(hosts, slots, slot, factor, w)
   local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
   local host = i and hosts[i + 1]
   if type(host) ~= "string" or factor == nil then return host end
-  local n = shares(slots, bound)
-  local seen = {}
-  local function try(j)
-    if j == nil or seen[j] then return nil end
-    seen[j] = true
-    local h = hosts[j + 1]
-    if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
-  end
-  -- An adapter's slots name only its few replicas: stop once each was
-  -- seen.
-  local nslots = #slots / 3
-  local left = rank ~= nil and distinct(slots) or nslots
-  for k = 0, nslots - 1 do
-    local s = (slot + k) % nslots
+  local n = shares(slots)
+  if not overloaded(n, i, host, factor, w) then return host end
+  local seen = {[i] = true}
+  for k = 1, SLOTS - 1 do
+    local s = (slot + k) % SLOTS
     local j = tonumber(sub(slots, 3 * s + 1, 3 * s + 3), 16)
-    if j ~= nil and not seen[j] then left = left - 1 end
-    local h = try(j)
-    if h ~= nil then return h end
-    if left <= 0 then break end
-  end
-  if rank ~= nil then
-    for k = 0, #rank / 3 - 1 do
-      local h = try(tonumber(sub(rank, 3 * k + 1, 3 * k + 3), 16))
-      if h ~= nil then return h end
+    if j ~= nil and not seen[j] then
+      seen[j] = true
+      local h = hosts[j + 1]
+      if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
     end
   end
   return host
+end
+
+-- An adapter's candidates, from its entry in the table's "adapters"
+-- ("MMM...|RRR...": its replicas, then the rest of its ranking, as host
+-- indexes of three hex digits): its replicas in rendezvous order of the
+-- request's key v and their addresses (random without a key), so that
+-- each conversation keeps one, then the ranking, where a busy adapter's
+-- overflow goes.
+local function adapter_candidates(entry, hosts, v)
+  local bar = find(entry, "|", 1, true)
+  if bar == nil then return nil end
+  local ms, out = {}, {}
+  for k = 1, bar - 1, 3 do
+    local j = tonumber(sub(entry, k, k + 2), 16)
+    if j ~= nil and type(hosts[j + 1]) == "string" then
+      local score = v ~= nil and tonumber(sub(keyhash(v .. "\0" .. hosts[j + 1]), 1, 8), 16) or math.random()
+      ms[#ms + 1] = {j = j, s = score}
+    end
+  end
+  table.sort(ms, function(a, b) return a.s > b.s or (a.s == b.s and a.j < b.j) end)
+  for _, m in ipairs(ms) do out[#out + 1] = m.j end
+  for k = bar + 1, #entry, 3 do
+    local j = tonumber(sub(entry, k, k + 2), 16)
+    if j ~= nil and type(hosts[j + 1]) == "string" then out[#out + 1] = j end
+  end
+  if #out == 0 then return nil end
+  return out
+end
+
+-- The first of the candidate hosts that is not overloaded (else the
+-- first).
+local function bounded_list(hosts, slots, cands, factor, w)
+  local first = hosts[cands[1] + 1]
+  if factor == nil then return first end
+  local n = shares(slots)
+  for _, j in ipairs(cands) do
+    local h = hosts[j + 1]
+    if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
+  end
+  return first
 end
 
 local function set_prefill(handle, headers)
@@ -217,15 +211,19 @@ local function set_prefill(handle, headers)
   local md = handle:metadata()
   if md == nil then return end
   local hosts, slots = md:get("hosts"), md:get("slots")
-  -- A pool's table has SLOTS slots; an adapter's fewer (its replicas are
-  -- few), a power of two.
-  if type(hosts) ~= "table" or type(slots) ~= "string" or #slots < 3 or #slots > 3 * SLOTS or #slots % 3 ~= 0 then return end
-  local nslots = #slots / 3
+  if type(hosts) ~= "table" or type(slots) ~= "string" or #slots ~= 3 * SLOTS then return end
   local v, idx
   for _, k in ipairs(PREFILL_KEYS) do
     v, idx = headers:get(k.header), k.index
     if v ~= nil and v ~= "" then break end
     v = nil
+  end
+  -- A request naming a placed adapter picks among its candidates.
+  local entry = nil
+  if ADAPTER_HEADER ~= nil then
+    local name, ads = headers:get(ADAPTER_HEADER), md:get("adapters")
+    entry = name ~= nil and type(ads) == "table" and ads[name] or nil
+    if type(entry) ~= "string" then entry = nil end
   end
   local slot
   if v ~= nil then
@@ -241,13 +239,11 @@ local function set_prefill(handle, headers)
         v = v .. "#" .. sub(bits, 1, level)
       end
     end
-    slot = tonumber(sub(keyhash(v), 1, 8), 16) % nslots
-  elseif PREFILL_HEADER == nil and type(md:get("rank")) ~= "string" then
+    slot = tonumber(sub(keyhash(v), 1, 8), 16) % SLOTS
+  elseif PREFILL_HEADER == nil and entry == nil then
     return -- no key: the cluster spreads it (its keyless route)
   else
-    -- No key: a random slot (of an adapter's table: one of its
-    -- replicas, whose cluster is the pool's).
-    slot = math.random(0, nslots - 1)
+    slot = math.random(0, SLOTS - 1)
   end
   local factor = md:get("balance")
   if type(factor) ~= "number" or factor < 100 or v == nil then factor = nil end
@@ -268,9 +264,13 @@ local function set_prefill(handle, headers)
       sync_load(ls, hosts, type(lag) == "number" and lag or 0, now)
     end
   end
-  local rank, bound = md:get("rank"), md:get("bound")
-  if type(rank) ~= "string" or type(bound) ~= "string" then rank, bound = nil, nil end
-  local host = bounded(hosts, slots, slot, factor, w, rank, bound)
+  local cands = entry and adapter_candidates(entry, hosts, v)
+  local host
+  if cands then
+    host = bounded_list(hosts, slots, cands, factor, w)
+  else
+    host = bounded(hosts, slots, slot, factor, w)
+  end
   if type(host) ~= "string" then return end
   if PREFILL_HEADER == nil then
     handle:setUpstreamOverrideHost(host, false)

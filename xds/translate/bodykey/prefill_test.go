@@ -1,6 +1,7 @@
 package bodykey
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -154,7 +155,7 @@ func TestLuaPrefillBounded(t *testing.T) {
 	for _, mode := range []struct {
 		name                  string
 		bytes, fleet, adapter bool
-	}{{"requests", false, false, false}, {"bytes", true, false, false}, {"fleet_bytes", true, true, false}, {"fleet_adapter", true, true, true}} {
+	}{{"requests", false, false, false}, {"bytes", true, false, false}, {"fleet_bytes", true, true, false}, {"fleet_adapters", true, true, true}} {
 		t.Run(mode.name, func(t *testing.T) { testLuaPrefillBounded(t, mode.bytes, mode.fleet, mode.adapter) })
 	}
 }
@@ -165,10 +166,11 @@ func TestLuaPrefillBounded(t *testing.T) {
 // table's plus this state's requests since it, those started within
 // load_lag ms of the table's arrival included; a table older than its
 // load_ttl is not believed, and the state's own counts bound. With
-// adapter, the table is an adapter's (fleet.AdapterSlotTables): a quarter
-// of the pool's slots, naming two of the hosts; "bound" gives every host's
-// share of the pool and "rank" the order the others are tried in once
-// both are over the bound.
+// adapter, requests name LoRA adapters, two of them in the table's
+// "adapters": such a request takes the first of its adapter's replicas,
+// in rendezvous order of its key and their addresses, then of the rest
+// of its ranking, that is under the bound (else the first); the others
+// pick by slot.
 func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
@@ -179,20 +181,8 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	for s := range table {
 		table[s] = (s * 7 / 3) % len(hosts)
 		share[table[s]]++
+		fmt.Fprintf(&enc, "%03x", table[s])
 	}
-	// An adapter's table is shorter than the pool's, whose shares bound.
-	members := []int{0, 2}
-	rank := []int{3, 1, 4, 0, 2}
-	if adapter {
-		table = make([]int, slots/4)
-		for s := range table {
-			table[s] = members[(s*7/3)%len(members)]
-		}
-	}
-	for _, h := range table {
-		fmt.Fprintf(&enc, "%03x", h)
-	}
-	nt := len(table)
 	// The rule: requests or bytes in flight per host and in all, from
 	// request to response (bytes in the same float64 arithmetic as
 	// LuaJIT's numbers).
@@ -220,26 +210,43 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		capacity := (all + w) * factor / 100
 		return load > max(capacity*float64(share[i])/slots, w)
 	}
-	pick := func(key string, w float64) int {
-		s := PrefillSlot(key, nt)
-		seen := map[int]bool{}
-		for k := range nt {
-			if j := table[(s+k)%nt]; !seen[j] {
+	// The adapters' replicas and rankings.
+	type entry struct{ members, rank []int }
+	adapters := map[string]entry{"sql": {[]int{0, 2}, []int{3, 1}}, "chat": {[]int{4}, []int{1, 0, 2}}}
+	score := func(key string, j int) uint64 {
+		x, _ := strconv.ParseUint(Hash([]byte(key + "\x00" + hosts[j]))[:8], 16, 32)
+		return x
+	}
+	pick := func(key, name string, w float64) int {
+		if e, ok := adapters[name]; ok {
+			cands := slices.Clone(e.members)
+			slices.SortFunc(cands, func(a, b int) int {
+				return cmp.Or(cmp.Compare(score(key, b), score(key, a)), cmp.Compare(a, b))
+			})
+			cands = append(cands, e.rank...)
+			for _, j := range cands {
+				if !over(j, w) {
+					return j
+				}
+			}
+			return cands[0]
+		}
+		s := PrefillSlot(key, slots)
+		i := table[s]
+		if !over(i, w) {
+			return i
+		}
+		seen := map[int]bool{i: true}
+		for k := 1; k < slots; k++ {
+			j := table[(s+k)%slots]
+			if !seen[j] {
 				seen[j] = true
 				if !over(j, w) {
 					return j
 				}
 			}
 		}
-		if !adapter {
-			return table[s]
-		}
-		for _, j := range rank {
-			if !seen[j] && !over(j, w) {
-				return j
-			}
-		}
-		return table[s]
+		return i
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	keys := []string{"alice", "bob", "carol", "dave", "erin"}
@@ -354,8 +361,14 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 			gen++
 			stale++
 		}
-		i := pick(key, w)
-		if i != table[PrefillSlot(key, nt)] {
+		// Of an adapter's requests, some name one the table does not
+		// place (they pick by slot).
+		name := ""
+		if adapter {
+			name = []string{"", "sql", "sql", "chat", "other"}[rng.IntN(5)]
+		}
+		i := pick(key, name, w)
+		if i != table[PrefillSlot(key, slots)] {
 			spilled++
 		}
 		requests++
@@ -377,7 +390,11 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		total += w
 		count++
 		lost[requests] = rng.IntN(10) == 0
-		lines = append(lines, length+"\tx-session-id="+key)
+		line := length + "\tx-session-id=" + key
+		if name != "" {
+			line += "\tx-kvxds-adapter=" + name
+		}
+		lines = append(lines, line)
 		want = append(want, hosts[i])
 	}
 	if expired == 0 {
@@ -395,13 +412,17 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		md += "bytes\n"
 	}
 	if adapter {
-		var r strings.Builder
-		bound := make([]string, len(share))
-		for i, j := range rank {
-			fmt.Fprintf(&r, "%03x", j)
-			bound[i] = fmt.Sprint(share[i])
+		for name, e := range adapters {
+			md += "adapter\t" + name + "\t"
+			for _, j := range e.members {
+				md += fmt.Sprintf("%03x", j)
+			}
+			md += "|"
+			for _, j := range e.rank {
+				md += fmt.Sprintf("%03x", j)
+			}
+			md += "\n"
 		}
-		md += "rank\t" + r.String() + "\nbound\t" + strings.Join(bound, ",") + "\n"
 	}
 	table_ := write("table", md)
 	cases := write("cases", strings.Join(lines, "\n")+"\n")
@@ -417,6 +438,9 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		t.Run(mode.header, func(t *testing.T) {
 			p := mode.p
 			p.Keys, p.Slots = []PrefillKey{{"x-session-id", 0}}, slots
+			if adapter {
+				p.AdapterHeader = "x-kvxds-adapter"
+			}
 			src, err := LuaPrefill(p)
 			if err != nil {
 				t.Fatal(err)
@@ -451,19 +475,17 @@ func tempWriter(t *testing.T) func(name, content string) string {
 	}
 }
 
-// A request without a key on an adapter's route (whose cluster is the
-// pool's) goes to one of the adapter's replicas, not to the cluster.
+// A request without a key naming a placed adapter (of a pool whose keyless
+// route goes to the pool's replicas) goes to one of the adapter's
+// replicas, not to the cluster; one naming no placed adapter is left to
+// the cluster.
 func TestLuaPickAdapterKeyless(t *testing.T) {
 	bin := luajit(t)
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"}
-	var slots strings.Builder
-	for s := range 16 {
-		fmt.Fprintf(&slots, "%03x", []int{0, 2}[s%2])
-	}
 	write := tempWriter(t)
-	table := write("table", slots.String()+"\n"+strings.Join(hosts, "\n")+"\nbalance\t200\nbytes\nrank\t001000002\nbound\t22,21,21\n")
-	cases := write("cases", strings.Repeat("500\n", 40))
-	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64})
+	table := write("table", strings.Repeat("001", 64)+"\n"+strings.Join(hosts, "\n")+"\nbalance\t200\nbytes\nadapter\tsql\t000002|001\n")
+	cases := write("cases", strings.Repeat("500\tx-kvxds-adapter=sql\n", 40)+"500\tx-kvxds-adapter=other\n")
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, AdapterHeader: "x-kvxds-adapter"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,11 +493,12 @@ func TestLuaPickAdapterKeyless(t *testing.T) {
 	if err != nil {
 		t.Fatalf("luajit: %v\n%s", err, out)
 	}
+	got := strings.Fields(string(out))
 	seen := map[string]int{}
-	for _, h := range strings.Fields(string(out)) {
+	for _, h := range got[:len(got)-1] {
 		seen[h]++
 	}
-	if len(seen) != 2 || seen[hosts[0]] == 0 || seen[hosts[2]] == 0 {
-		t.Errorf("keyless requests went to %v, want both of the adapter's replicas %s and %s", seen, hosts[0], hosts[2])
+	if len(seen) != 2 || seen[hosts[0]] == 0 || seen[hosts[2]] == 0 || got[len(got)-1] != "-" {
+		t.Errorf("keyless requests went to %v, then %s; want both of sql's replicas %s and %s, then none", seen, got[len(got)-1], hosts[0], hosts[2])
 	}
 }

@@ -11,8 +11,8 @@
 -- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
 -- where TABLE is a file of "slots" on its first line and one host per
 -- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key, or
--- "balance<TAB>factor", or "bytes", or "rank<TAB>R" and "bound<TAB>B" (an
--- adapter's table) ("-" for a route without metadata), and CASES a
+-- "balance<TAB>factor", or "bytes", or "adapter<TAB>name<TAB>entry" for an
+-- adapter's entry in "adapters" ("-" for a route without metadata), and CASES a
 -- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
 -- content-length, or "respond<TAB>N" to run envoy_on_response for the
 -- N-th request (from 1), or "clock<TAB>T" to make os.time() return T from
@@ -30,17 +30,15 @@ local md = nil
 local f = assert(io.open(tablefile, "rb"))
 local first = f:read("*l")
 if first ~= "-" then
-  local hosts, hot, balance, md_bytes, rank, bound = {}, nil, nil, nil, nil, nil
+  local hosts, hot, balance, md_bytes, adapters = {}, nil, nil, nil, nil
   for line in f:lines() do
+    local an, ae = string.match(line, "^adapter\t([^\t]+)\t(.*)$")
     local k, n = string.match(line, "^hot\t(.*)\t(%d+)$")
     local b = string.match(line, "^balance\t(%d+)$")
     local bytes = line == "bytes"
-    local r = string.match(line, "^rank\t(%x+)$")
-    local bd = string.match(line, "^bound\t([%d,]+)$")
-    if r ~= nil then
-      rank = r
-    elseif bd ~= nil then
-      bound = bd
+    if an ~= nil then
+      adapters = adapters or {}
+      adapters[an] = ae
     elseif k ~= nil then
       hot = hot or {}
       hot[k] = tonumber(n)
@@ -52,7 +50,7 @@ if first ~= "-" then
       hosts[#hosts + 1] = line
     end
   end
-  md = {hosts = hosts, slots = first, hot = hot, balance = balance, bytes = md_bytes, rank = rank, bound = bound}
+  md = {hosts = hosts, slots = first, hot = hot, balance = balance, bytes = md_bytes, adapters = adapters}
 end
 f:close()
 
