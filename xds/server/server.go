@@ -213,10 +213,11 @@ func sameShape(a, b fleet.Fleet) bool {
 		if !reflect.DeepEqual(translate.PickTable(&pa, translate.Envoy), translate.PickTable(&pb, translate.Envoy)) {
 			return false
 		}
-		// So do its adapters' tables, which follow the endpoints through
-		// the placement too (a member's saturation): any change of them
-		// rebuilds the routes, rather than building every adapter's
-		// table twice here to compare.
+		// So do its adapters' entries (fleet.AdapterPick), which follow
+		// the endpoints through the placement too (a member drained and
+		// replaced): in a picking pool with adapters any endpoint change
+		// rebuilds the routes, rather than placing every adapter twice
+		// here to compare.
 		if pa.LoRA != nil && translate.Picks(&pa, translate.Envoy) && !slices.Equal(pa.Endpoints, pb.Endpoints) {
 			return false
 		}
