@@ -558,9 +558,10 @@ type AdapterPick struct {
 const AdapterRankLen = 8
 
 // PickAdapters sets t, pool p's own slot table, to carry the entries of
-// adapters (AdapterPick). A member that t does not serve (draining, or
-// taken out by the escape hatch) is left out of Members: its requests
-// take the next member, or the ranking.
+// adapters (AdapterPick), each host's slots and, where p's load is
+// observed, the adapters in flight on it. A member that t does not serve
+// (draining, or taken out by the escape hatch) is left out of Members:
+// its requests take the next member, or the ranking.
 func (t *SlotTable) PickAdapters(p *Pool, adapters []AdapterPlan) {
 	if len(t.Hosts) == 0 || len(adapters) == 0 {
 		return
@@ -568,6 +569,21 @@ func (t *SlotTable) PickAdapters(p *Pool, adapters []AdapterPlan) {
 	idx := make(map[string]uint16, len(t.Hosts))
 	for i, h := range t.Hosts {
 		idx[h] = uint16(i)
+	}
+	t.AdapterSlots = make([]int, len(t.Hosts))
+	if t.Load != nil {
+		t.Running = make([]string, len(t.Hosts))
+	}
+	for i := range p.Endpoints {
+		e := &p.Endpoints[i]
+		j, ok := idx[e.Address()]
+		if !ok || t.AdapterSlots[j] != 0 {
+			continue // not served, or its address already counted
+		}
+		t.AdapterSlots[j] = min(p.LoRA.Slots(e), MaxAdapterSlots)
+		if t.Running != nil {
+			t.Running[j] = capRunning(e.InFlightAdapters, MaxRunning(t.AdapterSlots[j]))
+		}
 	}
 	t.Adapters = make(map[string]AdapterPick, len(adapters))
 	for _, a := range adapters {
@@ -591,4 +607,22 @@ func (t *SlotTable) PickAdapters(p *Pool, adapters []AdapterPlan) {
 		}
 		t.Adapters[a.Name] = e
 	}
+}
+
+// MaxRunning is how many of the adapters in flight on a replica of n
+// slots its pick table lists: twice its slots. A replica with more has
+// adapters waiting for a slot; which of them run the logs cannot say,
+// and a request for any of them may wait.
+func MaxRunning(n int) int { return 2 * n }
+
+// capRunning keeps the first n names of the space-separated list s.
+func capRunning(s string, n int) string {
+	for i, c := 0, 0; i < len(s); i++ {
+		if s[i] == ' ' {
+			if c++; c == n {
+				return s[:i]
+			}
+		}
+	}
+	return s
 }

@@ -410,6 +410,12 @@ type Endpoint struct {
 	// observation, not a published decision: it moves no key (the slot
 	// table does not depend on it), only where a bound overflows.
 	InFlightBytes uint64 `json:"in_flight_bytes,omitempty"`
+	// InFlightAdapters are, in such a pool placing LoRA adapters, the
+	// adapters those Envoys have requests in flight for on the replica,
+	// sorted and joined by spaces (names have none; a string keeps the
+	// endpoint comparable): an engine runs at most MaxLoRA at once, so a
+	// request for another waits there. Observed like InFlightBytes.
+	InFlightAdapters string `json:"in_flight_adapters,omitempty"`
 }
 
 // Identity is the endpoint's place on the hash ring: its hash key, or its

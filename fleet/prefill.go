@@ -105,6 +105,13 @@ type SlotTable struct {
 	// Adapters are, in a hash pool's own table, its placed adapters'
 	// entries by name (PickAdapters).
 	Adapters map[string]AdapterPick `json:"adapters,omitempty"`
+	// AdapterSlots are then each host's adapter slots (Adapters.Slots),
+	// in Hosts order, and Running, with Load, the adapters each host has
+	// requests in flight for (Endpoint.InFlightAdapters, at most
+	// MaxRunning), so that a request goes where its adapter runs or a
+	// slot is free rather than wait for one.
+	AdapterSlots []int    `json:"adapter_slots,omitempty"`
+	Running      []string `json:"running,omitempty"`
 }
 
 // LoadLogFlush is how often Envoy flushes the upstream log that reports

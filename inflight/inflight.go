@@ -14,10 +14,17 @@
 // requests with it (its Envoy's requests are no longer observed; counting
 // them forever would pin their replicas' load). The package is pure: time
 // is passed in.
+//
+// In a pool serving LoRA adapters the start entries also name each
+// request's adapter, and a snapshot says which adapters every replica has
+// requests in flight for: an engine runs at most max_lora adapters at
+// once, so a request for another one waits there, and the pick filters
+// prefer a replica where their adapter runs or a slot is free.
 package inflight
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -47,14 +54,32 @@ var Results = []string{Started, Ended, Unmatched, Duplicate, Full, Expired, Clos
 
 type open struct {
 	stream uint64
-	host   string
-	bytes  uint64
-	at     time.Time
+	Attempt
+}
+
+// Attempt is a request's upstream attempt, as its start entry logs it.
+type Attempt struct {
+	// Host is the replica's address, Bytes the request body's length.
+	Host  string
+	Bytes uint64
+	// Adapter is the LoRA adapter the request names, "" for none.
+	Adapter string
+	// At is when the attempt started.
+	At time.Time
 }
 
 type pool struct {
-	open  map[string]open   // by request key
-	bytes map[string]uint64 // by host
+	open     map[string]open           // by request key
+	bytes    map[string]uint64         // by host
+	adapters map[string]map[string]int // requests by host and adapter
+}
+
+// Load is a pool's requests in flight, by replica address.
+type Load struct {
+	Bytes map[string]uint64
+	// Adapters are, by replica, the adapters with requests in flight
+	// there, sorted; a replica without any is absent.
+	Adapters map[string][]string
 }
 
 // Tracker pairs the start and end entries of every pool's requests.
@@ -80,7 +105,7 @@ func New(count func(result string, n int)) *Tracker {
 func (t *Tracker) poolLocked(name string) *pool {
 	p := t.pools[name]
 	if p == nil {
-		p = &pool{open: map[string]open{}, bytes: map[string]uint64{}}
+		p = &pool{open: map[string]open{}, bytes: map[string]uint64{}, adapters: map[string]map[string]int{}}
 		t.pools[name] = p
 	}
 	return p
@@ -96,8 +121,8 @@ func (t *Tracker) seenLocked(stream uint64, name string) {
 }
 
 // Start counts a request of pool, identified by key, whose upstream
-// stream to host started at at with a body of n bytes.
-func (t *Tracker) Start(stream uint64, name, key, host string, n uint64, at time.Time) {
+// attempt a started.
+func (t *Tracker) Start(stream uint64, name, key string, a Attempt) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seenLocked(stream, name)
@@ -110,8 +135,16 @@ func (t *Tracker) Start(stream uint64, name, key, host string, n uint64, at time
 		t.count(Full, 1)
 		return
 	}
-	p.open[key] = open{stream: stream, host: host, bytes: n, at: at}
-	p.bytes[host] += n
+	p.open[key] = open{stream: stream, Attempt: a}
+	p.bytes[a.Host] += a.Bytes
+	if a.Adapter != "" {
+		m := p.adapters[a.Host]
+		if m == nil {
+			m = map[string]int{}
+			p.adapters[a.Host] = m
+		}
+		m[a.Adapter]++
+	}
 	t.count(Started, 1)
 }
 
@@ -132,10 +165,18 @@ func (t *Tracker) End(stream uint64, name, key string) {
 
 func (p *pool) forget(key string, o open) {
 	delete(p.open, key)
-	if p.bytes[o.host] <= o.bytes {
-		delete(p.bytes, o.host)
+	if p.bytes[o.Host] <= o.Bytes {
+		delete(p.bytes, o.Host)
 	} else {
-		p.bytes[o.host] -= o.bytes
+		p.bytes[o.Host] -= o.Bytes
+	}
+	if m := p.adapters[o.Host]; o.Adapter != "" && m != nil {
+		if m[o.Adapter]--; m[o.Adapter] <= 0 {
+			delete(m, o.Adapter)
+		}
+		if len(m) == 0 {
+			delete(p.adapters, o.Host)
+		}
 	}
 }
 
@@ -160,11 +201,11 @@ func (t *Tracker) CloseStream(stream uint64) {
 	delete(t.streams, stream)
 }
 
-// Snapshot is pool's bytes in flight by replica at now (after forgetting
-// requests open longer than MaxAge), and whether any open stream logs for
-// the pool: without one there is no view, and the pick filters bound on
-// their own counts.
-func (t *Tracker) Snapshot(name string, now time.Time) (map[string]uint64, bool) {
+// Snapshot is pool's requests in flight by replica at now (after
+// forgetting requests open longer than MaxAge), and whether any open
+// stream logs for the pool: without one there is no view, and the pick
+// filters bound on their own counts.
+func (t *Tracker) Snapshot(name string, now time.Time) (Load, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ok := false
@@ -176,11 +217,11 @@ func (t *Tracker) Snapshot(name string, now time.Time) (map[string]uint64, bool)
 	}
 	p := t.pools[name]
 	if p == nil {
-		return nil, ok
+		return Load{}, ok
 	}
 	n := 0
 	for key, o := range p.open {
-		if now.Sub(o.at) > MaxAge {
+		if now.Sub(o.At) > MaxAge {
 			p.forget(key, o)
 			n++
 		}
@@ -188,7 +229,14 @@ func (t *Tracker) Snapshot(name string, now time.Time) (map[string]uint64, bool)
 	if n > 0 {
 		t.count(Expired, n)
 	}
-	return maps.Clone(p.bytes), ok
+	l := Load{Bytes: maps.Clone(p.bytes)}
+	for host, m := range p.adapters {
+		if l.Adapters == nil {
+			l.Adapters = make(map[string][]string, len(p.adapters))
+		}
+		l.Adapters[host] = slices.Sorted(maps.Keys(m))
+	}
+	return l, ok
 }
 
 // Forget drops a pool's open requests: it no longer observes load.

@@ -2,6 +2,7 @@ package inflight
 
 import (
 	"maps"
+	"slices"
 	"testing"
 	"time"
 )
@@ -15,6 +16,7 @@ type op struct {
 	key    string
 	host   string
 	bytes  uint64
+	ad     string
 	at     time.Duration
 }
 
@@ -25,6 +27,7 @@ func TestTracker(t *testing.T) {
 		pool   string
 		at     time.Duration
 		want   map[string]uint64
+		wantAd map[string][]string
 		wantOK bool
 		counts map[string]int
 	}{
@@ -78,6 +81,22 @@ func TestTracker(t *testing.T) {
 			counts: map[string]int{Started: 2, Expired: 1},
 		},
 		{
+			name: "adapters in flight by host, each until its last request ends",
+			ops: []op{
+				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 10, ad: "sql"},
+				{kind: "start", stream: 2, pool: "p", key: "b", host: "h1", bytes: 10, ad: "sql"},
+				{kind: "start", stream: 1, pool: "p", key: "c", host: "h1", bytes: 10, ad: "chat"},
+				{kind: "start", stream: 1, pool: "p", key: "d", host: "h2", bytes: 10, ad: "chat"},
+				{kind: "start", stream: 1, pool: "p", key: "e", host: "h2", bytes: 10},
+				{kind: "start", stream: 1, pool: "p", key: "f", host: "h3", bytes: 10, ad: "law"},
+				{kind: "end", stream: 1, pool: "p", key: "a"},
+				{kind: "end", stream: 1, pool: "p", key: "d"},
+				{kind: "close", stream: 1},
+			},
+			pool: "p", want: map[string]uint64{"h1": 10}, wantAd: map[string][]string{"h1": {"sql"}}, wantOK: true,
+			counts: map[string]int{Started: 6, Ended: 2, Closed: 3},
+		},
+		{
 			name: "pools are apart",
 			ops: []op{
 				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 10},
@@ -94,19 +113,23 @@ func TestTracker(t *testing.T) {
 			for _, o := range tt.ops {
 				switch o.kind {
 				case "start":
-					tr.Start(o.stream, o.pool, o.key, o.host, o.bytes, t0.Add(o.at))
+					tr.Start(o.stream, o.pool, o.key, Attempt{Host: o.host, Bytes: o.bytes, Adapter: o.ad, At: t0.Add(o.at)})
 				case "end":
 					tr.End(o.stream, o.pool, o.key)
 				case "close":
 					tr.CloseStream(o.stream)
 				}
 			}
-			got, ok := tr.Snapshot(tt.pool, t0.Add(tt.at))
+			l, ok := tr.Snapshot(tt.pool, t0.Add(tt.at))
+			got := l.Bytes
 			if got == nil {
 				got = map[string]uint64{}
 			}
 			if !maps.Equal(got, tt.want) || ok != tt.wantOK {
 				t.Errorf("Snapshot = %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+			if !maps.EqualFunc(l.Adapters, tt.wantAd, slices.Equal) {
+				t.Errorf("Snapshot's adapters = %v, want %v", l.Adapters, tt.wantAd)
 			}
 			if !maps.Equal(counts, tt.counts) {
 				t.Errorf("counts = %v, want %v", counts, tt.counts)
@@ -118,13 +141,13 @@ func TestTracker(t *testing.T) {
 // TestForget: a pool that no longer observes load keeps nothing.
 func TestForget(t *testing.T) {
 	tr := New(nil)
-	tr.Start(1, "p", "a", "h1", 10, t0)
-	tr.Start(1, "q", "a", "h1", 20, t0)
+	tr.Start(1, "p", "a", Attempt{Host: "h1", Bytes: 10, Adapter: "sql", At: t0})
+	tr.Start(1, "q", "a", Attempt{Host: "h1", Bytes: 20, At: t0})
 	tr.Forget("p")
-	if got, ok := tr.Snapshot("p", t0); len(got) != 0 || ok {
+	if got, ok := tr.Snapshot("p", t0); len(got.Bytes) != 0 || len(got.Adapters) != 0 || ok {
 		t.Errorf("forgotten pool: %v, %v", got, ok)
 	}
-	if got, ok := tr.Snapshot("q", t0); got["h1"] != 20 || !ok {
+	if got, ok := tr.Snapshot("q", t0); got.Bytes["h1"] != 20 || !ok {
 		t.Errorf("other pool: %v, %v", got, ok)
 	}
 }
@@ -135,10 +158,10 @@ func TestFloodStaysBounded(t *testing.T) {
 	counts := map[string]int{}
 	tr := New(func(r string, n int) { counts[r] += n })
 	for i := range MaxOpen + 100 {
-		tr.Start(1, "p", string(rune(i))+"#"+time.Duration(i).String(), "h1", 1, t0)
+		tr.Start(1, "p", string(rune(i))+"#"+time.Duration(i).String(), Attempt{Host: "h1", Bytes: 1, At: t0})
 	}
 	got, _ := tr.Snapshot("p", t0)
-	if got["h1"] != MaxOpen || counts[Full] != 100 {
-		t.Errorf("h1 = %d (want %d), pool_full = %d (want 100)", got["h1"], MaxOpen, counts[Full])
+	if got.Bytes["h1"] != MaxOpen || counts[Full] != 100 {
+		t.Errorf("h1 = %d (want %d), pool_full = %d (want 100)", got.Bytes["h1"], MaxOpen, counts[Full])
 	}
 }

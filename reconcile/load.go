@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,10 +21,17 @@ import (
 // instance.
 type Loads map[string]PoolLoad
 
-// PoolLoad is a pool's bytes in flight by replica address, counted at At.
+// PoolLoad is a pool's bytes in flight by replica address, and in a pool
+// placing LoRA adapters the adapters in flight there, counted at At.
 type PoolLoad struct {
-	At    time.Time
-	Bytes map[string]uint64
+	At       time.Time
+	Bytes    map[string]uint64
+	Adapters map[string][]string
+}
+
+// same reports whether l and o carry the same figures.
+func (l PoolLoad) same(o inflight.Load) bool {
+	return maps.Equal(l.Bytes, o.Bytes) && maps.EqualFunc(l.Adapters, o.Adapters, slices.Equal)
 }
 
 // loadState counts the requests in flight that Envoys' load logs report
@@ -35,11 +44,13 @@ type loadState struct {
 	tracker *inflight.Tracker
 
 	mu sync.Mutex
-	// intervals are the pools observing load, by name.
-	intervals map[string]time.Duration
-	due       map[string]time.Time
-	served    Loads
-	pushes    *prometheus.CounterVec
+	// intervals are the pools observing load, by name; adapterHeaders
+	// their adapter headers, where they place adapters.
+	intervals      map[string]time.Duration
+	adapterHeaders map[string]string
+	due            map[string]time.Time
+	served         Loads
+	pushes         *prometheus.CounterVec
 }
 
 func newLoadState(reg prometheus.Registerer) *loadState {
@@ -53,7 +64,7 @@ func newLoadState(reg prometheus.Registerer) *loadState {
 	}
 	return &loadState{
 		tracker:   inflight.New(func(r string, n int) { entries.WithLabelValues(r).Add(float64(n)) }),
-		intervals: map[string]time.Duration{}, due: map[string]time.Time{}, served: Loads{},
+		intervals: map[string]time.Duration{}, adapterHeaders: map[string]string{}, due: map[string]time.Time{}, served: Loads{},
 		pushes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_load_tables_total",
 			Help: "Pick tables served with new figures of the replicas' bytes in flight (changed, refreshed after five intervals, or dropped without log streams), by pool: each is one route update of the pool, at most one per load interval.",
@@ -66,10 +77,14 @@ func (l *loadState) update(f fleet.Fleet) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := map[string]time.Duration{}
+	clear(l.adapterHeaders)
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		if translate.ObservesLoad(p, translate.Envoy) {
 			next[p.Name] = p.Hash.LoadInterval
+			if p.LoRA != nil {
+				l.adapterHeaders[p.Name] = p.LoRA.Header
+			}
 		}
 	}
 	for name := range l.intervals {
@@ -107,11 +122,11 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 		switch {
 		case !ok && had:
 			delete(l.served, name)
-		case ok && (!had || refresh || !maps.Equal(old.Bytes, snap)):
-			if snap == nil {
-				snap = map[string]uint64{}
+		case ok && (!had || refresh || !old.same(snap)):
+			if snap.Bytes == nil {
+				snap.Bytes = map[string]uint64{}
 			}
-			l.served[name] = PoolLoad{At: now, Bytes: snap}
+			l.served[name] = PoolLoad{At: now, Bytes: snap.Bytes, Adapters: snap.Adapters}
 		default:
 			continue
 		}
@@ -134,24 +149,24 @@ func (r *Reconciler) LoadSink() accesslog.LoadSink { return loadSink{r.load} }
 
 type loadSink struct{ l *loadState }
 
-func (s loadSink) LoadPool(name string) bool {
+func (s loadSink) LoadPool(name string) (string, bool) {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
 	_, ok := s.l.intervals[name]
-	return ok
+	return s.l.adapterHeaders[name], ok
 }
 
-func (s loadSink) Start(stream uint64, pool, key, upstream string, n uint64, at time.Time) {
-	s.l.tracker.Start(stream, pool, key, upstream, n, at)
+func (s loadSink) Start(stream uint64, pool, key string, a inflight.Attempt) {
+	s.l.tracker.Start(stream, pool, key, a)
 }
 
 func (s loadSink) End(stream uint64, pool, key string) { s.l.tracker.End(stream, pool, key) }
 
 func (s loadSink) CloseStream(stream uint64) { s.l.tracker.CloseStream(stream) }
 
-// WithLoad puts the observed bytes in flight into f's pools that observe
-// load: each endpoint's InFlightBytes (zero when none is open), and
-// LoadAt. Other pools' are cleared.
+// WithLoad puts the observed requests in flight into f's pools that
+// observe load: each endpoint's InFlightBytes (zero when none is open)
+// and InFlightAdapters, and LoadAt. Other pools' are cleared.
 func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	for i := range f.Pools {
 		p := &f.Pools[i]
@@ -162,9 +177,12 @@ func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 		}
 		for j := range p.Endpoints {
 			e := &p.Endpoints[j]
-			e.InFlightBytes = 0
+			e.InFlightBytes, e.InFlightAdapters = 0, ""
 			if ok && !p.LoadAt.IsZero() {
 				e.InFlightBytes = load.Bytes[e.Address()]
+				if p.LoRA != nil {
+					e.InFlightAdapters = strings.Join(load.Adapters[e.Address()], " ")
+				}
 			}
 		}
 	}

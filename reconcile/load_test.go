@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/inflight"
 )
 
 // loadFleet is one pool bounding prompt bytes on its Envoys' load, over
@@ -34,7 +35,10 @@ func TestLoadDecide(t *testing.T) {
 	f := loadFleet()
 	l.update(f)
 	sink := loadSink{l}
-	if !sink.LoadPool("docs") || sink.LoadPool("chat") {
+	if h, ok := sink.LoadPool("docs"); !ok || h != "" {
+		t.Fatalf("LoadPool(docs) = %q, %v; want no adapter header", h, ok)
+	}
+	if _, ok := sink.LoadPool("chat"); ok {
 		t.Fatal("LoadPool: want docs only")
 	}
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -46,7 +50,7 @@ func TestLoadDecide(t *testing.T) {
 		}
 	}
 	step(0, false) // no stream yet: no view
-	sink.Start(1, "docs", "r1", "10.0.0.1:8000", 5000, t0)
+	sink.Start(1, "docs", "r1", inflight.Attempt{Host: "10.0.0.1:8000", Bytes: 5000, At: t0})
 	step(500*time.Millisecond, false) // not due
 	step(time.Second, true)
 	got := WithLoad(loadFleet(), l.current()).Pools[0]
@@ -68,5 +72,44 @@ func TestLoadDecide(t *testing.T) {
 	}
 	if got := WithLoad(loadFleet(), l.current()).Pools[0]; !got.LoadAt.IsZero() {
 		t.Fatal("WithLoad without figures set LoadAt")
+	}
+}
+
+// TestLoadAdapters: in a pool placing adapters, the adapters in flight
+// are figures of their own: a change of them alone is served, and
+// WithLoad puts them on their replicas.
+func TestLoadAdapters(t *testing.T) {
+	lora := func() fleet.Fleet {
+		f := loadFleet()
+		a := fleet.DefaultAdapters()
+		f.Pools[0].LoRA = &a
+		return f
+	}
+	l := newLoadState(prometheus.NewRegistry())
+	l.update(lora())
+	sink := loadSink{l}
+	if h, ok := sink.LoadPool("docs"); !ok || h != fleet.DefaultAdapterHeader {
+		t.Fatalf("LoadPool(docs) = %q, %v; want %q", h, ok, fleet.DefaultAdapterHeader)
+	}
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	sink.Start(1, "docs", "r1", inflight.Attempt{Host: "10.0.0.1:8000", Bytes: 100, Adapter: "sql", At: t0})
+	if changed, _ := l.decide(t0); !changed {
+		t.Fatal("first figures not served")
+	}
+	// Same bytes, one more adapter.
+	sink.Start(1, "docs", "r2", inflight.Attempt{Host: "10.0.0.1:8000", Adapter: "law", At: t0})
+	if changed, _ := l.decide(t0.Add(time.Second)); !changed {
+		t.Fatal("a new adapter in flight was not served")
+	}
+	got := WithLoad(lora(), l.current()).Pools[0]
+	if a, b := got.Endpoints[0].InFlightAdapters, got.Endpoints[1].InFlightAdapters; a != "law sql" || b != "" {
+		t.Fatalf("WithLoad: adapters %q and %q, want \"law sql\" and none", a, b)
+	}
+	sink.End(1, "docs", "r1")
+	if changed, _ := l.decide(t0.Add(2 * time.Second)); !changed {
+		t.Fatal("an adapter's last request ending was not served")
+	}
+	if got := WithLoad(lora(), l.current()).Pools[0]; got.Endpoints[0].InFlightAdapters != "law" {
+		t.Fatalf("after sql's end: %q", got.Endpoints[0].InFlightAdapters)
 	}
 }

@@ -17,7 +17,8 @@
 // A pool whose pick filters bound on the fleet's load also has its
 // router's upstream log ("kvxds-load/<pool>"): an entry when each
 // request's upstream stream starts and another when it ends, handed to a
-// LoadSink, which counts every replica's bytes in flight.
+// LoadSink, which counts every replica's bytes in flight and, in a pool
+// placing LoRA adapters, the adapters in flight there.
 //
 // Logging is best effort and off the request path: Envoy buffers entries
 // and drops them when kvxds is away, and each Envoy streams to the one
@@ -46,6 +47,7 @@ import (
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/hotkeys"
+	"github.com/kvxds/kvxds/inflight"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
 )
@@ -114,10 +116,11 @@ type AdapterSink interface {
 // per Envoy worker's logger) and request key (its x-request-id, attempt
 // and upstream host, the same in both entries).
 type LoadSink interface {
-	// LoadPool resolves a load log's pool name; false for a pool kvxds
-	// does not serve.
-	LoadPool(name string) bool
-	Start(stream uint64, pool, key, upstream string, bytes uint64, at time.Time)
+	// LoadPool resolves a load log's pool name, with the header that
+	// names a request's LoRA adapter in its entries ("" if the pool
+	// places none); false for a pool kvxds does not serve.
+	LoadPool(name string) (adapterHeader string, ok bool)
+	Start(stream uint64, pool, key string, a inflight.Attempt)
 	End(stream uint64, pool, key string)
 	// CloseStream is told that a stream ended: its open requests' ends
 	// will not come.
@@ -295,7 +298,11 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 	if s.load == nil {
 		return ResultNoLoadSink
 	}
-	if pool == "" || !s.load.LoadPool(pool) {
+	if pool == "" {
+		return ResultUnknownPool
+	}
+	adapterHeader, ok := s.load.LoadPool(pool)
+	if !ok {
 		return ResultUnknownPool
 	}
 	c := e.GetCommonProperties()
@@ -322,11 +329,17 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 			return ResultBadLoad
 		}
 	}
-	at := s.now()
+	a := inflight.Attempt{Host: upstream, Bytes: n, At: s.now()}
 	if t := c.GetStartTime(); t != nil {
-		at = t.AsTime()
+		a.At = t.AsTime()
 	}
-	s.load.Start(stream, pool, key, upstream, n, at)
+	if adapterHeader != "" {
+		// A name the pick filter could not have matched is no adapter.
+		if v, _ := header(logged, adapterHeader); fleet.CheckAdapterName(v) == "" {
+			a.Adapter = v
+		}
+	}
+	s.load.Start(stream, pool, key, a)
 	return ResultLoad
 }
 

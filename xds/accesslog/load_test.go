@@ -11,15 +11,18 @@ import (
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kvxds/kvxds/inflight"
 )
 
-// fakeLoad serves the load of pool "docs" and records what it is told.
+// fakeLoad serves the load of pool "docs", whose requests name adapters
+// in x-kvxds-adapter, and records what it is told.
 type fakeLoad struct {
 	mu    sync.Mutex
 	calls []string
 }
 
-func (f *fakeLoad) LoadPool(name string) bool { return name == "docs" }
+func (f *fakeLoad) LoadPool(name string) (string, bool) { return "x-kvxds-adapter", name == "docs" }
 
 func (f *fakeLoad) record(s string) {
 	f.mu.Lock()
@@ -27,8 +30,8 @@ func (f *fakeLoad) record(s string) {
 	f.calls = append(f.calls, s)
 }
 
-func (f *fakeLoad) Start(stream uint64, pool, key, upstream string, n uint64, at time.Time) {
-	f.record(fmt.Sprintf("start %d %s %q %s %d %s", stream, pool, key, upstream, n, at.Format(time.TimeOnly)))
+func (f *fakeLoad) Start(stream uint64, pool, key string, a inflight.Attempt) {
+	f.record(fmt.Sprintf("start %d %s %q %s %d %q %s", stream, pool, key, a.Host, a.Bytes, a.Adapter, a.At.Format(time.TimeOnly)))
 }
 
 func (f *fakeLoad) End(stream uint64, pool, key string) {
@@ -61,7 +64,9 @@ func TestLoadEntries(t *testing.T) {
 		loadEntry(end, "10.0.2.1", 1, map[string]string{"x-request-id": "r1", "content-length": "1200"}),
 		loadEntry(ready, "10.0.2.2", 2, map[string]string{"x-request-id": "r1", "content-length": "1200"}),
 		// No content-length: a body of no declared length weighs nothing.
-		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "r2"}),
+		// An adapter named, and one no filter could have matched.
+		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "r2", "x-kvxds-adapter": "sql-v2"}),
+		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "r5", "content-length": "9", "x-kvxds-adapter": "two words"}),
 		// Malformed: no id, no upstream, a length that is no number.
 		loadEntry(ready, "10.0.2.1", 1, map[string]string{"content-length": "5"}),
 		loadEntry(ready, "", 1, map[string]string{"x-request-id": "r3"}),
@@ -79,10 +84,11 @@ func TestLoadEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		`start 1 docs "r1\x001\x0010.0.2.1:8000" 10.0.2.1:8000 1200 10:00:00`,
+		`start 1 docs "r1\x001\x0010.0.2.1:8000" 10.0.2.1:8000 1200 "" 10:00:00`,
 		`end 1 docs "r1\x001\x0010.0.2.1:8000"`,
-		`start 1 docs "r1\x002\x0010.0.2.2:8000" 10.0.2.2:8000 1200 10:00:00`,
-		`start 1 docs "r2\x001\x0010.0.2.2:8000" 10.0.2.2:8000 0 10:00:00`,
+		`start 1 docs "r1\x002\x0010.0.2.2:8000" 10.0.2.2:8000 1200 "" 10:00:00`,
+		`start 1 docs "r2\x001\x0010.0.2.2:8000" 10.0.2.2:8000 0 "sql-v2" 10:00:00`,
+		`start 1 docs "r5\x001\x0010.0.2.2:8000" 10.0.2.2:8000 9 "" 10:00:00`,
 		`end 1 docs "r1\x002\x0010.0.2.2:8000"`,
 		`close 1`,
 		`close 2`,
@@ -93,7 +99,7 @@ func TestLoadEntries(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("load sink got\n%q\nwant\n%q", got, want)
 	}
-	for result, n := range map[string]float64{ResultLoad: 5, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
+	for result, n := range map[string]float64{ResultLoad: 6, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
 		if v := testutil.ToFloat64(mustCounter(t, reg, result)); v != n {
 			t.Errorf("entries %s = %v, want %v", result, v, n)
 		}

@@ -2,9 +2,11 @@ package translate
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -170,6 +172,13 @@ func TestAdapterPickRoutes(t *testing.T) {
 	f := adapterFleet(4, fleet.Adapter{Name: "sql", Replicas: 1, Share: 0.2}, fleet.Adapter{Name: "chat-v2", Replicas: 2, Share: 0.1})
 	p := &f.Pools[0]
 	p.Hash.BalanceFactor, p.Hash.BalanceOn, p.Hash.LoadInterval = 200, fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
+	// The load logs saw adapters in flight on two replicas (more than
+	// its slots on one: the table lists twice its slots), and the
+	// engine of another reports its own slots.
+	p.LoadAt = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p.Endpoints[0].InFlightAdapters = "chat-v2 sql"
+	p.Endpoints[2].InFlightAdapters = "a b c d e f g h i j k l m n o p q r"
+	p.Endpoints[3].MaxLoRA = 2
 	m, err := fleet.Prepare(f)
 	if err != nil {
 		t.Fatal(err)
@@ -211,13 +220,26 @@ func TestAdapterPickRoutes(t *testing.T) {
 					t.Errorf("envoy: adapter %s's entry %q: want %d members, then the other %d replicas", name, e, members, 4-members)
 				}
 			}
+			// Hosts in address order, as the endpoints are.
+			if got, want := md["adapter_slots"].GetStringValue(), "008008008002"; got != want {
+				t.Errorf("envoy: adapter_slots %q, want %q", got, want)
+			}
+			if got, want := md["running"].GetStringValue(), "chat-v2 sql\t\ta b c d e f g h i j k l m n o p\t"; got != want {
+				t.Errorf("envoy: running %q, want %q", got, want)
+			}
 		}
 		l, err := buildListener(&m.Fleet().Pools[0], kind)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(prototext.Format(l), `ADAPTER_HEADER = \"x-kvxds-adapter\"`) {
+		text := prototext.Format(l)
+		if !strings.Contains(text, `ADAPTER_HEADER = \"x-kvxds-adapter\"`) {
 			t.Error("envoy: the pick filter does not read the adapter header")
+		}
+		// The load log's config, up to the next logger's.
+		logCfg, _, _ := strings.Cut(text[strings.Index(text, `"kvxds-load/chat"`)+1:], "log_name:")
+		if !regexp.MustCompile(`additional_request_headers_to_log:\s+"x-kvxds-adapter"`).MatchString(logCfg) {
+			t.Errorf("envoy: the load log does not carry the adapter header:\n%s", logCfg)
 		}
 	}
 }

@@ -30,7 +30,10 @@ import (
 // adapter's replicas and ranking (fleet.AdapterPick), Envoy gets no
 // adapter routes or clusters, and a request naming an adapter picks among
 // its replicas, then, over their bound, along its ranking, rather than
-// wait behind its own replicas.
+// wait behind its own replicas; there it prefers a replica where its
+// adapter is in flight or a slot is free (the load log names each
+// request's adapter, and the table carries each host's slots and
+// adapters in flight).
 // gRPC clients run no filter and keep the clusters' own hashing.
 
 // PickFilterName names the Lua filter that picks a hash pool's replica by
@@ -78,7 +81,12 @@ func loadAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	if p.Hash.Hot != nil {
 		logCluster = p.Hash.Hot.LogCluster
 	}
-	return grpcAccessLog(LoadLogName(p.Name), logCluster, fleet.LoadLogFlush(p.Hash), []string{LoadLogRequestID, LoadLogLength})
+	headers := []string{LoadLogRequestID, LoadLogLength}
+	if p.LoRA != nil {
+		// The adapter the request names, which the pick filter set.
+		headers = append(headers, p.LoRA.Header)
+	}
+	return grpcAccessLog(LoadLogName(p.Name), logCluster, fleet.LoadLogFlush(p.Hash), headers)
 }
 
 // PickTable is the slot table kind's listener of p picks replicas by, or

@@ -203,6 +203,19 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 		}
 		fields["adapters"] = ads
 	}
+	if t.AdapterSlots != nil {
+		// Three hex digits per host, in hosts order.
+		b := make([]byte, 0, 3*len(t.AdapterSlots))
+		for _, n := range t.AdapterSlots {
+			b = fmt.Appendf(b, "%03x", min(n, 0xfff))
+		}
+		fields["adapter_slots"] = string(b)
+	}
+	if t.Running != nil {
+		// One string, parsed with the load: each host's adapters in
+		// flight, space-separated, hosts tab-separated in hosts order.
+		fields["running"] = strings.Join(t.Running, "\t")
+	}
 	if len(t.Hot) > 0 {
 		hot := make(map[string]any, len(t.Hot))
 		for _, k := range t.Hot {

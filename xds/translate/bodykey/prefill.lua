@@ -28,7 +28,10 @@
 -- traffic, bound a replica by its whole load. With ADAPTER_HEADER (a
 -- pool serving LoRA adapters), "adapters" maps each placed adapter to
 -- its candidates (adapter_candidates): a request naming one goes to the
--- first of them under the bound. A table whose "load_at"
+-- first of them under the bound where its adapter can run at once
+-- (bounded_list, runs: "adapter_slots", each host's slots as three hex
+-- digits, and "running", with the load, each host's adapters in flight),
+-- else to the first under the bound. A table whose "load_at"
 -- (ms since the epoch) is more than "load_ttl" ms old is not believed:
 -- the state's own counts bound.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
@@ -50,6 +53,9 @@ end
 -- start, so that a request whose response never comes (a client gone
 -- first) stops counting after MAX_OPEN seconds.
 local inflight, total, count, open, next_id = {}, 0, 0, {}, 0
+-- This state's requests in flight by host and adapter, placed or not
+-- (own), and those of them that are fresh.
+local own_ad, fresh_ad = {}, {}
 local MAX_OPEN = 600
 local share_of, share_slots = nil, nil
 
@@ -57,6 +63,16 @@ local share_of, share_slots = nil, nil
 -- their sum, and this state's requests since it (fresh: those whose
 -- gen is the table's).
 local load_str, gload, gtotal, fresh, ftotal, gen = nil, nil, 0, {}, 0, 0
+-- The table's adapters in flight (nil without a load): by host, a set
+-- and its size n.
+local run_str, grun = nil, nil
+
+local function count_ad(t, host, ad, d)
+  local m = t[host]
+  if m == nil then m = {}; t[host] = m end
+  local c = (m[ad] or 0) + d
+  if c <= 0 then m[ad] = nil else m[ad] = c end
+end
 
 -- Milliseconds since the epoch: Envoy's timestamp(), else os.time().
 local function now_ms(handle)
@@ -67,11 +83,28 @@ end
 
 -- A new load string: parse it, and count as fresh this state's requests
 -- that started within lag ms of now.
-local function sync_load(s, hosts, lag, now)
-  if s == load_str then return end
-  load_str, gen = s, gen + 1
+local function sync_load(s, run, hosts, lag, now)
+  if s == nil then run = nil end
+  if s == load_str and run == run_str then return end
+  load_str, run_str, gen = s, run, gen + 1
+  grun = nil
   if s == nil then gload = nil; return end
-  gload, gtotal, fresh, ftotal = {}, 0, {}, 0
+  if run ~= nil then
+    grun = {}
+    local i = 0
+    for part in string.gmatch(run .. "\t", "([^\t]*)\t") do
+      i = i + 1
+      local h = hosts[i]
+      if type(h) == "string" then
+        local set, n = {}, 0
+        for name in string.gmatch(part, "[^ ]+") do
+          if not set[name] then set[name] = true; n = n + 1 end
+        end
+        grun[h] = {set = set, n = n}
+      end
+    end
+  end
+  gload, gtotal, fresh, ftotal, fresh_ad = {}, 0, {}, 0, {}
   local i = 0
   for v in string.gmatch(s, "[^,]+") do
     i = i + 1
@@ -85,6 +118,7 @@ local function sync_load(s, hosts, lag, now)
     if now - o.ms <= lag then
       fresh[o.host] = (fresh[o.host] or 0) + o.w
       ftotal = ftotal + o.w
+      if o.ad ~= nil then count_ad(fresh_ad, o.host, o.ad, 1) end
       o.gen = gen
     end
   end
@@ -97,9 +131,11 @@ local function release(id)
   inflight[o.host] = inflight[o.host] - o.w
   total = total - o.w
   count = count - 1
+  if o.ad ~= nil then count_ad(own_ad, o.host, o.ad, -1) end
   if o.gen == gen and gload ~= nil then
     fresh[o.host] = fresh[o.host] - o.w
     ftotal = ftotal - o.w
+    if o.ad ~= nil then count_ad(fresh_ad, o.host, o.ad, -1) end
   end
 end
 
@@ -168,7 +204,7 @@ end
 -- indexes of three hex digits): its replicas in rendezvous order of the
 -- request's key v and their addresses (random without a key), so that
 -- each conversation keeps one, then the ranking, where a busy adapter's
--- overflow goes.
+-- overflow goes; and how many of them are its replicas.
 local function adapter_candidates(entry, hosts, v)
   local bar = find(entry, "|", 1, true)
   if bar == nil then return nil end
@@ -187,20 +223,52 @@ local function adapter_candidates(entry, hosts, v)
     if j ~= nil and type(hosts[j + 1]) == "string" then out[#out + 1] = j end
   end
   if #out == 0 then return nil end
-  return out
+  return out, #ms
 end
 
--- The first of the candidate hosts that is not overloaded (else the
--- first).
-local function bounded_list(hosts, slots, cands, factor, w)
+-- Whether host i (named h) can run adapter ad at once, as vLLM's
+-- scheduler admits a request: ad is in flight there (then the second
+-- result is true too), or fewer adapters are than its slots (aslots,
+-- three hex digits per host; nil: always). In flight are the table's
+-- adapters and this state's fresh requests', or without a table this
+-- state's own.
+local function runs(aslots, i, h, ad)
+  if aslots == nil then return true, true end
+  local cap = tonumber(sub(aslots, 3 * i + 1, 3 * i + 3), 16)
+  if cap == nil then return true, true end
+  local g = grun and grun[h]
+  local mine = (gload ~= nil and fresh_ad or own_ad)[h]
+  if (g ~= nil and g.set[ad]) or (mine ~= nil and mine[ad] ~= nil) then return true, true end
+  local n = g and g.n or 0
+  if mine ~= nil then
+    for name in pairs(mine) do
+      if g == nil or not g.set[name] then n = n + 1 end
+    end
+  end
+  return n < cap, false
+end
+
+-- Of the candidate hosts (the adapter's nm replicas first), the first
+-- that is not overloaded and can run adapter ad at once, being one of
+-- its replicas or having it in flight; else the first that is not
+-- overloaded; else the first. A conversation keeps its replica while
+-- that replica can run it without a wait for a slot, and leaves only for
+-- one where its adapter runs: a replica with merely a free slot would
+-- load the adapter afresh, with none of the adapter's cache.
+local function bounded_list(hosts, slots, cands, nm, factor, w, aslots, ad)
   local first = hosts[cands[1] + 1]
   if factor == nil then return first end
   local n = shares(slots)
-  for _, j in ipairs(cands) do
+  local under = nil
+  for k, j in ipairs(cands) do
     local h = hosts[j + 1]
-    if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
+    if type(h) == "string" and not overloaded(n, j, h, factor, w) then
+      local ok, running = runs(aslots, j, h, ad)
+      if ok and (k <= nm or running) then return h end
+      under = under or h
+    end
   end
-  return first
+  return under or first
 end
 
 local function set_prefill(handle, headers)
@@ -219,9 +287,11 @@ local function set_prefill(handle, headers)
     v = nil
   end
   -- A request naming a placed adapter picks among its candidates.
-  local entry = nil
+  local entry, name = nil, nil
   if ADAPTER_HEADER ~= nil then
-    local name, ads = headers:get(ADAPTER_HEADER), md:get("adapters")
+    local ads
+    name, ads = headers:get(ADAPTER_HEADER), md:get("adapters")
+    if name == "" then name = nil end
     entry = name ~= nil and type(ads) == "table" and ads[name] or nil
     if type(entry) ~= "string" then entry = nil end
   end
@@ -261,13 +331,18 @@ local function set_prefill(handle, headers)
       -- clock far from this one) is not believed.
       local ls, lag, at, ttl = md:get("load"), md:get("load_lag"), md:get("load_at"), md:get("load_ttl")
       if type(ls) ~= "string" or type(at) ~= "number" or type(ttl) ~= "number" or now - at > ttl then ls = nil end
-      sync_load(ls, hosts, type(lag) == "number" and lag or 0, now)
+      local run = md:get("running")
+      if type(run) ~= "string" then run = nil end
+      sync_load(ls, run, hosts, type(lag) == "number" and lag or 0, now)
     end
   end
-  local cands = entry and adapter_candidates(entry, hosts, v)
+  local cands, nmem = nil, 0
+  if entry then cands, nmem = adapter_candidates(entry, hosts, v) end
   local host
   if cands then
-    host = bounded_list(hosts, slots, cands, factor, w)
+    local aslots = md:get("adapter_slots")
+    if type(aslots) ~= "string" or #aslots ~= 3 * #hosts then aslots = nil end
+    host = bounded_list(hosts, slots, cands, nmem, factor, w, aslots, name)
   else
     host = bounded(hosts, slots, slot, factor, w)
   end
@@ -281,15 +356,17 @@ local function set_prefill(handle, headers)
     local t = os.time()
     next_id = next_id + 1
     expire(t)
-    local o = {host = host, t = t, ms = now, w = w or 1}
+    local o = {host = host, t = t, ms = now, w = w or 1, ad = name}
     open[next_id] = o
     inflight[host] = (inflight[host] or 0) + o.w
     total = total + o.w
     count = count + 1
+    if o.ad ~= nil then count_ad(own_ad, host, o.ad, 1) end
     if gload ~= nil and w ~= nil then
       o.gen = gen
       fresh[host] = (fresh[host] or 0) + o.w
       ftotal = ftotal + o.w
+      if o.ad ~= nil then count_ad(fresh_ad, host, o.ad, 1) end
     end
     handle:streamInfo():dynamicMetadata():set("kvxds.prefill", "open", next_id)
   end

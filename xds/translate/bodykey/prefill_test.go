@@ -155,7 +155,7 @@ func TestLuaPrefillBounded(t *testing.T) {
 	for _, mode := range []struct {
 		name                  string
 		bytes, fleet, adapter bool
-	}{{"requests", false, false, false}, {"bytes", true, false, false}, {"fleet_bytes", true, true, false}, {"fleet_adapters", true, true, true}} {
+	}{{"requests", false, false, false}, {"bytes", true, false, false}, {"fleet_bytes", true, true, false}, {"adapters", true, false, true}, {"fleet_adapters", true, true, true}} {
 		t.Run(mode.name, func(t *testing.T) { testLuaPrefillBounded(t, mode.bytes, mode.fleet, mode.adapter) })
 	}
 }
@@ -169,8 +169,11 @@ func TestLuaPrefillBounded(t *testing.T) {
 // adapter, requests name LoRA adapters, two of them in the table's
 // "adapters": such a request takes the first of its adapter's replicas,
 // in rendezvous order of its key and their addresses, then of the rest
-// of its ranking, that is under the bound (else the first); the others
-// pick by slot.
+// of its ranking, that is under the bound and can run the adapter at
+// once (it is in flight there, or fewer adapters are than the host's
+// "adapter_slots") and is one of its replicas or has it in flight, else
+// the first under the bound, else the first; the others pick by slot. In flight are the table's "running" and this
+// state's requests since it, or without a table this state's own.
 func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
@@ -210,9 +213,46 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		capacity := (all + w) * factor / 100
 		return load > max(capacity*float64(share[i])/slots, w)
 	}
-	// The adapters' replicas and rankings.
+	// The adapters' replicas and rankings, the hosts' adapter slots, the
+	// table's adapters in flight (while it is believed), and this state's
+	// requests in flight by host and adapter (own), and fresh.
 	type entry struct{ members, rank []int }
 	adapters := map[string]entry{"sql": {[]int{0, 2}, []int{3, 1}}, "chat": {[]int{4}, []int{1, 0, 2}}}
+	aslots := []int{2, 1, 2, 3, 1}
+	var gRun []map[string]bool
+	ownAd, freshAd := map[int]map[string]int{}, map[int]map[string]int{}
+	countAd := func(m map[int]map[string]int, i int, name string, d int) {
+		if name == "" {
+			return
+		}
+		if m[i] == nil {
+			m[i] = map[string]int{}
+		}
+		if m[i][name] += d; m[i][name] <= 0 {
+			delete(m[i], name)
+		}
+	}
+	runs := func(j int, name string) (ok, running bool) {
+		var g map[string]bool
+		mine := ownAd[j]
+		if gl != nil {
+			mine = freshAd[j]
+			if gRun != nil {
+				g = gRun[j]
+			}
+		}
+		if g[name] || mine[name] > 0 {
+			return true, true
+		}
+		n := len(g)
+		for a := range mine {
+			if !g[a] {
+				n++
+			}
+		}
+		return n < aslots[j], false
+	}
+	bySlots := 0
 	score := func(key string, j int) uint64 {
 		x, _ := strconv.ParseUint(Hash([]byte(key + "\x00" + hosts[j]))[:8], 16, 32)
 		return x
@@ -224,10 +264,22 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 				return cmp.Or(cmp.Compare(score(key, b), score(key, a)), cmp.Compare(a, b))
 			})
 			cands = append(cands, e.rank...)
-			for _, j := range cands {
+			under := -1
+			for k, j := range cands {
 				if !over(j, w) {
-					return j
+					if ok, running := runs(j, name); ok && (k < len(e.members) || running) {
+						if under >= 0 {
+							bySlots++
+						}
+						return j
+					}
+					if under < 0 {
+						under = j
+					}
 				}
+			}
+			if under >= 0 {
+				return under
 			}
 			return cands[0]
 		}
@@ -259,6 +311,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		host, start int
 		w           float64
 		ms, gen     int
+		ad          string
 	}
 	open := map[int]pending{}
 	lost := map[int]bool{}
@@ -268,8 +321,10 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 			inflight[p.host] -= p.w
 			total -= p.w
 			count--
+			countAd(ownAd, p.host, p.ad, -1)
 			if gl != nil && p.gen == gen {
 				fresh[p.host] -= p.w
+				countAd(freshAd, p.host, p.ad, -1)
 			}
 		}
 	}
@@ -280,6 +335,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	// state bounds by (0: its own counts).
 	type loadTable struct {
 		load   []float64
+		run    []map[string]bool
 		at, id int
 	}
 	var served *loadTable
@@ -297,6 +353,24 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 				}
 				served = tb
 				lines = append(lines, fmt.Sprintf("load\t%s\t%d\t%d\t%d", strings.Join(parts, ","), lag, tb.at, ttl))
+				if adapter {
+					// Each host's adapters in flight, from none to more
+					// than its slots.
+					tb.run = make([]map[string]bool, len(hosts))
+					run := make([]string, len(hosts))
+					for i := range hosts {
+						tb.run[i] = map[string]bool{}
+						var names []string
+						for _, a := range []string{"sql", "chat", "law", "med"} {
+							if rng.IntN(3) == 0 {
+								tb.run[i][a] = true
+								names = append(names, a)
+							}
+						}
+						run[i] = strings.Join(names, ",")
+					}
+					lines = append(lines, "running\t"+strings.Join(run, "/"))
+				}
 				continue
 			}
 		}
@@ -346,18 +420,19 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		case believed && inUse != served.id:
 			// The first request after a push reads it: this state's
 			// requests of the last lag ms count on top of it.
-			gl, inUse = served.load, served.id
+			gl, gRun, inUse = served.load, served.run, served.id
 			gen++
-			fresh = map[int]float64{}
+			fresh, freshAd = map[int]float64{}, map[int]map[string]int{}
 			for n, p := range open {
 				if ms-p.ms <= lag {
 					fresh[p.host] += p.w
+					countAd(freshAd, p.host, p.ad, 1)
 					p.gen = gen
 					open[n] = p
 				}
 			}
 		case !believed && inUse != 0:
-			gl, inUse = nil, 0
+			gl, gRun, inUse = nil, nil, 0
 			gen++
 			stale++
 		}
@@ -365,7 +440,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		// place (they pick by slot).
 		name := ""
 		if adapter {
-			name = []string{"", "sql", "sql", "chat", "other"}[rng.IntN(5)]
+			name = []string{"", "sql", "sql", "chat", "other", "law"}[rng.IntN(6)]
 		}
 		i := pick(key, name, w)
 		if i != table[PrefillSlot(key, slots)] {
@@ -380,10 +455,12 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 				}
 			}
 		}
-		p := pending{host: i, start: clock, w: w, ms: ms}
+		p := pending{host: i, start: clock, w: w, ms: ms, ad: name}
+		countAd(ownAd, i, name, 1)
 		if gl != nil {
 			p.gen = gen
 			fresh[i] += w
+			countAd(freshAd, i, name, 1)
 		}
 		open[requests] = p
 		inflight[i] += w
@@ -403,6 +480,9 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	if fleet && stale == 0 {
 		t.Fatal("no table went stale: the script does not test load_ttl")
 	}
+	if adapter && bySlots == 0 {
+		t.Fatal("no request passed a replica for want of a slot: the script does not test adapter_slots")
+	}
 	if spilled == 0 || spilled > requests*9/10 {
 		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)
 	}
@@ -412,6 +492,11 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 		md += "bytes\n"
 	}
 	if adapter {
+		md += "adapter_slots\t"
+		for _, n := range aslots {
+			md += fmt.Sprintf("%03x", n)
+		}
+		md += "\n"
 		for name, e := range adapters {
 			md += "adapter\t" + name + "\t"
 			for _, j := range e.members {

@@ -12,7 +12,8 @@
 -- where TABLE is a file of "slots" on its first line and one host per
 -- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key, or
 -- "balance<TAB>factor", or "bytes", or "adapter<TAB>name<TAB>entry" for an
--- adapter's entry in "adapters" ("-" for a route without metadata), and CASES a
+-- adapter's entry in "adapters", or "adapter_slots<TAB>S" ("-" for a
+-- route without metadata), and CASES a
 -- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
 -- content-length, or "respond<TAB>N" to run envoy_on_response for the
 -- N-th request (from 1), or "clock<TAB>T" to make os.time() return T from
@@ -20,8 +21,10 @@
 -- (milliseconds; 0 at first), or "load<TAB>L<TAB>LAG<TAB>AT<TAB>TTL" to
 -- set the table's "load" to L, "load_lag" to LAG, "load_at" to AT and
 -- "load_ttl" to TTL (the fleet's bytes in flight, as a table push brings
--- them). Prints per request the value of HEADER after
--- the run, or "-"; nothing for a response, a clock or a load.
+-- them), or "running<TAB>R" to set the table's "running" to R with "/"
+-- for tabs and "," for spaces. Prints per request the value of HEADER
+-- after the run, or "-"; nothing for a response, a clock, a load or a
+-- running.
 
 local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
 dofile(script)
@@ -30,13 +33,16 @@ local md = nil
 local f = assert(io.open(tablefile, "rb"))
 local first = f:read("*l")
 if first ~= "-" then
-  local hosts, hot, balance, md_bytes, adapters = {}, nil, nil, nil, nil
+  local hosts, hot, balance, md_bytes, adapters, aslots = {}, nil, nil, nil, nil, nil
   for line in f:lines() do
+    local as = string.match(line, "^adapter_slots\t(%x+)$")
     local an, ae = string.match(line, "^adapter\t([^\t]+)\t(.*)$")
     local k, n = string.match(line, "^hot\t(.*)\t(%d+)$")
     local b = string.match(line, "^balance\t(%d+)$")
     local bytes = line == "bytes"
-    if an ~= nil then
+    if as ~= nil then
+      aslots = as
+    elseif an ~= nil then
       adapters = adapters or {}
       adapters[an] = ae
     elseif k ~= nil then
@@ -50,7 +56,7 @@ if first ~= "-" then
       hosts[#hosts + 1] = line
     end
   end
-  md = {hosts = hosts, slots = first, hot = hot, balance = balance, bytes = md_bytes, adapters = adapters}
+  md = {hosts = hosts, slots = first, hot = hot, balance = balance, bytes = md_bytes, adapters = adapters, adapter_slots = aslots}
 end
 f:close()
 
@@ -62,7 +68,10 @@ for line in io.lines(casefile) do
   local clock = string.match(line, "^clock\t(%d+)$")
   local msv = string.match(line, "^ms\t(%d+)$")
   local load, lag, at, ttl = string.match(line, "^load\t([%d,]+)\t(%d+)\t(%d+)\t(%d+)$")
-  if n ~= nil then
+  local running = string.match(line, "^running\t(.*)$")
+  if running ~= nil then
+    md.running = string.gsub(string.gsub(running, "/", "\t"), ",", " ")
+  elseif n ~= nil then
     envoy_on_response(handles[tonumber(n)])
   elseif msv ~= nil then
     ms = tonumber(msv)
