@@ -27,6 +27,10 @@ type EngineCounters struct {
 	// LoRASwapIns is sim:lora_swap_ins_total: adapters loaded into a
 	// slot (0 where the page has none).
 	LoRASwapIns float64
+	// LoRASlotWaits and LoRASlotWaitSeconds are sim:lora_slot_waits_total
+	// and sim:lora_slot_wait_seconds_total: requests admitted after being
+	// passed over for an adapter slot, and their waits.
+	LoRASlotWaits, LoRASlotWaitSeconds float64
 	// The prefill/decode counters of a decode replica (0 where the page
 	// has none): requests prefilled on a prefill replica
 	// (sim:pd_remote_prefills_total), prefilled locally without a prefill
@@ -56,30 +60,34 @@ func (c EngineCounters) HitRate() float64 {
 // Add returns c + d (histograms merged bucket by bucket).
 func (c EngineCounters) Add(d EngineCounters) EngineCounters {
 	return EngineCounters{
-		PrefixQueries:   c.PrefixQueries + d.PrefixQueries,
-		PrefixHits:      c.PrefixHits + d.PrefixHits,
-		Preemptions:     c.Preemptions + d.Preemptions,
-		LoRASwapIns:     c.LoRASwapIns + d.LoRASwapIns,
-		PDRemote:        c.PDRemote + d.PDRemote,
-		PDLocalNoHeader: c.PDLocalNoHeader + d.PDLocalNoHeader,
-		PDLocalFailed:   c.PDLocalFailed + d.PDLocalFailed,
-		PDTransferred:   c.PDTransferred + d.PDTransferred,
-		TTFT:            c.TTFT.merge(d.TTFT, 1),
+		PrefixQueries:       c.PrefixQueries + d.PrefixQueries,
+		PrefixHits:          c.PrefixHits + d.PrefixHits,
+		Preemptions:         c.Preemptions + d.Preemptions,
+		LoRASwapIns:         c.LoRASwapIns + d.LoRASwapIns,
+		LoRASlotWaits:       c.LoRASlotWaits + d.LoRASlotWaits,
+		LoRASlotWaitSeconds: c.LoRASlotWaitSeconds + d.LoRASlotWaitSeconds,
+		PDRemote:            c.PDRemote + d.PDRemote,
+		PDLocalNoHeader:     c.PDLocalNoHeader + d.PDLocalNoHeader,
+		PDLocalFailed:       c.PDLocalFailed + d.PDLocalFailed,
+		PDTransferred:       c.PDTransferred + d.PDTransferred,
+		TTFT:                c.TTFT.merge(d.TTFT, 1),
 	}
 }
 
 // Sub returns c − d: the increase since an earlier scrape d.
 func (c EngineCounters) Sub(d EngineCounters) EngineCounters {
 	return EngineCounters{
-		PrefixQueries:   c.PrefixQueries - d.PrefixQueries,
-		PrefixHits:      c.PrefixHits - d.PrefixHits,
-		Preemptions:     c.Preemptions - d.Preemptions,
-		LoRASwapIns:     c.LoRASwapIns - d.LoRASwapIns,
-		PDRemote:        c.PDRemote - d.PDRemote,
-		PDLocalNoHeader: c.PDLocalNoHeader - d.PDLocalNoHeader,
-		PDLocalFailed:   c.PDLocalFailed - d.PDLocalFailed,
-		PDTransferred:   c.PDTransferred - d.PDTransferred,
-		TTFT:            c.TTFT.merge(d.TTFT, -1),
+		PrefixQueries:       c.PrefixQueries - d.PrefixQueries,
+		PrefixHits:          c.PrefixHits - d.PrefixHits,
+		Preemptions:         c.Preemptions - d.Preemptions,
+		LoRASwapIns:         c.LoRASwapIns - d.LoRASwapIns,
+		LoRASlotWaits:       c.LoRASlotWaits - d.LoRASlotWaits,
+		LoRASlotWaitSeconds: c.LoRASlotWaitSeconds - d.LoRASlotWaitSeconds,
+		PDRemote:            c.PDRemote - d.PDRemote,
+		PDLocalNoHeader:     c.PDLocalNoHeader - d.PDLocalNoHeader,
+		PDLocalFailed:       c.PDLocalFailed - d.PDLocalFailed,
+		PDTransferred:       c.PDTransferred - d.PDTransferred,
+		TTFT:                c.TTFT.merge(d.TTFT, -1),
 	}
 }
 
@@ -219,6 +227,8 @@ func engineCounters(fams map[string]*dto.MetricFamily) (EngineCounters, error) {
 		return v
 	}
 	c.LoRASwapIns = optional(sim.MetricLoRASwapIns, "")
+	c.LoRASlotWaits = optional(sim.MetricLoRASlotWaits, "")
+	c.LoRASlotWaitSeconds = optional(sim.MetricLoRASlotWaitSeconds, "")
 	c.PDRemote = optional(sim.MetricPDRemotePrefills, "")
 	c.PDLocalNoHeader = optional(sim.MetricPDLocalPrefills, "no_header")
 	c.PDLocalFailed = optional(sim.MetricPDLocalPrefills, "failed")

@@ -209,8 +209,10 @@ func (wr *WorkloadReport) markdownTable(w io.Writer) {
 func (wr *WorkloadReport) adaptersTable(w io.Writer) {
 	fmt.Fprintf(w, "LoRA adapters: %d named by the requests; each replica holds %d (max_lora) and pays a swap-in to load "+
 		"another. Swap-ins: sim:lora_swap_ins_total over the measured part; spread: the replicas each adapter's "+
-		"measured requests ran on, averaged over those requests.\n\n", wr.Adapters, wr.MaxLoRA)
-	fmt.Fprintf(w, "| mode | swap-ins | per 1,000 requests | replicas per adapter |\n|---|---|---|---|\n")
+		"measured requests ran on, averaged over those requests; slot waits: requests admitted after the engine passed "+
+		"them over for want of a slot (sim:lora_slot_waits_total), per 1,000 measured requests, and their mean wait "+
+		"from the first pass-over.\n\n", wr.Adapters, wr.MaxLoRA)
+	fmt.Fprintf(w, "| mode | swap-ins | per 1,000 requests | replicas per adapter | slot waits per 1,000 | mean slot wait |\n|---|---|---|---|---|---|\n")
 	for _, m := range wr.Modes {
 		name := string(m.Mode)
 		if !m.Mode.Live() {
@@ -219,7 +221,14 @@ func (wr *WorkloadReport) adaptersTable(w io.Writer) {
 			}
 			name = fmt.Sprintf("floor (%d slots)", wr.Replicas*wr.MaxLoRA)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", name, num(m.SwapIns, 0), num(m.SwapInsPer1k, 1), num(m.AdapterSpread, 2))
+		waits, wait := "–", "–"
+		if m.Mode.Live() {
+			waits = num(m.SlotWaitsPer1k, 1)
+			if !math.IsNaN(m.SlotWait) {
+				wait = secs(m.SlotWait)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", name, num(m.SwapIns, 0), num(m.SwapInsPer1k, 1), num(m.AdapterSpread, 2), waits, wait)
 	}
 	fmt.Fprintln(w)
 	if ub, ok := wr.Mode(UpperBound); ok && !math.IsNaN(ub.SwapIns) {

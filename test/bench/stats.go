@@ -71,6 +71,11 @@ type ModeResult struct {
 	// SwapIns is the increase of sim:lora_swap_ins_total (adapters loaded
 	// into a slot), SwapInsPer1k the same per 1,000 measured requests.
 	SwapIns, SwapInsPer1k float64
+	// SlotWaitsPer1k is the measured part's requests admitted after being
+	// passed over for an adapter slot (sim:lora_slot_waits_total) per
+	// 1,000 measured requests, SlotWait their mean wait in seconds (NaN
+	// without any).
+	SlotWaitsPer1k, SlotWait float64
 	// AdapterSpread is the mean, over the measured requests under an
 	// adapter, of the number of replicas their adapter's measured
 	// requests ran on (NaN without adapters): how widely each adapter,
@@ -148,8 +153,13 @@ func summarize(mode Mode, w *workloadPlan, run *liveRun, replicas int) ModeResul
 	m.EngineTTFT = histQuantiles(d.TTFT)
 	m.Preemptions = d.Preemptions
 	m.SwapIns = d.LoRASwapIns
+	m.SlotWait = math.NaN()
+	if d.LoRASlotWaits > 0 {
+		m.SlotWait = d.LoRASlotWaitSeconds / d.LoRASlotWaits
+	}
 	if m.Measured > 0 {
 		m.SwapInsPer1k = 1000 * m.SwapIns / float64(m.Measured)
+		m.SlotWaitsPer1k = 1000 * d.LoRASlotWaits / float64(m.Measured)
 	}
 	m.AdapterSpread = adapterSpread(w.Requests[w.Warmup:], run.Results[w.Warmup:])
 

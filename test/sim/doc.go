@@ -52,7 +52,10 @@
 //     (AdapterRoot), so the same tokens under two adapters share no block.
 //     vllm:lora_requests_info is written every step as today's vLLM writes
 //     it (see metrics.go); sim:lora_swap_ins_total and
-//     sim:lora_evictions_total count swap-ins and evictions (Stats too).
+//     sim:lora_evictions_total count swap-ins and evictions, and
+//     sim:lora_slot_waits_total and sim:lora_slot_wait_seconds_total the
+//     requests admitted after being passed over for a slot and the time
+//     from their first pass-over to their admission (Stats too).
 //   - Prefill/decode disaggregation (Config.Role; pd.go), as llm-d runs
 //     it with vLLM's NixlConnector. A RoleDecode replica given a request
 //     whose x-prefiller-host-port header (gRPC metadata too) names a

@@ -25,15 +25,20 @@ type request struct {
 	adapter   string    // LoRA adapter, "" for the base model
 	root      BlockHash // AdapterRoot(adapter), set with adapter
 
-	arrival    float64 // simulated seconds
-	computed   int     // tokens whose KV is computed or scheduled this step
-	prefilled  bool    // the current admission's prefill is done: decoding
-	generated  int
-	lastToken  float64
-	admitted   bool // admitted at least once
-	preemption int  // times preempted
-	state      reqState
-	blocks     SeqBlocks
+	arrival float64 // simulated seconds
+	// slotWaiting is set when the scheduler passed the request over for
+	// want of an adapter slot since its last admission, first at
+	// slotWaitFrom.
+	slotWaiting  bool
+	slotWaitFrom float64
+	computed     int  // tokens whose KV is computed or scheduled this step
+	prefilled    bool // the current admission's prefill is done: decoding
+	generated    int
+	lastToken    float64
+	admitted     bool // admitted at least once
+	preemption   int  // times preempted
+	state        reqState
+	blocks       SeqBlocks
 
 	// prior is simulated time the request spent before it reached the
 	// engine, which its client's TTFT includes: a remote prefill.
@@ -332,6 +337,9 @@ func (e *engine) schedule() bool {
 			continue
 		}
 		if !e.lora.canAdmit(r.adapter) {
+			if !r.slotWaiting {
+				r.slotWaiting, r.slotWaitFrom = true, e.now
+			}
 			skip++
 			continue
 		}
@@ -362,6 +370,14 @@ func (e *engine) schedule() bool {
 		// A remote request's transferred blocks are allocated here and
 		// published below: they become cached blocks of this replica.
 		e.cache.Allocate(&r.blocks, need)
+		if r.slotWaiting {
+			wait := e.now - r.slotWaitFrom
+			e.stats.LoRASlotWaits++
+			e.stats.LoRASlotWaitSeconds += wait
+			e.m.loraSlotWaits.Inc()
+			e.m.loraSlotWaitSecs.Add(wait)
+			r.slotWaiting = false
+		}
 		if evicted, loaded := e.lora.admit(r.adapter, e.now); loaded {
 			e.loads++
 			e.stats.LoRASwapIns++

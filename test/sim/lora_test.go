@@ -130,6 +130,11 @@ func TestLoRABusySlotsWait(t *testing.T) {
 	if s := e.snapshot(); s.LoRASwapIns != 2 || s.LoRAEvictions != 1 || !slices.Equal(s.LoRALoaded, []string{"b"}) {
 		t.Errorf("swap-ins %d evictions %d loaded %v", s.LoRASwapIns, s.LoRAEvictions, s.LoRALoaded)
 	}
+	// b alone waited for a slot: from its first step, passed over, to
+	// its admission.
+	if s := e.snapshot(); s.LoRASlotWaits != 1 || !(s.LoRASlotWaitSeconds > 0.9*admittedB && s.LoRASlotWaitSeconds <= admittedB+1e-9) {
+		t.Errorf("slot waits %d of %v s; want 1 of about %v s", s.LoRASlotWaits, s.LoRASlotWaitSeconds, admittedB)
+	}
 }
 
 // The same tokens under different adapters share no KV block.

@@ -51,6 +51,10 @@ const (
 	// loaded into a slot and adapters unloaded to make room.
 	MetricLoRASwapIns   = "sim:lora_swap_ins_total"
 	MetricLoRAEvictions = "sim:lora_evictions_total"
+	// Requests admitted after being passed over for want of an adapter
+	// slot, and their waits from the first pass-over to admission.
+	MetricLoRASlotWaits       = "sim:lora_slot_waits_total"
+	MetricLoRASlotWaitSeconds = "sim:lora_slot_wait_seconds_total"
 
 	// Prefill/decode counters of a decode replica, exported by a replica
 	// with a P/D role only: requests prefilled on a prefill replica,
@@ -86,6 +90,8 @@ type metrics struct {
 	interToken       prometheus.Observer
 	loraSwapIns      prometheus.Counter
 	loraEvictions    prometheus.Counter
+	loraSlotWaits    prometheus.Counter
+	loraSlotWaitSecs prometheus.Counter
 	externalQueries  prometheus.Counter
 	externalHits     prometheus.Counter
 	pdRemote         prometheus.Counter
@@ -170,6 +176,8 @@ func newMetrics(cfg Config, g gauges) *metrics {
 	m.maxLoRA = strconv.Itoa(cfg.MaxLoRA)
 	m.loraSwapIns = counter(MetricLoRASwapIns, "LoRA adapters loaded into a slot (simulator).")
 	m.loraEvictions = counter(MetricLoRAEvictions, "LoRA adapters unloaded to make room for another (simulator).")
+	m.loraSlotWaits = counter(MetricLoRASlotWaits, "Requests admitted after being passed over for want of a LoRA adapter slot (simulator).")
+	m.loraSlotWaitSecs = counter(MetricLoRASlotWaitSeconds, "Seconds such requests waited from their first pass-over to admission (simulator).")
 
 	// An engine without a KV connector exports none of these; they exist
 	// unregistered so that the engine counts without asking.

@@ -43,6 +43,10 @@ type Stats struct {
 	// LoRAEvictions those unloaded to make room (sim:lora_evictions_total).
 	LoRASwapIns   int64
 	LoRAEvictions int64
+	// LoRASlotWaits counts requests admitted after being passed over for
+	// a slot (sim:lora_slot_waits_total), LoRASlotWaitSeconds their waits.
+	LoRASlotWaits       int64
+	LoRASlotWaitSeconds float64
 	// ExternalQueries and ExternalHits are vllm:external_prefix_cache_*
 	// of a replica with a P/D role: prompt tokens not found in its own
 	// cache at first admission, and those of them it received from a
