@@ -2,6 +2,8 @@ package translate
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,8 +95,9 @@ func BenchmarkEndpointChangeAllKinds(b *testing.B) {
 }
 
 // BenchmarkAdapterPickRoutes: the route configuration of a pool whose
-// Envoys pick replicas on prompt bytes with its load observed, each placed
-// adapter's route carrying its own table, as a load push rebuilds it;
+// Envoys pick replicas on prompt bytes with its load observed (eight
+// adapters in flight on each replica), carrying every placed adapter's
+// entry, as a load push rebuilds it;
 // route-bytes is its size on the wire, which every Envoy of the pool
 // receives at most once per load interval.
 func BenchmarkAdapterPickRoutes(b *testing.B) {
@@ -111,6 +114,13 @@ func BenchmarkAdapterPickRoutes(b *testing.B) {
 			p.LoadAt = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 			for i := range p.Endpoints {
 				p.Endpoints[i].InFlightBytes = uint64(123_456 * (i + 1))
+				// Eight adapters in flight on each replica.
+				var names []string
+				for k := range 8 {
+					names = append(names, fmt.Sprintf("adapter-%d", (i+k*7)%sz.adapters))
+				}
+				slices.Sort(names)
+				p.Endpoints[i].InFlightAdapters = strings.Join(names, " ")
 			}
 			m, err := fleet.Prepare(f)
 			if err != nil {
