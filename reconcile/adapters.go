@@ -706,6 +706,14 @@ func (s *adapterState) status(f fleet.Fleet, plan func(string) fleet.Plan, view 
 				st.Moves[c] = seen.moves[c]
 			}
 		}
+		if !p.LoadAt.IsZero() {
+			for _, e := range p.Endpoints {
+				if n := strings.Count(e.InFlightAdapters, " ") + 1; e.InFlightAdapters != "" && n >= p.LoRA.Slots(&e) {
+					st.SlotsFull = append(st.SlotsFull, e.Identity())
+				}
+			}
+			slices.Sort(st.SlotsFull)
+		}
 		pl := plan(p.Name)
 		for j, a := range p.Adapters {
 			sa := status.Adapter{Name: a.Name, Replicas: a.Replicas, Share: a.Share, InFlight: eng.inFlight[a.Name], Stage: a.Stage}

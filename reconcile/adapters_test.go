@@ -403,3 +403,30 @@ func TestStageAdapters(t *testing.T) {
 		})
 	}
 }
+
+// The status names the replicas whose slots the logged requests in flight
+// fill (at least their slots' adapters in flight, the engine's own
+// max_lora where it reports one), only where the pool observes load.
+func TestAdapterStatusSlotsFull(t *testing.T) {
+	f := loadFleet()
+	a := fleet.DefaultAdapters()
+	a.MaxLoRA = 2
+	p := &f.Pools[0]
+	p.LoRA = &a
+	p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: "10.0.0.3", Port: 8000, Weight: 1, Health: fleet.Healthy, MaxLoRA: 3})
+	for i := range p.Endpoints {
+		p.Endpoints[i].HashKey = p.Endpoints[i].Address()
+	}
+	p.Endpoints[0].InFlightAdapters = "law sql"     // 2 of 2: full
+	p.Endpoints[1].InFlightAdapters = "sql"         // 1 of 2
+	p.Endpoints[2].InFlightAdapters = "law med sql" // 3 of its engine's 3: full
+	s := newAdapterState(prometheus.NewRegistry())
+	plan := func(string) fleet.Plan { return fleet.Plan{} }
+	if got := s.status(f, plan, nil)["docs"].SlotsFull; got != nil {
+		t.Errorf("without load observed: slots full %v, want none", got)
+	}
+	p.LoadAt = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	if got, want := s.status(f, plan, nil)["docs"].SlotsFull, []string{"10.0.0.1:8000", "10.0.0.3:8000"}; !slices.Equal(got, want) {
+		t.Errorf("slots full %v, want %v", got, want)
+	}
+}

@@ -368,6 +368,7 @@ type statusCollector struct {
 	adapterReplicas, adapterMembers          *prometheus.Desc
 	adapterShare, adapterInFlight            *prometheus.Desc
 	adapterOver, adapterOverfull             *prometheus.Desc
+	adapterSlotsFull                         *prometheus.Desc
 }
 
 func newStatusCollector(r *Reconciler) *statusCollector {
@@ -403,6 +404,8 @@ func newStatusCollector(r *Reconciler) *statusCollector {
 			"1 for a placed adapter in the tail: no slot of its own was left, so it is on its first-ranked replica, in the slots kept there for the tail.", []string{"pool", "adapter"}, nil),
 		adapterOverfull: prometheus.NewDesc("kvxds_adapter_overfull_replicas",
 			"Replicas of a pool whose engine reports more adapters in flight than its max_lora.", []string{"pool"}, nil),
+		adapterSlotsFull: prometheus.NewDesc("kvxds_adapter_slots_full_replicas",
+			"Replicas of a pool on which the Envoys logging their load to this instance have requests in flight for at least as many adapters as the replica has slots (pools whose pick filters observe load).", []string{"pool"}, nil),
 	}
 }
 
@@ -421,6 +424,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.adapterInFlight
 	ch <- c.adapterOver
 	ch <- c.adapterOverfull
+	ch <- c.adapterSlotsFull
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
@@ -455,6 +459,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			// Only placed adapters (at most the pool's max): a bounded
 			// label set.
 			ch <- prometheus.MustNewConstMetric(c.adapterOverfull, prometheus.GaugeValue, float64(len(ad.Overfull)), p.Name)
+			ch <- prometheus.MustNewConstMetric(c.adapterSlotsFull, prometheus.GaugeValue, float64(len(ad.SlotsFull)), p.Name)
 			for _, a := range ad.Adapters {
 				over := 0.0
 				if a.OverCapacity {

@@ -610,6 +610,9 @@ func (f Format) AdapterLines(a *Adapters) []string {
 	if len(a.Overfull) > 0 {
 		out = append(out, "OVERFULL: more adapters in flight than max_lora on "+strings.Join(a.Overfull, ", "))
 	}
+	if len(a.SlotsFull) > 0 {
+		out = append(out, "slots full (Envoys' requests in flight): "+strings.Join(a.SlotsFull, ", ")+"; a request naming another adapter waits there")
+	}
 	if a.GRPCJS != "" && len(a.Adapters) > 0 {
 		out = append(out, a.GRPCJS)
 	}

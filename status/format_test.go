@@ -302,14 +302,16 @@ func TestAdapterLines(t *testing.T) {
 			},
 			Moves:    map[string]uint64{MoveDemand: 2, MoveMembership: 1},
 			Rejected: map[string]uint64{"not_string": 3, "too_long": 1},
-			Overfull: []string{"r-2"},
-			GRPCJS:   AdaptersGRPCJS,
+			Overfull:  []string{"r-2"},
+			SlotsFull: []string{"r-1", "r-2"},
+			GRPCJS:    AdaptersGRPCJS,
 		}, []string{
 			"adapters (x-kvxds-adapter) of 1200 requests logged, 40.0% naming one: 2 placed; moves: demand 2, membership 1, capacity 0",
 			"sql-lora 30.0% on 2 replicas: r-1, r-3 (draining), r-4; in flight on 2",
 			"fr 1.0% on 1 replicas: r-2; in flight on 0; TAIL: no slot of its own, shares its replica's tail slots",
 			"adapter fields rejected: not_string 3, too_long 1",
 			"OVERFULL: more adapters in flight than max_lora on r-2",
+			"slots full (Envoys' requests in flight): r-1, r-2; a request naming another adapter waits there",
 			"grpc-js hashes adapter requests over the whole pool (no adapter clusters)",
 		}},
 	} {

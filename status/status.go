@@ -276,6 +276,12 @@ type Adapters struct {
 	// names those reporting more adapters in flight than their max_lora.
 	EnginesReporting int      `json:"engines_reporting"`
 	Overfull         []string `json:"overfull,omitempty"`
+	// SlotsFull names the replicas on which the Envoys that log their
+	// load to this instance have requests in flight for at least as
+	// many adapters as the replica has slots (where a pool's pick
+	// filters observe load): a request naming another adapter waits
+	// there, and the filters send it elsewhere while they can.
+	SlotsFull []string `json:"slots_full,omitempty"`
 	// GRPCJS says how grpc-js clients, which get no adapter clusters,
 	// route adapter requests (AdaptersGRPCJS).
 	GRPCJS string `json:"grpc_js"`
