@@ -32,7 +32,9 @@
 // vllm:lora_requests_info. Requests name their adapter in the chat body's
 // model (which Envoy's filter copies into x-kvxds-adapter) and, over gRPC,
 // in x-kvxds-adapter metadata; every replica has Config.MaxLoRA slots, and
-// the report counts each mode's swap-ins (sim:lora_swap_ins_total). Config.Bare (--bare) renders kvxds,
+// the report counts each mode's swap-ins (sim:lora_swap_ins_total) and
+// the requests that waited for a slot (sim:lora_slot_waits_total), with
+// their mean wait. Config.Bare (--bare) renders kvxds,
 // kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics,
 // escape and weights blocks: pure consistent hashing, for comparison.
 //
