@@ -99,7 +99,8 @@ func (l *loadState) update(f fleet.Fleet) {
 
 // decide takes each due pool's snapshot; changed is true when one
 // differs from what was served (then current has it), or when figures
-// not all zero were served half their TTL ago (so that filters keep
+// not all zero (bytes, or adapters in flight) were served half their TTL
+// ago (so that filters keep
 // believing them), next is the wait until the next pool is due (zero for
 // none).
 func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
@@ -118,7 +119,7 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 		}
 		snap, ok := l.tracker.Snapshot(name, now)
 		old, had := l.served[name]
-		refresh := had && len(old.Bytes) > 0 && now.Sub(old.At) >= 5*iv
+		refresh := had && (len(old.Bytes) > 0 || len(old.Adapters) > 0) && now.Sub(old.At) >= 5*iv
 		switch {
 		case !ok && had:
 			delete(l.served, name)

@@ -112,4 +112,12 @@ func TestLoadAdapters(t *testing.T) {
 	if got := WithLoad(lora(), l.current()).Pools[0]; got.Endpoints[0].InFlightAdapters != "law" {
 		t.Fatalf("after sql's end: %q", got.Endpoints[0].InFlightAdapters)
 	}
+	// No bytes left in flight, one adapter: refreshed after five
+	// intervals unchanged, so that the filters keep believing it.
+	if changed, _ := l.decide(t0.Add(3 * time.Second)); changed {
+		t.Fatal("unchanged figures served again before five intervals")
+	}
+	if changed, _ := l.decide(t0.Add(7 * time.Second)); !changed {
+		t.Fatal("an adapter in flight alone was not refreshed")
+	}
 }
