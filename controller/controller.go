@@ -66,6 +66,13 @@ type Options struct {
 	// ID is this instance's identity among kvxds instances (the policy's
 	// ha block); empty means $POD_NAME, else the hostname.
 	ID string
+	// Advertise is the admin address other instances reach this one at
+	// ("http://host:port"), where, while it leads, they report their
+	// Envoys' requests in flight; empty means http(s)://$POD_IP:port of
+	// the admin address when $POD_IP is set, else none.
+	Advertise string
+	// NoLoadReports is reconcile.Options.NoLoadReports: measurements only.
+	NoLoadReports bool
 }
 
 // Controller runs one kvxds instance.
@@ -130,6 +137,9 @@ func New(opts Options) (*Controller, error) {
 	c.reconcile = reconcile.New(reconcile.Options{
 		Sink: xdsServer, Logger: logger, Registerer: reg,
 		ID: id, Peers: peers, Board: c.board,
+		Advertise:     advertise(opts.Advertise, cmp.Or(opts.AdminAddress, p.AdminAddress), sec.adminCerts != nil),
+		PeerClient:    sec.peerClient(peers),
+		NoLoadReports: opts.NoLoadReports,
 	})
 	if reach != nil {
 		*reach = c.reconcile.Reach
@@ -138,6 +148,25 @@ func New(opts Options) (*Controller, error) {
 		Sink: c.reconcile.AccessLogSink(), Load: c.reconcile.LoadSink(), Logger: logger.Named("accesslog"), Registerer: reg,
 	})
 	return c, nil
+}
+
+// advertise is the admin address other instances reach this one at: the
+// flag, else $POD_IP (Kubernetes' downward API) with admin's port, else
+// none.
+func advertise(flag, admin string, tls bool) string {
+	if flag != "" {
+		return strings.TrimRight(flag, "/")
+	}
+	ip := os.Getenv("POD_IP")
+	_, port, err := net.SplitHostPort(admin)
+	if ip == "" || err != nil || port == "0" {
+		return ""
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(ip, port)
 }
 
 // instanceID is the --id flag, else $POD_NAME, else the hostname.
@@ -369,6 +398,7 @@ func (c *Controller) adminHandler() http.Handler {
 		}
 	})
 	mux.Handle("GET "+ha.DecisionsPath, c.board)
+	mux.Handle("POST "+ha.LoadPath, c.reconcile.LoadExchange())
 	mux.HandleFunc("GET /debug/ha", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

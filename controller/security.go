@@ -126,6 +126,19 @@ func (s *security) follow(peers ha.Peers) {
 	f.Client = &http.Client{Transport: bearerTransport{tok: s.token, base: base}}
 }
 
+// peerClient is the client that reaches the other instances' admin
+// servers, presenting this instance's admin token: the follower's own
+// when it follows a named instance.
+func (s *security) peerClient(peers ha.Peers) *http.Client {
+	if f, ok := peers.(*ha.Follower); ok && f.Client != nil {
+		return f.Client
+	}
+	if s.token == nil {
+		return &http.Client{}
+	}
+	return &http.Client{Transport: bearerTransport{tok: s.token, base: http.DefaultTransport}}
+}
+
 // reloaders are the certificate reloaders to run.
 func (s *security) reloaders() []*certs.Reloader {
 	var out []*certs.Reloader

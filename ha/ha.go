@@ -47,6 +47,10 @@ type Document struct {
 	// Adapters are the pools' LoRA adapter placements the leader
 	// decided, by pool; a pool placing none is absent.
 	Adapters map[string]fleet.AdapterPlacement `json:"adapters,omitempty"`
+	// Admin is the leader's admin address ("http://host:port"), where
+	// the instances that follow it report their requests in flight
+	// (LoadPath); empty when it advertises none.
+	Admin string `json:"admin,omitempty"`
 }
 
 // ErrNotLeader is returned by Publish when this instance does not lead.

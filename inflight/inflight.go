@@ -76,10 +76,35 @@ type pool struct {
 
 // Load is a pool's requests in flight, by replica address.
 type Load struct {
-	Bytes map[string]uint64
+	Bytes map[string]uint64 `json:"bytes,omitempty"`
 	// Adapters are, by replica, the adapters with requests in flight
 	// there, sorted; a replica without any is absent.
-	Adapters map[string][]string
+	Adapters map[string][]string `json:"adapters,omitempty"`
+}
+
+// Add returns the figures of l and o together: their bytes summed, their
+// adapters joined (sorted, once each). Neither is changed.
+func (l Load) Add(o Load) Load {
+	out := Load{Bytes: maps.Clone(l.Bytes)}
+	if out.Bytes == nil && len(o.Bytes) > 0 {
+		out.Bytes = make(map[string]uint64, len(o.Bytes))
+	}
+	for h, b := range o.Bytes {
+		out.Bytes[h] += b
+	}
+	for _, m := range []map[string][]string{l.Adapters, o.Adapters} {
+		for h, names := range m {
+			if out.Adapters == nil {
+				out.Adapters = map[string][]string{}
+			}
+			out.Adapters[h] = append(out.Adapters[h], names...)
+		}
+	}
+	for h, names := range out.Adapters {
+		slices.Sort(names)
+		out.Adapters[h] = slices.Compact(names)
+	}
+	return out
 }
 
 // Tracker pairs the start and end entries of every pool's requests.

@@ -145,7 +145,7 @@ func (r *Reconciler) publish(ctx context.Context, served ha.Decisions, hot HotTa
 		r.mu.Unlock()
 		return
 	}
-	doc := ha.Document{Leader: r.id, Term: r.ha.term, Time: time.Now().UTC(), Pools: cloneDecisions(served)}
+	doc := ha.Document{Leader: r.id, Term: r.ha.term, Time: time.Now().UTC(), Pools: cloneDecisions(served), Admin: r.advertise}
 	if len(hot) > 0 {
 		doc.HotKeys = cloneHot(hot)
 	}

@@ -2,12 +2,16 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvxds/kvxds/ha"
+	"github.com/kvxds/kvxds/inflight"
 	"github.com/kvxds/kvxds/xds/server"
 )
 
@@ -87,4 +91,60 @@ pool "chat" {
 	if weight() != 2 {
 		t.Fatalf("an older term's document was applied: weight %d", weight())
 	}
+}
+
+// With an elected leader, a follower reports its Envoys' requests in
+// flight to the admin address the leader's decisions name, and adds the
+// answer to its own; while it leads, it reports to nobody, and the
+// answer it had goes.
+func TestLoadReportsFollowTheLeader(t *testing.T) {
+	p := mustParse(t, `
+pool "docs" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+    balance_factor = 150
+    balance_on     = "prompt_bytes"
+    load_interval  = "20ms"
+    hot_keys { enabled = false }
+  }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000"] }
+}
+`)
+	leader := ha.NewLoadExchange("a", nil)
+	leader.SetPools(map[string]time.Duration{"docs": 20 * time.Millisecond})
+	leader.SetOwn("docs", inflight.Load{Bytes: map[string]uint64{"10.0.0.2:8000": 900}}, true)
+	srv := httptest.NewServer(leader)
+	defer srv.Close()
+
+	peers := scripted{h: make(chan ha.Handler, 1)}
+	r := New(Options{Sink: server.New(server.Options{}), Logger: hclog.NewNullLogger(), ID: "b", Peers: peers})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer r.Close()
+	if err := r.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	h := <-peers.h
+	r.LoadSink().Start(1, "docs", "r1", inflight.Attempt{Host: "10.0.0.1:8000", Bytes: 40, At: time.Now()})
+	bytes := func() string {
+		var out []string
+		for _, e := range r.Fleet().Pools[0].Endpoints {
+			out = append(out, fmt.Sprintf("%s=%d", e.Address(), e.InFlightBytes))
+		}
+		return strings.Join(out, " ")
+	}
+	own := "10.0.0.1:8000=40 10.0.0.2:8000=0"
+	waitFor(t, "its own figures", func() bool { return bytes() == own })
+
+	h.Published(ha.Document{Leader: "a", Term: 1, Time: time.Now(), Admin: srv.URL})
+	waitFor(t, "the leader's answer added", func() bool { return bytes() == "10.0.0.1:8000=40 10.0.0.2:8000=900" })
+	waitFor(t, "the leader to count b's", func() bool {
+		l, ok := leader.Peers("docs")
+		return ok && l.Bytes["10.0.0.1:8000"] == 40
+	})
+
+	h.Leading(true, 2)
+	waitFor(t, "its own figures alone while it leads", func() bool { return bytes() == own })
 }

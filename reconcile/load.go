@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"context"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/inflight"
 	"github.com/kvxds/kvxds/xds/accesslog"
 	"github.com/kvxds/kvxds/xds/translate"
@@ -42,6 +45,10 @@ func (l PoolLoad) same(o inflight.Load) bool {
 // requests of the Envoys attached to it.
 type loadState struct {
 	tracker *inflight.Tracker
+	// exchange holds the figures of the other kvxds instances' Envoys,
+	// which the served figures add to this instance's own.
+	exchange *ha.LoadExchange
+	reports  *prometheus.CounterVec
 
 	mu sync.Mutex
 	// intervals are the pools observing load, by name; adapterHeaders
@@ -53,7 +60,7 @@ type loadState struct {
 	pushes         *prometheus.CounterVec
 }
 
-func newLoadState(reg prometheus.Registerer) *loadState {
+func newLoadState(reg prometheus.Registerer, x *ha.LoadExchange) *loadState {
 	f := promauto.With(reg)
 	entries := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvxds_load_log_requests_total",
@@ -62,7 +69,22 @@ func newLoadState(reg prometheus.Registerer) *loadState {
 	for _, r := range inflight.Results {
 		entries.WithLabelValues(r)
 	}
+	if x == nil {
+		x = ha.NewLoadExchange("", nil)
+	}
+	reports := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvxds_load_reports_total",
+		Help: "Reports of this instance's requests in flight to the kvxds instance it follows, by result: sent (answered with the other instances' figures) or failed (its own figures alone are served once the last answer expires).",
+	}, []string{"result"})
+	reports.WithLabelValues("sent")
+	reports.WithLabelValues("failed")
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvxds_load_reporting_instances",
+		Help: "Other kvxds instances whose reports of their Envoys' requests in flight this instance adds to its own (it is the one they follow).",
+	}, func() float64 { return float64(x.Reporters()) })
 	return &loadState{
+		exchange:  x,
+		reports:   reports,
 		tracker:   inflight.New(func(r string, n int) { entries.WithLabelValues(r).Add(float64(n)) }),
 		intervals: map[string]time.Duration{}, adapterHeaders: map[string]string{}, due: map[string]time.Time{}, served: Loads{},
 		pushes: f.NewCounterVec(prometheus.CounterOpts{
@@ -95,6 +117,14 @@ func (l *loadState) update(f fleet.Fleet) {
 		}
 	}
 	l.intervals = next
+	l.exchange.SetPools(next)
+}
+
+// observing reports whether a pool observes load.
+func (l *loadState) observing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.intervals) > 0
 }
 
 // decide takes each due pool's snapshot; changed is true when one
@@ -118,6 +148,11 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 			next = iv
 		}
 		snap, ok := l.tracker.Snapshot(name, now)
+		l.exchange.SetOwn(name, snap, ok)
+		// The other instances' Envoys' figures, where they report them.
+		if others, has := l.exchange.Peers(name); has {
+			snap, ok = snap.Add(others), true
+		}
 		old, had := l.served[name]
 		refresh := had && (len(old.Bytes) > 0 || len(old.Adapters) > 0) && now.Sub(old.At) >= 5*iv
 		switch {
@@ -189,3 +224,77 @@ func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	}
 	return f
 }
+
+// reportLoads reports this instance's own figures, every load interval
+// while a pool observes load, to the instance it follows: the followed
+// instance (the ha block's follow), else the leader the decisions name,
+// if it advertises its admin address. Each answer carries the other
+// instances' figures (ha.LoadExchange). A leader reports to nobody.
+func (r *Reconciler) reportLoads(ctx context.Context) {
+	t := time.NewTimer(r.exchange.Interval())
+	defer t.Stop()
+	var target string
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		iv := r.exchange.Interval()
+		t.Reset(iv)
+		if !r.load.observing() {
+			continue
+		}
+		next := r.loadTarget()
+		if next != target {
+			// A new leader, or none: the last answer came from
+			// elsewhere.
+			r.exchange.DropUpstream()
+			target, failing = next, false
+		}
+		if target == "" {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))
+		err := r.exchange.Report(rctx, r.peerClient, target)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil:
+			r.load.reports.WithLabelValues("failed").Inc()
+			if !failing {
+				r.log.Warn("cannot report requests in flight to the instance followed; serving this instance's own figures once its last answer expires", "url", target, "error", err)
+			}
+		default:
+			r.load.reports.WithLabelValues("sent").Inc()
+			if failing {
+				r.log.Info("reporting requests in flight again", "url", target)
+			}
+		}
+		failing = err != nil
+	}
+}
+
+// loadTarget is the admin address this instance reports its figures to,
+// "" for none.
+func (r *Reconciler) loadTarget() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leadingLocked() {
+		return ""
+	}
+	if f, ok := r.peers.(interface{ LoadURL() string }); ok {
+		return f.LoadURL()
+	}
+	if d := r.ha.remote; d != nil && d.Leader != r.id {
+		return d.Admin
+	}
+	return ""
+}
+
+// LoadExchange takes the load reports of the instances that follow this
+// one (ha.LoadPath).
+func (r *Reconciler) LoadExchange() http.Handler { return r.exchange }

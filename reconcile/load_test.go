@@ -31,7 +31,7 @@ func loadFleet() fleet.Fleet {
 // dropped when no stream logs for the pool; WithLoad puts them on the
 // replicas.
 func TestLoadDecide(t *testing.T) {
-	l := newLoadState(prometheus.NewRegistry())
+	l := newLoadState(prometheus.NewRegistry(), nil)
 	f := loadFleet()
 	l.update(f)
 	sink := loadSink{l}
@@ -85,7 +85,7 @@ func TestLoadAdapters(t *testing.T) {
 		f.Pools[0].LoRA = &a
 		return f
 	}
-	l := newLoadState(prometheus.NewRegistry())
+	l := newLoadState(prometheus.NewRegistry(), nil)
 	l.update(lora())
 	sink := loadSink{l}
 	if h, ok := sink.LoadPool("docs"); !ok || h != fleet.DefaultAdapterHeader {

@@ -14,6 +14,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -54,6 +55,19 @@ type Options struct {
 	// Now is the clock of the status and of scraping decisions; nil
 	// means time.Now.
 	Now func() time.Time
+	// Advertise is this instance's admin address as its peers reach it
+	// ("http://host:port"): while it leads, the instances that follow it
+	// report their requests in flight there (ha.LoadExchange). Empty
+	// means none is advertised; followers of a named instance (the ha
+	// block's follow) report to it whatever this says.
+	Advertise string
+	// PeerClient reaches the other instances' admin servers; nil means
+	// http.DefaultClient, or the follower's own client.
+	PeerClient *http.Client
+	// NoLoadReports keeps this instance's Envoys' requests in flight to
+	// itself, as kvxds did before instances exchanged them: for
+	// measuring what the exchange gives (kvxds-bench --instances).
+	NoLoadReports bool
 }
 
 // DefaultSyncTimeout is Options.SyncTimeout's default.
@@ -90,7 +104,12 @@ type Reconciler struct {
 	lora        *adapterState
 	prefill     *prefillState
 	load        *loadState
-	now         func() time.Time
+	exchange    *ha.LoadExchange
+	advertise   string
+	peerClient  *http.Client
+	// noLoadReports is Options.NoLoadReports.
+	noLoadReports bool
+	now           func() time.Time
 	// stageCh asks for a push when a group's stage is due (stageGroups).
 	stageCh chan struct{}
 
@@ -142,20 +161,23 @@ func New(opts Options) *Reconciler {
 	}
 	f := promauto.With(reg)
 	r := &Reconciler{
-		log:         log,
-		sink:        opts.Sink,
-		syncTimeout: opts.SyncTimeout,
-		disc:        discovery.NewManager(log.Named("discovery"), reg),
-		metricsCh:   make(chan struct{}, 1),
-		haCh:        make(chan struct{}, 1),
-		stageCh:     make(chan struct{}, 1),
-		costWake:    make(chan struct{}, 1),
-		costStop:    make(chan struct{}),
-		id:          opts.ID,
-		peers:       opts.Peers,
-		board:       opts.Board,
-		ha:          haState{reachable: true},
-		now:         opts.Now,
+		log:           log,
+		sink:          opts.Sink,
+		syncTimeout:   opts.SyncTimeout,
+		disc:          discovery.NewManager(log.Named("discovery"), reg),
+		metricsCh:     make(chan struct{}, 1),
+		haCh:          make(chan struct{}, 1),
+		stageCh:       make(chan struct{}, 1),
+		costWake:      make(chan struct{}, 1),
+		costStop:      make(chan struct{}),
+		id:            opts.ID,
+		peers:         opts.Peers,
+		board:         opts.Board,
+		ha:            haState{reachable: true},
+		now:           opts.Now,
+		advertise:     opts.Advertise,
+		peerClient:    opts.PeerClient,
+		noLoadReports: opts.NoLoadReports,
 		updates: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_fleet_updates_total",
 			Help: "Fleet models pushed, by what changed: policy, discovery, metrics, leader, hot_keys, adapters or load (the pick tables' bytes in flight).",
@@ -185,7 +207,14 @@ func New(opts Options) *Reconciler {
 	r.hot = newHotState(reg)
 	r.lora = newAdapterState(reg)
 	r.prefill = newPrefillState(reg)
-	r.load = newLoadState(reg)
+	r.exchange = ha.NewLoadExchange(opts.ID, r.now)
+	r.load = newLoadState(reg, r.exchange)
+	if r.peerClient == nil {
+		r.peerClient = http.DefaultClient
+		if c, ok := r.peers.(interface{ HTTPClient() *http.Client }); ok {
+			r.peerClient = c.HTTPClient()
+		}
+	}
 	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters, causeLoad} {
 		r.updates.WithLabelValues(c)
 		r.failures.WithLabelValues(c)
@@ -232,6 +261,14 @@ func (r *Reconciler) Run(ctx context.Context) {
 			defer close(done)
 			r.peers.Run(ctx, haHandler{r})
 		}()
+		if !r.noLoadReports {
+			reported := make(chan struct{})
+			defer func() { <-reported }()
+			go func() {
+				defer close(reported)
+				r.reportLoads(ctx)
+			}()
+		}
 	}
 	r.mu.Lock()
 	served, servedHot, servedLoRA := r.served, r.servedHot, r.servedLoRA

@@ -68,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		quick      = fs.Bool("quick", false, "short runs (6 s of wall time per mode) for a smoke test")
 		warmup     = fs.Float64("warmup", 0.2, "fraction of each stream's first requests left out of the statistics")
 		clients    = fs.Int("clients", 2, "grpc-go xDS clients, or simulated Envoys on the envoy data plane, sharing the requests (each its own xDS node, connections and requests in flight)")
+		instances  = fs.Int("instances", 1, "kvxds instances serving each live mode: the first decides, the others follow it (ha { follow }); client i attaches to instance i mod N")
+		isolated   = fs.Bool("isolated-instances", false, "with --instances: each instance keeps its Envoys' requests in flight to itself (no load reports between instances), the ablation")
 		bare       = fs.Bool("bare", false, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics, escape and weights blocks: pure consistent hashing (default: those blocks at their documented defaults)")
 		escapeSet  = fs.String("escape-set", "", "semicolon-separated attributes written into every kvxds mode's deployed escape block, as in \"max_kv_occupancy = 1\": the ablation of a threshold (default: the documented defaults)")
 		weightsSet = fs.String("weights-set", "", "semicolon-separated attributes written into every kvxds mode's deployed weights block, as in \"max = 1\" (default: the documented defaults)")
@@ -202,6 +204,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KVBlocks:          *kvBlocks,
 		WarmupFraction:    *warmup,
 		Clients:           *clients,
+		Instances:         *instances,
+		IsolatedInstances: *isolated,
 		Bare:              *bare,
 		NoHotKeys:         *noHotKeys,
 		HotValues:         splitNonEmpty(*hotValues, ","),

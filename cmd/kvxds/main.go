@@ -103,6 +103,7 @@ func serve(args []string, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
 	id := fs.String("id", "", "this instance's identity among kvxds instances (ha block); default $POD_NAME, else the hostname")
+	advertise := fs.String("advertise-admin", "", "the admin address other kvxds instances reach this one at (http://host:port), where they report their Envoys' requests in flight while it leads; default http://$POD_IP:<admin port> when $POD_IP is set")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -133,6 +134,7 @@ func serve(args []string, stderr io.Writer) int {
 		Logger:       logger,
 		Version:      buildVersion(),
 		ID:           *id,
+		Advertise:    *advertise,
 	}
 	if *policyFile == "" {
 		opts.PolicySource = examples.Chat

@@ -210,6 +210,15 @@ type Config struct {
 	// session (requests without one by Seq). Default 2. The index modes
 	// have one router whatever it is.
 	Clients int
+	// Instances is how many kvxds instances serve a live mode: the first
+	// decides, the others follow it (ha { follow }), and client i (a
+	// grpc-go client or a simulated Envoy, with its access logs) attaches
+	// to instance i mod Instances. Default 1.
+	Instances int
+	// IsolatedInstances keeps each instance's Envoys' requests in flight
+	// to itself (controller.Options.NoLoadReports), as kvxds did before
+	// instances exchanged them: the ablation.
+	IsolatedInstances bool
 	// Bare renders the hash modes of Mode.Deployable without the metrics,
 	// escape and weights blocks: pure consistent hashing (kvxds still
 	// scrapes for its status page, with thresholds no replica reaches).
@@ -419,6 +428,9 @@ func (c Config) Defaults() Config {
 	case c.WarmupFraction < 0:
 		c.WarmupFraction = 0
 	}
+	if c.Instances == 0 {
+		c.Instances = 1
+	}
 	if c.Clients == 0 {
 		c.Clients = 2
 	}
@@ -504,6 +516,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("warm-up fraction must be in [0, 1), not %v", c.WarmupFraction)
 	case c.Clients < 1:
 		return fmt.Errorf("clients must be at least 1, not %d", c.Clients)
+	case c.Instances < 1 || c.Instances > c.Clients:
+		return fmt.Errorf("instances must be from 1 to the clients (%d), not %d", c.Clients, c.Instances)
 	case c.ScrapeInterval < 100*time.Millisecond:
 		return errors.New("scrape interval must be at least 100ms (kvxds's minimum)")
 	}

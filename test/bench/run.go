@@ -199,12 +199,16 @@ func bodyKeyHCL(w *workloadPlan, dp DataPlane) string {
 // kvxdsRun is an in-process kvxds serving one generated policy, and the
 // grpc-go clients connected to it.
 type kvxdsRun struct {
-	ctrl   *controller.Controller
-	http   *http.Client
-	cancel context.CancelFunc
-	done   chan struct{}
-	conns  []*grpc.ClientConn
-	envoys []*envoyClient
+	ctrl *controller.Controller
+	// followers are the other instances (Config.Instances), following
+	// ctrl; stopFollowers ends them.
+	followers     []*controller.Controller
+	stopFollowers []func()
+	http          *http.Client
+	cancel        context.CancelFunc
+	done          chan struct{}
+	conns         []*grpc.ClientConn
+	envoys        []*envoyClient
 	// groupKey is the session key of the policy's tenant group, if any:
 	// connect warms the group's replicas with it.
 	groupKey string
@@ -237,10 +241,53 @@ func startKVXDS(ctx context.Context, c Config, pol, name string, mode Mode) (*kv
 		k.stop()
 		return nil, err
 	}
+	for range c.Instances - 1 {
+		if err := k.startFollower(ctx, c, pol, name, mode); err != nil {
+			k.stop()
+			return nil, err
+		}
+	}
 	if c.Progress != nil {
 		fmt.Fprintf(c.Progress, "%s, %s: status page at http://%s/\n", name, mode, ctrl.AdminAddr())
 	}
 	return k, nil
+}
+
+// startFollower starts one more instance, following k's first.
+func (k *kvxdsRun) startFollower(ctx context.Context, c Config, pol, name string, mode Mode) error {
+	ctrl, err := controller.New(controller.Options{
+		PolicySource:  []byte(fmt.Sprintf("ha { follow = %q }\n", "http://"+k.ctrl.AdminAddr()) + pol),
+		XDSAddress:    "127.0.0.1:0",
+		AdminAddress:  "127.0.0.1:0",
+		Logger:        c.Logger.With("workload", name, "mode", string(mode), "instance", len(k.followers)+1),
+		Version:       "bench",
+		ID:            fmt.Sprintf("kvxds-%d", len(k.followers)+1),
+		NoLoadReports: c.IsolatedInstances,
+	})
+	if err != nil {
+		return fmt.Errorf("kvxds follower: %w", err)
+	}
+	if err := ctrl.Listen(); err != nil {
+		return fmt.Errorf("kvxds follower: %w", err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var ferr error
+	go func() {
+		defer close(done)
+		ferr = ctrl.Run(fctx)
+	}()
+	k.followers = append(k.followers, ctrl)
+	k.stopFollowers = append(k.stopFollowers, func() { cancel(); <-done })
+	return waitReady(ctx, k.http, ctrl.AdminAddr(), done, &ferr)
+}
+
+// xdsAddr is the xDS address of the instance client i attaches to.
+func (k *kvxdsRun) xdsAddr(i int) string {
+	if n := len(k.followers) + 1; i%n > 0 {
+		return k.followers[i%n-1].XDSAddr()
+	}
+	return k.ctrl.XDSAddr()
 }
 
 // connect dials c.Clients grpc-go xDS clients of xds:///target, each its
@@ -249,7 +296,7 @@ func startKVXDS(ctx context.Context, c Config, pol, name string, mode Mode) (*kv
 func (k *kvxdsRun) connect(ctx context.Context, c Config, name string, mode Mode, target string, n int) ([]testgrpc.TestServiceClient, error) {
 	clients := make([]testgrpc.TestServiceClient, c.Clients)
 	for i := range clients {
-		cc, err := dialXDS(k.ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-%s-%s-%d", name, mode, i), target)
+		cc, err := dialXDS(k.xdsAddr(i), fmt.Sprintf("kvxds-bench-%s-%s-%d", name, mode, i), target)
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +333,7 @@ func (k *kvxdsRun) dialDirect(ctx context.Context, addrs []string) ([]testgrpc.T
 // opens a connection from each to every replica.
 func (k *kvxdsRun) connectEnvoys(ctx context.Context, c Config, name string, mode Mode, addrs []string) ([]*envoyClient, error) {
 	for i := range c.Clients {
-		e, err := startEnvoy(ctx, k.ctrl.XDSAddr(), fmt.Sprintf("kvxds-bench-envoy-%s-%s-%d", name, mode, i))
+		e, err := startEnvoy(ctx, k.xdsAddr(i), fmt.Sprintf("kvxds-bench-envoy-%s-%s-%d", name, mode, i))
 		if err != nil {
 			return nil, err
 		}
@@ -305,6 +352,9 @@ func (k *kvxdsRun) stop() {
 	}
 	for _, e := range k.envoys {
 		e.close()
+	}
+	for _, stop := range k.stopFollowers {
+		stop()
 	}
 	k.cancel()
 	<-k.done

@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	datav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvxds/kvxds/fleet"
+)
+
+// loadPolicy bounds prompt bytes on every Envoy's load, over two replicas.
+func loadPolicy(extra string) string {
+	return extra + `
+pool "docs" {
+  port = 10000
+  hash {
+    key { header = "x-session-id" }
+    balance_factor = 150
+    balance_on     = "prompt_bytes"
+    load_interval  = "50ms"
+    hot_keys { enabled = false }
+  }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000"] }
+}
+`
+}
+
+// envoyLoad opens an Envoy's load log stream to an instance and logs the
+// start of one request of n bytes to upstream; the stream stays open (the
+// request in flight) until the test ends.
+func envoyLoad(t *testing.T, xds, node, request, upstream string, n int) {
+	t.Helper()
+	cc, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := alsv3.NewAccessLogServiceClient(cc).StreamAccessLogs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &datav3.HTTPAccessLogEntry{
+		CommonProperties: &datav3.AccessLogCommon{
+			UpstreamCluster:             "docs",
+			AccessLogType:               datav3.AccessLogType_UpstreamPoolReady,
+			UpstreamRequestAttemptCount: 1,
+			UpstreamRemoteAddress: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: upstream, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8000},
+			}}},
+		},
+		Request: &datav3.HTTPRequestProperties{RequestHeaders: map[string]string{
+			"x-request-id": request, "content-length": strconv.Itoa(n),
+		}},
+	}
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: &core.Node{Id: node, UserAgentName: "envoy"}, LogName: "kvxds-load/docs"}
+	if err := st.Send(&alsv3.StreamAccessLogsMessage{Identifier: id, LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
+		HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*datav3.HTTPAccessLogEntry{e}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inFlight is each replica's bytes in flight in c's served fleet.
+func inFlight(c *Controller) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, p := range c.Fleet().Pools {
+		for _, e := range p.Endpoints {
+			out[e.Address()] = e.InFlightBytes
+		}
+	}
+	return out
+}
+
+// Two instances, one following the other, each with an Envoy attached
+// that logs its requests in flight: both serve the sum of both Envoys'
+// figures, which a pick filter bounds on. When the follower's Envoy's
+// figures change, the leader's tables follow; when the follower goes, its
+// figures leave the leader's sum within LoadTTL intervals.
+func TestFollowSharesLoad(t *testing.T) {
+	leader := startController(t, "leader", loadPolicy(""), "")
+	follower := startController(t, "follower", loadPolicy(fmt.Sprintf("ha { follow = %q }\n", "http://"+leader.c.AdminAddr())), "")
+	envoyLoad(t, leader.c.XDSAddr(), "envoy-a", "r1", "10.0.0.1", 3000)
+	envoyLoad(t, follower.c.XDSAddr(), "envoy-b", "r2", "10.0.0.1", 500)
+	envoyLoad(t, follower.c.XDSAddr(), "envoy-c", "r3", "10.0.0.2", 700)
+
+	want := map[string]uint64{"10.0.0.1:8000": 3500, "10.0.0.2:8000": 700}
+	sums := func(c *Controller) func() bool {
+		return func() bool { return fmt.Sprint(inFlight(c)) == fmt.Sprint(want) }
+	}
+	waitUntil(t, "the leader to serve both instances' Envoys' load", sums(leader.c))
+	waitUntil(t, "the follower to serve both instances' Envoys' load", sums(follower.c))
+	if p := follower.c.Fleet().Pools[0]; p.LoadAt.IsZero() || p.Hash.BalanceOn != fleet.BalanceOnPromptBytes {
+		t.Fatalf("the follower's pool carries no load: %+v", p.Hash)
+	}
+	wantMetrics(t, scrape(t, "http://"+leader.c.AdminAddr()+"/metrics"), []metricWant{
+		{"kvxds_load_reporting_instances", nil, 1},
+	})
+	if v, _ := sample(scrape(t, "http://"+follower.c.AdminAddr()+"/metrics"), "kvxds_load_reports_total", map[string]string{"result": "sent"}); v < 1 {
+		t.Errorf("the follower counts %v reports sent", v)
+	}
+
+	// Another request on the follower's side reaches the leader's
+	// table.
+	envoyLoad(t, follower.c.XDSAddr(), "envoy-d", "r4", "10.0.0.2", 100)
+	want["10.0.0.2:8000"] = 800
+	waitUntil(t, "the leader to add the follower's new request", sums(leader.c))
+
+	// The follower goes: the leader serves its own Envoy's figures
+	// alone once the follower's last report expires.
+	follower.stop()
+	start := time.Now()
+	want = map[string]uint64{"10.0.0.1:8000": 3000, "10.0.0.2:8000": 0}
+	waitUntil(t, "the leader to drop the follower's figures", sums(leader.c))
+	t.Logf("the follower's figures left the leader's tables %v after it stopped", time.Since(start).Round(time.Millisecond))
+}
