@@ -108,6 +108,12 @@ func TestFollowSharesLoad(t *testing.T) {
 	if v, _ := sample(scrape(t, "http://"+follower.c.AdminAddr()+"/metrics"), "kvxds_load_reports_total", map[string]string{"result": "sent"}); v < 1 {
 		t.Errorf("the follower counts %v reports sent", v)
 	}
+	if st := statusOf(t, leader.c.AdminAddr()).HA; st.LoadReporters != 1 {
+		t.Errorf("the leader's status: %+v", st)
+	}
+	if st := statusOf(t, follower.c.AdminAddr()).HA; st.LoadReportsTo != "http://"+leader.c.AdminAddr() || st.LoadReportError != "" {
+		t.Errorf("the follower's status: %+v", st)
+	}
 
 	// Another request on the follower's side reaches the leader's
 	// table.

@@ -30,6 +30,9 @@ type haState struct {
 	// reachable is false while the decisions' source cannot be reached.
 	reachable bool
 	lastErr   string
+	// loadTo is where this instance reports its requests in flight,
+	// loadErr why its last report failed.
+	loadTo, loadErr string
 }
 
 // HAStatus is how this instance takes part in high availability (also
@@ -41,7 +44,8 @@ func (r *Reconciler) HA() HAStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// A standalone instance decides for itself: it leads.
-	st := HAStatus{Mode: "standalone", Leading: r.leadingLocked(), Term: r.ha.term, Reachable: r.ha.reachable, Error: r.ha.lastErr}
+	st := HAStatus{Mode: "standalone", Leading: r.leadingLocked(), Term: r.ha.term, Reachable: r.ha.reachable, Error: r.ha.lastErr,
+		LoadReporters: r.exchange.Reporters(), LoadReportsTo: r.ha.loadTo, LoadReportError: r.ha.loadErr}
 	if r.peers != nil {
 		st.Mode = r.peers.Describe()
 	}

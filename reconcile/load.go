@@ -252,6 +252,9 @@ func (r *Reconciler) reportLoads(ctx context.Context) {
 			// elsewhere.
 			r.exchange.DropUpstream()
 			target, failing = next, false
+			r.mu.Lock()
+			r.ha.loadTo, r.ha.loadErr = target, ""
+			r.mu.Unlock()
 		}
 		if target == "" {
 			continue
@@ -262,6 +265,12 @@ func (r *Reconciler) reportLoads(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		r.mu.Lock()
+		r.ha.loadTo, r.ha.loadErr = target, ""
+		if err != nil {
+			r.ha.loadErr = err.Error()
+		}
+		r.mu.Unlock()
 		switch {
 		case err != nil:
 			r.load.reports.WithLabelValues("failed").Inc()

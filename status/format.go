@@ -241,20 +241,38 @@ func (f Format) Ago(now, t time.Time) string {
 // error), which the page and `kvxds status` write in parentheses after
 // the role; trouble is empty when nothing does.
 func (h *HA) Role() (role, trouble string) {
+	// Instances that follow a standalone one report their load to it.
+	load := ""
+	if h.LoadReporters > 0 {
+		load = ", adding the load of " + strconv.Itoa(h.LoadReporters) + " other instance" + plural(h.LoadReporters)
+	}
 	switch {
 	case h.Mode == "standalone" || h.Mode == "":
-		return "standalone", ""
+		return "standalone" + load, ""
 	case h.Leading:
-		return h.Mode + ", leading (term " + strconv.FormatInt(h.Term, 10) + ")", ""
+		return h.Mode + ", leading (term " + strconv.FormatInt(h.Term, 10) + ")" + load, ""
 	}
-	role = h.Mode + ", following " + cmp.Or(h.Leader, "nobody yet")
+	role = h.Mode + ", following " + cmp.Or(h.Leader, "nobody yet") + load
 	if !h.Reachable {
 		trouble = "unreachable"
 		if h.Error != "" {
 			trouble += ": " + h.Error
 		}
 	}
+	if h.LoadReportError != "" {
+		if trouble != "" {
+			trouble += "; "
+		}
+		trouble += "cannot report its load to " + h.LoadReportsTo + ": " + h.LoadReportError
+	}
 	return role, trouble
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // Balance writes a pool's balance with two decimals; unknown, Unknown

@@ -168,6 +168,16 @@ func TestRole(t *testing.T) {
 		// A leader's own reachability is not the followers' trouble.
 		{"leading, unreachable", HA{Mode: "kubernetes lease infra/kvxds", Leading: true, Term: 2, Error: "timeout"},
 			"kubernetes lease infra/kvxds, leading (term 2)", ""},
+		{"standalone, followers report", HA{Mode: "standalone", Leading: true, Reachable: true, LoadReporters: 2},
+			"standalone, adding the load of 2 other instances", ""},
+		{"leading, one reports", HA{Mode: "kubernetes lease infra/kvxds", Leading: true, Term: 3, Reachable: true, LoadReporters: 1},
+			"kubernetes lease infra/kvxds, leading (term 3), adding the load of 1 other instance", ""},
+		{"following, reports fail", HA{Mode: "kubernetes lease infra/kvxds", Leader: "kvxds-1", Reachable: true,
+			LoadReportsTo: "http://10.0.0.5:19000", LoadReportError: "401 Unauthorized"},
+			"kubernetes lease infra/kvxds, following kvxds-1", "cannot report its load to http://10.0.0.5:19000: 401 Unauthorized"},
+		{"unreachable, reports fail", HA{Mode: "following http://a:19000", Leader: "a", Error: "refused",
+			LoadReportsTo: "http://a:19000", LoadReportError: "refused"},
+			"following http://a:19000, following a", "unreachable: refused; cannot report its load to http://a:19000: refused"},
 	} {
 		if role, trouble := tc.ha.Role(); role != tc.role || trouble != tc.trouble {
 			t.Errorf("%s: %q, %q; want %q, %q", tc.name, role, trouble, tc.role, tc.trouble)

@@ -103,6 +103,13 @@ type HA struct {
 	DecisionsTime time.Time `json:"decisions_time,omitzero"`
 	Reachable     bool      `json:"reachable"`
 	Error         string    `json:"error,omitempty"`
+	// LoadReporters is how many other instances report their Envoys'
+	// requests in flight to this one, which adds them to its own.
+	LoadReporters int `json:"load_reporters,omitempty"`
+	// LoadReportsTo is the admin address this instance reports its own
+	// to, LoadReportError why the last report failed.
+	LoadReportsTo   string `json:"load_reports_to,omitempty"`
+	LoadReportError string `json:"load_report_error,omitempty"`
 }
 
 // HotspotRule flags a pool whose load concentrates on a few replicas
