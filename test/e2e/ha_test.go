@@ -101,13 +101,26 @@ func TestHAKubernetes(t *testing.T) {
 	bs := startBackends(t, 4)
 	members := []member{{bs[0], 1}, {bs[1], 1}, {bs[2], 1}, {bs[3], 1}}
 	path, _, _ := policyFile(t)
-	text := haPolicy(cluster.Kubeconfig(t), members)
+	// A second pool bounds prompt bytes on every Envoy's load: the
+	// followers report theirs to the leader at its advertised address.
+	text := haPolicy(cluster.Kubeconfig(t), members) + `
+pool "docs" {
+  port = 10001
+  hash {
+    key { prompt_prefix = 1024 }
+    balance_on    = "prompt_bytes"
+    load_interval = "200ms"
+  }
+  static { endpoints = ["127.0.0.1:1"] }
+}
+`
 	writeAtomic(t, path, text)
 
 	var group []*haInstance
 	for _, id := range []string{"kvxds-a", "kvxds-b", "kvxds-c"} {
 		i := &haInstance{id: id, xds: freeAddr(t), admin: freeAddr(t)}
-		i.proc = startBinaryWith(t, []string{"serve", "--policy", path, "--xds", i.xds, "--admin", i.admin, "--id", id, "--log-level", "info"}, nil)
+		i.proc = startBinaryWith(t, []string{"serve", "--policy", path, "--xds", i.xds, "--admin", i.admin, "--id", id, "--log-level", "info",
+			"--advertise-admin", "http://" + i.admin}, nil)
 		proc := i.proc
 		t.Cleanup(func() { proc.cmd.Process.Kill(); proc.cmd.Wait() })
 		waitReady(t, i.admin)
@@ -124,6 +137,28 @@ func TestHAKubernetes(t *testing.T) {
 	}
 	eventually(t, "one leader", func() bool { return len(leaders(group)) == 1 })
 	leader := leaders(group)[0]
+	// reporting: every other instance reports its load to the leader.
+	reporting := func(leader *haInstance, others []*haInstance) func() bool {
+		return func() bool {
+			st, ok := haStatus(t, leader.admin)
+			if !ok || st.LoadReporters != len(others) {
+				return false
+			}
+			for _, i := range others {
+				if st, ok := haStatus(t, i.admin); !ok || st.LoadReportsTo != "http://"+leader.admin || st.LoadReportError != "" {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	var followers []*haInstance
+	for _, i := range group {
+		if i != leader {
+			followers = append(followers, i)
+		}
+	}
+	eventually(t, "the followers to report their load to the leader", reporting(leader, followers))
 	for _, i := range group {
 		i.cl = newGoClient(t, i.xds)
 	}
@@ -187,6 +222,11 @@ func TestHAKubernetes(t *testing.T) {
 	st, _ := haStatus(t, newLeader.admin)
 	if st.Leader != newLeader.id {
 		t.Errorf("new leader's status %+v", st)
+	}
+	for _, i := range rest {
+		if i != newLeader {
+			eventually(t, "the other survivor to report its load to the new leader", reporting(newLeader, []*haInstance{i}))
+		}
 	}
 	// Nothing moves: the new leader starts from the published decisions,
 	// and the killed instance's client keeps its last configuration.
