@@ -129,3 +129,81 @@ func TestFollowSharesLoad(t *testing.T) {
 	waitUntil(t, "the leader to drop the follower's figures", sums(leader.c))
 	t.Logf("the follower's figures left the leader's tables %v after it stopped", time.Since(start).Round(time.Millisecond))
 }
+
+// forwardPolicy has hot keys on a tenant header and places adapters,
+// deciding every 100 ms.
+func forwardPolicy(extra string) string {
+	return extra + `
+pool "chat" {
+  port = 10000
+  hash {
+    key { header = "x-tenant" }
+    hot_keys { interval = "100ms" }
+  }
+  static { endpoints = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"] }
+  adapters {
+    max_lora = 2
+    interval = "100ms"
+  }
+}
+`
+}
+
+// The leader decides hot keys and adapter placements from the requests
+// its followers' Envoys log too: a tenant and an adapter that only a
+// follower's Envoy sees become the leader's hot key and placed adapter,
+// which every instance serves.
+func TestFollowForwardsObservations(t *testing.T) {
+	leader := startController(t, "leader", forwardPolicy(""), "")
+	follower := startController(t, "follower", forwardPolicy(fmt.Sprintf("ha { follow = %q }\n", "http://"+leader.c.AdminAddr())), "")
+	waitUntil(t, "the follower to report", func() bool { return statusOf(t, follower.c.AdminAddr()).HA.LoadReportsTo != "" })
+
+	cc, err := grpc.NewClient(follower.c.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := alsv3.NewAccessLogServiceClient(cc).StreamAccessLogs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []*datav3.HTTPAccessLogEntry
+	for i := range 400 {
+		h := map[string]string{"x-tenant": fmt.Sprint("tenant-", i)}
+		if i%2 == 0 {
+			h["x-tenant"] = "acme"
+		}
+		if i%4 == 0 {
+			h["x-kvxds-adapter"] = "sql-lora"
+		}
+		entries = append(entries, &datav3.HTTPAccessLogEntry{
+			CommonProperties: &datav3.AccessLogCommon{UpstreamCluster: "chat"},
+			Request:          &datav3.HTTPRequestProperties{RequestHeaders: h},
+		})
+	}
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: &core.Node{Id: "envoy-b", UserAgentName: "envoy"}, LogName: "kvxds/chat"}
+	for len(entries) > 0 {
+		n := min(len(entries), 100)
+		if err := st.Send(&alsv3.StreamAccessLogsMessage{Identifier: id, LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
+			HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: entries[:n]},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		entries, id = entries[n:], nil
+	}
+	if _, err := st.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	decided := func(c *Controller) func() bool {
+		return func() bool {
+			p := c.Fleet().Pools[0]
+			return len(p.HotKeys) == 1 && p.HotKeys[0].Value == "acme" && len(p.Adapters) == 1 && p.Adapters[0].Name == "sql-lora"
+		}
+	}
+	waitUntil(t, "the leader to decide from the follower's logs", decided(leader.c))
+	waitUntil(t, "the follower to serve the leader's decisions", decided(follower.c))
+	// The requests are counted where they were logged.
+	if got := statusOf(t, leader.c.AdminAddr()).Pools[0].HotKeys; got != nil && got.Requests != 0 {
+		t.Errorf("the leader counts %d requests logged by the follower's Envoy as its own", got.Requests)
+	}
+}

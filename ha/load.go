@@ -2,12 +2,14 @@ package ha
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -32,6 +34,11 @@ import (
 // LoadTTL of their sender's intervals, so an instance that dies or stops
 // reporting drops out of the sum, and an instance that cannot reach its
 // peers serves its own figures, as without peers.
+//
+// The same reports carry the requests the follower's Envoys logged since
+// its last report, counted by key value (Observation): the leader adds
+// them to its hot-key and adapter sketches, so that it decides from
+// every instance's logs.
 
 // LoadPath is where an instance's admin server takes the load reports of
 // the instances that follow it (POST, a LoadReport; the answer is one).
@@ -65,7 +72,36 @@ type LoadReport struct {
 	IntervalMS int64 `json:"interval_ms"`
 	// Pools are the figures by pool.
 	Pools map[string]inflight.Load `json:"pools,omitempty"`
+	// Observed are the requests the sender's Envoys logged since its
+	// last report, counted by key value (never in an answer).
+	Observed []Observation `json:"observed,omitempty"`
 }
+
+// Observation counts the requests of one key value that an instance's
+// Envoys logged: a follower forwards them with its report, so that the
+// leader decides hot keys and adapter placements from every instance's
+// logs, not from its own Envoys' alone.
+type Observation struct {
+	Pool string `json:"pool"`
+	// Kind is what the leader counts them for: ObservedHotKeys or
+	// ObservedAdapters.
+	Kind string `json:"kind"`
+	// Key is the key's index in the pool's chain (for adapters, the
+	// adapter or the base model), Value its value.
+	Key   int    `json:"key"`
+	Value string `json:"value"`
+	N     uint32 `json:"n"`
+}
+
+// Observation kinds.
+const (
+	ObservedHotKeys  = "hot_keys"
+	ObservedAdapters = "adapters"
+)
+
+// MaxObservations bounds the distinct key values one report forwards;
+// the requests of values beyond it are dropped (counted).
+const MaxObservations = 8192
 
 // upstream is the entry of the figures an instance's own reports are
 // answered with: a report's Instance is never empty.
@@ -82,6 +118,18 @@ type LoadExchange struct {
 	own      map[string]inflight.Load
 	interval time.Duration
 	peers    map[string]loadEntry // by instance; upstream is the answer to ours
+	// outbox counts the requests logged here since the last report, by
+	// key value (at most MaxObservations); absorb takes the ones other
+	// instances forward.
+	outbox  map[obsKey]uint32
+	dropped uint64
+	absorb  func([]Observation)
+}
+
+type obsKey struct {
+	pool, kind string
+	key        int
+	value      string
 }
 
 type loadEntry struct {
@@ -95,7 +143,65 @@ func NewLoadExchange(id string, now func() time.Time) *LoadExchange {
 	if now == nil {
 		now = time.Now
 	}
-	return &LoadExchange{id: id, now: now, own: map[string]inflight.Load{}, interval: time.Second, peers: map[string]loadEntry{}}
+	return &LoadExchange{id: id, now: now, own: map[string]inflight.Load{}, interval: time.Second, peers: map[string]loadEntry{},
+		outbox: map[obsKey]uint32{}}
+}
+
+// OnObserved sets where the observations other instances forward go.
+func (x *LoadExchange) OnObserved(absorb func([]Observation)) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.absorb = absorb
+}
+
+// Forward counts one request logged here, to forward with the next
+// report. A new key value beyond MaxObservations is dropped.
+func (x *LoadExchange) Forward(pool, kind string, key int, value string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	k := obsKey{pool, kind, key, value}
+	if n, ok := x.outbox[k]; ok {
+		if n < math.MaxUint32 {
+			x.outbox[k] = n + 1
+		}
+		return
+	}
+	if len(x.outbox) >= MaxObservations {
+		x.dropped++
+		return
+	}
+	x.outbox[k] = 1
+}
+
+// Forwarding reports whether observations wait for the next report.
+func (x *LoadExchange) Forwarding() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.outbox) > 0
+}
+
+// DroppedObservations is how many requests Forward dropped.
+func (x *LoadExchange) DroppedObservations() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.dropped
+}
+
+// takeOutbox empties the outbox into observations, sorted. The caller
+// holds mu.
+func (x *LoadExchange) takeOutboxLocked() []Observation {
+	if len(x.outbox) == 0 {
+		return nil
+	}
+	out := make([]Observation, 0, len(x.outbox))
+	for k, n := range x.outbox {
+		out = append(out, Observation{Pool: k.pool, Kind: k.kind, Key: k.key, Value: k.value, N: n})
+	}
+	clear(x.outbox)
+	slices.SortFunc(out, func(a, b Observation) int {
+		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value))
+	})
+	return out
 }
 
 // SetOwn records this instance's own figures for pool (ok false: it has
@@ -189,11 +295,19 @@ func (x *LoadExchange) take(r LoadReport) (LoadReport, error) {
 	if err := checkReport(r); err != nil {
 		return LoadReport{}, err
 	}
+	answer, absorb, err := x.takeLocked(r)
+	if err == nil && absorb != nil && len(r.Observed) > 0 {
+		absorb(r.Observed)
+	}
+	return answer, err
+}
+
+func (x *LoadExchange) takeLocked(r LoadReport) (LoadReport, func([]Observation), error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.expireLocked()
 	if _, known := x.peers[r.Instance]; !known && len(x.peers) >= MaxLoadReporters {
-		return LoadReport{}, ErrTooManyReporters
+		return LoadReport{}, nil, ErrTooManyReporters
 	}
 	x.peers[r.Instance] = loadEntry{
 		until: x.now().Add(LoadTTL * clampInterval(time.Duration(r.IntervalMS)*time.Millisecond)),
@@ -211,7 +325,7 @@ func (x *LoadExchange) take(r LoadReport) (LoadReport, error) {
 			answer.Pools[p] = answer.Pools[p].Add(l)
 		}
 	}
-	return answer, nil
+	return answer, x.absorb, nil
 }
 
 // checkReport says what is wrong with a report, if anything.
@@ -227,6 +341,15 @@ func checkReport(r LoadReport) error {
 			if len(names) > MaxLoadAdapters {
 				return fmt.Errorf("pool %q: replica %q: more than %d adapters", p, h, MaxLoadAdapters)
 			}
+		}
+	}
+	if len(r.Observed) > MaxObservations {
+		return fmt.Errorf("%d observations, above %d", len(r.Observed), MaxObservations)
+	}
+	for _, o := range r.Observed {
+		if o.Pool == "" || len(o.Pool) > 253 || o.Kind != ObservedHotKeys && o.Kind != ObservedAdapters ||
+			o.Key < 0 || o.Key > 255 || o.Value == "" || len(o.Value) > 256 || o.N == 0 {
+			return fmt.Errorf("observation %+.80v: want a pool, a kind, a key index 0..255, a value of 1..256 bytes and a count", o)
 		}
 	}
 	return nil
@@ -268,7 +391,7 @@ func (x *LoadExchange) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // upstream figures until LoadTTL of that instance's intervals pass.
 func (x *LoadExchange) Report(ctx context.Context, client *http.Client, base string) error {
 	x.mu.Lock()
-	rep := LoadReport{Instance: x.id, IntervalMS: x.interval.Milliseconds(), Pools: maps.Clone(x.own)}
+	rep := LoadReport{Instance: x.id, IntervalMS: x.interval.Milliseconds(), Pools: maps.Clone(x.own), Observed: x.takeOutboxLocked()}
 	x.mu.Unlock()
 	body, err := json.Marshal(rep)
 	if err != nil {

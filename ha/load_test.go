@@ -182,3 +182,69 @@ func TestLoadExchangeRefuses(t *testing.T) {
 		t.Fatal("a bad answer counts")
 	}
 }
+
+// TestLoadExchangeForwards: the requests a follower's Envoys log go, by
+// key value, to the instance it reports to with its next report, at most
+// MaxObservations values a report; a report without figures carries
+// them too, and bad ones are refused.
+func TestLoadExchangeForwards(t *testing.T) {
+	leader := NewLoadExchange("a", nil)
+	var got []Observation
+	leader.OnObserved(func(obs []Observation) { got = append(got, obs...) })
+	srv := httptest.NewServer(leader)
+	defer srv.Close()
+	b := NewLoadExchange("b", nil)
+	for range 3 {
+		b.Forward("chat", ObservedHotKeys, 0, "acme")
+	}
+	b.Forward("chat", ObservedHotKeys, 1, "acme")
+	b.Forward("lora", ObservedAdapters, 0, "sql")
+	if !b.Forwarding() {
+		t.Fatal("Forwarding: false with observations waiting")
+	}
+	if err := b.Report(context.Background(), srv.Client(), srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	want := []Observation{
+		{Pool: "chat", Kind: ObservedHotKeys, Key: 0, Value: "acme", N: 3},
+		{Pool: "chat", Kind: ObservedHotKeys, Key: 1, Value: "acme", N: 1},
+		{Pool: "lora", Kind: ObservedAdapters, Key: 0, Value: "sql", N: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("absorbed %+v, want %+v", got, want)
+	}
+	if b.Forwarding() {
+		t.Fatal("the outbox kept what was sent")
+	}
+	// A flood of distinct values: the outbox stays bounded.
+	for i := range MaxObservations + 10 {
+		b.Forward("chat", ObservedHotKeys, 0, fmt.Sprint("v", i))
+	}
+	b.Forward("chat", ObservedHotKeys, 0, "v0") // known: counted
+	if d := b.DroppedObservations(); d != 10 {
+		t.Fatalf("dropped %d, want 10", d)
+	}
+	got = nil
+	if err := b.Report(context.Background(), srv.Client(), srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != MaxObservations || got[0].Value != "v0" || got[0].N != 2 {
+		t.Fatalf("absorbed %d observations, the first %+v", len(got), got[0])
+	}
+	// Bad observations refuse the report, and nothing is absorbed.
+	got = nil
+	for _, o := range []Observation{
+		{Pool: "chat", Kind: "other", Value: "x", N: 1},
+		{Pool: "chat", Kind: ObservedHotKeys, Key: -1, Value: "x", N: 1},
+		{Pool: "chat", Kind: ObservedHotKeys, Value: "", N: 1},
+		{Pool: "chat", Kind: ObservedHotKeys, Value: "x", N: 0},
+		{Kind: ObservedHotKeys, Value: "x", N: 1},
+	} {
+		if _, err := leader.take(LoadReport{Instance: "b", IntervalMS: 1000, Observed: []Observation{o}}); err == nil {
+			t.Errorf("took %+v", o)
+		}
+	}
+	if got != nil {
+		t.Fatalf("absorbed %+v from refused reports", got)
+	}
+}

@@ -338,3 +338,34 @@ func TestFloodStaysBounded(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// ObserveN counts as many Observe calls would: the same shares, the same
+// total and the same decision.
+func TestObserveN(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	one, many := NewSketch(time.Minute), NewSketch(time.Minute)
+	for i, n := range []uint32{5, 1, 12, 3} {
+		v := fmt.Sprint("v", i%3)
+		at := now.Add(time.Duration(i) * time.Second)
+		for range n {
+			one.Observe(0, v, at)
+		}
+		if !many.ObserveN(0, v, n, at) {
+			t.Fatalf("ObserveN refused %s", v)
+		}
+	}
+	at := now.Add(5 * time.Second)
+	a, ta := one.Shares(at, 0)
+	b, tb := many.Shares(at, 0)
+	if math.Abs(ta-tb) > 1e-9 || len(a) != len(b) {
+		t.Fatalf("totals %v and %v, %d and %d estimates", ta, tb, len(a), len(b))
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || math.Abs(a[i].Share-b[i].Share) > 1e-9 {
+			t.Errorf("estimate %d: %+v against %+v", i, a[i], b[i])
+		}
+	}
+	if many.ObserveN(0, "v", 0, at) || many.ObserveN(0, "bad\x00", 2, at) {
+		t.Error("ObserveN took no count, or a bad value")
+	}
+}

@@ -105,9 +105,16 @@ func (s *Sketch) weight(now time.Time) float64 {
 // time now. It reports false, and counts the drop, for a value that
 // ValidValue refuses.
 func (s *Sketch) Observe(key int, v string, now time.Time) bool {
+	return s.ObserveN(key, v, 1, now)
+}
+
+// ObserveN counts n requests of the key at index key with value v at
+// time now, as n calls of Observe would (n at least 1): another
+// instance's requests, counted there.
+func (s *Sketch) ObserveN(key int, v string, n uint32, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if key < 0 || !ValidValue(v) {
+	if key < 0 || !ValidValue(v) || n == 0 {
 		s.dropped++
 		return false
 	}
@@ -117,8 +124,9 @@ func (s *Sketch) Observe(key int, v string, now time.Time) bool {
 		w = 1
 		s.landmark = now
 	}
+	w *= float64(n)
 	s.total += w
-	s.observed++
+	s.observed += uint64(n)
 	id := ID{key, v}
 	if e, ok := s.entries[id]; ok {
 		e.count += w

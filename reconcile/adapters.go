@@ -279,29 +279,43 @@ func (s *adapterState) keyHeaders(name string) (string, []string, bool) {
 	return "", nil, false
 }
 
-// observe counts one logged request of a pool placing adapters.
-func (s *adapterState) observe(req accesslog.Request, now time.Time) {
+// observe counts one logged request of a pool placing adapters, and
+// returns the key and value its sketch counted it under (ok false: the
+// pool places none).
+func (s *adapterState) observe(req accesslog.Request, now time.Time) (key int, value string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ap := s.pools[req.Pool]
 	if ap == nil {
-		return
+		return 0, "", false
 	}
 	seen := s.seen[req.Pool]
 	seen.requests++
 	ap.observed++
+	key, value = baseKey, baseValue
 	switch {
 	case req.Adapter != "" && !ap.settings.IsBase(req.Adapter):
-		ap.sketch.Observe(adapterKey, req.Adapter, now)
+		key, value = adapterKey, req.Adapter
 		seen.adapters++
 		s.requests.WithLabelValues(req.Pool, "adapter").Inc()
 	default:
-		ap.sketch.Observe(baseKey, baseValue, now)
 		s.requests.WithLabelValues(req.Pool, "base").Inc()
 	}
+	ap.sketch.Observe(key, value, now)
 	if r := req.AdapterRejected; r != "" && slices.Contains(bodykey.AdapterRejections, r) {
 		seen.rejected[r]++
 		s.rejected.WithLabelValues(req.Pool, r).Inc()
+	}
+	return key, value, true
+}
+
+// absorb counts n requests another instance's Envoys logged, into the
+// pool's sketch only (the counters are that instance's).
+func (s *adapterState) absorb(pool string, key int, value string, n uint32, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ap := s.pools[pool]; ap != nil && ap.sketch.ObserveN(key, value, n, now) {
+		ap.observed += uint64(n)
 	}
 }
 

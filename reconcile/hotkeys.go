@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/ha"
 	"github.com/kvxds/kvxds/hotkeys"
 	"github.com/kvxds/kvxds/status"
 	"github.com/kvxds/kvxds/xds/accesslog"
@@ -307,7 +308,10 @@ func (s hotSink) KeyHeaders(name string) (string, []string, bool) {
 func (s hotSink) Observe(req accesslog.Request) {
 	h := s.r.hot
 	now := s.r.now()
-	s.r.lora.observe(req, now)
+	forward := s.r.forwarding.Load()
+	if key, value, ok := s.r.lora.observe(req, now); ok && forward {
+		s.r.exchange.Forward(req.Pool, ha.ObservedAdapters, key, value)
+	}
 	s.r.prefill.observe(req)
 	if req.Key < 0 {
 		return // a request without a key, of a pool placing adapters
@@ -320,7 +324,9 @@ func (s hotSink) Observe(req accesslog.Request) {
 	}
 	// Observed at arrival: Envoys' clocks and buffering (about a
 	// second) do not skew the decay.
-	hp.sketch.Observe(req.Key, req.Value, now)
+	if hp.sketch.Observe(req.Key, req.Value, now) && forward {
+		s.r.exchange.Forward(req.Pool, ha.ObservedHotKeys, req.Key, req.Value)
+	}
 	seen := h.seen[req.Pool]
 	seen.requests++
 	h.requests.WithLabelValues(req.Pool).Inc()
@@ -328,6 +334,31 @@ func (s hotSink) Observe(req accesslog.Request) {
 	if reason != "" {
 		seen.away[reason]++
 		h.away.WithLabelValues(req.Pool, reason).Inc()
+	}
+}
+
+// absorb counts n requests another instance's Envoys logged, into the
+// pool's sketch only: the leader decides from every instance's logs, and
+// each instance's counters stay its own.
+func (h *hotState) absorb(pool string, key int, value string, n uint32, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hp := h.pools[pool]; hp != nil {
+		hp.sketch.ObserveN(key, value, n, now)
+	}
+}
+
+// absorb takes the observations that instances following this one
+// forward with their load reports.
+func (r *Reconciler) absorb(obs []ha.Observation) {
+	now := r.now()
+	for _, o := range obs {
+		switch o.Kind {
+		case ha.ObservedHotKeys:
+			r.hot.absorb(o.Pool, o.Key, o.Value, o.N, now)
+		case ha.ObservedAdapters:
+			r.lora.absorb(o.Pool, o.Key, o.Value, o.N, now)
+		}
 	}
 }
 

@@ -74,10 +74,14 @@ func newLoadState(reg prometheus.Registerer, x *ha.LoadExchange) *loadState {
 	}
 	reports := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvxds_load_reports_total",
-		Help: "Reports of this instance's requests in flight to the kvxds instance it follows, by result: sent (answered with the other instances' figures) or failed (its own figures alone are served once the last answer expires).",
+		Help: "Reports to the kvxds instance this one follows of its Envoys' requests in flight and logged requests, by result: sent (answered with the other instances' figures) or failed (its own figures alone are served once the last answer expires; the logged requests are lost).",
 	}, []string{"result"})
 	reports.WithLabelValues("sent")
 	reports.WithLabelValues("failed")
+	f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kvxds_ha_observations_dropped_total",
+		Help: "Logged requests this instance did not forward to the instance it follows: their key values were beyond the 8,192 of one report.",
+	}, func() float64 { return float64(x.DroppedObservations()) })
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvxds_load_reporting_instances",
 		Help: "Other kvxds instances whose reports of their Envoys' requests in flight this instance adds to its own (it is the one they follow).",
@@ -243,10 +247,8 @@ func (r *Reconciler) reportLoads(ctx context.Context) {
 		}
 		iv := r.exchange.Interval()
 		t.Reset(iv)
-		if !r.load.observing() {
-			continue
-		}
 		next := r.loadTarget()
+		r.forwarding.Store(next != "")
 		if next != target {
 			// A new leader, or none: the last answer came from
 			// elsewhere.
@@ -256,7 +258,7 @@ func (r *Reconciler) reportLoads(ctx context.Context) {
 			r.ha.loadTo, r.ha.loadErr = target, ""
 			r.mu.Unlock()
 		}
-		if target == "" {
+		if target == "" || !r.load.observing() && !r.exchange.Forwarding() {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -109,7 +110,10 @@ type Reconciler struct {
 	peerClient  *http.Client
 	// noLoadReports is Options.NoLoadReports.
 	noLoadReports bool
-	now           func() time.Time
+	// forwarding is set while this instance reports to another: its
+	// logged requests go there too (ha.LoadExchange.Forward).
+	forwarding atomic.Bool
+	now        func() time.Time
 	// stageCh asks for a push when a group's stage is due (stageGroups).
 	stageCh chan struct{}
 
@@ -208,6 +212,7 @@ func New(opts Options) *Reconciler {
 	r.lora = newAdapterState(reg)
 	r.prefill = newPrefillState(reg)
 	r.exchange = ha.NewLoadExchange(opts.ID, r.now)
+	r.exchange.OnObserved(r.absorb)
 	r.load = newLoadState(reg, r.exchange)
 	if r.peerClient == nil {
 		r.peerClient = http.DefaultClient
