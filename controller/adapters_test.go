@@ -4,14 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	datav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
-	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvxds/kvxds/xds/translate"
 )
@@ -57,17 +52,6 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 	waitUntil(t, "ready", func() bool { return c.Server().Ready() })
 	listeners := c.Server().Versions(translate.Envoy)["type.googleapis.com/envoy.config.listener.v3.Listener"]
 
-	cc, err := grpc.NewClient(c.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	st, err := alsv3.NewAccessLogServiceClient(cc).StreamAccessLogs(sctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var entries []*datav3.HTTPAccessLogEntry
 	for i := range 400 {
 		h := map[string]string{"x-session-id": "s"}
@@ -82,17 +66,7 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 			Request:          &datav3.HTTPRequestProperties{RequestHeaders: h},
 		})
 	}
-	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: &core.Node{Id: "envoy-1", UserAgentName: "envoy"}, LogName: "kvxds/chat"}
-	for len(entries) > 0 {
-		n := min(len(entries), 100)
-		if err := st.Send(&alsv3.StreamAccessLogsMessage{Identifier: id, LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
-			HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: entries[:n]},
-		}}); err != nil {
-			t.Fatal(err)
-		}
-		entries, id = entries[n:], nil
-	}
-	if _, err := st.CloseAndRecv(); err != nil {
+	if err := openLogs(t, c.XDSAddr(), "envoy-1", "kvxds/chat", entries)(); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "sql-lora placed", func() bool { return len(c.Fleet().Pools[0].Adapters) == 1 })

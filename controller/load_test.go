@@ -33,22 +33,44 @@ pool "docs" {
 `
 }
 
-// envoyLoad opens an Envoy's load log stream to an instance and logs the
-// start of one request of n bytes to upstream; the stream stays open (the
-// request in flight) until the test ends.
-func envoyLoad(t *testing.T, xds, node, request, upstream string, n int) {
+// openLogs opens an Envoy's access log stream to the instance at xds,
+// under log name, and sends entries in batches of 100, the identifier in
+// the first only, as Envoy does. The stream stays open until close,
+// which returns the stream's end.
+func openLogs(t *testing.T, xds, node, name string, entries []*datav3.HTTPAccessLogEntry) (close func() error) {
 	t.Helper()
 	cc, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cc.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	st, err := alsv3.NewAccessLogServiceClient(cc).StreamAccessLogs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: &core.Node{Id: node, UserAgentName: "envoy"}, LogName: name}
+	for len(entries) > 0 {
+		n := min(len(entries), 100)
+		if err := st.Send(&alsv3.StreamAccessLogsMessage{Identifier: id, LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
+			HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: entries[:n]},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		entries, id = entries[n:], nil
+	}
+	return func() error {
+		defer cc.Close()
+		defer cancel()
+		_, err := st.CloseAndRecv()
+		return err
+	}
+}
+
+// envoyLoad opens an Envoy's load log stream to an instance and logs the
+// start of one request of n bytes to upstream; the stream stays open (the
+// request in flight) until the test ends.
+func envoyLoad(t *testing.T, xds, node, request, upstream string, n int) {
+	t.Helper()
 	e := &datav3.HTTPAccessLogEntry{
 		CommonProperties: &datav3.AccessLogCommon{
 			UpstreamCluster:             "docs",
@@ -62,12 +84,10 @@ func envoyLoad(t *testing.T, xds, node, request, upstream string, n int) {
 			"x-request-id": request, "content-length": strconv.Itoa(n),
 		}},
 	}
-	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: &core.Node{Id: node, UserAgentName: "envoy"}, LogName: "kvxds-load/docs"}
-	if err := st.Send(&alsv3.StreamAccessLogsMessage{Identifier: id, LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
-		HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*datav3.HTTPAccessLogEntry{e}},
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	// Ended with the test (its instance may be gone): the stream's end
+	// takes its requests along, which the test must not see before.
+	stop := openLogs(t, xds, node, "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{e})
+	t.Cleanup(func() { stop() })
 }
 
 // inFlight is each replica's bytes in flight in c's served fleet.
@@ -158,15 +178,6 @@ func TestFollowForwardsObservations(t *testing.T) {
 	follower := startController(t, "follower", forwardPolicy(fmt.Sprintf("ha { follow = %q }\n", "http://"+leader.c.AdminAddr())), "")
 	waitUntil(t, "the follower to report", func() bool { return statusOf(t, follower.c.AdminAddr()).HA.LoadReportsTo != "" })
 
-	cc, err := grpc.NewClient(follower.c.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	st, err := alsv3.NewAccessLogServiceClient(cc).StreamAccessLogs(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var entries []*datav3.HTTPAccessLogEntry
 	for i := range 400 {
 		h := map[string]string{"x-tenant": fmt.Sprint("tenant-", i)}
@@ -181,17 +192,7 @@ func TestFollowForwardsObservations(t *testing.T) {
 			Request:          &datav3.HTTPRequestProperties{RequestHeaders: h},
 		})
 	}
-	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: &core.Node{Id: "envoy-b", UserAgentName: "envoy"}, LogName: "kvxds/chat"}
-	for len(entries) > 0 {
-		n := min(len(entries), 100)
-		if err := st.Send(&alsv3.StreamAccessLogsMessage{Identifier: id, LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
-			HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: entries[:n]},
-		}}); err != nil {
-			t.Fatal(err)
-		}
-		entries, id = entries[n:], nil
-	}
-	if _, err := st.CloseAndRecv(); err != nil {
+	if err := openLogs(t, follower.c.XDSAddr(), "envoy-b", "kvxds/chat", entries)(); err != nil {
 		t.Fatal(err)
 	}
 	decided := func(c *Controller) func() bool {
