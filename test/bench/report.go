@@ -104,6 +104,9 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "%s\n\n", hotKeysNote(r.Config.NoHotKeys))
+	if note := instancesNote(r.Config.Instances, r.Config.IsolatedInstances); note != "" {
+		fmt.Fprintf(w, "%s\n\n", note)
+	}
 	if len(r.Config.HotValues) > 0 && !r.Config.NoHotKeys {
 		fmt.Fprintf(w, "Declared always hot (--hot-values) in every kvxds mode: %s = %s.\n\n", SessionHeader, strings.Join(r.Config.HotValues, ", "))
 	}
@@ -294,6 +297,22 @@ func (r *Report) CSV(w io.Writer) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// instancesNote says how many kvxds instances served the live modes,
+// "" for one.
+func instancesNote(n int, isolated bool) string {
+	if n <= 1 {
+		return ""
+	}
+	s := fmt.Sprintf("%d kvxds instances serve each live mode: the first decides, the others follow it (ha { follow }), "+
+		"and client i attaches to instance i mod %d; ", n, n)
+	if isolated {
+		return s + "isolated (--isolated-instances): each instance's tables carry its own clients' requests in flight, " +
+			"and the first decides from its own clients' logs alone."
+	}
+	return s + "the followers report their clients' requests in flight and forward their logged requests to the first, " +
+		"so every instance serves the fleet's figures and the first decides from every instance's logs."
 }
 
 // hotKeysNote says how the kvxds modes treated hot keys.
