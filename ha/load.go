@@ -53,7 +53,9 @@ const (
 	MaxLoadReporters = 64
 	// MaxLoadReportBytes bounds a report's JSON.
 	MaxLoadReportBytes = 8 << 20
-	// MaxLoadHosts bounds the replicas of one pool in a report.
+	// MaxLoadPools bounds the pools of a report, MaxLoadHosts the
+	// replicas of one pool.
+	MaxLoadPools = 1024
 	MaxLoadHosts = 1 << 14
 	// MaxLoadAdapters bounds the adapters listed for one replica.
 	MaxLoadAdapters = 64
@@ -332,6 +334,9 @@ func (x *LoadExchange) takeLocked(r LoadReport) (LoadReport, func([]Observation)
 func checkReport(r LoadReport) error {
 	if r.Instance == "" || len(r.Instance) > 253 {
 		return fmt.Errorf("instance %q: want 1 to 253 bytes", r.Instance)
+	}
+	if len(r.Pools) > MaxLoadPools {
+		return fmt.Errorf("%d pools, above %d", len(r.Pools), MaxLoadPools)
 	}
 	for p, l := range r.Pools {
 		if len(l.Bytes) > MaxLoadHosts || len(l.Adapters) > MaxLoadHosts {

@@ -133,6 +133,11 @@ func TestLoadExchangeRefuses(t *testing.T) {
 	}
 	manyAdapters := `{"instance":"b","interval_ms":1000,"pools":{"docs":{"adapters":{"h":[` +
 		strings.TrimSuffix(strings.Repeat(`"x",`, MaxLoadAdapters+1), ",") + `]}}}}`
+	var pools []string
+	for i := range MaxLoadPools + 1 {
+		pools = append(pools, fmt.Sprintf(`"p%d":{}`, i))
+	}
+	manyPools := `{"instance":"b","interval_ms":1000,"pools":{` + strings.Join(pools, ",") + `}}`
 	for _, tc := range []struct {
 		name, body string
 		want       int
@@ -141,6 +146,7 @@ func TestLoadExchangeRefuses(t *testing.T) {
 		{"no instance", `{"interval_ms":1000}`, http.StatusBadRequest},
 		{"negative bytes", `{"instance":"b","pools":{"docs":{"bytes":{"h":-1}}}}`, http.StatusBadRequest},
 		{"too many adapters", manyAdapters, http.StatusBadRequest},
+		{"too many pools", manyPools, http.StatusBadRequest},
 		{"too large", `{"instance":"` + strings.Repeat("b", MaxLoadReportBytes) + `"}`, http.StatusRequestEntityTooLarge},
 	} {
 		if got := post(tc.body); got != tc.want {
