@@ -269,12 +269,14 @@ func (x *LoadExchange) Reporters() int {
 	return n
 }
 
-// DropUpstream forgets the answer to this instance's last report: it no
-// longer reports (it leads), or reports elsewhere.
+// DropUpstream forgets the answer to this instance's last report, and
+// the observations waiting for the next: it no longer reports (it
+// leads), or reports elsewhere.
 func (x *LoadExchange) DropUpstream() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	delete(x.peers, upstream)
+	clear(x.outbox)
 }
 
 func (x *LoadExchange) expireLocked() {

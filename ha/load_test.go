@@ -237,6 +237,12 @@ func TestLoadExchangeForwards(t *testing.T) {
 	if len(got) != MaxObservations || got[0].Value != "v0" || got[0].N != 2 {
 		t.Fatalf("absorbed %d observations, the first %+v", len(got), got[0])
 	}
+	// Reporting elsewhere, or leading, drops what waits.
+	b.Forward("chat", ObservedHotKeys, 0, "acme")
+	b.DropUpstream()
+	if b.Forwarding() {
+		t.Fatal("DropUpstream kept the observations waiting")
+	}
 	// Bad observations refuse the report, and nothing is absorbed.
 	got = nil
 	for _, o := range []Observation{

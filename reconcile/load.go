@@ -229,11 +229,13 @@ func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	return f
 }
 
-// reportLoads reports this instance's own figures, every load interval
-// while a pool observes load, to the instance it follows: the followed
-// instance (the ha block's follow), else the leader the decisions name,
-// if it advertises its admin address. Each answer carries the other
-// instances' figures (ha.LoadExchange). A leader reports to nobody.
+// reportLoads reports this instance's own figures, and the requests its
+// Envoys logged (while it reports, hotSink forwards them), every load
+// interval while a pool observes load or logged requests wait, to the
+// instance it follows: the followed instance (the ha block's follow),
+// else the leader the decisions name, if it advertises its admin
+// address. Each answer carries the other instances' figures
+// (ha.LoadExchange). A leader reports to nobody.
 func (r *Reconciler) reportLoads(ctx context.Context) {
 	t := time.NewTimer(r.exchange.Interval())
 	defer t.Stop()
