@@ -37,14 +37,6 @@ func (f *Follower) Describe() string { return "following " + f.URL }
 // instance it follows.
 func (f *Follower) LoadURL() string { return f.URL }
 
-// HTTPClient is the client that reaches the followed instance.
-func (f *Follower) HTTPClient() *http.Client {
-	if f.Client != nil {
-		return f.Client
-	}
-	return http.DefaultClient
-}
-
 // Publish refuses: a follower never decides.
 func (f *Follower) Publish(context.Context, Document) error { return ErrNotLeader }
 

@@ -175,8 +175,8 @@ func (x *LoadExchange) Forward(pool, kind string, key int, value string) {
 	x.outbox[k] = 1
 }
 
-// Forwarding reports whether observations wait for the next report.
-func (x *LoadExchange) Forwarding() bool {
+// Waiting reports whether observations wait for the next report.
+func (x *LoadExchange) Waiting() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return len(x.outbox) > 0
@@ -262,6 +262,10 @@ func (x *LoadExchange) Reporters() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.expireLocked()
+	return x.reportersLocked()
+}
+
+func (x *LoadExchange) reportersLocked() int {
 	n := len(x.peers)
 	if _, ok := x.peers[upstream]; ok {
 		n--
@@ -310,17 +314,14 @@ func (x *LoadExchange) takeLocked(r LoadReport) (LoadReport, func([]Observation)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.expireLocked()
-	if _, known := x.peers[r.Instance]; !known && len(x.peers) >= MaxLoadReporters {
+	if _, known := x.peers[r.Instance]; !known && x.reportersLocked() >= MaxLoadReporters {
 		return LoadReport{}, nil, ErrTooManyReporters
 	}
 	x.peers[r.Instance] = loadEntry{
 		until: x.now().Add(LoadTTL * clampInterval(time.Duration(r.IntervalMS)*time.Millisecond)),
 		pools: r.Pools,
 	}
-	answer := LoadReport{Instance: x.id, IntervalMS: x.interval.Milliseconds(), Pools: map[string]inflight.Load{}}
-	for p, l := range x.own {
-		answer.Pools[p] = l
-	}
+	answer := LoadReport{Instance: x.id, IntervalMS: x.interval.Milliseconds(), Pools: maps.Clone(x.own)}
 	for _, id := range slices.Sorted(maps.Keys(x.peers)) {
 		if id == r.Instance || id == upstream {
 			continue

@@ -205,8 +205,8 @@ func TestLoadExchangeForwards(t *testing.T) {
 	}
 	b.Forward("chat", ObservedHotKeys, 1, "acme")
 	b.Forward("lora", ObservedAdapters, 0, "sql")
-	if !b.Forwarding() {
-		t.Fatal("Forwarding: false with observations waiting")
+	if !b.Waiting() {
+		t.Fatal("Waiting: false with observations waiting")
 	}
 	if err := b.Report(context.Background(), srv.Client(), srv.URL); err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestLoadExchangeForwards(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("absorbed %+v, want %+v", got, want)
 	}
-	if b.Forwarding() {
+	if b.Waiting() {
 		t.Fatal("the outbox kept what was sent")
 	}
 	// A flood of distinct values: the outbox stays bounded.
@@ -240,7 +240,7 @@ func TestLoadExchangeForwards(t *testing.T) {
 	// Reporting elsewhere, or leading, drops what waits.
 	b.Forward("chat", ObservedHotKeys, 0, "acme")
 	b.DropUpstream()
-	if b.Forwarding() {
+	if b.Waiting() {
 		t.Fatal("DropUpstream kept the observations waiting")
 	}
 	// Bad observations refuse the report, and nothing is absorbed.

@@ -260,7 +260,7 @@ func (r *Reconciler) reportLoads(ctx context.Context) {
 			r.ha.loadTo, r.ha.loadErr = target, ""
 			r.mu.Unlock()
 		}
-		if target == "" || !r.load.observing() && !r.exchange.Forwarding() {
+		if target == "" || !r.load.observing() && !r.exchange.Waiting() {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))

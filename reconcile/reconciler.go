@@ -63,7 +63,7 @@ type Options struct {
 	// block's follow) report to it whatever this says.
 	Advertise string
 	// PeerClient reaches the other instances' admin servers; nil means
-	// http.DefaultClient, or the follower's own client.
+	// http.DefaultClient.
 	PeerClient *http.Client
 	// NoLoadReports keeps this instance's Envoys' requests in flight to
 	// itself, as kvxds did before instances exchanged them: for
@@ -216,9 +216,6 @@ func New(opts Options) *Reconciler {
 	r.load = newLoadState(reg, r.exchange)
 	if r.peerClient == nil {
 		r.peerClient = http.DefaultClient
-		if c, ok := r.peers.(interface{ HTTPClient() *http.Client }); ok {
-			r.peerClient = c.HTTPClient()
-		}
 	}
 	for _, c := range []string{causePolicy, causeDiscovery, causeMetrics, causeLeader, causeHotKeys, causeAdapters, causeLoad} {
 		r.updates.WithLabelValues(c)
