@@ -71,7 +71,21 @@ func openLogs(t *testing.T, xds, node, name string, entries []*datav3.HTTPAccess
 // request in flight) until the test ends.
 func envoyLoad(t *testing.T, xds, node, request, upstream string, n int) {
 	t.Helper()
-	e := &datav3.HTTPAccessLogEntry{
+	e := loadStart(request, upstream, n, nil)
+	// Ended with the test (its instance may be gone): the stream's end
+	// takes its requests along, which the test must not see before.
+	stop := openLogs(t, xds, node, "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{e})
+	t.Cleanup(func() { stop() })
+}
+
+// loadStart is the start entry of request id's attempt to upstream, of n
+// bytes, with the request headers extra.
+func loadStart(id, upstream string, n int, extra map[string]string) *datav3.HTTPAccessLogEntry {
+	h := map[string]string{"x-request-id": id, "content-length": strconv.Itoa(n)}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return &datav3.HTTPAccessLogEntry{
 		CommonProperties: &datav3.AccessLogCommon{
 			UpstreamCluster:             "docs",
 			AccessLogType:               datav3.AccessLogType_UpstreamPoolReady,
@@ -80,14 +94,32 @@ func envoyLoad(t *testing.T, xds, node, request, upstream string, n int) {
 				Address: upstream, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8000},
 			}}},
 		},
-		Request: &datav3.HTTPRequestProperties{RequestHeaders: map[string]string{
-			"x-request-id": request, "content-length": strconv.Itoa(n),
-		}},
+		Request: &datav3.HTTPRequestProperties{RequestHeaders: h},
 	}
-	// Ended with the test (its instance may be gone): the stream's end
-	// takes its requests along, which the test must not see before.
-	stop := openLogs(t, xds, node, "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{e})
+}
+
+// A request named computed by a later request of the same Envoy's log
+// (x-kvxds-computed, which the pick filter sets once a response's first
+// token came) stops counting in the served figures; one named by another
+// Envoy's log does not.
+func TestLoadCountsUntilComputed(t *testing.T) {
+	r := startController(t, "one", loadPolicy(""), "")
+	stop := openLogs(t, r.c.XDSAddr(), "envoy-a", "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{
+		loadStart("r1", "10.0.0.1", 3000, nil),
+		loadStart("r2", "10.0.0.1", 500, nil),
+		loadStart("r3", "10.0.0.2", 100, map[string]string{"x-kvxds-computed": "r1"}),
+	})
 	t.Cleanup(func() { stop() })
+	other := openLogs(t, r.c.XDSAddr(), "envoy-b", "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{
+		loadStart("r4", "10.0.0.2", 50, map[string]string{"x-kvxds-computed": "r2"}),
+	})
+	t.Cleanup(func() { other() })
+	want := map[string]uint64{"10.0.0.1:8000": 500, "10.0.0.2:8000": 150}
+	waitUntil(t, "the served figures to leave r1 out", func() bool { return fmt.Sprint(inFlight(r.c)) == fmt.Sprint(want) })
+	wantMetrics(t, scrape(t, "http://"+r.c.AdminAddr()+"/metrics"), []metricWant{
+		{"kvxds_load_log_requests_total", map[string]string{"result": "computed"}, 1},
+		{"kvxds_load_log_requests_total", map[string]string{"result": "started"}, 4},
+	})
 }
 
 // inFlight is each replica's bytes in flight in c's served fleet.

@@ -15,6 +15,14 @@
 // them forever would pin their replicas' load). The package is pure: time
 // is passed in.
 //
+// A request's bytes count until its prompt is computed, not until its
+// response ends: what a new request waits for on a replica is prompts,
+// and a replica decoding many replies computes none. Envoy's upstream log
+// marks no first token, so the pick filter names the requests whose
+// response body started (their x-request-id) on the next request it
+// handles (bodykey.ComputedHeader), whose start entry carries them to
+// Computed; a request never named counts until its end.
+//
 // In a pool serving LoRA adapters the start entries also name each
 // request's adapter, and a snapshot says which adapters every replica has
 // requests in flight for: an engine runs at most max_lora adapters at
@@ -47,13 +55,16 @@ const (
 	Full      = "pool_full"  // a start past MaxOpen (dropped)
 	Expired   = "expired"    // open past MaxAge, forgotten
 	Closed    = "stream_end" // open when its stream closed, forgotten
+	Computed  = "computed"   // an open request's prompt was computed
 )
 
 // Results lists every result, for metrics.
-var Results = []string{Started, Ended, Unmatched, Duplicate, Full, Expired, Closed}
+var Results = []string{Started, Ended, Unmatched, Duplicate, Full, Expired, Closed, Computed}
 
 type open struct {
 	stream uint64
+	// computed: the prompt was computed, its bytes no longer count.
+	computed bool
 	Attempt
 }
 
@@ -62,6 +73,9 @@ type Attempt struct {
 	// Host is the replica's address, Bytes the request body's length.
 	Host  string
 	Bytes uint64
+	// ID is the request's x-request-id, by which the pick filter names
+	// it computed ("" for none).
+	ID string
 	// Adapter is the LoRA adapter the request names, "" for none.
 	Adapter string
 	// At is when the attempt started.
@@ -70,7 +84,8 @@ type Attempt struct {
 
 type pool struct {
 	open     map[string]open           // by request key
-	bytes    map[string]uint64         // by host
+	byID     map[string][]string       // request keys by request id
+	bytes    map[string]uint64         // by host, of requests not computed
 	adapters map[string]map[string]int // requests by host and adapter
 }
 
@@ -130,7 +145,7 @@ func New(count func(result string, n int)) *Tracker {
 func (t *Tracker) poolLocked(name string) *pool {
 	p := t.pools[name]
 	if p == nil {
-		p = &pool{open: map[string]open{}, bytes: map[string]uint64{}, adapters: map[string]map[string]int{}}
+		p = &pool{open: map[string]open{}, byID: map[string][]string{}, bytes: map[string]uint64{}, adapters: map[string]map[string]int{}}
 		t.pools[name] = p
 	}
 	return p
@@ -161,6 +176,9 @@ func (t *Tracker) Start(stream uint64, name, key string, a Attempt) {
 		return
 	}
 	p.open[key] = open{stream: stream, Attempt: a}
+	if a.ID != "" {
+		p.byID[a.ID] = append(p.byID[a.ID], key)
+	}
 	p.bytes[a.Host] += a.Bytes
 	if a.Adapter != "" {
 		m := p.adapters[a.Host]
@@ -188,12 +206,56 @@ func (t *Tracker) End(stream uint64, name, key string) {
 	t.count(Ended, 1)
 }
 
-func (p *pool) forget(key string, o open) {
-	delete(p.open, key)
+// Computed stops counting the bytes of the open requests of pool that
+// stream started with the given ids: their prompts are computed (the
+// caller bounds the ids an entry may name).
+func (t *Tracker) Computed(stream uint64, name string, ids []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pools[name]
+	if p == nil {
+		return
+	}
+	n := 0
+	for _, id := range ids {
+		for _, key := range p.byID[id] {
+			o := p.open[key]
+			if o.stream != stream || o.computed {
+				continue
+			}
+			p.uncount(o)
+			o.computed = true
+			p.open[key] = o
+			n++
+		}
+	}
+	if n > 0 {
+		t.count(Computed, n)
+	}
+
+}
+
+// uncount takes o's bytes off its host's.
+func (p *pool) uncount(o open) {
 	if p.bytes[o.Host] <= o.Bytes {
 		delete(p.bytes, o.Host)
 	} else {
 		p.bytes[o.Host] -= o.Bytes
+	}
+}
+
+func (p *pool) forget(key string, o open) {
+	delete(p.open, key)
+	if o.ID != "" {
+		keys := slices.DeleteFunc(p.byID[o.ID], func(k string) bool { return k == key })
+		if len(keys) == 0 {
+			delete(p.byID, o.ID)
+		} else {
+			p.byID[o.ID] = keys
+		}
+	}
+	if !o.computed {
+		p.uncount(o)
 	}
 	if m := p.adapters[o.Host]; o.Adapter != "" && m != nil {
 		if m[o.Adapter]--; m[o.Adapter] <= 0 {

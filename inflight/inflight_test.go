@@ -18,6 +18,8 @@ type op struct {
 	bytes  uint64
 	ad     string
 	at     time.Duration
+	id     string   // start: the request id
+	ids    []string // computed: the ids named
 }
 
 func TestTracker(t *testing.T) {
@@ -97,6 +99,24 @@ func TestTracker(t *testing.T) {
 			counts: map[string]int{Started: 6, Ended: 2, Closed: 3},
 		},
 		{
+			name: "a computed request stops counting its bytes once, keeps its adapter until its end",
+			ops: []op{
+				{kind: "start", stream: 1, pool: "p", key: "r1/1", id: "r1", host: "h1", bytes: 100, ad: "sql"},
+				// A retry of r1, and another request.
+				{kind: "start", stream: 1, pool: "p", key: "r1/2", id: "r1", host: "h1", bytes: 100},
+				{kind: "start", stream: 1, pool: "p", key: "r2", id: "r2", host: "h1", bytes: 40},
+				// Another stream's request of the same id is not its to name.
+				{kind: "start", stream: 2, pool: "p", key: "r1/x", id: "r1", host: "h3", bytes: 7},
+				{kind: "computed", stream: 1, pool: "p", ids: []string{"r1", "unknown", ""}},
+				{kind: "computed", stream: 1, pool: "p", ids: []string{"r1"}},
+				{kind: "end", stream: 1, pool: "p", key: "r1/2"},
+				// Another pool's ids are apart.
+				{kind: "computed", stream: 1, pool: "q", ids: []string{"r2"}},
+			},
+			pool: "p", want: map[string]uint64{"h1": 40, "h3": 7}, wantAd: map[string][]string{"h1": {"sql"}}, wantOK: true,
+			counts: map[string]int{Started: 4, Computed: 2, Ended: 1},
+		},
+		{
 			name: "pools are apart",
 			ops: []op{
 				{kind: "start", stream: 1, pool: "p", key: "a", host: "h1", bytes: 10},
@@ -113,7 +133,9 @@ func TestTracker(t *testing.T) {
 			for _, o := range tt.ops {
 				switch o.kind {
 				case "start":
-					tr.Start(o.stream, o.pool, o.key, Attempt{Host: o.host, Bytes: o.bytes, Adapter: o.ad, At: t0.Add(o.at)})
+					tr.Start(o.stream, o.pool, o.key, Attempt{Host: o.host, Bytes: o.bytes, Adapter: o.ad, ID: o.id, At: t0.Add(o.at)})
+				case "computed":
+					tr.Computed(o.stream, o.pool, o.ids)
 				case "end":
 					tr.End(o.stream, o.pool, o.key)
 				case "close":

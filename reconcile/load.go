@@ -64,7 +64,7 @@ func newLoadState(reg prometheus.Registerer, x *ha.LoadExchange) *loadState {
 	f := promauto.With(reg)
 	entries := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvxds_load_log_requests_total",
-		Help: "Requests' upstream attempts in Envoys' load logs, by result: started, ended, or dropped (unmatched: an end without its start; duplicate; pool_full: past the bound of open requests per pool) or forgotten (expired: open past 10 minutes; stream_end: open when its Envoy's log stream ended).",
+		Help: "Requests' upstream attempts in Envoys' load logs, by result: started, computed (a later request of the same Envoy worker named its first token: its bytes stop counting), ended, or dropped (unmatched: an end without its start; duplicate; pool_full: past the bound of open requests per pool) or forgotten (expired: open past 10 minutes; stream_end: open when its Envoy's log stream ended).",
 	}, []string{"result"})
 	for _, r := range inflight.Results {
 		entries.WithLabelValues(r)
@@ -201,6 +201,10 @@ func (s loadSink) Start(stream uint64, pool, key string, a inflight.Attempt) {
 }
 
 func (s loadSink) End(stream uint64, pool, key string) { s.l.tracker.End(stream, pool, key) }
+
+func (s loadSink) Computed(stream uint64, pool string, ids []string) {
+	s.l.tracker.Computed(stream, pool, ids)
+}
 
 func (s loadSink) CloseStream(stream uint64) { s.l.tracker.CloseStream(stream) }
 

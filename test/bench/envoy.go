@@ -452,6 +452,9 @@ type routing struct {
 	// response starts (or the request fails without one); finish ends
 	// the response, after respond.
 	respond, finish func()
+	// chunk passes the response's first body chunk (its first token) to
+	// the filters waiting on its body.
+	chunk func()
 }
 
 // route runs the pool's filters and router on a request: the Lua filter's
@@ -541,7 +544,7 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 	if st == nil {
 		return r, errors.New("envoy has no configuration")
 	}
-	respond, finish := func() {}, func() {}
+	respond, finish, chunk := func() {}, func() {}, func() {}
 	if lua != nil {
 		// The filters see the client's headers and the body, and leave
 		// the headers the router and the upstream see.
@@ -552,6 +555,7 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 		var once sync.Once
 		respond = func() { once.Do(func() { lua.respond(id) }) }
 		finish = func() { lua.finish(id) }
+		chunk = func() { lua.response('C', id) }
 	}
 	// A filter's upstream override host (setUpstreamOverrideHost) is no
 	// header: the router takes it, not the upstream.
@@ -654,7 +658,7 @@ func (e *envoyClient) routeRequest(hdrs [][2]string, body []byte) (r routing, er
 		}
 	}
 	return routing{addr: addr, cluster: cluster, override: override, headers: hdrs, loggers: e.logging, attempt: attempt,
-		respond: respond, finish: finish, release: func() {
+		respond: respond, finish: finish, chunk: chunk, release: func() {
 			attempt.end(0, 0)
 			e.mu.Lock()
 			e.active[cluster][addr]--
@@ -763,7 +767,7 @@ func (e *envoyClient) send(ctx context.Context, r *Request, start time.Time, bod
 	// reply of a request that got none.
 	defer rt.finish()
 	defer rt.respond()
-	entry.Code = streamCompletion(ctx, e.hc, rt.addr, rt.headers, r, start, &res, func() { headersAt = time.Now(); rt.respond() }, nil)
+	entry.Code = streamCompletion(ctx, e.hc, rt.addr, rt.headers, r, start, &res, func() { headersAt = time.Now(); rt.respond() }, func() { rt.chunk() })
 	if !headersAt.IsZero() {
 		entry.FirstUpstreamByte = headersAt.Sub(began)
 	}
@@ -1028,8 +1032,9 @@ type luaFilter struct {
 // " strict" after it if strict. Requests are numbered from 1 in order.
 // For a response it runs the envoy_on_response of every filter that has
 // one, in reverse order as Envoy's encoders run, each as a coroutine
-// whose handle:bodyChunks() iterator yields until the response ends, and
-// prints nothing; at the end it resumes them.
+// whose handle:bodyChunks() iterator yields a chunk when the response's
+// first token comes (C) and ends when the response ends (F), and prints
+// nothing.
 const luaDriver = `
 local ffi = require("ffi")
 ffi.cdef [[
@@ -1140,7 +1145,7 @@ while true do
           function handle:streamInfo() return si end
           function handle:logWarn(msg) end
           function handle:bodyChunks()
-            return function() coroutine.yield(); return nil end
+            return function() return coroutine.yield() end
           end
           local co = coroutine.create(f.env.envoy_on_response)
           assert(coroutine.resume(co, handle))
@@ -1149,10 +1154,16 @@ while true do
       end
       if #waiting > 0 then ending[a] = waiting end
     end
+  elseif cmd == "C" then
+    for _, co in ipairs(ending[a] or {}) do
+      if coroutine.status(co) == "suspended" then assert(coroutine.resume(co, {})) end
+    end
   elseif cmd == "F" then
     local waiting = ending[a]
     ending[a] = nil
-    for _, co in ipairs(waiting or {}) do assert(coroutine.resume(co)) end
+    for _, co in ipairs(waiting or {}) do
+      if coroutine.status(co) == "suspended" then assert(coroutine.resume(co)) end
+    end
   else
     error("bad command: " .. line)
   end

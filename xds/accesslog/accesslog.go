@@ -122,6 +122,9 @@ type LoadSink interface {
 	LoadPool(name string) (adapterHeader string, ok bool)
 	Start(stream uint64, pool, key string, a inflight.Attempt)
 	End(stream uint64, pool, key string)
+	// Computed is told the request ids a start entry names as computed
+	// (translate.LoadLogComputed): their prompts no longer count.
+	Computed(stream uint64, pool string, ids []string)
 	// CloseStream is told that a stream ended: its open requests' ends
 	// will not come.
 	CloseStream(stream uint64)
@@ -329,7 +332,7 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 			return ResultBadLoad
 		}
 	}
-	a := inflight.Attempt{Host: upstream, Bytes: n, At: s.now()}
+	a := inflight.Attempt{Host: upstream, Bytes: n, ID: id, At: s.now()}
 	if t := c.GetStartTime(); t != nil {
 		a.At = t.AsTime()
 	}
@@ -340,6 +343,17 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 		}
 	}
 	s.load.Start(stream, pool, key, a)
+	// The pick filter names, on a request, the earlier requests of its
+	// Lua state whose response body started.
+	if v, ok := header(logged, translate.LoadLogComputed); ok {
+		var ids []string
+		for id := range strings.SplitSeq(v, ",") {
+			if id != "" && len(id) <= maxRequestID && len(ids) < translate.LoadLogMaxComputed {
+				ids = append(ids, id)
+			}
+		}
+		s.load.Computed(stream, pool, ids)
+	}
 	return ResultLoad
 }
 

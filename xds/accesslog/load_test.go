@@ -3,6 +3,7 @@ package accesslog
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,10 @@ func (f *fakeLoad) End(stream uint64, pool, key string) {
 	f.record(fmt.Sprintf("end %d %s %q", stream, pool, key))
 }
 
+func (f *fakeLoad) Computed(stream uint64, pool string, ids []string) {
+	f.record(fmt.Sprintf("computed %d %s %q", stream, pool, ids))
+}
+
 func (f *fakeLoad) CloseStream(stream uint64) { f.record(fmt.Sprintf("close %d", stream)) }
 
 func loadEntry(typ datav3.AccessLogType, upstream string, attempt uint32, headers map[string]string) *datav3.HTTPAccessLogEntry {
@@ -67,6 +72,10 @@ func TestLoadEntries(t *testing.T) {
 		// An adapter named, and one no filter could have matched.
 		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "r2", "x-kvxds-adapter": "sql-v2"}),
 		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "r5", "content-length": "9", "x-kvxds-adapter": "two words"}),
+		// A request naming earlier ones computed: at most 16 ids, none
+		// empty or longer than a request id may be.
+		loadEntry(ready, "10.0.2.1", 1, map[string]string{"x-request-id": "r6", "content-length": "3",
+			"x-kvxds-computed": "r1,," + strings.Repeat("x", 129) + ",r2,c3,c4,c5,c6,c7,c8,c9,c10,c11,c12,c13,c14,c15,c16,c17"}),
 		// Malformed: no id, no upstream, a length that is no number.
 		loadEntry(ready, "10.0.2.1", 1, map[string]string{"content-length": "5"}),
 		loadEntry(ready, "", 1, map[string]string{"x-request-id": "r3"}),
@@ -89,6 +98,8 @@ func TestLoadEntries(t *testing.T) {
 		`start 1 docs "r1\x002\x0010.0.2.2:8000" 10.0.2.2:8000 1200 "" 10:00:00`,
 		`start 1 docs "r2\x001\x0010.0.2.2:8000" 10.0.2.2:8000 0 "sql-v2" 10:00:00`,
 		`start 1 docs "r5\x001\x0010.0.2.2:8000" 10.0.2.2:8000 9 "" 10:00:00`,
+		`start 1 docs "r6\x001\x0010.0.2.1:8000" 10.0.2.1:8000 3 "" 10:00:00`,
+		`computed 1 docs ["r1" "r2" "c3" "c4" "c5" "c6" "c7" "c8" "c9" "c10" "c11" "c12" "c13" "c14" "c15" "c16"]`,
 		`end 1 docs "r1\x002\x0010.0.2.2:8000"`,
 		`close 1`,
 		`close 2`,
@@ -99,7 +110,7 @@ func TestLoadEntries(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("load sink got\n%q\nwant\n%q", got, want)
 	}
-	for result, n := range map[string]float64{ResultLoad: 6, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
+	for result, n := range map[string]float64{ResultLoad: 7, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
 		if v := testutil.ToFloat64(mustCounter(t, reg, result)); v != n {
 			t.Errorf("entries %s = %v, want %v", result, v, n)
 		}

@@ -67,6 +67,13 @@ func LoadLogName(pool string) string { return LoadLogPrefix + pool }
 const (
 	LoadLogRequestID = "x-request-id"
 	LoadLogLength    = "content-length"
+	// LoadLogComputed names, on a request, the request ids of earlier
+	// requests from the same pick filter state whose response body
+	// started: their prompts are computed (bodykey.ComputedHeader).
+	LoadLogComputed = bodykey.ComputedHeader
+	// LoadLogMaxComputed bounds the ids one entry names; the rest of a
+	// longer list are not read.
+	LoadLogMaxComputed = bodykey.MaxComputed
 )
 
 // loadAccessLog is the router's upstream log through which Envoy reports
@@ -81,7 +88,7 @@ func loadAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	if p.Hash.Hot != nil {
 		logCluster = p.Hash.Hot.LogCluster
 	}
-	headers := []string{LoadLogRequestID, LoadLogLength}
+	headers := []string{LoadLogRequestID, LoadLogLength, LoadLogComputed}
 	if p.LoRA != nil {
 		// The adapter the request names, which the pick filter set.
 		headers = append(headers, p.LoRA.Header)

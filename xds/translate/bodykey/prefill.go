@@ -44,6 +44,18 @@ type Prefill struct {
 	AdapterHeader string
 }
 
+// ComputedHeader is where a pool's pick filter names, on a request, the
+// x-request-ids (comma-separated, at most MaxComputed) of earlier
+// requests of its Lua state whose response body started since: their
+// prompts are computed. The load log carries it to kvxds, whose figures
+// then stop counting them; Envoy's upstream log marks no first token. The
+// filter replaces any a client sent.
+const ComputedHeader = "x-kvxds-computed"
+
+// MaxComputed bounds the ids one request names in ComputedHeader; more
+// wait for the next request.
+const MaxComputed = 16
+
 // PrefillKey is one key of the prefill pool's chain: the header carrying
 // it and its index in the chain.
 type PrefillKey struct {
@@ -85,6 +97,11 @@ func LuaPrefill(p Prefill) (string, error) {
 	fmt.Fprintf(&b, "local PREFILL_HEADER = %s\nlocal MIN_BODY = %d\nlocal SLOTS = %d\nlocal SPREAD_BITS = %d\n",
 		header, p.MinBody, p.Slots, SpreadBits)
 	fmt.Fprintf(&b, "local ADAPTER_HEADER = %s\n", luaStringOrNil(strings.ToLower(p.AdapterHeader)))
+	if p.Override {
+		fmt.Fprintf(&b, "local COMPUTED_HEADER, MAX_COMPUTED = %s, %d\n", luaString(ComputedHeader), MaxComputed)
+	} else {
+		b.WriteString("local COMPUTED_HEADER, MAX_COMPUTED = nil, 0\n")
+	}
 	if p.SpreadHeader != "" {
 		fmt.Fprintf(&b, "local PREFILL_SPREAD, SPREAD_RAW = %s, %v\n", luaString(strings.ToLower(p.SpreadHeader)), p.SpreadRaw)
 	} else {

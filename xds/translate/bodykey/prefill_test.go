@@ -587,3 +587,121 @@ func TestLuaPickAdapterKeyless(t *testing.T) {
 		t.Errorf("keyless requests went to %v, then %s; want both of sql's replicas %s and %s, then none", seen, got[len(got)-1], hosts[0], hosts[2])
 	}
 }
+
+// A pool's own pick filter counts a request against its replica until the
+// response body's first chunk (the engine streams its first token once
+// the prompt is computed), not until the body ends: a replica decoding
+// many replies while computing no prompt is not overloaded. Two
+// requests of one key go to its replica; while they are in flight a
+// third is passed over to another (bytes bound 150, this state's own
+// counts); once their first chunks came, though their bodies go on, the
+// third stays; once they ended too, as well.
+func TestLuaPickReleasesAtFirstChunk(t *testing.T) {
+	bin := luajit(t)
+	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"}
+	write := tempWriter(t)
+	table := write("table", strings.Repeat("000001002", 64/3)+"000"+"\n"+strings.Join(hosts, "\n")+"\nbalance\t150\nbytes\n")
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The slot of key k: its home replica.
+	key, home := "", ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("s%d", i)
+		if PrefillSlot(k, 64)%3 == 0 && PrefillSlot(k, 64) < 63 {
+			key, home = k, hosts[0]
+		}
+	}
+	req := "1000\tx-session-id=" + key + "\n"
+	for _, tc := range []struct {
+		name, between string
+		stays         bool
+	}{
+		{"in flight", "", false},
+		{"first chunks came", "first\t1\nfirst\t2\n", true},
+		{"ended", "first\t1\nfirst\t2\nend\t1\nend\t2\n", true},
+		{"answered without chunks", "respond\t1\nrespond\t2\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cases := write("cases", req+req+tc.between+req)
+			out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, cases, ":override").CombinedOutput()
+			if err != nil {
+				t.Fatalf("luajit: %v\n%s", err, out)
+			}
+			got := strings.Fields(string(out))
+			if len(got) != 3 {
+				t.Fatalf("luajit printed %q, want 3 hosts", got)
+			}
+			for i := range 2 {
+				if got[i] != home {
+					t.Fatalf("request %d went to %s, want its key's replica %s", i+1, got[i], home)
+				}
+			}
+			if stays := got[2] == home; stays != tc.stays {
+				t.Errorf("the third request went to %s (its key's replica %s): stays %v, want %v", got[2], home, stays, tc.stays)
+			}
+		})
+	}
+}
+
+// A pool's pick filter names, on the next request through its Lua state,
+// the x-request-ids of its requests whose response body started since
+// (at most MaxComputed; the rest count until their end), so that kvxds's
+// figures stop counting them too; it removes any a client sent, and names
+// none for a request that ended without one.
+func TestLuaPickNamesComputed(t *testing.T) {
+	bin := luajit(t)
+	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000"}
+	write := tempWriter(t)
+	table := write("table", strings.Repeat("000001", 32)+"\n"+strings.Join(hosts, "\n")+"\nbalance\t150\nbytes\n")
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines, want []string
+	add := func(line, w string) {
+		lines = append(lines, line)
+		if w != "" {
+			want = append(want, w)
+		}
+	}
+	add("1000\tx-session-id=a\tx-request-id=r1", "-")
+	add("1000\tx-session-id=b\tx-request-id=r2\tx-kvxds-computed=forged", "-")
+	add("first\t1", "")
+	add("first\t2", "")
+	add("1000\tx-request-id=r3", "r1,r2") // keyless: not counted, but it carries them
+	add("1000\tx-session-id=c\tx-request-id=r4", "-")
+	add("end\t1", "")
+	add("respond\t4", "") // r4 ended without a chunk: its end entry says so
+	add("1000\tx-session-id=d\tx-request-id=r5", "-")
+	var ids []string
+	for i := range MaxComputed + 1 {
+		add(fmt.Sprintf("1000\tx-session-id=s%d\tx-request-id=q%d", i, i), "-")
+		ids = append(ids, fmt.Sprintf("q%d", i))
+	}
+	for i := range MaxComputed + 1 {
+		add(fmt.Sprintf("first\t%d", 6+i), "")
+	}
+	add("1000\tx-request-id=n1", strings.Join(ids[:MaxComputed], ","))
+	add("1000\tx-request-id=n2", "-")
+	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, write("cases", strings.Join(lines, "\n")+"\n"), ComputedHeader).CombinedOutput()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, out)
+	}
+	if got := strings.Fields(string(out)); !slices.Equal(got, want) {
+		t.Errorf("%s per request:\n%q\nwant\n%q", ComputedHeader, got, want)
+	}
+	// A decode pool's prefill filter names no replica of its own: no ids.
+	src, err = LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Header: "x-prefiller-host-port", Slots: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, write("cases", "1000\tx-session-id=a\tx-request-id=r1\nfirst\t1\n1000\tx-session-id=a\tx-request-id=r2\tx-kvxds-computed=r9\n"), ComputedHeader).CombinedOutput()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, out)
+	}
+	if got := strings.Fields(string(out)); !slices.Equal(got, []string{"-", "r9"}) {
+		t.Errorf("prefill filter: %s per request %q, want none set (a client's passes)", ComputedHeader, got)
+	}
+}

@@ -6,7 +6,8 @@
 -- handle:setUpstreamOverrideHost(host, strict) (which sets the
 -- pseudo-header ":override" to host, and " strict" if strict) and
 -- handle:logWarn(msg); and envoy_on_response, with handle:bodyChunks()
--- (a response ends as it starts).
+-- (a response ends as it starts, or its first chunk comes before its
+-- end).
 --
 -- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
 -- where TABLE is a file of "slots" on its first line and one host per
@@ -16,7 +17,8 @@
 -- route without metadata), and CASES a
 -- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
 -- content-length, or "respond<TAB>N" to run envoy_on_response for the
--- N-th request (from 1), or "clock<TAB>T" to make os.time() return T from
+-- N-th request (from 1), or "first<TAB>N" to run it up to the response
+-- body's first chunk and "end<TAB>N" to end that body, or "clock<TAB>T" to make os.time() return T from
 -- then on (0 at first), or "ms<TAB>M" to make handle:timestamp() return M
 -- (milliseconds; 0 at first), or "load<TAB>L<TAB>LAG<TAB>AT<TAB>TTL" to
 -- set the table's "load" to L, "load_lag" to LAG, "load_at" to AT and
@@ -62,14 +64,34 @@ f:close()
 
 os.time = function() return 0 end
 local ms = 0
-local handles = {}
+local handles, streaming = {}, {}
 for line in io.lines(casefile) do
   local n = string.match(line, "^respond\t(%d+)$")
+  local fn = string.match(line, "^first\t(%d+)$")
+  local en = string.match(line, "^end\t(%d+)$")
   local clock = string.match(line, "^clock\t(%d+)$")
   local msv = string.match(line, "^ms\t(%d+)$")
   local load, lag, at, ttl = string.match(line, "^load\t([%d,]+)\t(%d+)\t(%d+)\t(%d+)$")
   local running = string.match(line, "^running\t(.*)$")
-  if running ~= nil then
+  if fn ~= nil then
+    -- The body's first chunk, then a wait for its end.
+    local handle, chunks = handles[tonumber(fn)], 0
+    function handle:bodyChunks()
+      return function()
+        chunks = chunks + 1
+        if chunks == 1 then return {} end
+        coroutine.yield()
+        return nil
+      end
+    end
+    local co = coroutine.create(envoy_on_response)
+    assert(coroutine.resume(co, handle))
+    streaming[tonumber(fn)] = co
+  elseif en ~= nil then
+    local co = streaming[tonumber(en)]
+    streaming[tonumber(en)] = nil
+    if co ~= nil and coroutine.status(co) == "suspended" then assert(coroutine.resume(co)) end
+  elseif running ~= nil then
     md.running = string.gsub(string.gsub(running, "/", "\t"), ",", " ")
   elseif n ~= nil then
     envoy_on_response(handles[tonumber(n)])
