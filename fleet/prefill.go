@@ -90,6 +90,10 @@ type SlotTable struct {
 	// BalanceOn is the prefill pool's Hash.BalanceOn: with
 	// BalanceOnPromptBytes the bound counts prompt bytes, not requests.
 	BalanceOn string `json:"balance_on,omitempty"`
+	// LoadInterval is the prefill pool's Hash.LoadInterval: how often
+	// kvxds serves the fleet's figures where the bound counts prompt
+	// bytes (zero: each filter's own counts).
+	LoadInterval time.Duration `json:"load_interval,omitempty"`
 	// Load is each host's prompt bytes in flight (Endpoint.InFlightBytes),
 	// in Hosts order, where the pool's load is observed (Pool.LoadAt);
 	// nil otherwise. LoadAt is when it was counted, LoadTTL how long a
@@ -166,6 +170,9 @@ func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 // it decodes.
 func NewSlotTable(prefill, decode *Pool) *SlotTable {
 	t := &SlotTable{Keys: slices.Clone(prefill.Hash.Keys), MaxBodyBytes: prefill.Hash.MaxBodyBytes, BalanceFactor: prefill.Hash.BalanceFactor, BalanceOn: prefill.Hash.BalanceOn}
+	if t.BalanceFactor > 0 && t.BalanceOn == BalanceOnPromptBytes {
+		t.LoadInterval = prefill.Hash.LoadInterval
+	}
 	if h := prefill.Hash.Hot; h != nil {
 		by := h.SpreadBy
 		t.SpreadBy = &by

@@ -51,13 +51,15 @@ type loadState struct {
 	reports  *prometheus.CounterVec
 
 	mu sync.Mutex
-	// intervals are the pools observing load, by name; adapterHeaders
-	// their adapter headers, where they place adapters.
-	intervals      map[string]time.Duration
-	adapterHeaders map[string]string
-	due            map[string]time.Time
-	served         Loads
-	pushes         *prometheus.CounterVec
+	// intervals are the pools whose load is observed, by name; logs
+	// how each load log's entries count, by the name of the pool whose
+	// listener writes it (a decode pool's count against its prefill
+	// pool's replicas).
+	intervals map[string]time.Duration
+	logs      map[string]accesslog.LoadLog
+	due       map[string]time.Time
+	served    Loads
+	pushes    *prometheus.CounterVec
 }
 
 func newLoadState(reg prometheus.Registerer, x *ha.LoadExchange) *loadState {
@@ -90,7 +92,7 @@ func newLoadState(reg prometheus.Registerer, x *ha.LoadExchange) *loadState {
 		exchange:  x,
 		reports:   reports,
 		tracker:   inflight.New(func(r string, n int) { entries.WithLabelValues(r).Add(float64(n)) }),
-		intervals: map[string]time.Duration{}, adapterHeaders: map[string]string{}, due: map[string]time.Time{}, served: Loads{},
+		intervals: map[string]time.Duration{}, logs: map[string]accesslog.LoadLog{}, due: map[string]time.Time{}, served: Loads{},
 		pushes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_load_tables_total",
 			Help: "Pick tables served with new figures of the replicas' bytes in flight (changed, refreshed after five intervals, or dropped without log streams), by pool: each is one route update of the pool, at most one per load interval.",
@@ -103,14 +105,20 @@ func (l *loadState) update(f fleet.Fleet) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := map[string]time.Duration{}
-	clear(l.adapterHeaders)
+	clear(l.logs)
 	for i := range f.Pools {
 		p := &f.Pools[i]
-		if translate.ObservesLoad(p, translate.Envoy) {
+		switch {
+		case translate.PrefillLoad(p, translate.Envoy):
+			next[p.Prefill.Pool] = p.PrefillTable.LoadInterval
+			l.logs[p.Name] = accesslog.LoadLog{Pool: p.Prefill.Pool, HostHeader: strings.ToLower(p.Prefill.Header)}
+		case translate.ObservesLoad(p, translate.Envoy):
 			next[p.Name] = p.Hash.LoadInterval
+			ll := accesslog.LoadLog{Pool: p.Name}
 			if p.LoRA != nil {
-				l.adapterHeaders[p.Name] = p.LoRA.Header
+				ll.AdapterHeader = p.LoRA.Header
 			}
+			l.logs[p.Name] = ll
 		}
 	}
 	for name := range l.intervals {
@@ -189,11 +197,11 @@ func (r *Reconciler) LoadSink() accesslog.LoadSink { return loadSink{r.load} }
 
 type loadSink struct{ l *loadState }
 
-func (s loadSink) LoadPool(name string) (string, bool) {
+func (s loadSink) LoadPool(name string) (accesslog.LoadLog, bool) {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	_, ok := s.l.intervals[name]
-	return s.l.adapterHeaders[name], ok
+	ll, ok := s.l.logs[name]
+	return ll, ok
 }
 
 func (s loadSink) Start(stream uint64, pool, key string, a inflight.Attempt) {
@@ -209,14 +217,22 @@ func (s loadSink) Computed(stream uint64, pool string, ids []string) {
 func (s loadSink) CloseStream(stream uint64) { s.l.tracker.CloseStream(stream) }
 
 // WithLoad puts the observed requests in flight into f's pools that
-// observe load: each endpoint's InFlightBytes (zero when none is open)
+// observe load (and prefill pools whose decode pools observe it): each endpoint's InFlightBytes (zero when none is open)
 // and InFlightAdapters, and LoadAt. Other pools' are cleared.
 func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
+	// Prefill pools, whose decode pools' logs may load them (f is not
+	// prepared: it has no prefill tables yet).
+	prefills := map[string]bool{}
+	for i := range f.Pools {
+		if p := &f.Pools[i]; p.Prefill != nil {
+			prefills[p.Prefill.Pool] = true
+		}
+	}
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		load, ok := loads[p.Name]
 		p.LoadAt = time.Time{}
-		if ok && translate.ObservesLoad(p, translate.Envoy) {
+		if ok && (translate.ObservesLoad(p, translate.Envoy) || prefills[p.Name] && p.Hash.LoadInterval > 0) {
 			p.LoadAt = load.At
 		}
 		for j := range p.Endpoints {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/inflight"
+	"github.com/kvxds/kvxds/xds/accesslog"
 )
 
 // loadFleet is one pool bounding prompt bytes on its Envoys' load, over
@@ -35,8 +36,8 @@ func TestLoadDecide(t *testing.T) {
 	f := loadFleet()
 	l.update(f)
 	sink := loadSink{l}
-	if h, ok := sink.LoadPool("docs"); !ok || h != "" {
-		t.Fatalf("LoadPool(docs) = %q, %v; want no adapter header", h, ok)
+	if ll, ok := sink.LoadPool("docs"); !ok || ll != (accesslog.LoadLog{Pool: "docs"}) {
+		t.Fatalf("LoadPool(docs) = %+v, %v; want the pool's own, no adapter header", ll, ok)
 	}
 	if _, ok := sink.LoadPool("chat"); ok {
 		t.Fatal("LoadPool: want docs only")
@@ -88,8 +89,8 @@ func TestLoadAdapters(t *testing.T) {
 	l := newLoadState(prometheus.NewRegistry(), nil)
 	l.update(lora())
 	sink := loadSink{l}
-	if h, ok := sink.LoadPool("docs"); !ok || h != fleet.DefaultAdapterHeader {
-		t.Fatalf("LoadPool(docs) = %q, %v; want %q", h, ok, fleet.DefaultAdapterHeader)
+	if ll, ok := sink.LoadPool("docs"); !ok || ll.AdapterHeader != fleet.DefaultAdapterHeader {
+		t.Fatalf("LoadPool(docs) = %+v, %v; want adapter header %q", ll, ok, fleet.DefaultAdapterHeader)
 	}
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	sink.Start(1, "docs", "r1", inflight.Attempt{Host: "10.0.0.1:8000", Bytes: 100, Adapter: "sql", At: t0})
@@ -119,5 +120,58 @@ func TestLoadAdapters(t *testing.T) {
 	}
 	if changed, _ := l.decide(t0.Add(7 * time.Second)); !changed {
 		t.Fatal("an adapter in flight alone was not refreshed")
+	}
+}
+
+// TestLoadPrefill: a decode pool whose prefill pool bounds prompt bytes
+// with a load interval logs its requests as load on the prefill replicas
+// its header names; the prefill pool's figures, counted until the
+// decode replica's response starts, reach the decode pool's table.
+func TestLoadPrefill(t *testing.T) {
+	pf := loadFleet().Pools[0]
+	pf.Name = "docs-prefill"
+	decode := fleet.Pool{
+		Name:      "docs",
+		Settings:  fleet.Settings{Port: 10001, Balancer: fleet.LeastRequest, Prefill: &fleet.Prefill{Pool: "docs-prefill", Header: fleet.DefaultPrefillHeader}},
+		Endpoints: []fleet.Endpoint{{Host: "10.0.1.1", Port: 8000, Weight: 1, Health: fleet.Healthy}},
+	}
+	joined := fleet.Fleet{Pools: []fleet.Pool{decode, pf}}
+	prepare := func(f fleet.Fleet) fleet.Fleet {
+		t.Helper()
+		m, err := fleet.Prepare(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Fleet()
+	}
+	l := newLoadState(prometheus.NewRegistry(), nil)
+	l.update(prepare(joined))
+	sink := loadSink{l}
+	want := accesslog.LoadLog{Pool: "docs-prefill", HostHeader: fleet.DefaultPrefillHeader}
+	if ll, ok := sink.LoadPool("docs"); !ok || ll != want {
+		t.Fatalf("LoadPool(docs) = %+v, %v; want %+v", ll, ok, want)
+	}
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	sink.Start(1, "docs-prefill", "d1", inflight.Attempt{Host: "10.0.0.2:8000", Bytes: 9000, ID: "d1", At: t0})
+	sink.Start(1, "docs-prefill", "d2", inflight.Attempt{Host: "10.0.0.2:8000", Bytes: 300, ID: "d2", At: t0})
+	sink.Computed(1, "docs-prefill", []string{"d1"})
+	if changed, _ := l.decide(t0); !changed {
+		t.Fatal("decide: no figures for the prefill pool")
+	}
+	var table *fleet.SlotTable
+	for _, p := range prepare(WithLoad(joined, l.current())).Pools {
+		if p.Name == "docs" {
+			table = p.PrefillTable
+		}
+	}
+	if table == nil || table.Load == nil || table.LoadInterval != time.Second {
+		t.Fatalf("the decode pool's table carries no load: %+v", table)
+	}
+	got := map[string]uint64{}
+	for i, h := range table.Hosts {
+		got[h] = table.Load[i]
+	}
+	if got["10.0.0.1:8000"] != 0 || got["10.0.0.2:8000"] != 300 {
+		t.Errorf("the table's load = %v, want d2's 300 bytes on 10.0.0.2:8000 only", got)
 	}
 }

@@ -116,10 +116,9 @@ type AdapterSink interface {
 // per Envoy worker's logger) and request key (its x-request-id, attempt
 // and upstream host, the same in both entries).
 type LoadSink interface {
-	// LoadPool resolves a load log's pool name, with the header that
-	// names a request's LoRA adapter in its entries ("" if the pool
-	// places none); false for a pool kvxds does not serve.
-	LoadPool(name string) (adapterHeader string, ok bool)
+	// LoadPool resolves a load log's pool name to how its entries
+	// count; false for a pool kvxds does not serve.
+	LoadPool(name string) (LoadLog, bool)
 	Start(stream uint64, pool, key string, a inflight.Attempt)
 	End(stream uint64, pool, key string)
 	// Computed is told the request ids a start entry names as computed
@@ -128,6 +127,20 @@ type LoadSink interface {
 	// CloseStream is told that a stream ended: its open requests' ends
 	// will not come.
 	CloseStream(stream uint64)
+}
+
+// LoadLog is how a load log's entries count (LoadSink.LoadPool).
+type LoadLog struct {
+	// Pool is the pool whose replicas the requests load: the log's own,
+	// or a decode pool's prefill pool.
+	Pool string
+	// AdapterHeader names each request's LoRA adapter ("" if the pool
+	// places none).
+	AdapterHeader string
+	// HostHeader, in a decode pool's log, names the prefill replica each
+	// request loads (a request without one, prefilled on its decode
+	// replica, loads none); "" counts the upstream host.
+	HostHeader string
 }
 
 // Sink receives the logged requests.
@@ -304,7 +317,7 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 	if pool == "" {
 		return ResultUnknownPool
 	}
-	adapterHeader, ok := s.load.LoadPool(pool)
+	ll, ok := s.load.LoadPool(pool)
 	if !ok {
 		return ResultUnknownPool
 	}
@@ -321,8 +334,19 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 	}
 	upstream := address(sa)
 	key := id + "\x00" + strconv.FormatUint(uint64(c.GetUpstreamRequestAttemptCount()), 10) + "\x00" + upstream
+	host := upstream
+	if ll.HostHeader != "" {
+		// The prefill replica the filter named; none: prefilled on
+		// the decode replica.
+		if host, _ = header(logged, ll.HostHeader); len(host) > maxHost {
+			host = ""
+		}
+	}
 	if typ == datav3.AccessLogType_UpstreamEnd {
-		s.load.End(stream, pool, key)
+		if host == "" {
+			return ResultLoadOther
+		}
+		s.load.End(stream, ll.Pool, key)
 		return ResultLoad
 	}
 	var n uint64
@@ -332,17 +356,21 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 			return ResultBadLoad
 		}
 	}
-	a := inflight.Attempt{Host: upstream, Bytes: n, ID: id, At: s.now()}
-	if t := c.GetStartTime(); t != nil {
-		a.At = t.AsTime()
-	}
-	if adapterHeader != "" {
-		// A name the pick filter could not have matched is no adapter.
-		if v, _ := header(logged, adapterHeader); fleet.CheckAdapterName(v) == "" {
-			a.Adapter = v
+	result := ResultLoadOther
+	if host != "" {
+		a := inflight.Attempt{Host: host, Bytes: n, ID: id, At: s.now()}
+		if t := c.GetStartTime(); t != nil {
+			a.At = t.AsTime()
 		}
+		if ll.AdapterHeader != "" {
+			// A name the pick filter could not have matched is no adapter.
+			if v, _ := header(logged, ll.AdapterHeader); fleet.CheckAdapterName(v) == "" {
+				a.Adapter = v
+			}
+		}
+		s.load.Start(stream, ll.Pool, key, a)
+		result = ResultLoad
 	}
-	s.load.Start(stream, pool, key, a)
 	// The pick filter names, on a request, the earlier requests of its
 	// Lua state whose response body started.
 	if v, ok := header(logged, translate.LoadLogComputed); ok {
@@ -352,14 +380,19 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 				ids = append(ids, id)
 			}
 		}
-		s.load.Computed(stream, pool, ids)
+		s.load.Computed(stream, ll.Pool, ids)
+		result = ResultLoad
 	}
-	return ResultLoad
+	return result
 }
 
 // maxRequestID bounds the request ids kept: Envoy's are 36-byte UUIDs; a
 // client's own x-request-id passes through, and may be anything.
 const maxRequestID = 128
+
+// maxHost bounds a prefill replica's address read from a decode pool's
+// load log.
+const maxHost = 300
 
 // entry hands one entry to the sink and returns its result.
 func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {

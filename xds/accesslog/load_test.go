@@ -23,7 +23,16 @@ type fakeLoad struct {
 	calls []string
 }
 
-func (f *fakeLoad) LoadPool(name string) (string, bool) { return "x-kvxds-adapter", name == "docs" }
+func (f *fakeLoad) LoadPool(name string) (LoadLog, bool) {
+	switch name {
+	case "docs":
+		return LoadLog{Pool: "docs", AdapterHeader: "x-kvxds-adapter"}, true
+	case "chat-decode":
+		// A decode pool's log: its requests load chat-prefill's replicas.
+		return LoadLog{Pool: "chat-prefill", HostHeader: "x-prefiller-host-port"}, true
+	}
+	return LoadLog{}, false
+}
 
 func (f *fakeLoad) record(s string) {
 	f.mu.Lock()
@@ -111,6 +120,45 @@ func TestLoadEntries(t *testing.T) {
 		t.Errorf("load sink got\n%q\nwant\n%q", got, want)
 	}
 	for result, n := range map[string]float64{ResultLoad: 7, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
+		if v := testutil.ToFloat64(mustCounter(t, reg, result)); v != n {
+			t.Errorf("entries %s = %v, want %v", result, v, n)
+		}
+	}
+}
+
+// TestDecodeLoadEntries: a decode pool's load log counts each request
+// against the prefill replica its prefill header names, in the prefill
+// pool, from its start to its end or until a later request names it
+// computed; a request without the header (prefilled on its decode
+// replica) loads none, though the computed ids it carries count.
+func TestDecodeLoadEntries(t *testing.T) {
+	load := &fakeLoad{}
+	reg := prometheus.NewRegistry()
+	c := serveWith(t, Options{Sink: &fakeSink{}, Load: load, Registerer: reg})
+	ready, end := datav3.AccessLogType_UpstreamPoolReady, datav3.AccessLogType_UpstreamEnd
+	id := &alsv3.StreamAccessLogsMessage_Identifier{Node: envoyNode("envoy-1"), LogName: "kvxds-load/chat-decode"}
+	if err := send(t, c, httpLogs(id,
+		loadEntry(ready, "10.0.3.1", 1, map[string]string{"x-request-id": "d1", "content-length": "5000", "x-prefiller-host-port": "10.0.4.2:8000"}),
+		loadEntry(ready, "10.0.3.2", 1, map[string]string{"x-request-id": "d2", "content-length": "40", "x-kvxds-computed": "d1"}),
+		loadEntry(end, "10.0.3.2", 1, map[string]string{"x-request-id": "d2"}),
+		loadEntry(end, "10.0.3.1", 1, map[string]string{"x-request-id": "d1", "x-prefiller-host-port": "10.0.4.2:8000"}),
+		loadEntry(ready, "10.0.3.1", 1, map[string]string{"x-request-id": "d3", "content-length": "9", "x-prefiller-host-port": strings.Repeat("h", 301)}),
+	)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`start 1 chat-prefill "d1\x001\x0010.0.3.1:8000" 10.0.4.2:8000 5000 "" 10:00:00`,
+		`computed 1 chat-prefill ["d1"]`,
+		`end 1 chat-prefill "d1\x001\x0010.0.3.1:8000"`,
+		`close 1`,
+	}
+	load.mu.Lock()
+	got := slices.Clone(load.calls)
+	load.mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Errorf("load sink got\n%q\nwant\n%q", got, want)
+	}
+	for result, n := range map[string]float64{ResultLoad: 3, ResultLoadOther: 2} {
 		if v := testutil.ToFloat64(mustCounter(t, reg, result)); v != n {
 			t.Errorf("entries %s = %v, want %v", result, v, n)
 		}

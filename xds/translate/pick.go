@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"strings"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -48,9 +49,25 @@ func Picks(p *fleet.Pool, kind Kind) bool {
 }
 
 // ObservesLoad reports whether kind's listener of p reports its requests
-// in flight to kvxds (loadAccessLog): a pick pool with a load interval.
+// in flight to kvxds (loadAccessLog): a pick pool with a load interval,
+// or a decode pool whose prefill pool is one (PrefillLoad).
 func ObservesLoad(p *fleet.Pool, kind Kind) bool {
-	return Picks(p, kind) && p.Hash.LoadInterval > 0
+	return Picks(p, kind) && p.Hash.LoadInterval > 0 || PrefillLoad(p, kind)
+}
+
+// PrefillLoad reports whether kind's listener of decode pool p reports
+// its requests to kvxds as load on the prefill replicas it names: its
+// prefill pool bounds prompt bytes with a load interval. Its load log's
+// entries then count against the replica in the prefill header, from the
+// request until the decode replica's response starts (the prefill filter
+// names it computed), and kvxds serves the prefill pool's figures in the
+// decode pool's table.
+func PrefillLoad(p *fleet.Pool, kind Kind) bool {
+	if !prefills(p, kind) {
+		return false
+	}
+	t := p.PrefillTable
+	return t.BalanceFactor > 0 && t.BalanceOn == fleet.BalanceOnPromptBytes && t.LoadInterval > 0
 }
 
 // LoadLogPrefix starts the log name of a pool's load log: pool "chat"
@@ -93,7 +110,14 @@ func loadAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 		// The adapter the request names, which the pick filter set.
 		headers = append(headers, p.LoRA.Header)
 	}
-	return grpcAccessLog(LoadLogName(p.Name), logCluster, fleet.LoadLogFlush(p.Hash), headers)
+	flush := fleet.LoadLogFlush(p.Hash)
+	if PrefillLoad(p, Envoy) {
+		// The prefill replica the request loads, which the prefill
+		// filter named; at the prefill pool's pace.
+		headers = append(headers, strings.ToLower(p.Prefill.Header))
+		flush = fleet.LoadLogFlush(fleet.Hash{LoadInterval: p.PrefillTable.LoadInterval})
+	}
+	return grpcAccessLog(LoadLogName(p.Name), logCluster, flush, headers)
 }
 
 // PickTable is the slot table kind's listener of p picks replicas by, or
@@ -134,7 +158,7 @@ func pickFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 		adapterHeader = p.LoRA.Header
 	}
 	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: keys, Override: true, Slots: fleet.PrefillSlots,
-		SpreadHeader: spreadHeader, SpreadRaw: raw, AdapterHeader: adapterHeader})
+		SpreadHeader: spreadHeader, SpreadRaw: raw, AdapterHeader: adapterHeader, NameComputed: ObservesLoad(p, Envoy)})
 	if err != nil {
 		return nil, err
 	}

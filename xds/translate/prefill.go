@@ -125,7 +125,8 @@ func prefillFilters(p *fleet.Pool) ([]*hcmv3.HttpFilter, error) {
 		out = append(out, f)
 	}
 	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: headers, Header: p.Prefill.Header,
-		MinBody: p.Prefill.MinBodyBytes, Slots: fleet.PrefillSlots, SpreadHeader: spreadHeader, SpreadRaw: raw})
+		MinBody: p.Prefill.MinBodyBytes, Slots: fleet.PrefillSlots, SpreadHeader: spreadHeader, SpreadRaw: raw,
+		NameComputed: ObservesLoad(p, Envoy)})
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,10 @@ type Prefill struct {
 	// filter before this one), "" for a pool without adapters: a request
 	// naming one of the table's adapters picks among its replicas.
 	AdapterHeader string
+	// NameComputed: the pool's load log reports its requests to kvxds,
+	// and the script names, on each request, the earlier requests whose
+	// prompts were computed since (ComputedHeader).
+	NameComputed bool
 }
 
 // ComputedHeader is where a pool's pick filter names, on a request, the
@@ -97,7 +101,7 @@ func LuaPrefill(p Prefill) (string, error) {
 	fmt.Fprintf(&b, "local PREFILL_HEADER = %s\nlocal MIN_BODY = %d\nlocal SLOTS = %d\nlocal SPREAD_BITS = %d\n",
 		header, p.MinBody, p.Slots, SpreadBits)
 	fmt.Fprintf(&b, "local ADAPTER_HEADER = %s\n", luaStringOrNil(strings.ToLower(p.AdapterHeader)))
-	if p.Override {
+	if p.NameComputed {
 		fmt.Fprintf(&b, "local COMPUTED_HEADER, MAX_COMPUTED = %s, %d\n", luaString(ComputedHeader), MaxComputed)
 	} else {
 		b.WriteString("local COMPUTED_HEADER, MAX_COMPUTED = nil, 0\n")

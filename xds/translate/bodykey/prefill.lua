@@ -148,6 +148,13 @@ end
 -- request, which names them (COMPUTED_HEADER) for kvxds's figures.
 local pending = {}
 
+-- Name request o (just computed) on this state's next request.
+local function notice(o)
+  if COMPUTED_HEADER ~= nil and o ~= nil and type(o.rid) == "string" and o.rid ~= "" and #pending < MAX_COMPUTED then
+    pending[#pending + 1] = o.rid
+  end
+end
+
 local function release(id)
   local o = open[id]
   if o == nil then return end
@@ -426,12 +433,9 @@ function envoy_on_response(handle)
   local md = handle:streamInfo():dynamicMetadata():get("kvxds.prefill")
   if md == nil or md.open == nil then return end
   if PREFILL_HEADER == nil then
-    for _ in handle:bodyChunks() do
-      local o = computed(md.open)
-      if o ~= nil and type(o.rid) == "string" and o.rid ~= "" and #pending < MAX_COMPUTED then
-        pending[#pending + 1] = o.rid
-      end
-    end
+    for _ in handle:bodyChunks() do notice(computed(md.open)) end
+  else
+    notice(computed(md.open))
   end
   release(md.open)
 end

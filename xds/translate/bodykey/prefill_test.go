@@ -645,7 +645,8 @@ func TestLuaPickReleasesAtFirstChunk(t *testing.T) {
 	}
 }
 
-// A pool's pick filter names, on the next request through its Lua state,
+// A pool's pick filter whose pool reports its load names, on the next
+// request through its Lua state,
 // the x-request-ids of its requests whose response body started since
 // (at most MaxComputed; the rest count until their end), so that kvxds's
 // figures stop counting them too; it removes any a client sent, and names
@@ -655,7 +656,7 @@ func TestLuaPickNamesComputed(t *testing.T) {
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000"}
 	write := tempWriter(t)
 	table := write("table", strings.Repeat("000001", 32)+"\n"+strings.Join(hosts, "\n")+"\nbalance\t150\nbytes\n")
-	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64})
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, NameComputed: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,16 +693,24 @@ func TestLuaPickNamesComputed(t *testing.T) {
 	if got := strings.Fields(string(out)); !slices.Equal(got, want) {
 		t.Errorf("%s per request:\n%q\nwant\n%q", ComputedHeader, got, want)
 	}
-	// A decode pool's prefill filter names no replica of its own: no ids.
-	src, err = LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Header: "x-prefiller-host-port", Slots: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err = exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, write("cases", "1000\tx-session-id=a\tx-request-id=r1\nfirst\t1\n1000\tx-session-id=a\tx-request-id=r2\tx-kvxds-computed=r9\n"), ComputedHeader).CombinedOutput()
-	if err != nil {
-		t.Fatalf("luajit: %v\n%s", err, out)
-	}
-	if got := strings.Fields(string(out)); !slices.Equal(got, []string{"-", "r9"}) {
-		t.Errorf("prefill filter: %s per request %q, want none set (a client's passes)", ComputedHeader, got)
+	// A decode pool's prefill filter names its requests once the decode
+	// replica's response starts (the prefill is done), where its pool's
+	// load log reports them; where it does not, it names none, and a
+	// client's header passes untouched.
+	for _, tc := range []struct {
+		name bool
+		want []string
+	}{{true, []string{"-", "r1"}}, {false, []string{"-", "r9"}}} {
+		src, err = LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Header: "x-prefiller-host-port", Slots: 64, NameComputed: tc.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err = exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, write("cases", "1000\tx-session-id=a\tx-request-id=r1\nrespond\t1\n1000\tx-session-id=a\tx-request-id=r2\tx-kvxds-computed=r9\n"), ComputedHeader).CombinedOutput()
+		if err != nil {
+			t.Fatalf("luajit: %v\n%s", err, out)
+		}
+		if got := strings.Fields(string(out)); !slices.Equal(got, tc.want) {
+			t.Errorf("prefill filter, naming %v: %s per request %q, want %q", tc.name, ComputedHeader, got, tc.want)
+		}
 	}
 }
