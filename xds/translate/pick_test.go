@@ -1,7 +1,13 @@
 package translate
 
 import (
+	"slices"
 	"testing"
+	"time"
+
+	grpcalsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 
 	"github.com/kvxds/kvxds/fleet"
 )
@@ -105,6 +111,74 @@ func TestPrefillTableBytes(t *testing.T) {
 			}
 			if Picks(&d, Envoy) {
 				t.Error("a decode pool picks its own replicas")
+			}
+		})
+	}
+}
+
+// A decode pool whose prefill pool bounds prompt bytes with a load
+// interval writes the load log, with the prefill header among its
+// headers, at the prefill pool's pace, and its prefill filter names
+// computed requests; with no interval, or bounding requests, neither.
+func TestPrefillLoadLog(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		on       string
+		interval time.Duration
+		want     bool
+	}{
+		{"bytes with an interval", fleet.BalanceOnPromptBytes, 2 * time.Second, true},
+		{"bytes on each filter's own counts", fleet.BalanceOnPromptBytes, 0, false},
+		{"requests", fleet.BalanceOnRequests, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefill := fleet.Pool{Name: "prefill", Settings: fleet.Settings{Port: 10001, Balancer: fleet.ConsistentHash,
+				Hash: fleet.Hash{BalanceFactor: 150, BalanceOn: tc.on, LoadInterval: tc.interval, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
+				Endpoints: []fleet.Endpoint{{Host: "10.0.1.1", Port: 8000}, {Host: "10.0.1.2", Port: 8000}}}
+			decode := fleet.Pool{Name: "decode", Settings: fleet.Settings{Port: 10000, Balancer: fleet.LeastRequest,
+				Prefill: &fleet.Prefill{Pool: "prefill", Header: fleet.DefaultPrefillHeader}},
+				Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}}}
+			m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{decode, prefill}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := m.Fleet().Pools[0]
+			if got := PrefillLoad(&d, Envoy); got != tc.want || ObservesLoad(&d, Envoy) != tc.want {
+				t.Fatalf("PrefillLoad %v, ObservesLoad %v; want %v", got, ObservesLoad(&d, Envoy), tc.want)
+			}
+			if PrefillLoad(&d, GRPC) {
+				t.Error("a gRPC client's decode pool logs load")
+			}
+			hcm, err := httpConnectionManager(&d, Envoy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var router routerv3.Router
+			for _, f := range hcm.GetHttpFilters() {
+				if f.GetName() == wellknown.Router {
+					if err := f.GetTypedConfig().UnmarshalTo(&router); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got := len(router.GetUpstreamLog()) == 1; got != tc.want {
+				t.Fatalf("upstream logs %d, want one: %v", len(router.GetUpstreamLog()), tc.want)
+			}
+			if !tc.want {
+				return
+			}
+			var cfg grpcalsv3.HttpGrpcAccessLogConfig
+			if err := router.GetUpstreamLog()[0].GetTypedConfig().UnmarshalTo(&cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.GetCommonConfig().GetLogName(); got != LoadLogName("decode") {
+				t.Errorf("log name %q", got)
+			}
+			if got := cfg.GetCommonConfig().GetBufferFlushInterval().AsDuration(); got != 200*time.Millisecond {
+				t.Errorf("flushed every %v, want a tenth of the prefill pool's interval", got)
+			}
+			if hs := cfg.GetAdditionalRequestHeadersToLog(); !slices.Contains(hs, "x-prefiller-host-port") || !slices.Contains(hs, LoadLogComputed) {
+				t.Errorf("logged headers %q: want the prefill header and %s", hs, LoadLogComputed)
 			}
 		})
 	}
