@@ -18,8 +18,9 @@
 // A request's bytes count until its prompt is computed, not until its
 // response ends: what a new request waits for on a replica is prompts,
 // and a replica decoding many replies computes none. Envoy's upstream log
-// marks no first token, so the pick filter names the requests whose
-// response body started (their x-request-id) on the next request it
+// marks no first token, so the filter that chose the replica (a pool's
+// pick filter, a decode pool's prefill filter) names the requests whose
+// prompt was computed (their x-request-id) on the next request it
 // handles (bodykey.ComputedHeader), whose start entry carries them to
 // Computed; a request never named counts until its end.
 //
@@ -232,7 +233,6 @@ func (t *Tracker) Computed(stream uint64, name string, ids []string) {
 	if n > 0 {
 		t.count(Computed, n)
 	}
-
 }
 
 // uncount takes o's bytes off its host's.

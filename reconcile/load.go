@@ -111,7 +111,7 @@ func (l *loadState) update(f fleet.Fleet) {
 		switch {
 		case translate.PrefillLoad(p, translate.Envoy):
 			next[p.Prefill.Pool] = p.PrefillTable.LoadInterval
-			l.logs[p.Name] = accesslog.LoadLog{Pool: p.Prefill.Pool, HostHeader: strings.ToLower(p.Prefill.Header)}
+			l.logs[p.Name] = accesslog.LoadLog{Pool: p.Prefill.Pool, HostHeader: p.Prefill.Header}
 		case translate.ObservesLoad(p, translate.Envoy):
 			next[p.Name] = p.Hash.LoadInterval
 			ll := accesslog.LoadLog{Pool: p.Name}
@@ -217,8 +217,9 @@ func (s loadSink) Computed(stream uint64, pool string, ids []string) {
 func (s loadSink) CloseStream(stream uint64) { s.l.tracker.CloseStream(stream) }
 
 // WithLoad puts the observed requests in flight into f's pools that
-// observe load (and prefill pools whose decode pools observe it): each endpoint's InFlightBytes (zero when none is open)
-// and InFlightAdapters, and LoadAt. Other pools' are cleared.
+// observe load, and into prefill pools whose decode pools observe it:
+// each endpoint's InFlightBytes (zero when none is open) and
+// InFlightAdapters, and LoadAt. Other pools' are cleared.
 func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	// Prefill pools, whose decode pools' logs may load them (f is not
 	// prepared: it has no prefill tables yet).

@@ -2,7 +2,6 @@ package translate
 
 import (
 	"fmt"
-	"strings"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -114,7 +113,7 @@ func loadAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	if PrefillLoad(p, Envoy) {
 		// The prefill replica the request loads, which the prefill
 		// filter named; at the prefill pool's pace.
-		headers = append(headers, strings.ToLower(p.Prefill.Header))
+		headers = append(headers, p.Prefill.Header)
 		flush = fleet.LoadLogFlush(fleet.Hash{LoadInterval: p.PrefillTable.LoadInterval})
 	}
 	return grpcAccessLog(LoadLogName(p.Name), logCluster, flush, headers)

@@ -84,23 +84,30 @@ func TestPicks(t *testing.T) {
 	}
 }
 
+// preparedDecode is the prepared decode pool of a fleet whose prefill
+// pool (two replicas, keyed on x-session-id) has hash settings h.
+func preparedDecode(t *testing.T, h fleet.Hash) fleet.Pool {
+	t.Helper()
+	h.Keys = []fleet.HashKey{{Header: "x-session-id"}}
+	prefill := fleet.Pool{Name: "prefill", Settings: fleet.Settings{Port: 10001, Balancer: fleet.ConsistentHash, Hash: h},
+		Endpoints: []fleet.Endpoint{{Host: "10.0.1.1", Port: 8000}, {Host: "10.0.1.2", Port: 8000}}}
+	decode := fleet.Pool{Name: "decode", Settings: fleet.Settings{Port: 10000, Balancer: fleet.LeastRequest,
+		Prefill: &fleet.Prefill{Pool: "prefill", Header: fleet.DefaultPrefillHeader}},
+		Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}}}
+	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{decode, prefill}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Fleet().Pools[0]
+}
+
 // A prefill pool bounding prompt bytes says so in the decode pool's
 // prefill table, where the prefill filter reads it; one bounding
 // requests does not.
 func TestPrefillTableBytes(t *testing.T) {
 	for _, on := range []string{"", fleet.BalanceOnRequests, fleet.BalanceOnPromptBytes} {
 		t.Run(on, func(t *testing.T) {
-			prefill := fleet.Pool{Name: "prefill", Settings: fleet.Settings{Port: 10001,
-				Hash: fleet.Hash{BalanceFactor: 150, BalanceOn: on, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
-				Endpoints: []fleet.Endpoint{{Host: "10.0.1.1", Port: 8000}, {Host: "10.0.1.2", Port: 8000}}}
-			decode := fleet.Pool{Name: "decode", Settings: fleet.Settings{Port: 10000, Balancer: fleet.LeastRequest,
-				Prefill: &fleet.Prefill{Pool: "prefill", Header: fleet.DefaultPrefillHeader}},
-				Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}}}
-			m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{decode, prefill}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := m.Fleet().Pools[0]
+			d := preparedDecode(t, fleet.Hash{BalanceFactor: 150, BalanceOn: on})
 			md, err := prefillMetadata(&d)
 			if err != nil {
 				t.Fatal(err)
@@ -132,17 +139,7 @@ func TestPrefillLoadLog(t *testing.T) {
 		{"requests", fleet.BalanceOnRequests, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			prefill := fleet.Pool{Name: "prefill", Settings: fleet.Settings{Port: 10001, Balancer: fleet.ConsistentHash,
-				Hash: fleet.Hash{BalanceFactor: 150, BalanceOn: tc.on, LoadInterval: tc.interval, Keys: []fleet.HashKey{{Header: "x-session-id"}}}},
-				Endpoints: []fleet.Endpoint{{Host: "10.0.1.1", Port: 8000}, {Host: "10.0.1.2", Port: 8000}}}
-			decode := fleet.Pool{Name: "decode", Settings: fleet.Settings{Port: 10000, Balancer: fleet.LeastRequest,
-				Prefill: &fleet.Prefill{Pool: "prefill", Header: fleet.DefaultPrefillHeader}},
-				Endpoints: []fleet.Endpoint{{Host: "10.0.0.1", Port: 8000}}}
-			m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{decode, prefill}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := m.Fleet().Pools[0]
+			d := preparedDecode(t, fleet.Hash{BalanceFactor: 150, BalanceOn: tc.on, LoadInterval: tc.interval})
 			if got := PrefillLoad(&d, Envoy); got != tc.want || ObservesLoad(&d, Envoy) != tc.want {
 				t.Fatalf("PrefillLoad %v, ObservesLoad %v; want %v", got, ObservesLoad(&d, Envoy), tc.want)
 			}

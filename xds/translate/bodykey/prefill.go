@@ -48,16 +48,17 @@ type Prefill struct {
 	NameComputed bool
 }
 
-// ComputedHeader is where a pool's pick filter names, on a request, the
-// x-request-ids (comma-separated, at most MaxComputed) of earlier
-// requests of its Lua state whose response body started since: their
-// prompts are computed. The load log carries it to kvxds, whose figures
-// then stop counting them; Envoy's upstream log marks no first token. The
-// filter replaces any a client sent.
+// ComputedHeader is where a filter with NameComputed names, on a
+// request, the x-request-ids (comma-separated, at most MaxComputed) of
+// earlier requests of its Lua state whose prompts were computed since (a
+// pool's own: its response body started; a prefill replica's: the decode
+// replica's response started). The load log carries it to kvxds, whose
+// figures then stop counting them; Envoy's upstream log marks no first
+// token. The filter replaces any a client sent.
 const ComputedHeader = "x-kvxds-computed"
 
-// MaxComputed bounds the ids one request names in ComputedHeader; more
-// wait for the next request.
+// MaxComputed bounds the ids one request names in ComputedHeader; a
+// request computed past it is not named, and counts until its end.
 const MaxComputed = 16
 
 // PrefillKey is one key of the prefill pool's chain: the header carrying
