@@ -403,6 +403,11 @@ type Endpoint struct {
 	// the adapters it is a member of keep it, served healthy in their
 	// tables, rather than fill in.
 	Saturated bool `json:"saturated,omitempty"`
+	// Cached is the replica's prefix-cache hit rate in sixteenths, as
+	// the weights decided (weights.Decision.Cached; 0: unknown): a bound
+	// on prompt bytes counts 1 − Cached/16 of the bytes in flight there,
+	// since what hits the cache is not computed again. It moves no key.
+	Cached uint8 `json:"cached,omitempty"`
 	// InFlightBytes is the prompt bytes the Envoys that log to this kvxds
 	// instance have in flight to the replica, in a pool whose pick
 	// filters bound on the fleet's load (Hash.LoadInterval); zero

@@ -106,6 +106,12 @@ type SlotTable struct {
 	// of it may be missing from Load (the upstream log's flush interval,
 	// twice, and the push); zero without Load.
 	LoadLag time.Duration `json:"load_lag,omitempty"`
+	// Cached is, where the bound counts prompt bytes, each host's
+	// prefix-cache hit rate in sixteenths (Endpoint.Cached), in Hosts
+	// order; nil when none is known. The bound weighs a host's bytes in
+	// flight by 1 − Cached/16: a replica whose requests mostly hit its
+	// cache computes little of the bytes it was sent.
+	Cached []uint8 `json:"cached,omitempty"`
 	// Adapters are, in a hash pool's own table, its placed adapters'
 	// entries by name (PickAdapters).
 	Adapters map[string]AdapterPick `json:"adapters,omitempty"`
@@ -117,6 +123,10 @@ type SlotTable struct {
 	AdapterSlots []int    `json:"adapter_slots,omitempty"`
 	Running      []string `json:"running,omitempty"`
 }
+
+// MaxCached is the highest Endpoint.Cached (weights.CachedMax): a host
+// counts at least a sixteenth of its bytes in flight.
+const MaxCached = 15
 
 // LoadLogFlush is how often Envoy flushes the upstream log that reports
 // a pool's requests in flight: a tenth of its load interval, at least
@@ -183,10 +193,11 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 		}
 	}
 	type member struct {
-		id   string
-		addr string
-		w    uint32
-		load uint64
+		id     string
+		addr   string
+		w      uint32
+		load   uint64
+		cached uint8
 	}
 	var ms []member
 	seen := map[string]bool{}
@@ -200,7 +211,7 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 			continue
 		}
 		seen[e.Address()] = true
-		ms = append(ms, member{id: e.Identity(), addr: e.Address(), w: e.Weight, load: e.InFlightBytes})
+		ms = append(ms, member{id: e.Identity(), addr: e.Address(), w: e.Weight, load: e.InFlightBytes, cached: e.Cached})
 	}
 	if len(ms) == 0 {
 		return t
@@ -211,6 +222,11 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 	slices.SortFunc(ms, func(a, b member) int { return cmp.Compare(a.addr, b.addr) })
 	for _, m := range ms {
 		t.Hosts = append(t.Hosts, m.addr)
+	}
+	if t.BalanceFactor > 0 && t.BalanceOn == BalanceOnPromptBytes && slices.ContainsFunc(ms, func(m member) bool { return m.cached > 0 }) {
+		for _, m := range ms {
+			t.Cached = append(t.Cached, min(m.cached, MaxCached))
+		}
 	}
 	if !prefill.LoadAt.IsZero() && prefill.Hash.LoadInterval > 0 {
 		for _, m := range ms {

@@ -52,6 +52,7 @@ func Join(p *policy.Policy, discovered []discovery.PoolTargets, decisions map[st
 				if d.Weight > 0 {
 					e.Weight = max(e.Weight, 1) * d.Weight
 				}
+				e.Cached = min(d.Cached, fleet.MaxCached)
 				if d.Saturated {
 					// Saturated only when that is all that takes it out:
 					// a replica draining to leave still leaves.

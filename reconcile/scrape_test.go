@@ -52,8 +52,8 @@ pool "batch" {
 	before := slices.Clone(discovered[0].Targets)
 	got := Join(p, discovered, map[string]map[string]weights.Decision{
 		"chat": {
-			"a":           {Weight: 4},
-			"b":           {Weight: 2, Saturated: true},
+			"a":           {Weight: 4, Cached: 12},
+			"b":           {Weight: 2, Saturated: true, Cached: 200}, // past the last band: the last
 			"10.0.0.3:80": {Weight: 2},
 			"d":           {Weight: 3},                  // a terminating replica stays draining
 			"e":           {Weight: 1, Saturated: true}, // and is not saturated: it leaves
@@ -64,8 +64,8 @@ pool "batch" {
 		t.Errorf("Join changed the discovered targets: %+v", discovered[0].Targets)
 	}
 	want := map[string]fleet.Endpoint{
-		"a":           {Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 8},
-		"b":           {Host: "10.0.0.2", Port: 80, HashKey: "b", Weight: 2, Health: fleet.Draining, Saturated: true},
+		"a":           {Host: "10.0.0.1", Port: 80, HashKey: "a", Weight: 8, Cached: 12},
+		"b":           {Host: "10.0.0.2", Port: 80, HashKey: "b", Weight: 2, Health: fleet.Draining, Saturated: true, Cached: fleet.MaxCached},
 		"10.0.0.3:80": {Host: "10.0.0.3", Port: 80, HashKey: "10.0.0.3:80", Weight: 6},
 		"d":           {Host: "10.0.0.4", Port: 80, HashKey: "d", Weight: 3, Health: fleet.Draining},
 		"e":           {Host: "10.0.0.5", Port: 80, HashKey: "e", Weight: 1, Health: fleet.Draining},

@@ -209,6 +209,14 @@ type memo struct {
 	hasEWMA bool
 	ewma    float64 // smoothed free capacity
 
+	// Prefix-cache counter baselines for the hit rate, the smoothed
+	// rate, and its band in sixteenths (cached).
+	hasHits    bool
+	hitQ, hitH float64
+	hasHitRate bool
+	hitRate    float64
+	cached     uint8
+
 	hasLevel   bool
 	level      int
 	changed    bool // the weight has changed at least once
@@ -348,6 +356,9 @@ func StepDomains(cfg Config, prev State, ids []string, domains map[string]string
 		next.replicas[id] = r
 
 		d := Decision{Weight: cfg.levelWeight(r.level)}
+		if fresh[i] && r.hasHitRate {
+			d.Cached = r.cached
+		}
 		if !fresh[i] {
 			d.Stale = r.hasGood || now.Sub(r.firstSeen) > cfg.StaleAfter
 		}
@@ -495,6 +506,8 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 
 	// Preemptions: rate between consecutive good observations carrying
 	// the counter; a decrease is a reset, rebased without counting.
+	r.foldHits(cfg, s)
+
 	rate, preempted := 0.0, false
 	if c, ok := usable(s.Preemptions); ok {
 		if r.hasPre {
@@ -570,6 +583,54 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 	} else {
 		r.ewma, r.hasEWMA = f, true
 	}
+}
+
+// foldHits folds an observation's prefix-cache counters (the rate of hits
+// over lookups since the previous one), or else the engine's own hit
+// rate, into the smoothed hit rate and its band. A counter that
+// decreased restarted: rebased without a rate.
+func (r *memo) foldHits(cfg *Config, s *Signals) {
+	rate, ok := math.NaN(), false
+	q, qok := usable(s.PrefixQueries)
+	h, hok := usable(s.PrefixHits)
+	switch {
+	case qok && hok:
+		if r.hasHits && q > r.hitQ && h >= r.hitH {
+			rate, ok = min((h-r.hitH)/(q-r.hitQ), 1), true
+		}
+		r.hasHits, r.hitQ, r.hitH = true, q, h
+	default:
+		r.hasHits = false
+		if v, vok := usable(s.PrefixHitRate); vok {
+			rate, ok = min(v, 1), true
+		}
+	}
+	if !ok {
+		return
+	}
+	if r.hasHitRate {
+		r.hitRate = cfg.Smoothing*rate + (1-cfg.Smoothing)*r.hitRate
+	} else {
+		r.hitRate, r.hasHitRate = rate, true
+	}
+	r.cached = cachedBand(r.cached, r.hitRate)
+}
+
+// cachedBand is the band in sixteenths (at most CachedMax) of hit rate x,
+// moving from band c only when x is a quarter band past its edge, so that
+// a rate near an edge does not push a table at every scrape.
+func cachedBand(c uint8, x float64) uint8 {
+	const margin = 0.25
+	b := func(v float64) uint8 {
+		return uint8(min(max(math.Floor(v*16), 0), CachedMax))
+	}
+	if up := b(x - margin/16); up > c {
+		return up
+	}
+	if down := b(x + margin/16); down < c {
+		return down
+	}
+	return c
 }
 
 // usable reports whether a signal value is usable: not NaN (absent), not

@@ -959,3 +959,42 @@ func TestStepDomains(t *testing.T) {
 		t.Errorf("absolute weights: with domains %v, without %v", dom.Decisions, plain.Decisions)
 	}
 }
+
+// sigHits is an idle replica's page with prefix-cache counters (queries,
+// hits), or with the engine's own rate where queries is NaN.
+func sigHits(queries, hits, rate float64) *Signals {
+	s := absentSignals()
+	s.QueueDepth, s.PrefixQueries, s.PrefixHits, s.PrefixHitRate = 0, queries, hits, rate
+	return &s
+}
+
+// A replica's decision carries its prefix-cache hit rate in sixteenths:
+// the rate between scrapes of the counters, smoothed, held within a band
+// until it is a quarter band past an edge; a counter reset is rebased;
+// an engine's own rate stands in for missing counters; stale metrics
+// carry none.
+func TestStepCached(t *testing.T) {
+	n := math.NaN()
+	cached := func(c uint8) Decision { return Decision{Weight: 4, Cached: c} }
+	runStepTicks(t, stepTestConfig(), []stepTick{
+		{at: 0, sig: sigHits(1000, 900, n), want: cached(0)},          // a baseline, no rate yet
+		{at: 10, sig: sigHits(2000, 1900, n), want: cached(15)},       // 1000/1000: capped at 15
+		{at: 20, sig: sigHits(3000, 2400, n), want: cached(8)},        // 500/1000 = 8/16
+		{at: 30, sig: sigHits(4000, 2975, n), want: cached(8)},        // 0.575 = 9.2/16: within a quarter band of 9
+		{at: 40, sig: sigHits(5000, 3565, n), want: cached(9)},        // 0.59 = 9.44/16: past it
+		{at: 50, sig: sigHits(5000, 3565, n), want: cached(9)},        // no lookups: no rate, the band stays
+		{at: 60, sig: sigHits(100, 10, n), want: cached(9)},           // a restart: rebased
+		{at: 70, sig: sigHits(1100, 260, n), want: cached(4)},         // 250/1000 = 4/16
+		{at: 80, sig: sigHits(n, n, 0.75), want: cached(11)},          // the engine's own rate, 12/16: moving up, a quarter band short of 12
+		{at: 90, sig: sigHits(n, n, 2), want: cached(15)},             // clamped to 1
+		{at: 200, skip: true, want: Decision{Weight: 4, Stale: true}}, // stale: unknown
+	})
+	cfg := stepTestConfig()
+	cfg.Smoothing = 0.5
+	runStepTicks(t, cfg, []stepTick{
+		{at: 0, sig: sigHits(0, 0, n), want: cached(0)},
+		{at: 10, sig: sigHits(1000, 1000, n), want: cached(15)},
+		{at: 20, sig: sigHits(2000, 1000, n), want: cached(8)}, // (1 + 0)/2
+		{at: 30, sig: sigHits(3000, 1000, n), want: cached(4)}, // (0.5 + 0)/2
+	})
+}

@@ -126,7 +126,18 @@ type Decision struct {
 	// Stale is set when the replica's metrics are older than the
 	// staleness window and Weight is the neutral weight.
 	Stale bool
+	// Cached is the replica's prefix-cache hit rate in sixteenths (0 to
+	// CachedMax), smoothed and held within a band: a bound on prompt
+	// bytes weighs the bytes in flight there by what is likely still to
+	// compute, 1 − Cached/16 of them. Zero without the engine's hit
+	// counters or rate. It moves no key.
+	Cached uint8
 }
+
+// CachedMax is the highest Decision.Cached: a replica that hits its
+// cache for nearly every token still computes a sixteenth of its prompt
+// bytes in the bound, never none.
+const CachedMax = 15
 
 // decisionJSON is a Decision as published to followers: saturation is
 // named as a health, "saturated" or "serving", which every kvxds
@@ -135,6 +146,7 @@ type decisionJSON struct {
 	Weight uint32 `json:"weight"`
 	Health string `json:"health"`
 	Stale  bool   `json:"stale,omitempty"`
+	Cached uint8  `json:"cached,omitempty"`
 }
 
 // Health names of a Decision on the wire.
@@ -145,7 +157,7 @@ const (
 
 // MarshalJSON writes d as followers read it.
 func (d Decision) MarshalJSON() ([]byte, error) {
-	j := decisionJSON{Weight: d.Weight, Health: healthServing, Stale: d.Stale}
+	j := decisionJSON{Weight: d.Weight, Health: healthServing, Stale: d.Stale, Cached: d.Cached}
 	if d.Saturated {
 		j.Health = healthSaturated
 	}
@@ -165,7 +177,7 @@ func (d *Decision) UnmarshalJSON(b []byte) error {
 	default:
 		return fmt.Errorf("unknown health %q", j.Health)
 	}
-	*d = Decision{Weight: j.Weight, Saturated: j.Health == healthSaturated, Stale: j.Stale}
+	*d = Decision{Weight: j.Weight, Saturated: j.Health == healthSaturated, Stale: j.Stale, Cached: min(j.Cached, CachedMax)}
 	return nil
 }
 

@@ -15,6 +15,7 @@ func TestDecisionJSON(t *testing.T) {
 		{Decision{Weight: 3}, `{"weight":3,"health":"serving"}`},
 		{Decision{Weight: 2, Saturated: true}, `{"weight":2,"health":"saturated"}`},
 		{Decision{Weight: 1, Stale: true}, `{"weight":1,"health":"serving","stale":true}`},
+		{Decision{Weight: 2, Cached: 12}, `{"weight":2,"health":"serving","cached":12}`},
 	} {
 		b, err := json.Marshal(tc.d)
 		if err != nil || string(b) != tc.wire {
@@ -28,6 +29,9 @@ func TestDecisionJSON(t *testing.T) {
 	var d Decision
 	if err := json.Unmarshal([]byte(`{"weight":4}`), &d); err != nil || d != (Decision{Weight: 4}) {
 		t.Errorf("without a health: %+v, %v; want serving", d, err)
+	}
+	if err := json.Unmarshal([]byte(`{"weight":4,"cached":200}`), &d); err != nil || d != (Decision{Weight: 4, Cached: CachedMax}) {
+		t.Errorf("a hit rate past the last band: %+v, %v; want it capped", d, err)
 	}
 	if err := json.Unmarshal([]byte(`{"weight":4,"health":"draining"}`), &d); err == nil {
 		t.Error("an unknown health was accepted")

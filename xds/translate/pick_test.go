@@ -123,6 +123,46 @@ func TestPrefillTableBytes(t *testing.T) {
 	}
 }
 
+// The table of a pool bounding prompt bytes carries each host's
+// prefix-cache hit rate in sixteenths, one hex digit per host in hosts
+// order, where one is known; one bounding requests, or knowing none,
+// carries none.
+func TestPickTableCached(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		on     string
+		cached []uint8
+		want   string
+	}{
+		{"prompt bytes", fleet.BalanceOnPromptBytes, []uint8{0, 15, 9}, "0f9"},
+		{"past the last band", fleet.BalanceOnPromptBytes, []uint8{3, 16, 0}, "3f0"},
+		{"none known", fleet.BalanceOnPromptBytes, []uint8{0, 0, 0}, ""},
+		{"requests", fleet.BalanceOnRequests, []uint8{0, 15, 9}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000,
+				Hash: fleet.Hash{BalanceFactor: 150, BalanceOn: tc.on, Keys: []fleet.HashKey{{Header: "x-session-id"}}}}}
+			// Listed out of address order: the table's is.
+			for i, a := range []string{"10.0.0.3", "10.0.0.1", "10.0.0.2"} {
+				p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: a, Port: 8000, Cached: tc.cached[(i+2)%3]})
+			}
+			m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p = m.Fleet().Pools[0]
+			md, err := tableMetadata(fleet.NewSlotTable(&p, &fleet.Pool{}), PickFilterName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := md.GetFilterMetadata()[PickFilterName].GetFields()
+			if got := f["cached"].GetStringValue(); got != tc.want {
+				t.Errorf("cached %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // A decode pool whose prefill pool bounds prompt bytes with a load
 // interval writes the load log, with the prefill header among its
 // headers, at the prefill pool's pace, and its prefill filter names

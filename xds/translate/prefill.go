@@ -187,6 +187,15 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 		fields["load_at"] = float64(t.LoadAt.UnixMilli())
 		fields["load_ttl"] = float64(t.LoadTTL.Milliseconds())
 	}
+	if t.Cached != nil {
+		// One hex digit per host, in hosts order: its prefix-cache hit
+		// rate in sixteenths.
+		b := make([]byte, len(t.Cached))
+		for i, c := range t.Cached {
+			b[i] = "0123456789abcdef"[min(c, fleet.MaxCached)]
+		}
+		fields["cached"] = string(b)
+	}
 	if len(t.Adapters) > 0 {
 		// Each adapter's replicas, "|", its ranking: three hex digits
 		// per host index.

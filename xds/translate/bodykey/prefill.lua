@@ -31,7 +31,12 @@
 -- first of them under the bound where its adapter can run at once
 -- (bounded_list, runs: "adapter_slots", each host's slots as three hex
 -- digits, and "running", with the load, each host's adapters in flight),
--- else to the first under the bound. A table whose "load_at"
+-- else to the first under the bound. With "cached" (one hex digit per
+-- host, in hosts order: its prefix-cache hit rate in sixteenths c) the
+-- bytes bound weighs a host's bytes by (16 - c)/16, what it likely still
+-- computes of them, and the fleet's the same way: a replica whose
+-- requests hit its cache is not full for sending it prompts it mostly
+-- holds. A table whose "load_at"
 -- (ms since the epoch) is more than "load_ttl" ms old is not believed:
 -- the state's own counts bound.
 -- The request's spread sub-key as SPREAD_BITS characters '0' and '1':
@@ -67,6 +72,10 @@ local load_str, gload, gtotal, fresh, ftotal, gen = nil, nil, 0, {}, 0, 0
 -- The table's adapters in flight (nil without a load): by host, a set
 -- and its size n.
 local run_str, grun = nil, nil
+-- The share of a host's bytes it still computes, from "cached" (nil
+-- without), by host; and, for the request being placed, the fleet's
+-- bytes so weighed (eall).
+local miss_str, miss, eall = nil, nil, 0
 
 local function count_ad(t, host, ad, d)
   local m = t[host]
@@ -187,6 +196,25 @@ local function shares(slots)
   return share_of
 end
 
+-- A new "cached" string (nil: none, or not one digit per host).
+local function sync_miss(s, hosts)
+  if s == miss_str then return end
+  miss_str, miss = s, nil
+  if s == nil then return end
+  miss = {}
+  for i, h in ipairs(hosts) do
+    local c = tonumber(sub(s, i, i), 16)
+    if type(h) == "string" and c ~= nil then miss[h] = (16 - math.min(c, 15)) / 16 end
+  end
+end
+
+-- A host's bytes in flight: the table's and this state's fresh ones, or
+-- without a table this state's own.
+local function bytes_of(h)
+  if gload ~= nil then return (gload[h] or 0) + (fresh[h] or 0) end
+  return inflight[h] or 0
+end
+
 -- Whether host i (named h) is overloaded for a request of w bytes:
 -- Envoy's hostOverloadFactor in bytes, its bytes in flight over its share
 -- of (total + w) × factor/100, and never under w (an idle replica takes
@@ -197,11 +225,15 @@ local function overloaded(n, i, h, factor, w)
     local cap = floor(((total + 1) * factor + 99) / 100)
     return (inflight[h] or 0) > math.max(math.ceil(cap * (n[i] or 0) / SLOTS), 1)
   end
-  local load, all = inflight[h] or 0, total
-  if gload ~= nil then
-    load, all = (gload[h] or 0) + (fresh[h] or 0), gtotal + ftotal
+  local load, all, cw = bytes_of(h), total, w
+  if gload ~= nil then all = gtotal + ftotal end
+  if miss ~= nil then
+    -- What is left to compute; the floor stays the request's whole
+    -- prompt, what overflowing to a cold replica would compute.
+    local m = miss[h] or 1
+    load, all, cw = load * m, eall, w * m
   end
-  local cap = (all + w) * factor / 100
+  local cap = (all + cw) * factor / 100
   return load > math.max(cap * (n[i] or 0) / SLOTS, w)
 end
 
@@ -361,6 +393,15 @@ local function set_prefill(handle, headers)
       local run = md:get("running")
       if type(run) ~= "string" then run = nil end
       sync_load(ls, run, hosts, type(lag) == "number" and lag or 0, now)
+      local cs = md:get("cached")
+      if type(cs) ~= "string" or #cs ~= #hosts then cs = nil end
+      sync_miss(cs, hosts)
+      if miss ~= nil then
+        eall = 0
+        for _, h in ipairs(hosts) do
+          if type(h) == "string" then eall = eall + bytes_of(h) * (miss[h] or 1) end
+        end
+      end
     end
   end
   local cands, nmem = nil, 0

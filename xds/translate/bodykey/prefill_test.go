@@ -153,10 +153,14 @@ func TestPrefillSlotKey(t *testing.T) {
 // own upstream override host.
 func TestLuaPrefillBounded(t *testing.T) {
 	for _, mode := range []struct {
-		name                  string
-		bytes, fleet, adapter bool
-	}{{"requests", false, false, false}, {"bytes", true, false, false}, {"fleet_bytes", true, true, false}, {"adapters", true, false, true}, {"fleet_adapters", true, true, true}} {
-		t.Run(mode.name, func(t *testing.T) { testLuaPrefillBounded(t, mode.bytes, mode.fleet, mode.adapter) })
+		name                          string
+		bytes, fleet, adapter, cached bool
+	}{
+		{"requests", false, false, false, false}, {"bytes", true, false, false, false}, {"fleet_bytes", true, true, false, false},
+		{"adapters", true, false, true, false}, {"fleet_adapters", true, true, true, false},
+		{"bytes_cached", true, false, false, true}, {"fleet_bytes_cached", true, true, false, true},
+	} {
+		t.Run(mode.name, func(t *testing.T) { testLuaPrefillBounded(t, mode.bytes, mode.fleet, mode.adapter, mode.cached) })
 	}
 }
 
@@ -173,8 +177,12 @@ func TestLuaPrefillBounded(t *testing.T) {
 // once (it is in flight there, or fewer adapters are than the host's
 // "adapter_slots") and is one of its replicas or has it in flight, else
 // the first under the bound, else the first; the others pick by slot. In flight are the table's "running" and this
-// state's requests since it, or without a table this state's own.
-func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
+// state's requests since it, or without a table this state's own. With
+// cached, the table carries each host's prefix-cache hit rate in
+// sixteenths c ("cached"): the bound weighs a host's bytes, in it and in
+// all, by (16 - c)/16, and the request's own in its cap, never in its
+// floor.
+func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	bin := luajit(t)
 	const slots, factor = 64, 150
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000", "10.0.1.5:8000"}
@@ -195,6 +203,13 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	// since it: fresh, by host, of the requests of generation gen.
 	var gl []float64
 	fresh, gen := map[int]float64{}, 0
+	// Each host's hit rate in sixteenths, and the share of its bytes it
+	// still computes: one host cold, one all but fully cached.
+	hits := []int{0, 15, 8, 12, 4}
+	miss := make([]float64, len(hosts))
+	for i, c := range hits {
+		miss[i] = float64(16-c) / 16
+	}
 	over := func(i int, w float64) bool {
 		if !bytes {
 			capacity := ((count+1)*factor + 99) / 100
@@ -210,7 +225,22 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 				all += v
 			}
 		}
-		capacity := (all + w) * factor / 100
+		cw := w
+		if cached {
+			// In hosts order, as the script sums.
+			bytesOf := func(j int) float64 {
+				if gl != nil {
+					return gl[j] + fresh[j]
+				}
+				return inflight[j]
+			}
+			all = 0
+			for j := range hosts {
+				all += bytesOf(j) * miss[j]
+			}
+			load, cw = load*miss[i], w*miss[i]
+		}
+		capacity := (all + cw) * factor / 100
 		return load > max(capacity*float64(share[i])/slots, w)
 	}
 	// The adapters' replicas and rankings, the hosts' adapter slots, the
@@ -490,6 +520,13 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter bool) {
 	md := enc.String() + "\n" + strings.Join(hosts, "\n") + fmt.Sprintf("\nbalance\t%d\n", factor)
 	if bytes {
 		md += "bytes\n"
+	}
+	if cached {
+		md += "cached\t"
+		for _, c := range hits {
+			md += fmt.Sprintf("%x", c)
+		}
+		md += "\n"
 	}
 	if adapter {
 		md += "adapter_slots\t"

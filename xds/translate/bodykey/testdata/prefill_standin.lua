@@ -12,7 +12,8 @@
 -- Usage: luajit prefill_standin.lua SCRIPT TABLE CASES HEADER
 -- where TABLE is a file of "slots" on its first line and one host per
 -- line after it, or "hot<TAB>index:value<TAB>spread" for a hot key, or
--- "balance<TAB>factor", or "bytes", or "adapter<TAB>name<TAB>entry" for an
+-- "balance<TAB>factor", or "bytes", or "cached<TAB>C" for "cached", or
+-- "adapter<TAB>name<TAB>entry" for an
 -- adapter's entry in "adapters", or "adapter_slots<TAB>S" ("-" for a
 -- route without metadata), and CASES a
 -- file of lines "content-length<TAB>header=value<TAB>...", "-" for no
@@ -35,14 +36,17 @@ local md = nil
 local f = assert(io.open(tablefile, "rb"))
 local first = f:read("*l")
 if first ~= "-" then
-  local hosts, hot, balance, md_bytes, adapters, aslots = {}, nil, nil, nil, nil, nil
+  local hosts, hot, balance, md_bytes, adapters, aslots, cached = {}, nil, nil, nil, nil, nil, nil
   for line in f:lines() do
+    local cs = string.match(line, "^cached\t(%x+)$")
     local as = string.match(line, "^adapter_slots\t(%x+)$")
     local an, ae = string.match(line, "^adapter\t([^\t]+)\t(.*)$")
     local k, n = string.match(line, "^hot\t(.*)\t(%d+)$")
     local b = string.match(line, "^balance\t(%d+)$")
     local bytes = line == "bytes"
-    if as ~= nil then
+    if cs ~= nil then
+      cached = cs
+    elseif as ~= nil then
       aslots = as
     elseif an ~= nil then
       adapters = adapters or {}
@@ -58,7 +62,7 @@ if first ~= "-" then
       hosts[#hosts + 1] = line
     end
   end
-  md = {hosts = hosts, slots = first, hot = hot, balance = balance, bytes = md_bytes, adapters = adapters, adapter_slots = aslots}
+  md = {hosts = hosts, slots = first, hot = hot, balance = balance, bytes = md_bytes, adapters = adapters, adapter_slots = aslots, cached = cached}
 end
 f:close()
 
