@@ -303,7 +303,6 @@ pool "b" {
   port = 10001
   hash {
     key { prompt_prefix = 4096 }
-    balance_on = "prompt_bytes"
   }
   metrics {
     signal "queue_depth" { metric = "q" }
@@ -353,7 +352,8 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.hash.balance_factor with a prompt_prefix or conversation key": func() any { return b.Hash.BalanceFactor },
 		// fleet.Hash.BalanceOn leaves requests, its default, empty.
 		"pool.hash.balance_on": func() any { return cmp.Or(a.Hash.BalanceOn, fleet.BalanceOnRequests) },
-		"pool.hash.load_interval with balance_on = \"prompt_bytes\"": func() any { return b.Hash.LoadInterval },
+		"pool.hash.balance_on with a prompt_prefix or conversation key and a balance_factor": func() any { return b.Hash.BalanceOn },
+		"pool.hash.load_interval with balance_on = \"prompt_bytes\"":                         func() any { return b.Hash.LoadInterval },
 		"pool.hash.keyless": func() any { return a.Hash.Keyless },
 		// Zero: the clients' own cap.
 		"pool.hash.grpc_ring_cap":    func() any { return cmp.Or(a.Hash.GRPCRingCap, fleet.DefaultGRPCRingCap) },

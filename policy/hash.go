@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -166,9 +167,16 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 // balanceOn decodes balance_on, once balance_factor has its default: what
 // the bound counts, requests (Envoy's own bound) or prompt_bytes (the
 // Lua filter's choice from the pool's slot table), which needs a bound.
+// Unset, a bounded chain with a prompt_prefix or conversation key counts
+// prompt bytes: such keys are shared by requests whose prompts differ
+// in length and in how much of them the replica caches, which a count of
+// requests in flight (decoding ones among them) cannot weigh.
 func (d *decoder) balanceOn(spec *hashSpec, h *fleet.Hash) {
 	a := spec.BalanceOn
 	if a == nil {
+		if h.BalanceFactor > 0 && slices.ContainsFunc(h.Keys, func(k fleet.HashKey) bool { return k.PromptPrefix > 0 || k.Conversation }) {
+			h.BalanceOn, h.LoadInterval = fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
+		}
 		return
 	}
 	on, good := enum(d, a, nil, "Unknown balance_on", func(s string) string {

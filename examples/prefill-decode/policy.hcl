@@ -26,10 +26,10 @@ pool "llama-prefill" {
     key { prompt_prefix = 512 }
     key { header = "x-session-id" }
     balance_factor = 150
-    # Prompts that differ a hundredfold in length and rarely share more
-    # than their first blocks: bound each prefill replica's prompt bytes
-    # in flight rather than its requests.
-    # balance_on = "prompt_bytes"
+    # With a prompt_prefix key the bound counts each prefill replica's
+    # prompt bytes in flight, weighed by what its prefix cache leaves to
+    # compute, rather than its requests; balance_on = "requests" would
+    # count requests.
   }
   kubernetes {
     namespace = "llm"

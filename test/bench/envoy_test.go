@@ -58,7 +58,10 @@ func TestEnvoyDataPlane(t *testing.T) {
 	defer cancel()
 	_, addrs := startTestFleet(t, 4)
 	const prefix = 64
-	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(prefix).HCL})
+	// Envoy's own bound, which a prompt_prefix key otherwise swaps for
+	// the pick filter's bound on prompt bytes.
+	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(prefix).HCL,
+		BalanceOn: fleet.BalanceOnRequests})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/adsenvoy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
@@ -217,8 +218,10 @@ func serveWith(ctx context.Context, t *testing.T, served adsenvoy.Resources, edi
 func servedWithoutLogs(ctx context.Context, t *testing.T, name string) ([]*sim.Replica, *kvxdsRun, *envoyClient) {
 	t.Helper()
 	reps, addrs := startTestFleet(t, 2)
+	// Envoy's own bound: no pick filter, whose load log the tests would
+	// see besides their own.
 	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(64).HCL,
-		NoHotKeys: true})
+		NoHotKeys: true, BalanceOn: fleet.BalanceOnRequests})
 	if err != nil {
 		t.Fatal(err)
 	}

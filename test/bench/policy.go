@@ -223,7 +223,12 @@ func Policy(o PolicyOptions) (string, error) {
 		if o.BalanceOn != "" {
 			fmt.Fprintf(&b, "    balance_on = %q\n", o.BalanceOn)
 		}
-		if o.BalanceOn == fleet.BalanceOnPromptBytes {
+		on := o.BalanceOn
+		if on == "" && (strings.HasPrefix(o.BodyKey, "prompt_prefix") || strings.HasPrefix(o.BodyKey, "conversation")) {
+			// The policy's default for these keys.
+			on = fleet.BalanceOnPromptBytes
+		}
+		if on == fleet.BalanceOnPromptBytes {
 			// The default interval is simulated time, like the others.
 			iv := "0s"
 			if o.LoadInterval >= 0 {
