@@ -181,6 +181,7 @@ func jitterSeed() uint64 {
 type runnerMetrics struct {
 	weight    *prometheus.GaugeVec
 	saturated *prometheus.GaugeVec
+	cached    *prometheus.GaugeVec
 	fallback  *prometheus.GaugeVec
 }
 
@@ -195,6 +196,10 @@ func newRunnerMetrics(reg prometheus.Registerer) *runnerMetrics {
 			Name: "kvxds_replica_saturated",
 			Help: "1 while a replica is out of the hash table for saturation.",
 		}, []string{"pool", "replica"}),
+		cached: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvxds_replica_prefix_cached_sixteenths",
+			Help: "A replica's prefix-cache hit rate in sixteenths as decided (0: unknown); a bound on prompt bytes counts 1 - this/16 of its bytes in flight.",
+		}, []string{"pool", "replica"}),
 		fallback: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvxds_pool_affinity_fallback",
 			Help: "1 while too many replicas of a pool are saturated to take any out (pure affinity).",
@@ -207,6 +212,7 @@ func (m *runnerMetrics) forget(pool string) {
 	l := prometheus.Labels{"pool": pool}
 	m.weight.DeletePartialMatch(l)
 	m.saturated.DeletePartialMatch(l)
+	m.cached.DeletePartialMatch(l)
 	m.fallback.DeletePartialMatch(l)
 }
 
@@ -385,6 +391,7 @@ func (p *poolRunner) record(log hclog.Logger, m *runnerMetrics, prev, next map[s
 			sat = 1
 		}
 		m.saturated.WithLabelValues(p.pool, id).Set(sat)
+		m.cached.WithLabelValues(p.pool, id).Set(float64(dec.Cached))
 		switch {
 		case had && !old.Saturated && dec.Saturated:
 			log.Info("replica saturated: out of the hash table until it recovers", "replica", id)
@@ -398,6 +405,7 @@ func (p *poolRunner) record(log hclog.Logger, m *runnerMetrics, prev, next map[s
 		if _, ok := next[id]; !ok {
 			m.weight.DeleteLabelValues(p.pool, id)
 			m.saturated.DeleteLabelValues(p.pool, id)
+			m.cached.DeleteLabelValues(p.pool, id)
 		}
 	}
 }

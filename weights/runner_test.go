@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,5 +256,49 @@ func TestRunnerSaysWhatTheEngineLacks(t *testing.T) {
 				t.Errorf("missing signals logged %d times, want once:\n%s", n, logs.String())
 			}
 		})
+	}
+}
+
+// Between scrapes of a real vLLM page whose prefix-cache counters grow by
+// 1,000 lookups and 800 hits, a replica's decision carries a hit rate of
+// 12 sixteenths, and its gauge says so.
+func TestRunnerCached(t *testing.T) {
+	page, err := os.ReadFile("testdata/pages/vllm_v1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const labels = `{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"}`
+	for _, s := range []string{"vllm:prefix_cache_queries_total" + labels + " 1.234567e+06", "vllm:prefix_cache_hits_total" + labels + " 987654.0"} {
+		if !strings.Contains(string(page), s) {
+			t.Fatalf("the page lacks %q", s)
+		}
+	}
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		k := n.Add(1)
+		p := strings.Replace(string(page), "vllm:prefix_cache_queries_total"+labels+" 1.234567e+06",
+			"vllm:prefix_cache_queries_total"+labels+" "+strconv.FormatInt(1000*k, 10), 1)
+		p = strings.Replace(p, "vllm:prefix_cache_hits_total"+labels+" 987654.0",
+			"vllm:prefix_cache_hits_total"+labels+" "+strconv.FormatInt(800*k, 10), 1)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		io.WriteString(w, p)
+	}))
+	defer srv.Close()
+
+	reg := prometheus.NewRegistry()
+	r := NewRunner(RunnerOptions{Registerer: reg})
+	defer r.Stop()
+	profile, _ := BuiltinProfile(EngineVLLM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.Set(ctx, map[string]PoolScrape{"chat": {
+		Config:  DefaultConfig(),
+		Profile: profile,
+		Scrape:  Scrape{Interval: 20 * time.Millisecond, Timeout: time.Second},
+		Targets: []Target{{ID: "a", URL: srv.URL + "/metrics"}},
+	}})
+	waitUntil(t, "a hit rate of 12/16", func() bool { return r.Decisions()["chat"]["a"].Cached == 12 })
+	if got := testutil.ToFloat64(r.metrics.cached.WithLabelValues("chat", "a")); got != 12 {
+		t.Errorf("kvxds_replica_prefix_cached_sixteenths = %v, want 12", got)
 	}
 }
