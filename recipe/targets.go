@@ -36,6 +36,9 @@ func (r *recipe) notes(target string, dropped []string) []string {
 	if len(dropped) > 0 {
 		n = append(n, fmt.Sprintf("The mesh hashes on the pool's first key only; not carried over: %s.", strings.Join(dropped, ", ")))
 	}
+	if r.pool.Hash.BalanceOn == fleet.BalanceOnPromptBytes && r.pool.Hash.BalanceFactor > 0 {
+		n = append(n, "The mesh's Envoys bound requests in flight (hash_balance_factor), not prompt bytes: that bound needs kvxds's own listener.")
+	}
 	return n
 }
 

@@ -504,10 +504,10 @@ func (r *memo) fold(cfg *Config, t time.Time, s *Signals, peer peerLoad) {
 	kv, kvok := usable(s.KVOccupancy)
 	r.q, r.qok, r.kv, r.kvok = q, qok, kv, kvok
 
-	// Preemptions: rate between consecutive good observations carrying
-	// the counter; a decrease is a reset, rebased without counting.
 	r.foldHits(cfg, s)
 
+	// Preemptions: rate between consecutive good observations carrying
+	// the counter; a decrease is a reset, rebased without counting.
 	rate, preempted := 0.0, false
 	if c, ok := usable(s.Preemptions); ok {
 		if r.hasPre {
