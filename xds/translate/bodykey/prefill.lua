@@ -72,10 +72,10 @@ local load_str, gload, gtotal, fresh, ftotal, gen = nil, nil, 0, {}, 0, 0
 -- The table's adapters in flight (nil without a load): by host, a set
 -- and its size n.
 local run_str, grun = nil, nil
--- The share of a host's bytes it still computes, from "cached" (nil
--- without), by host; and, for the request being placed, the fleet's
--- bytes so weighed (eall).
-local miss_str, miss, eall = nil, nil, 0
+-- For the request being placed: the share of each host's bytes it still
+-- computes, from "cached" (nil without), and the fleet's bytes so
+-- weighed (eall).
+local miss, eall = nil, 0
 
 local function count_ad(t, host, ad, d)
   local m = t[host]
@@ -196,16 +196,18 @@ local function shares(slots)
   return share_of
 end
 
--- A new "cached" string (nil: none, or not one digit per host).
-local function sync_miss(s, hosts)
-  if s == miss_str then return end
-  miss_str, miss = s, nil
-  if s == nil then return end
-  miss = {}
+-- Each host's share of its bytes still to compute, from the "cached"
+-- string s (nil: none, or not one digit per host). Read at each request,
+-- not cached by s: a membership change may keep the string and change
+-- the hosts it describes.
+local function read_miss(s, hosts)
+  if s == nil then return nil end
+  local m = {}
   for i, h in ipairs(hosts) do
     local c = tonumber(sub(s, i, i), 16)
-    if type(h) == "string" and c ~= nil then miss[h] = (16 - math.min(c, 15)) / 16 end
+    if type(h) == "string" and c ~= nil then m[h] = (16 - math.min(c, 15)) / 16 end
   end
+  return m
 end
 
 -- A host's bytes in flight: the table's and this state's fresh ones, or
@@ -395,7 +397,7 @@ local function set_prefill(handle, headers)
       sync_load(ls, run, hosts, type(lag) == "number" and lag or 0, now)
       local cs = md:get("cached")
       if type(cs) ~= "string" or #cs ~= #hosts then cs = nil end
-      sync_miss(cs, hosts)
+      miss = read_miss(cs, hosts)
       if miss ~= nil then
         eall = 0
         for _, h in ipairs(hosts) do
