@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -63,8 +64,9 @@ func combine(digests [][sha256.Size]byte) string {
 // The snapshot's VersionMap (per-resource hashes, for delta xDS) is filled
 // in exactly as cache.Snapshot.ConstructVersionMap would, from the same
 // single deterministic marshalling that gives the type versions; for
-// endpoint assignments that marshalling is also what the cache sends (see
-// preEncoded), once per version, not once per client.
+// endpoint assignments and route configurations that marshalling is also
+// what the cache sends (see preEncoded), once per version, not once per
+// client.
 //
 // Snapshot checks that references resolve (listener → route → cluster →
 // endpoints); cache.Snapshot.Consistent cannot, since it does not follow
@@ -161,7 +163,8 @@ func encodeType[T types.Resource](items []T) (*typeEntry, error) {
 		// cache.HashResource is the hex of this digest.
 		digests[i] = sha256.Sum256(b)
 		encoded[i] = items[i]
-		if _, ok := any(items[i]).(*endpointv3.ClusterLoadAssignment); ok {
+		switch any(items[i]).(type) {
+		case *endpointv3.ClusterLoadAssignment, *routev3.RouteConfiguration:
 			encoded[i], err = preEncoded(items[i], b)
 		}
 		return err
@@ -186,10 +189,13 @@ func encodeType[T types.Resource](items []T) (*typeEntry, error) {
 // The snapshot cache encodes a resource again for every response it
 // sends, so a version pushed to N streams was encoded N times; with this,
 // it is encoded once, when the snapshot is built, and the cache's encoding
-// per stream is a copy. Only endpoint assignments, which every weight,
-// health and membership change pushes to every client, are held this way:
-// go-control-plane's consistency check reads the references inside
-// listeners, routes and clusters, and Resources keeps the decoded ones.
+// per stream is a copy. Endpoint assignments, which every weight, health
+// and membership change pushes to every client, and route
+// configurations, which a pool that bounds prompt bytes pushes to its
+// Envoys at every load interval with its pick table, are held this way.
+// Listeners and clusters are not: go-control-plane's consistency check
+// reads the references inside them (it reads none in routes), and
+// Resources keeps the decoded ones.
 func preEncoded(m proto.Message, b []byte) (proto.Message, error) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 || num != 1 || typ != protowire.BytesType {

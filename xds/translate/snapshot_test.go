@@ -2,6 +2,7 @@ package translate
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -18,42 +20,57 @@ import (
 	"github.com/kvxds/kvxds/fleet"
 )
 
-// What the cache sends for an endpoint assignment is byte for byte its
-// deterministic encoding, and the cache still finds it by name.
-func TestPreEncodedAssignments(t *testing.T) {
+// What the cache sends for an endpoint assignment or a route
+// configuration is byte for byte its deterministic encoding, and the
+// cache still finds it by name.
+func TestPreEncodedResources(t *testing.T) {
 	for name, f := range allFixtures(t) {
 		for _, kind := range Kinds {
 			r := mustTranslate(t, f, kind)
 			s := mustSnapshot(t, r)
-			held := s.GetResources(resource.EndpointType)
-			if len(held) != len(r.Endpoints) {
-				t.Fatalf("%s/%v: %d assignments held, want %d", name, kind, len(held), len(r.Endpoints))
-			}
-			for _, cla := range r.Endpoints {
-				h, ok := held[cla.GetClusterName()]
-				if !ok {
-					t.Fatalf("%s/%v: %s not held under its name", name, kind, cla.GetClusterName())
-				}
-				want, err := marshalOpts.Marshal(cla)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := cache.MarshalResource(h)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Errorf("%s/%v: %s is sent as %d bytes that differ from its encoding (%d bytes)", name, kind, cla.GetClusterName(), len(got), len(want))
-				}
-				// Decoding what is sent gives the assignment back.
-				var back endpointv3.ClusterLoadAssignment
-				if err := proto.Unmarshal(got, &back); err != nil {
-					t.Fatal(err)
-				}
-				if !proto.Equal(&back, cla) {
-					t.Errorf("%s/%v: %s decodes to a different assignment", name, kind, cla.GetClusterName())
-				}
-			}
+			checkPreEncoded(t, fmt.Sprintf("%s/%v", name, kind), s.GetResources(resource.EndpointType), r.Endpoints,
+				func() *endpointv3.ClusterLoadAssignment { return &endpointv3.ClusterLoadAssignment{} })
+			checkPreEncoded(t, fmt.Sprintf("%s/%v", name, kind), s.GetResources(resource.RouteType), r.Routes,
+				func() *routev3.RouteConfiguration { return &routev3.RouteConfiguration{} })
+		}
+	}
+}
+
+// checkPreEncoded checks that held, a snapshot's resources of one type,
+// holds each of items under its name, sent as its deterministic
+// encoding, which decodes to it.
+func checkPreEncoded[T proto.Message](t *testing.T, what string, held map[string]types.Resource, items []T, zero func() T) {
+	t.Helper()
+	if len(held) != len(items) {
+		t.Fatalf("%s: %d resources held, want %d", what, len(held), len(items))
+	}
+	for _, m := range items {
+		n := cache.GetResourceName(m)
+		h, ok := held[n]
+		if !ok {
+			t.Fatalf("%s: %s not held under its name", what, n)
+		}
+		if any(h) == any(m) {
+			t.Errorf("%s: %s held decoded: the cache would encode it again for every stream", what, n)
+		}
+		want, err := marshalOpts.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cache.MarshalResource(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %s is sent as %d bytes that differ from its encoding (%d bytes)", what, n, len(got), len(want))
+		}
+		// Decoding what is sent gives the resource back.
+		back := zero()
+		if err := proto.Unmarshal(got, back); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(back, m) {
+			t.Errorf("%s: %s decodes to a different resource", what, n)
 		}
 	}
 }
