@@ -15,7 +15,10 @@ import (
 
 // BenchmarkPush is one push of a 100- or 1,000-replica pool after one
 // replica changed: a pod replaced (a new address, the same identity, as
-// in a rolling deploy) or one weight step: join, prepare once, translate
+// in a rolling deploy) or one weight step, or, in a pool keyed on
+// prompt_prefix (which bounds prompt bytes by default), after its
+// Envoys' bytes in flight moved (a load push, once per load interval
+// while the pool's load moves): join, prepare once, translate
 // for every kind of client and swap the snapshots in, then hand the model
 // to the goroutine that counts its cost, which runs meanwhile.
 // BenchmarkPushCounted counts each push's cost before the next (every
@@ -34,17 +37,22 @@ const (
 )
 
 func benchPush(b *testing.B, count int) {
-	for _, change := range []string{"replaced", "weight"} {
+	for _, change := range []string{"replaced", "weight", "load"} {
 		for _, n := range []int{100, 1000} {
 			b.Run(fmt.Sprintf("%s/%d", change, n), func(b *testing.B) {
+				key := `header = "x-session-id"`
+				if change == "load" {
+					key = `prompt_prefix = 2048`
+				}
 				p := mustParse(b, `
 pool "chat" {
   port = 10000
   hash {
-    key { header = "x-session-id" }
+    key { `+key+` }
   }
 }
 `)
+				loads := [2]Loads{}
 				discovered := [2][]discovery.PoolTargets{}
 				decisions := [2]map[string]map[string]weights.Decision{}
 				for v := range discovered {
@@ -56,6 +64,13 @@ pool "chat" {
 						}
 						host := fmt.Sprintf("10.%d.%d.%d", second, i/250, i%250)
 						ts = append(ts, fleet.Endpoint{Host: host, Port: 8000, HashKey: fmt.Sprintf("vllm-%d", i), Locality: fleet.Locality{Zone: "a"}})
+					}
+					if change == "load" {
+						l := PoolLoad{At: time.Date(2026, 12, 3, 10, 0, v, 0, time.UTC), Bytes: map[string]uint64{}}
+						for i, e := range ts {
+							l.Bytes[e.Address()] = uint64(100_000 + 7_919*((i+v)%97))
+						}
+						loads[v] = Loads{"chat": l}
 					}
 					discovered[v] = []discovery.PoolTargets{{Pool: "chat", Targets: ts}}
 					decisions[v] = map[string]map[string]weights.Decision{"chat": {}}
@@ -75,7 +90,7 @@ pool "chat" {
 				i := 0
 				for b.Loop() {
 					i++
-					m, err := fleet.Prepare(Join(p, discovered[i%2], decisions[i%2]))
+					m, err := fleet.Prepare(WithLoad(Join(p, discovered[i%2], decisions[i%2]), loads[i%2]))
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -12,8 +12,10 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/xds/translate"
 )
 
 // loadFleet is one pool of n replicas whose Envoys pick replicas on
@@ -119,5 +121,46 @@ func BenchmarkLoadPushFanout(b *testing.B) {
 			}
 			b.ReportMetric(float64(size), "route-bytes")
 		})
+	}
+}
+
+// A load push serves every kind what a full translation would: the
+// routes of the pool whose load moved rebuilt, the other pool's kept.
+func TestLoadPushServesWhatTranslateGives(t *testing.T) {
+	both := func(chat, code uint64) fleet.Fleet {
+		f := testFleet(2, 2, 1, 1)
+		for i := range f.Pools {
+			p := &f.Pools[i]
+			p.Hash.BalanceFactor, p.Hash.BalanceOn, p.Hash.LoadInterval = 200, fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
+			p.LoadAt = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+			p.Endpoints[1].InFlightBytes = []uint64{chat, code}[i]
+		}
+		return f
+	}
+	s := New(Options{})
+	ctx := context.Background()
+	for _, f := range []fleet.Fleet{both(1000, 2000), both(1000, 5000), both(7000, 5000)} {
+		if err := update(ctx, s, f); err != nil {
+			t.Fatal(err)
+		}
+		m, err := fleet.Prepare(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kind := range translate.Kinds {
+			want, err := translate.Translate(m, kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := s.Resources(kind)
+			if len(got.Routes) != len(want.Routes) {
+				t.Fatalf("%v: %d route configurations, want %d", kind, len(got.Routes), len(want.Routes))
+			}
+			for i := range want.Routes {
+				if !proto.Equal(got.Routes[i], want.Routes[i]) {
+					t.Errorf("%v: route configuration %s differs from a full translation's", kind, want.Routes[i].GetName())
+				}
+			}
+		}
 	}
 }

@@ -145,7 +145,20 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	}
 	f := m.Fleet()
 	next := map[translate.Kind]*translate.Resources{}
-	if s.last != nil && sameShape(s.last.Fleet(), f) {
+	var moved map[string]bool
+	if s.last != nil {
+		moved = loadMoved(s.last.Fleet(), f)
+	}
+	switch {
+	case moved != nil:
+		// A load push: only Envoy's routes carry the replicas' load (its
+		// pick and prefill tables); everything else is served as it is.
+		var err error
+		if next, err = translate.RetranslateLoad(s.current, m, moved); err != nil {
+			s.metrics.updateErrors.Inc()
+			return fmt.Errorf("translating load changes: %w", err)
+		}
+	case s.last != nil && sameShape(s.last.Fleet(), f):
 		// Membership, weight and health changes touch only EDS (and the
 		// clusters whose ring size follows the healthy weight: gRPC
 		// clients', and Envoy's with entries_per_weight): listeners and
@@ -155,7 +168,7 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 			s.metrics.updateErrors.Inc()
 			return fmt.Errorf("translating endpoint changes: %w", err)
 		}
-	} else {
+	default:
 		for _, kind := range translate.Kinds {
 			r, err := translate.Translate(m, kind)
 			if err != nil {
@@ -200,6 +213,40 @@ func (s *Server) Update(ctx context.Context, m fleet.Model) error {
 	return nil
 }
 
+// loadMoved returns, when a and b differ at most in what their slot
+// tables carry of the replicas' load (translate.RetranslateLoad): the
+// bytes and adapters in flight, when they were counted, the prefix-cache
+// hit rates, and the prefill tables built from them, the pools whose
+// figures differ; nil otherwise.
+func loadMoved(a, b fleet.Fleet) map[string]bool {
+	if len(a.Pools) != len(b.Pools) {
+		return nil
+	}
+	moved := map[string]bool{}
+	for i := range a.Pools {
+		pa, pb := a.Pools[i], b.Pools[i]
+		if reflect.DeepEqual(pa, pb) {
+			continue
+		}
+		if !reflect.DeepEqual(withoutLoad(pa), withoutLoad(pb)) {
+			return nil
+		}
+		moved[pb.Name] = true
+	}
+	return moved
+}
+
+// withoutLoad is p without its load figures (loadMoved).
+func withoutLoad(p fleet.Pool) fleet.Pool {
+	p.LoadAt, p.PrefillTable = time.Time{}, nil
+	p.Endpoints = slices.Clone(p.Endpoints)
+	for i := range p.Endpoints {
+		e := &p.Endpoints[i]
+		e.InFlightBytes, e.InFlightAdapters, e.Cached = 0, "", 0
+	}
+	return p
+}
+
 // sameShape reports whether a and b differ at most in their endpoints,
 // and not in what of them the routes carry (pick tables).
 func sameShape(a, b fleet.Fleet) bool {
@@ -209,16 +256,14 @@ func sameShape(a, b fleet.Fleet) bool {
 	for i := range a.Pools {
 		pa, pb := a.Pools[i], b.Pools[i]
 		// Pick tables ride in the routes, and follow the replicas: their
-		// membership, health, weights and bytes in flight.
-		if !reflect.DeepEqual(translate.PickTable(&pa, translate.Envoy), translate.PickTable(&pb, translate.Envoy)) {
-			return false
-		}
-		// So do its adapters' entries (fleet.AdapterPick), which follow
-		// the endpoints through the placement too (a member drained and
-		// replaced): in a picking pool with adapters any endpoint change
-		// rebuilds the routes, rather than placing every adapter twice
-		// here to compare.
-		if pa.LoRA != nil && translate.Picks(&pa, translate.Envoy) && !slices.Equal(pa.Endpoints, pb.Endpoints) {
+		// membership, health, weights, bytes in flight and hit rates, and
+		// the adapters' entries, which follow the endpoints through the
+		// placement too (a member drained and replaced). In a picking
+		// pool any endpoint change rebuilds the routes, which almost
+		// every such change moves anyway, rather than building both
+		// tables here to compare (BenchmarkPush/load: two of a load
+		// push's three table builds).
+		if translate.Picks(&pa, translate.Envoy) && !slices.Equal(pa.Endpoints, pb.Endpoints) {
 			return false
 		}
 		pa.Endpoints, pb.Endpoints = nil, nil

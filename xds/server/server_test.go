@@ -231,6 +231,23 @@ func TestEndpointChangesBumpOnlyWhatTheyMust(t *testing.T) {
 		{"bound on prompt bytes", pickFleet(0, fleet.Draining), map[string]bool{resourcev3.ListenerType: true, resourcev3.RouteType: true}, nil},
 		{"bytes in flight", pickFleet(120_000, fleet.Draining), map[string]bool{resourcev3.RouteType: true}, nil},
 		{"pick pool health", pickFleet(120_000, fleet.Healthy), map[string]bool{resourcev3.RouteType: true, resourcev3.EndpointType: true}, edsAndRing},
+		{"hit rates", func() fleet.Fleet {
+			f := pickFleet(120_000, fleet.Healthy)
+			f.Pools[0].Endpoints[1].Cached = 9
+			return f
+		}(), map[string]bool{resourcev3.RouteType: true}, nil},
+		{"load counted again", func() fleet.Fleet {
+			f := pickFleet(120_000, fleet.Healthy)
+			f.Pools[0].Endpoints[1].Cached = 9
+			f.Pools[0].LoadAt = f.Pools[0].LoadAt.Add(time.Second)
+			return f
+		}(), map[string]bool{resourcev3.RouteType: true}, nil},
+		{"load and weights", func() fleet.Fleet {
+			f := pickFleet(60_000, fleet.Healthy)
+			f.Pools[0].Endpoints[1].Cached = 9
+			f.Pools[0].Endpoints[1].Weight = 3
+			return f
+		}(), map[string]bool{resourcev3.RouteType: true, resourcev3.EndpointType: true}, edsAndRing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := map[translate.Kind]map[string]string{}

@@ -222,6 +222,69 @@ func RetranslateAll(prev map[Kind]*Resources, m fleet.Model) (map[Kind]*Resource
 	return out, nil
 }
 
+// RetranslateLoad is the fast path of Translate, for every kind of prev
+// (keyed by kind, each from the same previous model), for a model that
+// differs from prev's only in what its slot tables carry of the replicas'
+// load: the Envoys' bytes and adapters in flight, when they were counted
+// (Pool.LoadAt), and the replicas' prefix-cache hit rates, in the pools
+// moved names (a decode pool's table carries its prefill pool's load).
+// Those ride only in the pick and prefill tables of Envoy's route
+// configurations, so Envoy's routes of those pools are rebuilt, the
+// other pools' routes and its listeners, clusters and assignments shared
+// with prev (and their marshalling), and every other kind is served
+// prev's resources as they are. This is the path of a
+// load push, once per load interval while a pool's load moves. The
+// result equals Translate(m, kind) for each kind
+// (TestRetranslateLoad). If anything else may have changed, use
+// Translate.
+func RetranslateLoad(prev map[Kind]*Resources, m fleet.Model, moved map[string]bool) (map[Kind]*Resources, error) {
+	if err := check(m, Envoy); err != nil {
+		return nil, err
+	}
+	out := make(map[Kind]*Resources, len(prev))
+	for kind, r := range prev {
+		if kind != Envoy {
+			out[kind] = r
+			continue
+		}
+		f := m.Fleet()
+		n := &f
+		nr := &Resources{
+			Listeners: r.Listeners,
+			Routes:    slices.Clone(r.Routes),
+			Clusters:  r.Clusters,
+			Endpoints: r.Endpoints,
+			mesh:      r.mesh,
+		}
+		if len(nr.Routes) != len(n.Pools) {
+			return nil, fmt.Errorf("translate: %d route configurations for %d pools", len(nr.Routes), len(n.Pools))
+		}
+		for _, t := range []types.ResponseType{types.Listener, types.Cluster, types.Endpoint} {
+			nr.memo.cells[t] = r.memo.cell(t)
+		}
+		err := parallel(len(n.Pools), func(i int) error {
+			p := &n.Pools[i]
+			if !moved[p.Name] {
+				return nil
+			}
+			if nr.Routes[i].GetName() != p.Name {
+				return fmt.Errorf("translate: route configuration %q where pool %q was", nr.Routes[i].GetName(), p.Name)
+			}
+			pl := m.Plan(p.Name)
+			var err error
+			if nr.Routes[i], err = buildRoute(p, &pl, kind); err != nil {
+				return resErr(p, "route configuration", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out[kind] = nr
+	}
+	return out, nil
+}
+
 // ringFollowsWeight reports whether p's Envoy ring is sized by its
 // healthy weight (entries_per_weight), so that its Envoy cluster changes
 // with membership, health and weights too.

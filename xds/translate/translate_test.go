@@ -647,3 +647,82 @@ func TestEntriesPerWeightFastPath(t *testing.T) {
 		t.Error("listeners or routes changed with the endpoints")
 	}
 }
+
+// RetranslateLoad gives every kind what Translate gives it for a fleet
+// whose replicas' load moved (bytes and adapters in flight, when they
+// were counted, hit rates), shares Envoy's listeners, clusters and
+// assignments, and serves every other kind its previous resources.
+func TestRetranslateLoad(t *testing.T) {
+	for _, name := range []string{"pick", "prefill", "adapters", "chat"} {
+		base := loadFleet(t, "testdata/in/"+name+".yaml")
+		if name == "prefill" {
+			// The prefill pool bounds prompt bytes with its load observed.
+			for i := range base.Pools {
+				if p := &base.Pools[i]; p.Name == "chat-prefill" {
+					p.Hash.BalanceOn, p.Hash.LoadInterval = fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
+					p.LoadAt = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+				}
+			}
+		}
+		next := base
+		next.Pools = slices.Clone(base.Pools)
+		for i := range next.Pools {
+			p := &next.Pools[i]
+			if !p.LoadAt.IsZero() {
+				p.LoadAt = p.LoadAt.Add(time.Second)
+			}
+			p.Endpoints = slices.Clone(p.Endpoints)
+			for j := range p.Endpoints {
+				e := &p.Endpoints[j]
+				e.InFlightBytes += uint64(1000 * (j + 1))
+				e.Cached = uint8((j + 3) % 16)
+				if p.LoRA != nil {
+					e.InFlightAdapters = ""
+				}
+			}
+		}
+		prev := map[Kind]*Resources{}
+		for _, kind := range Kinds {
+			prev[kind] = mustTranslate(t, base, kind)
+		}
+		m, err := fleet.Prepare(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved := map[string]bool{}
+		for _, p := range m.Fleet().Pools {
+			moved[p.Name] = true
+		}
+		got, err := RetranslateLoad(prev, m, moved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		routesMoved := false
+		for _, kind := range Kinds {
+			full := mustTranslate(t, next, kind)
+			if typ := differingType(t, got[kind], full); typ != "" {
+				t.Errorf("%s/%v: RetranslateLoad differs from Translate in its %s", name, kind, typ)
+			}
+			a, b := versions(mustSnapshot(t, got[kind])), versions(mustSnapshot(t, full))
+			if !maps.Equal(a, b) {
+				t.Errorf("%s/%v: RetranslateLoad versions %v, Translate %v", name, kind, a, b)
+			}
+			if kind != Envoy && got[kind] != prev[kind] {
+				t.Errorf("%s/%v: not served its previous resources", name, kind)
+			}
+			if kind == Envoy {
+				routesMoved = a[resource.RouteType] != versions(mustSnapshot(t, prev[kind]))[resource.RouteType]
+				if len(got[kind].Listeners) > 0 && &got[kind].Listeners[0] != &prev[kind].Listeners[0] {
+					t.Errorf("%s: Envoy's listeners not shared", name)
+				}
+			}
+		}
+		// The fixtures with tables carry the load that moved.
+		if want := name != "chat" && name != "adapters"; routesMoved != want {
+			t.Errorf("%s: Envoy's routes moved %v, want %v", name, routesMoved, want)
+		}
+	}
+	if _, err := RetranslateLoad(map[Kind]*Resources{}, fleet.Model{}, nil); err == nil {
+		t.Error("RetranslateLoad of an unprepared model: want error")
+	}
+}
