@@ -85,10 +85,10 @@ func TestDecideAdapters(t *testing.T) {
 		}
 		return out
 	}
-	// 50% sql (ceil(0.5 × 8 × 1.5) = 6), 10% fr (ceil(1.2) = 2), 40% base.
+	// 50% sql (ceil(0.5 × 8) = 4), 10% fr (ceil(0.8) = 1), 40% base.
 	observe(t0, map[string]int{"sql": 500, "fr": 100, "": 400})
 	pl := s.decidePool("chat", ap, engineDemand{}, t0)
-	if got, want := replicas(pl), map[string]int{"sql": 6, "fr": 2}; !reflect.DeepEqual(got, want) {
+	if got, want := replicas(pl), map[string]int{"sql": 4, "fr": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas %v, want %v", got, want)
 	}
 	// Placed: clusters first, routes with the next decision.
@@ -100,7 +100,7 @@ func TestDecideAdapters(t *testing.T) {
 	t1 := t0.Add(10 * time.Minute) // the old counts decayed away
 	observe(t1, map[string]int{"sql": 10, "fr": 100, "": 890})
 	pl = s.decidePool("chat", ap, engineDemand{}, t1)
-	if got := replicas(pl); got["sql"] != 6 || got["fr"] != 2 {
+	if got := replicas(pl); got["sql"] != 4 || got["fr"] != 1 {
 		t.Fatalf("shrank at once: %v", got)
 	}
 	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
@@ -110,7 +110,7 @@ func TestDecideAdapters(t *testing.T) {
 	t2 := t1.Add(set.Interval)
 	observe(t2, map[string]int{"sql": 10, "fr": 100, "": 890})
 	pl = s.decidePool("chat", ap, engineDemand{}, t2)
-	if got := replicas(pl); got["sql"] != 1 || got["fr"] != 2 {
+	if got := replicas(pl); got["sql"] != 1 || got["fr"] != 1 {
 		t.Fatalf("after an interval below half: %v, want sql 1", got)
 	}
 	s.placed.own["chat"] = pl
@@ -216,7 +216,7 @@ func TestAdapterShareBand(t *testing.T) {
 		{"below fr, within the band", 145, 0.2},
 		{"a little more", 280, 0.2},
 		{"past the band", 140, 0.14},
-		{"far more", 290, 0.29},
+		{"far more", 380, 0.38},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newAdapterState(prometheus.NewRegistry())
@@ -294,9 +294,9 @@ func TestAdaptersStandalone(t *testing.T) {
 			sql = a
 		}
 	}
-	// Half the requests: ceil(0.5 × 8 × 1.5) = 6 replicas.
-	if sql.Replicas != 6 || sql.Share < 0.45 || sql.Share > 0.55 {
-		t.Errorf("sql-lora %+v, want 6 replicas at 0.5", sql)
+	// Half the requests: ceil(0.5 × 8) = 4 replicas.
+	if sql.Replicas != 4 || sql.Share < 0.45 || sql.Share > 0.55 {
+		t.Errorf("sql-lora %+v, want 4 replicas at 0.5", sql)
 	}
 	after := srv.Versions(translate.Envoy)
 	for typ, v := range before {
@@ -305,7 +305,7 @@ func TestAdaptersStandalone(t *testing.T) {
 		}
 	}
 	st := r.Status().Pools[0].Adapters
-	if st == nil || len(st.Adapters) != 2 || st.Adapters[0].Name != "sql-lora" || len(st.Adapters[0].Members) != 6 {
+	if st == nil || len(st.Adapters) != 2 || st.Adapters[0].Name != "sql-lora" || len(st.Adapters[0].Members) != 4 {
 		t.Fatalf("status adapters: %+v", st)
 	}
 	if st.Requests != 400 || st.AdapterRequests != 200 || st.Rejected["not_string"] != 1 {

@@ -157,7 +157,8 @@ func pickFilter(p *fleet.Pool) (*hcmv3.HttpFilter, error) {
 		adapterHeader = p.LoRA.Header
 	}
 	src, err := bodykey.LuaPrefill(bodykey.Prefill{Keys: keys, Override: true, Slots: fleet.PrefillSlots,
-		SpreadHeader: spreadHeader, SpreadRaw: raw, AdapterHeader: adapterHeader, NameComputed: ObservesLoad(p, Envoy)})
+		SpreadHeader: spreadHeader, SpreadRaw: raw, AdapterHeader: adapterHeader,
+		UntilEnd: p.LoRA != nil, NameComputed: ObservesLoad(p, Envoy)})
 	if err != nil {
 		return nil, err
 	}

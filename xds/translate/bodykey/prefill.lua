@@ -469,14 +469,19 @@ end
 -- new request waits for there is prompts (measured: retrieval's TTFT
 -- p95 halved with one Envoy's counts). A non-streamed response's body
 -- comes whole at its end. The request's adapter counts until the end:
--- decoding, it holds a slot. The chunks pass as they arrive (bodyChunks
+-- decoding, it holds a slot. In a pool serving adapters (UNTIL_END) the
+-- request counts until its end too: there the requests that have not
+-- started are mostly waiting for a slot, and a request whose adapter runs
+-- on the replica passes them. The chunks pass as they arrive (bodyChunks
 -- buffers nothing); a stream reset before its end leaves the request to
 -- expire.
 function envoy_on_response(handle)
   local md = handle:streamInfo():dynamicMetadata():get("kvxds.prefill")
   if md == nil or md.open == nil then return end
   if PREFILL_HEADER == nil then
-    for _ in handle:bodyChunks() do notice(computed(md.open)) end
+    for _ in handle:bodyChunks() do
+      if not UNTIL_END then notice(computed(md.open)) end
+    end
   else
     notice(computed(md.open))
   end

@@ -632,13 +632,21 @@ func TestLuaPickAdapterKeyless(t *testing.T) {
 // requests of one key go to its replica; while they are in flight a
 // third is passed over to another (bytes bound 150, this state's own
 // counts); once their first chunks came, though their bodies go on, the
-// third stays; once they ended too, as well.
+// third stays; once they ended too, as well. In a pool serving adapters
+// (UntilEnd) a request counts until its end: while their bodies go on,
+// the third is passed over.
 func TestLuaPickReleasesAtFirstChunk(t *testing.T) {
+	for _, untilEnd := range []bool{false, true} {
+		t.Run(fmt.Sprintf("until end %v", untilEnd), func(t *testing.T) { testLuaPickReleases(t, untilEnd) })
+	}
+}
+
+func testLuaPickReleases(t *testing.T, untilEnd bool) {
 	bin := luajit(t)
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000"}
 	write := tempWriter(t)
 	table := write("table", strings.Repeat("000001002", 64/3)+"000"+"\n"+strings.Join(hosts, "\n")+"\nbalance\t150\nbytes\n")
-	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64})
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, UntilEnd: untilEnd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +664,7 @@ func TestLuaPickReleasesAtFirstChunk(t *testing.T) {
 		stays         bool
 	}{
 		{"in flight", "", false},
-		{"first chunks came", "first\t1\nfirst\t2\n", true},
+		{"first chunks came", "first\t1\nfirst\t2\n", !untilEnd},
 		{"ended", "first\t1\nfirst\t2\nend\t1\nend\t2\n", true},
 		{"answered without chunks", "respond\t1\nrespond\t2\n", true},
 	} {
@@ -729,6 +737,19 @@ func TestLuaPickNamesComputed(t *testing.T) {
 	}
 	if got := strings.Fields(string(out)); !slices.Equal(got, want) {
 		t.Errorf("%s per request:\n%q\nwant\n%q", ComputedHeader, got, want)
+	}
+	// A pool serving adapters counts its requests until their end: it
+	// names none, and still removes a client's.
+	src, err = LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, NameComputed: true, UntilEnd: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, write("cases", "1000\tx-session-id=a\tx-request-id=r1\nfirst\t1\n1000\tx-session-id=b\tx-request-id=r2\tx-kvxds-computed=forged\nend\t1\n1000\tx-request-id=r3\n"), ComputedHeader).CombinedOutput()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, out)
+	}
+	if got, want := strings.Fields(string(out)), []string{"-", "-", "-"}; !slices.Equal(got, want) {
+		t.Errorf("counting until the end: %s per request %q, want %q", ComputedHeader, got, want)
 	}
 	// A decode pool's prefill filter names its requests once the decode
 	// replica's response starts (the prefill is done), where its pool's
