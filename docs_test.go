@@ -296,7 +296,6 @@ pool "a" {
     }
     replicas = 1
   }
-  adapters {}
 }
 
 pool "b" {
@@ -313,6 +312,14 @@ pool "c" {
   port           = 10002
   load_balancing = "least_request"
   prefill { pool = "b" }
+}
+
+pool "d" {
+  port = 10003
+  hash {
+    key { header = "x-session-id" }
+  }
+  adapters {}
 }
 
 ha {
@@ -332,7 +339,7 @@ func TestPolicyDefaults(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatalf("the defaults policy does not load:\n%s", policy.Format(diags))
 	}
-	a, b, c := &p.Pools[0], &p.Pools[1], &p.Pools[2]
+	a, b, c, d := &p.Pools[0], &p.Pools[1], &p.Pools[2], &p.Pools[3]
 	read := map[string]func() any{
 		"xds.address":                     func() any { return p.XDSAddress },
 		"xds.max_streams_per_address":     func() any { return p.XDS.MaxStreamsPerAddress },
@@ -354,6 +361,8 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.hash.balance_on": func() any { return cmp.Or(a.Hash.BalanceOn, fleet.BalanceOnRequests) },
 		"pool.hash.balance_on with a prompt_prefix or conversation key and a balance_factor": func() any { return b.Hash.BalanceOn },
 		"pool.hash.load_interval with balance_on = \"prompt_bytes\"":                         func() any { return b.Hash.LoadInterval },
+		"pool.hash.balance_factor with an adapters block":                                    func() any { return d.Hash.BalanceFactor },
+		"pool.hash.balance_on with an adapters block and a balance_factor":                   func() any { return d.Hash.BalanceOn },
 		"pool.hash.keyless": func() any { return a.Hash.Keyless },
 		// Zero: the clients' own cap.
 		"pool.hash.grpc_ring_cap":    func() any { return cmp.Or(a.Hash.GRPCRingCap, fleet.DefaultGRPCRingCap) },
@@ -403,12 +412,12 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.weights.relative":                     func() any { return a.Weights.Relative },
 		"pool.mesh.istio_mtls":                      func() any { return a.Mesh.IstioMTLS },
 		"pool.group.exclusive":                      func() any { return a.Groups[0].Exclusive },
-		"pool.adapters.header":                      func() any { return a.LoRA.Header },
-		"pool.adapters.body_field":                  func() any { return a.LoRA.BodyField },
-		"pool.adapters.max_lora":                    func() any { return a.LoRA.MaxLoRA },
-		"pool.adapters.max":                         func() any { return a.LoRA.Max },
-		"pool.adapters.interval":                    func() any { return a.LoRA.Interval },
-		"pool.adapters.half_life":                   func() any { return a.LoRA.HalfLife },
+		"pool.adapters.header":                      func() any { return d.LoRA.Header },
+		"pool.adapters.body_field":                  func() any { return d.LoRA.BodyField },
+		"pool.adapters.max_lora":                    func() any { return d.LoRA.MaxLoRA },
+		"pool.adapters.max":                         func() any { return d.LoRA.Max },
+		"pool.adapters.interval":                    func() any { return d.LoRA.Interval },
+		"pool.adapters.half_life":                   func() any { return d.LoRA.HalfLife },
 		"pool.prefill.header":                       func() any { return c.Prefill.Header },
 		"pool.prefill.min_body_bytes":               func() any { return c.Prefill.MinBodyBytes },
 		"ha.kubernetes.lease_duration":              func() any { return p.HA.Kubernetes.LeaseDuration },

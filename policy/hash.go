@@ -42,7 +42,9 @@ func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 // (their spread sub-key is read from the body), zero otherwise; Hot is
 // the hot_keys block's settings, fleet.DefaultHotKeys without one, nil
 // when it says enabled = false (hotkeys.go).
-func (d *decoder) hash(spec *hashSpec) fleet.Hash {
+// hash decodes a pool's hash block; lora says the pool serves LoRA
+// adapters (an adapters block), which bounds prompt bytes by default.
+func (d *decoder) hash(spec *hashSpec, lora bool) fleet.Hash {
 	h := fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 
 	known := true // whether h.Algorithm is what the user asked for
@@ -159,7 +161,10 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 	// Envoy reads the body as for the chain's own.
 	h.Hot = d.hotKeys(spec.HotKeys, h.Keys)
 	d.bodyKeys(spec, &h)
-	d.balanceOn(spec, &h)
+	if lora && spec.BalanceFactor == nil && h.BalanceFactor == 0 {
+		h.BalanceFactor = DefaultAdaptersBalanceFactor
+	}
+	d.balanceOn(spec, &h, lora)
 	d.loadInterval(spec, &h)
 	return h
 }
@@ -170,11 +175,13 @@ func (d *decoder) hash(spec *hashSpec) fleet.Hash {
 // Unset, a bounded chain with a prompt_prefix or conversation key counts
 // prompt bytes: such keys are shared by requests whose prompts differ
 // in length and in how much of them the replica caches, which a count of
-// requests in flight (decoding ones among them) cannot weigh.
-func (d *decoder) balanceOn(spec *hashSpec, h *fleet.Hash) {
+// requests in flight (decoding ones among them) cannot weigh. So does a
+// bounded pool serving adapters (lora): its Envoys then pick each
+// adapter request's replica where its adapter runs.
+func (d *decoder) balanceOn(spec *hashSpec, h *fleet.Hash, lora bool) {
 	a := spec.BalanceOn
 	if a == nil {
-		if h.BalanceFactor > 0 && slices.ContainsFunc(h.Keys, func(k fleet.HashKey) bool { return k.PromptPrefix > 0 || k.Conversation }) {
+		if h.BalanceFactor > 0 && (lora || slices.ContainsFunc(h.Keys, func(k fleet.HashKey) bool { return k.PromptPrefix > 0 || k.Conversation })) {
 			h.BalanceOn, h.LoadInterval = fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
 		}
 		return

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
@@ -181,13 +183,22 @@ func TestAdaptersBlock(t *testing.T) {
 
 // On the Envoy data plane, the served Lua filter names a request's adapter
 // in x-kvxds-adapter from the chat body's model, a base-model request
-// gets none, and a placed adapter's requests take its cluster.
+// gets none, and a placed adapter's requests go to its replica: by
+// default (the pool bounds prompt bytes) the pick filter makes it the
+// request's upstream host in the pool's cluster; with Envoy's own bound
+// (balance_on = "requests") the request takes the adapter's cluster.
 func TestEnvoyAdapterHeader(t *testing.T) {
 	requireLuaJIT(t)
+	for _, on := range []string{"", fleet.BalanceOnRequests} {
+		t.Run(cmp.Or(on, "default"), func(t *testing.T) { testEnvoyAdapterHeader(t, on) })
+	}
+}
+
+func testEnvoyAdapterHeader(t *testing.T, on string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	reps, addrs := startTestFleet(t, 3)
-	pol, err := Policy(PolicyOptions{Mode: KVXDSAdapters, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, MaxLoRA: 2})
+	pol, err := Policy(PolicyOptions{Mode: KVXDSAdapters, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, MaxLoRA: 2, BalanceOn: on, BalanceFactor: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,15 +206,45 @@ func TestEnvoyAdapterHeader(t *testing.T) {
 	pol = strings.Replace(pol, "  adapters {\n", "  adapters {\n    adapters = [\"adapter-3\"]\n", 1)
 	k, e := kvxdsWithEnvoy(ctx, t, pol, "lora-test", KVXDSAdapters, addrs)
 	defer k.stop()
+	// Where the placement put adapter-3.
+	var member string
+	for deadline := time.Now().Add(20 * time.Second); member == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, p := range k.ctrl.Status().Pools {
+			if p.Adapters == nil {
+				continue
+			}
+			for _, a := range p.Adapters.Adapters {
+				if a.Name == "adapter-3" && len(a.Members) == 1 && a.Stage == "" {
+					member = a.Members[0].Identity
+				}
+			}
+		}
+	}
+	if member == "" {
+		t.Fatal("adapter-3 was not placed and routed on one replica")
+	}
+	for _, p := range k.ctrl.Fleet().Pools {
+		for _, ep := range p.Endpoints {
+			if ep.Identity() == member {
+				member = ep.Address()
+			}
+		}
+	}
 	under := &Request{Request: workload.Request{Session: "s1", Prompt: "one two three", MaxTokens: 2, Adapter: "adapter-3"}}
 	base := &Request{Request: workload.Request{Session: "s2", Prompt: "one two three", MaxTokens: 2}}
+	placed := func(rt routing) bool {
+		if on == "" {
+			return rt.cluster == PoolName && rt.override == member
+		}
+		return rt.cluster == PoolName+"/adapter/adapter-3"
+	}
 	var rt routing
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if rt, err = e.routeRequest([][2]string{{SessionHeader, "s1"}}, KeyBody(under)); err != nil {
 			t.Fatal(err)
 		}
 		rt.release()
-		if strings.Contains(rt.cluster, "adapter") || time.Now().After(deadline) {
+		if placed(rt) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -211,8 +252,8 @@ func TestEnvoyAdapterHeader(t *testing.T) {
 	if !slices.Contains(rt.headers, [2]string{sim.MDAdapter, "adapter-3"}) {
 		t.Errorf("adapter request: headers %v, want %s = adapter-3", rt.headers, sim.MDAdapter)
 	}
-	if want := PoolName + "/adapter/adapter-3"; rt.cluster != want {
-		t.Errorf("adapter request took cluster %q, want %q", rt.cluster, want)
+	if !placed(rt) {
+		t.Errorf("adapter request took cluster %q (upstream host %q); adapter-3 is on %s", rt.cluster, rt.override, member)
 	}
 	rb, err := e.routeRequest([][2]string{{SessionHeader, "s2"}}, KeyBody(base))
 	if err != nil {

@@ -224,8 +224,9 @@ func Policy(o PolicyOptions) (string, error) {
 			fmt.Fprintf(&b, "    balance_on = %q\n", o.BalanceOn)
 		}
 		on := o.BalanceOn
-		if on == "" && (strings.HasPrefix(o.BodyKey, "prompt_prefix") || strings.HasPrefix(o.BodyKey, "conversation")) {
-			// The policy's default for these keys.
+		if on == "" && (strings.HasPrefix(o.BodyKey, "prompt_prefix") || strings.HasPrefix(o.BodyKey, "conversation") || o.Mode == KVXDSAdapters) {
+			// The policy's default for these keys, and for a pool
+			// serving adapters.
 			on = fleet.BalanceOnPromptBytes
 		}
 		if on == fleet.BalanceOnPromptBytes {
