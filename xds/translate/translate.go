@@ -227,16 +227,15 @@ func RetranslateAll(prev map[Kind]*Resources, m fleet.Model) (map[Kind]*Resource
 // differs from prev's only in what its slot tables carry of the replicas'
 // load: the Envoys' bytes and adapters in flight, when they were counted
 // (Pool.LoadAt), and the replicas' prefix-cache hit rates, in the pools
-// moved names (a decode pool's table carries its prefill pool's load).
-// Those ride only in the pick and prefill tables of Envoy's route
-// configurations, so Envoy's routes of those pools are rebuilt, the
-// other pools' routes and its listeners, clusters and assignments shared
-// with prev (and their marshalling), and every other kind is served
-// prev's resources as they are. This is the path of a
-// load push, once per load interval while a pool's load moves. The
-// result equals Translate(m, kind) for each kind
-// (TestRetranslateLoad). If anything else may have changed, use
-// Translate.
+// that moved names (a decode pool's table carries its prefill pool's
+// load). Those ride only in the pick and prefill tables of Envoy's route
+// configurations, so Envoy's routes of those pools are rebuilt; Envoy's
+// other routes, listeners, clusters and assignments are shared with prev
+// (and their marshalling), and every other kind is served prev's
+// resources as they are. This is the path of a load push, once per load
+// interval while a pool's load moves. The result equals Translate(m,
+// kind) for each kind (TestRetranslateLoad). If anything else may have
+// changed, use Translate.
 func RetranslateLoad(prev map[Kind]*Resources, m fleet.Model, moved map[string]bool) (map[Kind]*Resources, error) {
 	if err := check(m, Envoy); err != nil {
 		return nil, err
