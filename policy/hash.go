@@ -41,9 +41,10 @@ func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 // DefaultMaxBodyBytes when the chain has body keys or hot keys are on
 // (their spread sub-key is read from the body), zero otherwise; Hot is
 // the hot_keys block's settings, fleet.DefaultHotKeys without one, nil
-// when it says enabled = false (hotkeys.go).
-// hash decodes a pool's hash block; lora says the pool serves LoRA
-// adapters (an adapters block), which bounds prompt bytes by default.
+// when it says enabled = false (hotkeys.go). lora says the pool serves
+// LoRA adapters (an adapters block): BalanceFactor is then
+// DefaultAdaptersBalanceFactor unless set, and the bound counts prompt
+// bytes unless balance_on says otherwise.
 func (d *decoder) hash(spec *hashSpec, lora bool) fleet.Hash {
 	h := fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 
