@@ -433,8 +433,12 @@ func Targets(w *WorkloadReport) []Target {
 			add("kvxds hit rate ≥ 0.9 × upper bound", fmt.Sprintf("%.3f / %.3f = %.2f×", kv.HitRate, ub.HitRate, r), r >= 0.9)
 		}
 		if okKV && okRR {
-			r := kv.HitRate / rr.HitRate
-			add("kvxds hit rate ≥ 4 × round_robin", fmt.Sprintf("%.3f / %.3f = %.2f×", kv.HitRate, rr.HitRate, r), r >= 4)
+			// The prompt tokens each prefilled: what a miss costs. Round
+			// robin's hit rate is mostly its requests' reuse within a
+			// replica by chance and moves by ±0.01 between runs, so a
+			// ratio of hit rates near 4 passed or failed on that noise.
+			r := (1 - kv.HitRate) / (1 - rr.HitRate)
+			add("kvxds prompt tokens prefilled ≤ 0.25 × round_robin's", fmt.Sprintf("%.3f / %.3f = %.2f× (hit rate %.3f against %.3f)", 1-kv.HitRate, 1-rr.HitRate, r, kv.HitRate, rr.HitRate), r <= 0.25)
 			t := kv.ClientTTFT.P95 / rr.ClientTTFT.P95
 			add("kvxds client TTFT p95 ≤ 0.25 × round_robin", fmt.Sprintf("%s / %s = %.2f× (engine: %s / %s = %.2f×)",
 				secs(kv.ClientTTFT.P95), secs(rr.ClientTTFT.P95), t,
