@@ -292,43 +292,53 @@ end
 -- result is true too), or fewer adapters are than its slots (aslots,
 -- three hex digits per host; nil: always). In flight are the table's
 -- adapters and this state's fresh requests', or without a table this
--- state's own.
+-- state's own. The third result is how many more adapters are in flight
+-- there than it has slots (negative: free slots; 0 where ad runs): the
+-- adapters waiting there for a slot, at least.
 local function runs(aslots, i, h, ad)
-  if aslots == nil then return true, true end
+  if aslots == nil then return true, true, 0 end
   local cap = tonumber(sub(aslots, 3 * i + 1, 3 * i + 3), 16)
-  if cap == nil then return true, true end
+  if cap == nil then return true, true, 0 end
   local g = grun and grun[h]
   local mine = (gload ~= nil and fresh_ad or own_ad)[h]
-  if (g ~= nil and g.set[ad]) or (mine ~= nil and mine[ad] ~= nil) then return true, true end
+  if (g ~= nil and g.set[ad]) or (mine ~= nil and mine[ad] ~= nil) then return true, true, 0 end
   local n = g and g.n or 0
   if mine ~= nil then
     for name in pairs(mine) do
       if g == nil or not g.set[name] then n = n + 1 end
     end
   end
-  return n < cap, false
+  return n < cap, false, n - cap
 end
 
 -- Of the candidate hosts (the adapter's nm replicas first), the first
 -- that is not overloaded and can run adapter ad at once, being one of
 -- its replicas or having it in flight; else the first that is not
--- overloaded; else the first. A conversation keeps its replica while
--- that replica can run it without a wait for a slot, and leaves only for
--- one where its adapter runs: a replica with merely a free slot would
--- load the adapter afresh, with none of the adapter's cache.
+-- overloaded, unless one that is not has BACKLOG_MOVE fewer adapters
+-- waiting for a slot (the one with the fewest, first in order among
+-- equals); else the first. A conversation keeps its replica while that
+-- replica can run it without a wait for a slot, and leaves only for one
+-- where its adapter runs: a replica with merely a free slot would load
+-- the adapter afresh, with none of the adapter's cache. Where it must
+-- wait, it waits where it was sent unless adapters queue there for
+-- slots: a slot frees only when one of the replica's running adapters
+-- has no request left, and each adapter ahead of it takes one.
+local BACKLOG_MOVE = 3
 local function bounded_list(hosts, slots, cands, nm, factor, w, aslots, ad)
   local first = hosts[cands[1] + 1]
   if factor == nil then return first end
   local n = shares(slots)
-  local under = nil
+  local under, uover, least, best = nil, nil, nil, nil
   for k, j in ipairs(cands) do
     local h = hosts[j + 1]
     if type(h) == "string" and not overloaded(n, j, h, factor, w) then
-      local ok, running = runs(aslots, j, h, ad)
+      local ok, running, over = runs(aslots, j, h, ad)
       if ok and (k <= nm or running) then return h end
-      under = under or h
+      if under == nil then under, uover = h, over end
+      if least == nil or over < best then least, best = h, over end
     end
   end
+  if under ~= nil and uover - best >= BACKLOG_MOVE then return least end
   return under or first
 end
 

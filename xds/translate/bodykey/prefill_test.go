@@ -176,7 +176,9 @@ func TestLuaPrefillBounded(t *testing.T) {
 // of its ranking, that is under the bound and can run the adapter at
 // once (it is in flight there, or fewer adapters are than the host's
 // "adapter_slots") and is one of its replicas or has it in flight, else
-// the first under the bound, else the first; the others pick by slot. In flight are the table's "running" and this
+// the first under the bound unless one under it has backlogMove fewer
+// adapters in flight beyond its slots (then the one with the fewest),
+// else the first; the others pick by slot. In flight are the table's "running" and this
 // state's requests since it, or without a table this state's own. With
 // cached, the table carries each host's prefix-cache hit rate in
 // sixteenths c ("cached"): the bound weighs a host's bytes, in it and in
@@ -184,7 +186,8 @@ func TestLuaPrefillBounded(t *testing.T) {
 // floor.
 func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	bin := luajit(t)
-	const slots, factor = 64, 150
+	// backlogMove is the script's BACKLOG_MOVE.
+	const slots, factor, backlogMove = 64, 150, 3
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000", "10.0.1.5:8000"}
 	var enc strings.Builder
 	table := make([]int, slots)
@@ -262,7 +265,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 			delete(m[i], name)
 		}
 	}
-	runs := func(j int, name string) (ok, running bool) {
+	runs := func(j int, name string) (ok, running bool, backlog int) {
 		var g map[string]bool
 		mine := ownAd[j]
 		if gl != nil {
@@ -272,7 +275,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 			}
 		}
 		if g[name] || mine[name] > 0 {
-			return true, true
+			return true, true, 0
 		}
 		n := len(g)
 		for a := range mine {
@@ -280,9 +283,9 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 				n++
 			}
 		}
-		return n < aslots[j], false
+		return n < aslots[j], false, n - aslots[j]
 	}
-	bySlots := 0
+	bySlots, byBacklog := 0, 0
 	score := func(key string, j int) uint64 {
 		x, _ := strconv.ParseUint(Hash([]byte(key + "\x00" + hosts[j]))[:8], 16, 32)
 		return x
@@ -294,19 +297,27 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 				return cmp.Or(cmp.Compare(score(key, b), score(key, a)), cmp.Compare(a, b))
 			})
 			cands = append(cands, e.rank...)
-			under := -1
+			under, uBacklog, least, fewest := -1, 0, -1, 0
 			for k, j := range cands {
 				if !over(j, w) {
-					if ok, running := runs(j, name); ok && (k < len(e.members) || running) {
+					ok, running, backlog := runs(j, name)
+					if ok && (k < len(e.members) || running) {
 						if under >= 0 {
 							bySlots++
 						}
 						return j
 					}
 					if under < 0 {
-						under = j
+						under, uBacklog = j, backlog
+					}
+					if least < 0 || backlog < fewest {
+						least, fewest = j, backlog
 					}
 				}
+			}
+			if under >= 0 && uBacklog-fewest >= backlogMove {
+				byBacklog++
+				return least
 			}
 			if under >= 0 {
 				return under
@@ -470,7 +481,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 		// place (they pick by slot).
 		name := ""
 		if adapter {
-			name = []string{"", "sql", "sql", "chat", "other", "law"}[rng.IntN(6)]
+			name = []string{"", "sql", "sql", "chat", "other", "law", "med", "tax"}[rng.IntN(8)]
 		}
 		i := pick(key, name, w)
 		if i != table[PrefillSlot(key, slots)] {
@@ -512,6 +523,9 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	}
 	if adapter && bySlots == 0 {
 		t.Fatal("no request passed a replica for want of a slot: the script does not test adapter_slots")
+	}
+	if adapter && byBacklog == 0 {
+		t.Fatal("no request left a replica where adapters wait for slots: the script does not test BACKLOG_MOVE")
 	}
 	if spilled == 0 || spilled > requests*9/10 {
 		t.Fatalf("the script spills %d of %d requests: it tests nothing", spilled, requests)
