@@ -31,8 +31,8 @@ pool "chat" {
 `
 
 // An Envoy's access logs, streamed over a real gRPC stream, place the
-// adapter that carries half of the pool's requests on
-// ceil(0.5 × 4) = 2 replicas: a cluster, an assignment and a route
+// adapter that carries three quarters of the pool's requests on
+// ceil(0.75 × 4 × 0.5) = 2 replicas: a cluster, an assignment and a route
 // of the served resources, on the status document and /metrics, with the
 // rejected adapter fields counted.
 func TestAdaptersFromAccessLogs(t *testing.T) {
@@ -59,7 +59,7 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 	for i := range 400 {
 		h := map[string]string{"x-session-id": "s"}
 		switch i % 4 {
-		case 0, 2:
+		case 0, 2, 3:
 			h["x-kvxds-adapter"] = "sql-lora"
 		case 1:
 			h["x-kvxds-adapter-rejected"] = "not_string"
@@ -94,7 +94,7 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 	}
 
 	as := statusOf(t, c.AdminAddr()).Pools[0].Adapters
-	if as == nil || len(as.Adapters) != 1 || len(as.Adapters[0].Members) != 2 || as.Requests != 400 || as.AdapterRequests != 200 || as.Rejected["not_string"] != 100 {
+	if as == nil || len(as.Adapters) != 1 || len(as.Adapters[0].Members) != 2 || as.Requests != 400 || as.AdapterRequests != 300 || as.Rejected["not_string"] != 100 {
 		t.Fatalf("status adapters: %+v", as)
 	}
 	wantMetrics(t, scrape(t, "http://"+c.AdminAddr()+"/metrics"), []metricWant{
@@ -102,7 +102,7 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 		{"kvxds_adapter_members", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 2},
 		{"kvxds_adapter_moves_total", map[string]string{"pool": "chat", "cause": "demand"}, 1},
 		{"kvxds_adapter_rejected_total", map[string]string{"pool": "chat", "reason": "not_string"}, 100},
-		{"kvxds_adapter_requests_logged_total", map[string]string{"pool": "chat", "kind": "adapter"}, 200},
+		{"kvxds_adapter_requests_logged_total", map[string]string{"pool": "chat", "kind": "adapter"}, 300},
 		{"kvxds_access_log_entries_total", map[string]string{"result": "no_key"}, 0},
 	})
 }

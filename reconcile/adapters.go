@@ -46,14 +46,15 @@ const (
 const (
 	// adapterHeadroom sizes an adapter's replicas from its share of the
 	// pool's requests: ceil(share × healthy × adapterHeadroom), so that
-	// no member takes more than its share of the pool. More members keep
-	// more of the fleet's slots busy with the same adapter, and the
-	// requests of adapters running nowhere wait longer for one (measured
-	// on the multi-LoRA benchmark against 1.5: engine TTFT p95 4.6–4.7 s
-	// against 4.7–5.9 s bounding prompt bytes, 5.1–6.0 s against 5.7–6.9 s
-	// without a bound, at a hit rate 0.00–0.01 lower; 0.75 put a busy
-	// adapter's members above their share, 5.9–6.2 s).
-	adapterHeadroom = 1.0
+	// no member takes more than twice its share of the pool. More members
+	// keep more of the fleet's slots busy with the same adapter, and the
+	// requests of adapters running nowhere wait longer for one. Measured
+	// on the multi-LoRA benchmark (docs/benchmarks/workloads.md), with
+	// the pick filter's looser bound on adapter requests, seeds 1–3:
+	// client TTFT p95 1.95–2.72 s against 2.56–3.34 s at 1.0, at the same
+	// hit rate; at 1.0 against 1.5 (the bound then), 4.6–4.7 s against
+	// 4.7–5.9 s.
+	adapterHeadroom = 0.5
 	// minAdapterShare is the share of the pool's logged requests below
 	// which a learned adapter is not placed (it uses the pool's routes).
 	minAdapterShare = 0.001
@@ -63,6 +64,9 @@ const (
 	// and shares that swap order on noise would move adapters between
 	// slots at every decision.
 	shareBand = math.Sqrt2
+	// shrinkSlack is the headroom an adapter's need must leave before its
+	// placement shrinks to it (decidePool's shrinkTo); growing is at once.
+	shrinkSlack = 1.25
 	// minInFlight is the smoothed replicas an adapter the engines report
 	// must keep to stay placed (engineNeed): a single report is forgotten
 	// after about three half-lives.
@@ -393,6 +397,20 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 	healthy := max(ap.healthy, 1)
 	need := map[string]int{}
 	share := map[string]float64{}
+	// shrinkTo is the size a placed adapter of need k on r replicas
+	// shrinks to after a full interval below them: from the logs, its
+	// need with shrinkSlack more headroom, so that a share that wavers
+	// about a boundary does not move members back and forth; from the
+	// engines, whose counts of replicas in flight waver more, k once it
+	// is below half of r. A placement the engines sized before the logs
+	// came (while the pool's own hash spread every adapter) thus comes
+	// down to what the logs ask for.
+	shrinkTo := func(_ string, k, r int) int {
+		if 2*k < r {
+			return k
+		}
+		return r
+	}
 	observed := ap.observed
 	ap.observed = 0
 	switch {
@@ -404,6 +422,12 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 			}
 			share[e.ID.Value] = e.Share
 			need[e.ID.Value] = clampInt(int(math.Ceil(e.Share*float64(healthy)*adapterHeadroom)), 1, healthy)
+		}
+		shrinkTo = func(n string, k, _ int) int {
+			if sh, ok := share[n]; ok {
+				return clampInt(int(math.Ceil(sh*float64(healthy)*adapterHeadroom*shrinkSlack)), k, healthy)
+			}
+			return k
 		}
 	case eng.reporting > 0 && len(eng.inFlight) > 0:
 		// In flight on r replicas, smoothed: keep it on as many (without
@@ -437,7 +461,7 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 		}
 	}
 	// Adapters placed before and not seen now need none: they leave
-	// after a full interval below half, like any shrink.
+	// after a full interval, like any shrink.
 	for n := range old {
 		if _, ok := need[n]; !ok {
 			need[n] = 0
@@ -453,13 +477,13 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 		r := k
 		if o, ok := old[n]; ok && k < o.Replicas {
 			r = o.Replicas
-			if 2*k < o.Replicas {
+			if t := shrinkTo(n, k, o.Replicas); t < o.Replicas {
 				since, ok := below[n]
 				if !ok {
 					below[n], since = now, now
 				}
 				if now.Sub(since) >= ap.settings.Interval {
-					r = k
+					r = t
 					delete(below, n)
 				}
 			} else {

@@ -45,7 +45,7 @@ func adapterTestPool(a fleet.Adapters, healthy int) *adapterPool {
 }
 
 // Decisions size each adapter from its share of the pool's requests,
-// grow at once, shrink only after a full interval below half, fall back
+// grow at once, shrink only after a full interval below (TestAdapterShrink), fall back
 // on the engines without logs (smoothed over the half-life), and keep the
 // placement without either.
 func TestDecideAdapters(t *testing.T) {
@@ -85,8 +85,8 @@ func TestDecideAdapters(t *testing.T) {
 		}
 		return out
 	}
-	// 50% sql (ceil(0.5 × 8) = 4), 10% fr (ceil(0.8) = 1), 40% base.
-	observe(t0, map[string]int{"sql": 500, "fr": 100, "": 400})
+	// 80% sql (ceil(0.8 × 8 × 0.5) = 4), 10% fr (ceil(0.4) = 1), 10% base.
+	observe(t0, map[string]int{"sql": 800, "fr": 100, "": 100})
 	pl := s.decidePool("chat", ap, engineDemand{}, t0)
 	if got, want := replicas(pl), map[string]int{"sql": 4, "fr": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas %v, want %v", got, want)
@@ -200,6 +200,59 @@ func TestEngineNeed(t *testing.T) {
 	}
 }
 
+// A placement shrinks, after a full interval below, to its need from the
+// logs with shrinkSlack more headroom: a placement the engines sized
+// while the pool's own hash spread the adapter comes down, and a share
+// just under a boundary keeps the size above it.
+func TestAdapterShrink(t *testing.T) {
+	set := fleet.DefaultAdapters()
+	set.BaseModels = []string{"llama"}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name      string
+		sql       int // requests of sql in 1,000
+		from      int // replicas placed
+		held, now int // replicas at once, and an interval later
+	}{
+		{"the engines' spread, then the logs", 190, 4, 4, 1},
+		{"need 3 of 4 (not below half)", 600, 4, 4, 3},
+		{"need 2 just under 2.5: kept on 3", 490, 4, 4, 3},
+		{"need 2 well under", 300, 4, 4, 2},
+		{"need as placed", 600, 3, 3, 3},
+		{"growing is at once", 600, 2, 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newAdapterState(prometheus.NewRegistry())
+			ap := adapterTestPool(set, 8)
+			s.pools["chat"] = ap
+			s.placed.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "sql", Replicas: tc.from, Share: float64(tc.sql) / 1000}}}
+			decide := func(at time.Time) int {
+				for i := range 1000 {
+					if i < tc.sql {
+						ap.sketch.Observe(adapterKey, "sql", at)
+					} else {
+						ap.sketch.Observe(baseKey, baseValue, at)
+					}
+				}
+				ap.observed = 1000
+				pl := s.decidePool("chat", ap, engineDemand{}, at)
+				s.placed.own["chat"] = pl
+				i := slices.IndexFunc(pl.Adapters, func(a fleet.Adapter) bool { return a.Name == "sql" })
+				if i < 0 {
+					t.Fatalf("sql not placed: %+v", pl.Adapters)
+				}
+				return pl.Adapters[i].Replicas
+			}
+			if got := decide(t0); got != tc.held {
+				t.Errorf("at once: %d replicas, want %d", got, tc.held)
+			}
+			if got := decide(t0.Add(set.Interval)); got != tc.now {
+				t.Errorf("an interval later: %d replicas, want %d", got, tc.now)
+			}
+		})
+	}
+}
+
 // A decided share stays until the measured one moves past a factor of
 // √2 from it, so that noise does not reorder the placement (fr stays at
 // 15% throughout).
@@ -222,7 +275,7 @@ func TestAdapterShareBand(t *testing.T) {
 			s := newAdapterState(prometheus.NewRegistry())
 			ap := adapterTestPool(set, 8)
 			s.pools["chat"] = ap
-			s.placed.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "fr", Replicas: 2, Share: 0.15}, {Name: "sql", Replicas: 3, Share: 0.2}}}
+			s.placed.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "fr", Replicas: 1, Share: 0.15}, {Name: "sql", Replicas: 1, Share: 0.2}}}
 			for i := range 1000 {
 				switch {
 				case i < tc.sql:
@@ -294,9 +347,9 @@ func TestAdaptersStandalone(t *testing.T) {
 			sql = a
 		}
 	}
-	// Half the requests: ceil(0.5 × 8) = 4 replicas.
-	if sql.Replicas != 4 || sql.Share < 0.45 || sql.Share > 0.55 {
-		t.Errorf("sql-lora %+v, want 4 replicas at 0.5", sql)
+	// Half the requests: ceil(0.5 × 8 × 0.5) = 2 replicas.
+	if sql.Replicas != 2 || sql.Share < 0.45 || sql.Share > 0.55 {
+		t.Errorf("sql-lora %+v, want 2 replicas at 0.5", sql)
 	}
 	after := srv.Versions(translate.Envoy)
 	for typ, v := range before {
@@ -305,7 +358,7 @@ func TestAdaptersStandalone(t *testing.T) {
 		}
 	}
 	st := r.Status().Pools[0].Adapters
-	if st == nil || len(st.Adapters) != 2 || st.Adapters[0].Name != "sql-lora" || len(st.Adapters[0].Members) != 4 {
+	if st == nil || len(st.Adapters) != 2 || st.Adapters[0].Name != "sql-lora" || len(st.Adapters[0].Members) != 2 {
 		t.Fatalf("status adapters: %+v", st)
 	}
 	if st.Requests != 400 || st.AdapterRequests != 200 || st.Rejected["not_string"] != 1 {

@@ -324,6 +324,12 @@ end
 -- slots: a slot frees only when one of the replica's running adapters
 -- has no request left, and each adapter ahead of it takes one.
 local BACKLOG_MOVE = 3
+-- An adapter request's bound is ADAPTER_FACTOR times the pool's: the
+-- slots steer it, and a tighter bound on bytes spreads a busy adapter
+-- over more replicas, each holding a slot with it, so that the adapters
+-- running nowhere wait longer for one (measured on the multi-LoRA
+-- benchmark, docs/benchmarks/workloads.md).
+local ADAPTER_FACTOR = 5
 local function bounded_list(hosts, slots, cands, nm, factor, w, aslots, ad)
   local first = hosts[cands[1] + 1]
   if factor == nil then return first end
@@ -422,7 +428,7 @@ local function set_prefill(handle, headers)
   if cands then
     local aslots = md:get("adapter_slots")
     if type(aslots) ~= "string" or #aslots ~= 3 * #hosts then aslots = nil end
-    host = bounded_list(hosts, slots, cands, nmem, factor, w, aslots, name)
+    host = bounded_list(hosts, slots, cands, nmem, factor and factor * ADAPTER_FACTOR, w, aslots, name)
   else
     host = bounded(hosts, slots, slot, factor, w)
   end

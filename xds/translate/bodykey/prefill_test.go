@@ -178,7 +178,8 @@ func TestLuaPrefillBounded(t *testing.T) {
 // "adapter_slots") and is one of its replicas or has it in flight, else
 // the first under the bound unless one under it has backlogMove fewer
 // adapters in flight beyond its slots (then the one with the fewest),
-// else the first; the others pick by slot. In flight are the table's "running" and this
+// else the first, its bound adapterFactor times the pool's; the others
+// pick by slot. In flight are the table's "running" and this
 // state's requests since it, or without a table this state's own. With
 // cached, the table carries each host's prefix-cache hit rate in
 // sixteenths c ("cached"): the bound weighs a host's bytes, in it and in
@@ -186,8 +187,9 @@ func TestLuaPrefillBounded(t *testing.T) {
 // floor.
 func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	bin := luajit(t)
-	// backlogMove is the script's BACKLOG_MOVE.
-	const slots, factor, backlogMove = 64, 150, 3
+	// backlogMove and adapterFactor are the script's BACKLOG_MOVE and
+	// ADAPTER_FACTOR.
+	const slots, factor, backlogMove, adapterFactor = 64, 150, 3, 5
 	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000", "10.0.1.5:8000"}
 	var enc strings.Builder
 	table := make([]int, slots)
@@ -213,7 +215,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	for i, c := range hits {
 		miss[i] = float64(16-c) / 16
 	}
-	over := func(i int, w float64) bool {
+	over := func(i int, w float64, factor int) bool {
 		if !bytes {
 			capacity := ((count+1)*factor + 99) / 100
 			return inflight[i] > float64(max((capacity*share[i]+slots-1)/slots, 1))
@@ -243,7 +245,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 			}
 			load, cw = load*miss[i], w*miss[i]
 		}
-		capacity := (all + cw) * factor / 100
+		capacity := (all + cw) * float64(factor) / 100
 		return load > max(capacity*float64(share[i])/slots, w)
 	}
 	// The adapters' replicas and rankings, the hosts' adapter slots, the
@@ -251,7 +253,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	// requests in flight by host and adapter (own), and fresh.
 	type entry struct{ members, rank []int }
 	adapters := map[string]entry{"sql": {[]int{0, 2}, []int{3, 1}}, "chat": {[]int{4}, []int{1, 0, 2}}}
-	aslots := []int{2, 1, 2, 3, 1}
+	aslots := []int{1, 2, 1, 3, 1}
 	var gRun []map[string]bool
 	ownAd, freshAd := map[int]map[string]int{}, map[int]map[string]int{}
 	countAd := func(m map[int]map[string]int, i int, name string, d int) {
@@ -299,7 +301,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 			cands = append(cands, e.rank...)
 			under, uBacklog, least, fewest := -1, 0, -1, 0
 			for k, j := range cands {
-				if !over(j, w) {
+				if !over(j, w, factor*adapterFactor) {
 					ok, running, backlog := runs(j, name)
 					if ok && (k < len(e.members) || running) {
 						if under >= 0 {
@@ -326,7 +328,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 		}
 		s := PrefillSlot(key, slots)
 		i := table[s]
-		if !over(i, w) {
+		if !over(i, w, factor) {
 			return i
 		}
 		seen := map[int]bool{i: true}
@@ -334,7 +336,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 			j := table[(s+k)%slots]
 			if !seen[j] {
 				seen[j] = true
-				if !over(j, w) {
+				if !over(j, w, factor) {
 					return j
 				}
 			}
