@@ -68,6 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		quick      = fs.Bool("quick", false, "short runs (6 s of wall time per mode) for a smoke test")
 		warmup     = fs.Float64("warmup", 0.2, "fraction of each stream's first requests left out of the statistics")
 		clients    = fs.Int("clients", 2, "grpc-go xDS clients, or simulated Envoys on the envoy data plane, sharing the requests (each its own xDS node, connections and requests in flight)")
+		inTurn     = fs.Bool("clients-in-turn", false, "send request k through client k mod --clients, whatever its session (by default a session keeps one client)")
 		instances  = fs.Int("instances", 1, "kvxds instances serving each live mode: the first decides, the others follow it (ha { follow }); client i attaches to instance i mod N")
 		isolated   = fs.Bool("isolated-instances", false, "with --instances: each instance keeps its Envoys' requests in flight to itself (no load reports between instances), the ablation")
 		bare       = fs.Bool("bare", false, "kvxds, kvxds+prefix, kvxds+conversation and kvxds+bounded without the metrics, escape and weights blocks: pure consistent hashing (default: those blocks at their documented defaults)")
@@ -204,6 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KVBlocks:          *kvBlocks,
 		WarmupFraction:    *warmup,
 		Clients:           *clients,
+		ClientsInTurn:     *inTurn,
 		Instances:         *instances,
 		IsolatedInstances: *isolated,
 		Bare:              *bare,

@@ -210,6 +210,11 @@ type Config struct {
 	// session (requests without one by Seq). Default 2. The index modes
 	// have one router whatever it is.
 	Clients int
+	// ClientsInTurn sends request k through client k mod Clients, whatever
+	// its session: as behind a balancer that spreads requests over the
+	// Envoys, not connections, so that no Envoy sees all of a key's
+	// requests.
+	ClientsInTurn bool
 	// Instances is how many kvxds instances serve a live mode: the first
 	// decides, the others follow it (ha { follow }), and client i (a
 	// grpc-go client or a simulated Envoy, with its access logs) attaches

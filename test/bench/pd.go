@@ -350,7 +350,7 @@ func runPD(ctx context.Context, c Config, w *workloadPlan, mode Mode, keyHCL str
 	defer k.stop()
 	run := &liveRun{Policy: pol, Results: make([]reqResult, len(w.Requests))}
 	g := &dispatcher{cfg: c, plan: w, mode: mode, reps: reps, http: k.http, ctrl: k.ctrl, run: run}
-	pr := &pdRouter{mode: mode, prefill: prefill, decode: decode, bodyKeyed: w.BodyKey.HCL != ""}
+	pr := &pdRouter{mode: mode, prefill: prefill, decode: decode, bodyKeyed: w.BodyKey.HCL != "", inTurn: c.ClientsInTurn}
 	if mode == Index {
 		pr.index = NewIndexRouter(len(prefill), DefaultIndexConfig())
 		pr.p2c = newP2CRouter(len(decode), c.Seed)
@@ -405,6 +405,7 @@ type pdRouter struct {
 	prefill, decode []string
 	envoys          []*envoyClient
 	bodyKeyed       bool
+	inTurn          bool          // Config.ClientsInTurn
 	next            atomic.Uint64 // the next prefill replica in turn
 	index           *IndexRouter  // prefill, index
 	p2c             *p2cRouter    // decode, index
@@ -433,9 +434,9 @@ func (p *pdRouter) send(ctx context.Context, r *Request, start time.Time) reqRes
 		return res
 	case RoundRobin, LeastRequest:
 		pick := p.prefill[(p.next.Add(1)-1)%uint64(len(p.prefill))]
-		return p.envoys[clientIndex(r, len(p.envoys))].send(ctx, r, start, p.bodyKeyed, [2]string{sim.PrefillerHeader, pick})
+		return p.envoys[clientIndex(r, len(p.envoys), p.inTurn)].send(ctx, r, start, p.bodyKeyed, [2]string{sim.PrefillerHeader, pick})
 	default:
-		return p.envoys[clientIndex(r, len(p.envoys))].send(ctx, r, start, p.bodyKeyed)
+		return p.envoys[clientIndex(r, len(p.envoys), p.inTurn)].send(ctx, r, start, p.bodyKeyed)
 	}
 }
 
@@ -457,7 +458,7 @@ func (p *pdRouter) sendGRPC(ctx context.Context, r *Request, start time.Time) re
 		defer p.p2c.Done(di)
 		pre, dec = p.pre[pi], p.dec[di]
 	} else {
-		i := clientIndex(r, len(p.pre))
+		i := clientIndex(r, len(p.pre), p.inTurn)
 		pre, dec = p.pre[i], p.dec[i]
 	}
 	body, err := json.Marshal(sim.GenerateRequest{Prompt: r.Prompt, MaxTokens: 1})

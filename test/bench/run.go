@@ -483,11 +483,12 @@ type dispatcher struct {
 // session always uses the same one (by its conversation where the session
 // names the tenant), or by Seq for a request without one.
 func (g *dispatcher) clientFor(r *Request) testgrpc.TestServiceClient {
-	return g.clients[clientIndex(r, len(g.clients))]
+	return g.clients[clientIndex(r, len(g.clients), g.cfg.ClientsInTurn)]
 }
 
-func clientIndex(r *Request, n int) int {
-	if r.Session == "" {
+// clientIndex is the client of n that sends r; inTurn: by Seq alone.
+func clientIndex(r *Request, n int, inTurn bool) int {
+	if r.Session == "" || inTurn {
 		return r.Seq % n
 	}
 	key := r.Session
@@ -601,7 +602,7 @@ dispatch:
 				res[i] = g.send(ctx, g.clients[at], r, start)
 				g.index.Done(at)
 			} else if g.envoys != nil {
-				res[i] = g.envoys[clientIndex(r, len(g.envoys))].send(ctx, r, start, g.bodyKeyed)
+				res[i] = g.envoys[clientIndex(r, len(g.envoys), g.cfg.ClientsInTurn)].send(ctx, r, start, g.bodyKeyed)
 			} else {
 				res[i] = g.send(ctx, g.clientFor(r), r, start)
 			}

@@ -241,12 +241,42 @@ end
 
 -- The host of slot, or with a factor the first host of the next slots
 -- that is not overloaded (else the slot's own).
-local function bounded(hosts, slots, slot, factor, w)
+-- Where this state sent each key last (went[v]: the host and its index
+-- in hosts, which a new membership may change), two generations of at
+-- most WENT_MAX keys each, so that its memory stays bounded; keys longer
+-- than WENT_KEY are not kept. A request goes back there while that host
+-- holds slots and is under the bound, before its key's slot: a key that
+-- overflowed to another replica computed its last prompt there, and its
+-- next one hits there, not at its slot's replica (measured on Mooncake's
+-- trace, docs/benchmarks/traces.md).
+local WENT_MAX, WENT_KEY = 4096, 256
+local went, went_old, went_n = {}, {}, 0
+
+local function remember(v, host, j)
+  if v == nil or #v > WENT_KEY then return end
+  local e = went[v]
+  if e == nil then
+    if went_n >= WENT_MAX then went_old, went, went_n = went, {}, 0 end
+    went_n = went_n + 1
+    e = {}
+    went[v] = e
+  end
+  e.host, e.j = host, j
+end
+
+-- The host of slot, or with a factor the host key v went to last if it
+-- is under the bound, else the first host of the slot and the next slots
+-- that is not overloaded (else the slot's own); and its index.
+local function bounded(hosts, slots, slot, factor, w, v)
   local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
   local host = i and hosts[i + 1]
-  if type(host) ~= "string" or factor == nil then return host end
+  if type(host) ~= "string" or factor == nil then return host, i end
   local n = shares(slots)
-  if not overloaded(n, i, host, factor, w) then return host end
+  local e = v ~= nil and (went[v] or went_old[v]) or nil
+  if e ~= nil and (n[e.j] or 0) > 0 and hosts[e.j + 1] == e.host and not overloaded(n, e.j, e.host, factor, w) then
+    return e.host, e.j
+  end
+  if not overloaded(n, i, host, factor, w) then return host, i end
   local seen = {[i] = true}
   for k = 1, SLOTS - 1 do
     local s = (slot + k) % SLOTS
@@ -254,10 +284,10 @@ local function bounded(hosts, slots, slot, factor, w)
     if j ~= nil and not seen[j] then
       seen[j] = true
       local h = hosts[j + 1]
-      if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h end
+      if type(h) == "string" and not overloaded(n, j, h, factor, w) then return h, j end
     end
   end
-  return host
+  return host, i
 end
 
 -- An adapter's candidates, from its entry in the table's "adapters"
@@ -430,7 +460,9 @@ local function set_prefill(handle, headers)
     if type(aslots) ~= "string" or #aslots ~= 3 * #hosts then aslots = nil end
     host = bounded_list(hosts, slots, cands, nmem, factor and factor * ADAPTER_FACTOR, w, aslots, name)
   else
-    host = bounded(hosts, slots, slot, factor, w)
+    local hj
+    host, hj = bounded(hosts, slots, slot, factor, w, v)
+    if factor ~= nil and type(host) == "string" then remember(v, host, hj) end
   end
   if type(host) ~= "string" then return end
   if PREFILL_HEADER == nil then
