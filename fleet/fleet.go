@@ -133,6 +133,17 @@ type Pool struct {
 	// were counted: they are the fleet's as this instance sees it, zeros
 	// included. Zero leaves each pick filter to its own counts.
 	LoadAt time.Time
+	// Went, with LoadAt, are the keys whose last request a pick filter
+	// sent away from their slot's replica, by the first eight hex digits
+	// of their hash: where to, and when.
+	Went map[string]KeyWent
+}
+
+// KeyWent is where a key's last request went away from its slot's
+// replica: the replica's address and when, in ms since the epoch.
+type KeyWent struct {
+	Host string
+	At   int64
 }
 
 // Settings are a pool's own settings: everything about it but its name

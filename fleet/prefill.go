@@ -122,7 +122,23 @@ type SlotTable struct {
 	// slot is free rather than wait for one.
 	AdapterSlots []int    `json:"adapter_slots,omitempty"`
 	Running      []string `json:"running,omitempty"`
+	// Went are, with Load, the keys whose last request went away from
+	// their slot's replica and are still under way there (Pool.Went, the
+	// MaxWent latest whose replica is in Hosts), sorted by key: a
+	// filter sends a key's next request there while it is under the
+	// bound, where its prefix was last computed.
+	Went []WentKey `json:"went,omitempty"`
 }
+
+// WentKey is a key (its hash's first eight hex digits) and the index in
+// Hosts of the replica its last request went to.
+type WentKey struct {
+	Key  string `json:"key"`
+	Host int    `json:"host"`
+}
+
+// MaxWent is the most keys a table names in Went: eleven bytes each.
+const MaxWent = 2048
 
 // MaxCached is the highest Endpoint.Cached (weights.CachedMax): a host
 // counts at least a sixteenth of its bytes in flight.
@@ -234,6 +250,7 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 		}
 		t.LoadLag = 3 * LoadLogFlush(prefill.Hash)
 		t.LoadAt, t.LoadTTL = prefill.LoadAt, LoadTTL(prefill.Hash)
+		t.Went = wentKeys(prefill.Went, t.Hosts)
 	}
 	// Each virtual identity's hash is the same for every slot but mixed
 	// with the slot's, so a table costs one hash per slot and identity.
@@ -344,4 +361,28 @@ func CheckPrefillHeader(h string) error {
 		}
 	}
 	return nil
+}
+
+// wentKeys are the MaxWent latest of went whose replica is in hosts
+// (sorted), the later first and then the lower key, sorted by key.
+func wentKeys(went map[string]KeyWent, hosts []string) []WentKey {
+	type kw struct {
+		key string
+		KeyWent
+		host int
+	}
+	var all []kw
+	for k, w := range went {
+		if i, ok := slices.BinarySearch(hosts, w.Host); ok {
+			all = append(all, kw{k, w, i})
+		}
+	}
+	slices.SortFunc(all, func(a, b kw) int { return cmp.Or(cmp.Compare(b.At, a.At), cmp.Compare(a.key, b.key)) })
+	all = all[:min(len(all), MaxWent)]
+	slices.SortFunc(all, func(a, b kw) int { return cmp.Compare(a.key, b.key) })
+	var out []WentKey
+	for _, w := range all {
+		out = append(out, WentKey{Key: w.key, Host: w.host})
+	}
+	return out
 }

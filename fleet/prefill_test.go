@@ -2,8 +2,10 @@ package fleet
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func prefillPool(n int) Pool {
@@ -142,5 +144,36 @@ func TestPrepareBuildsPrefillTables(t *testing.T) {
 				t.Errorf("Prepare: %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSlotTableWent: a table whose load is observed names the keys sent
+// away from their slot's replica by the index of the replica they went
+// to, sorted by key; keys whose replica serves no slot are left out, and
+// past MaxWent the latest are kept.
+func TestSlotTableWent(t *testing.T) {
+	p := prefillPool(3)
+	p.Hash.BalanceFactor, p.Hash.BalanceOn, p.Hash.LoadInterval = 150, BalanceOnPromptBytes, DefaultLoadInterval
+	p.Went = map[string]KeyWent{
+		"0000000b": {Host: "10.0.1.3:8000", At: 5},
+		"0000000a": {Host: "10.0.1.2:8000", At: 9},
+		"0000000c": {Host: "10.0.9.9:8000", At: 9}, // not in the pool
+	}
+	if tab := NewSlotTable(&p, &Pool{}); tab.Went != nil {
+		t.Errorf("a table without load names keys: %v", tab.Went)
+	}
+	p.LoadAt = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	tab := NewSlotTable(&p, &Pool{})
+	want := []WentKey{{"0000000a", 1}, {"0000000b", 2}}
+	if !slices.Equal(tab.Went, want) {
+		t.Errorf("went %v, want %v", tab.Went, want)
+	}
+	p.Went = map[string]KeyWent{}
+	for i := range MaxWent + 1 {
+		p.Went[fmt.Sprintf("%08x", i)] = KeyWent{Host: "10.0.1.1:8000", At: int64(MaxWent + 1 - i)}
+	}
+	tab = NewSlotTable(&p, &Pool{})
+	if len(tab.Went) != MaxWent || tab.Went[0].Key != "00000000" || tab.Went[MaxWent-1].Key != fmt.Sprintf("%08x", MaxWent-1) {
+		t.Errorf("%d keys named, from %v to %v; want the %d latest", len(tab.Went), tab.Went[0], tab.Went[len(tab.Went)-1], MaxWent)
 	}
 }

@@ -350,6 +350,14 @@ func checkReport(r LoadReport) error {
 				return fmt.Errorf("pool %q: replica %q: more than %d adapters", p, h, MaxLoadAdapters)
 			}
 		}
+		if len(l.Went) > inflight.MaxWent {
+			return fmt.Errorf("pool %q: more than %d keys sent away", p, inflight.MaxWent)
+		}
+		for k := range l.Went {
+			if !inflight.WentKey(k) {
+				return fmt.Errorf("pool %q: key %q sent away: want eight lowercase hex digits", p, k)
+			}
+		}
 	}
 	if len(r.Observed) > MaxObservations {
 		return fmt.Errorf("%d observations, above %d", len(r.Observed), MaxObservations)

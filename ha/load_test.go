@@ -138,6 +138,11 @@ func TestLoadExchangeRefuses(t *testing.T) {
 		pools = append(pools, fmt.Sprintf(`"p%d":{}`, i))
 	}
 	manyPools := `{"instance":"b","interval_ms":1000,"pools":{` + strings.Join(pools, ",") + `}}`
+	var went []string
+	for i := range inflight.MaxWent + 1 {
+		went = append(went, fmt.Sprintf(`"%08x":{"host":"h","at":1}`, i))
+	}
+	manyWent := `{"instance":"b","interval_ms":1000,"pools":{"docs":{"went":{` + strings.Join(went, ",") + `}}}}`
 	for _, tc := range []struct {
 		name, body string
 		want       int
@@ -147,6 +152,8 @@ func TestLoadExchangeRefuses(t *testing.T) {
 		{"negative bytes", `{"instance":"b","pools":{"docs":{"bytes":{"h":-1}}}}`, http.StatusBadRequest},
 		{"too many adapters", manyAdapters, http.StatusBadRequest},
 		{"too many pools", manyPools, http.StatusBadRequest},
+		{"a key sent away that is no key hash", `{"instance":"b","interval_ms":1000,"pools":{"docs":{"went":{"<script>":{"host":"h","at":1}}}}}`, http.StatusBadRequest},
+		{"too many keys sent away", manyWent, http.StatusBadRequest},
 		{"too large", `{"instance":"` + strings.Repeat("b", MaxLoadReportBytes) + `"}`, http.StatusRequestEntityTooLarge},
 	} {
 		if got := post(tc.body); got != tc.want {

@@ -29,9 +29,17 @@
 // requests in flight for: an engine runs at most max_lora adapters at
 // once, so a request for another one waits there, and the pick filters
 // prefer a replica where their adapter runs or a slot is free.
+//
+// The start entries also say where each request placed by its key went
+// (bodykey.WentHeader): its key's hash, and whether the filter sent it
+// away from its slot's replica (over the bound there). A snapshot names
+// the keys whose last request went away, and where (at most MaxWent, for
+// WentTTL): every Envoy then sends such a key's next request where its
+// prefix was last computed, not back to its slot's replica.
 package inflight
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"sync"
@@ -79,8 +87,41 @@ type Attempt struct {
 	ID string
 	// Adapter is the LoRA adapter the request names, "" for none.
 	Adapter string
+	// Key is the hash of the key the pick filter placed the request by
+	// (WentKey), "" for none; Away, that the filter sent it to another
+	// replica than its slot's.
+	Key  string
+	Away bool
 	// At is when the attempt started.
 	At time.Time
+}
+
+// Went is where a key's last request went away from its slot's replica:
+// the replica's address, and when (ms since the epoch).
+type Went struct {
+	Host string `json:"host"`
+	At   int64  `json:"at"`
+}
+
+// MaxWent is the most keys a pool remembers sent away; past it the
+// oldest quarter is forgotten. WentTTL is how long one is remembered.
+const (
+	MaxWent = 4096
+	WentTTL = 10 * time.Minute
+)
+
+// WentKey reports whether s is a key hash as the pick filters log it:
+// eight lowercase hex digits.
+func WentKey(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 type pool struct {
@@ -88,6 +129,7 @@ type pool struct {
 	byID     map[string][]string       // request keys by request id
 	bytes    map[string]uint64         // by host, of requests not computed
 	adapters map[string]map[string]int // requests by host and adapter
+	went     map[string]Went           // by key hash
 }
 
 // Load is a pool's requests in flight, by replica address.
@@ -96,6 +138,9 @@ type Load struct {
 	// Adapters are, by replica, the adapters with requests in flight
 	// there, sorted; a replica without any is absent.
 	Adapters map[string][]string `json:"adapters,omitempty"`
+	// Went are, by key hash, the keys whose last request the pick
+	// filters sent away from their slot's replica, within WentTTL.
+	Went map[string]Went `json:"went,omitempty"`
 }
 
 // Add returns the figures of l and o together: their bytes summed, their
@@ -119,6 +164,18 @@ func (l Load) Add(o Load) Load {
 	for h, names := range out.Adapters {
 		slices.Sort(names)
 		out.Adapters[h] = slices.Compact(names)
+	}
+	// The latest of a key's wins (the lower address at the same time),
+	// whichever instance saw it.
+	for _, m := range []map[string]Went{l.Went, o.Went} {
+		for k, w := range m {
+			if out.Went == nil {
+				out.Went = map[string]Went{}
+			}
+			if c, ok := out.Went[k]; !ok || w.At > c.At || w.At == c.At && w.Host < c.Host {
+				out.Went[k] = w
+			}
+		}
 	}
 	return out
 }
@@ -146,7 +203,7 @@ func New(count func(result string, n int)) *Tracker {
 func (t *Tracker) poolLocked(name string) *pool {
 	p := t.pools[name]
 	if p == nil {
-		p = &pool{open: map[string]open{}, byID: map[string][]string{}, bytes: map[string]uint64{}, adapters: map[string]map[string]int{}}
+		p = &pool{open: map[string]open{}, byID: map[string][]string{}, bytes: map[string]uint64{}, adapters: map[string]map[string]int{}, went: map[string]Went{}}
 		t.pools[name] = p
 	}
 	return p
@@ -181,6 +238,7 @@ func (t *Tracker) Start(stream uint64, name, key string, a Attempt) {
 		p.byID[a.ID] = append(p.byID[a.ID], key)
 	}
 	p.bytes[a.Host] += a.Bytes
+	p.sent(a)
 	if a.Adapter != "" {
 		m := p.adapters[a.Host]
 		if m == nil {
@@ -190,6 +248,29 @@ func (t *Tracker) Start(stream uint64, name, key string, a Attempt) {
 		m[a.Adapter]++
 	}
 	t.count(Started, 1)
+}
+
+// sent remembers where a's key went: away from its slot's replica, or
+// back to it (then it is forgotten).
+func (p *pool) sent(a Attempt) {
+	if a.Key == "" {
+		return
+	}
+	if !a.Away {
+		delete(p.went, a.Key)
+		return
+	}
+	if _, ok := p.went[a.Key]; !ok && len(p.went) >= MaxWent {
+		// Forget the oldest quarter (the lower key at the same time):
+		// a sort per MaxWent/4 keys.
+		keys := slices.SortedFunc(maps.Keys(p.went), func(x, y string) int {
+			return cmp.Or(cmp.Compare(p.went[x].At, p.went[y].At), cmp.Compare(x, y))
+		})
+		for _, k := range keys[:len(keys)/4] {
+			delete(p.went, k)
+		}
+	}
+	p.went[a.Key] = Went{Host: a.Host, At: a.At.UnixMilli()}
 }
 
 // End stops counting a request of pool.
@@ -322,6 +403,16 @@ func (t *Tracker) Snapshot(name string, now time.Time) (Load, bool) {
 			l.Adapters = make(map[string][]string, len(p.adapters))
 		}
 		l.Adapters[host] = slices.Sorted(maps.Keys(m))
+	}
+	for k, w := range p.went {
+		if now.UnixMilli()-w.At > WentTTL.Milliseconds() {
+			delete(p.went, k)
+			continue
+		}
+		if l.Went == nil {
+			l.Went = make(map[string]Went, len(p.went))
+		}
+		l.Went[k] = w
 	}
 	return l, ok
 }

@@ -1,6 +1,7 @@
 package inflight
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -185,5 +186,88 @@ func TestFloodStaysBounded(t *testing.T) {
 	got, _ := tr.Snapshot("p", t0)
 	if got.Bytes["h1"] != MaxOpen || counts[Full] != 100 {
 		t.Errorf("h1 = %d (want %d), pool_full = %d (want 100)", got.Bytes["h1"], MaxOpen, counts[Full])
+	}
+}
+
+// TestWent: a key's request sent away from its slot's replica is
+// remembered there, one sent home forgets it; the latest wins, entries
+// expire after WentTTL, the oldest quarter goes past MaxWent, and Add
+// keeps each key's latest across instances.
+func TestWent(t *testing.T) {
+	start := func(tr *Tracker, id, key, host string, away bool, at time.Duration) {
+		tr.Start(1, "p", id, Attempt{Host: host, Bytes: 1, Key: key, Away: away, At: t0.Add(at)})
+	}
+	ms := func(d time.Duration) int64 { return t0.Add(d).UnixMilli() }
+	tests := []struct {
+		name string
+		run  func(tr *Tracker)
+		at   time.Duration
+		want map[string]Went
+	}{
+		{"away, then away elsewhere: the latest", func(tr *Tracker) {
+			start(tr, "1", "0000000a", "h1", true, 0)
+			start(tr, "2", "0000000a", "h2", true, time.Second)
+			start(tr, "3", "0000000b", "h1", true, time.Second)
+		}, time.Second, map[string]Went{"0000000a": {"h2", ms(time.Second)}, "0000000b": {"h1", ms(time.Second)}}},
+		{"home forgets", func(tr *Tracker) {
+			start(tr, "1", "0000000a", "h1", true, 0)
+			start(tr, "2", "0000000a", "h2", false, time.Second)
+		}, time.Second, nil},
+		{"keyless requests and other keys are kept apart", func(tr *Tracker) {
+			start(tr, "1", "0000000a", "h1", true, 0)
+			start(tr, "2", "", "h2", true, 0)
+			start(tr, "3", "0000000b", "h2", false, 0)
+		}, 0, map[string]Went{"0000000a": {"h1", ms(0)}}},
+		{"expired after WentTTL", func(tr *Tracker) {
+			start(tr, "1", "0000000a", "h1", true, 0)
+			start(tr, "2", "0000000b", "h1", true, time.Minute)
+		}, WentTTL + time.Second, map[string]Went{"0000000b": {"h1", ms(time.Minute)}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := New(nil)
+			tc.run(tr)
+			l, _ := tr.Snapshot("p", t0.Add(tc.at))
+			if !maps.Equal(l.Went, tc.want) {
+				t.Errorf("went %v, want %v", l.Went, tc.want)
+			}
+		})
+	}
+	t.Run("bounded", func(t *testing.T) {
+		tr := New(nil)
+		for i := range MaxWent + 1 {
+			start(tr, string(rune(i)), fmt.Sprintf("%08x", i), "h1", true, time.Duration(i)*time.Millisecond)
+		}
+		l, _ := tr.Snapshot("p", t0.Add(time.Second))
+		if want := MaxWent - MaxWent/4 + 1; len(l.Went) != want {
+			t.Fatalf("%d keys kept, want %d", len(l.Went), want)
+		}
+		if _, ok := l.Went[fmt.Sprintf("%08x", MaxWent/4-1)]; ok {
+			t.Error("an oldest key is kept")
+		}
+		if _, ok := l.Went[fmt.Sprintf("%08x", MaxWent)]; !ok {
+			t.Error("the newest key is not kept")
+		}
+	})
+	t.Run("add", func(t *testing.T) {
+		a := Load{Went: map[string]Went{"0000000a": {"h1", 5}, "0000000b": {"h1", 9}, "0000000c": {"h2", 7}}}
+		b := Load{Went: map[string]Went{"0000000a": {"h2", 6}, "0000000b": {"h2", 8}, "0000000c": {"h1", 7}}}
+		want := map[string]Went{"0000000a": {"h2", 6}, "0000000b": {"h1", 9}, "0000000c": {"h1", 7}}
+		for _, got := range []Load{a.Add(b), b.Add(a)} {
+			if !maps.Equal(got.Went, want) {
+				t.Errorf("added %v, want %v", got.Went, want)
+			}
+		}
+		if len(a.Went) != 3 || a.Went["0000000a"].Host != "h1" {
+			t.Errorf("Add changed its receiver: %v", a.Went)
+		}
+	})
+}
+
+func TestWentKey(t *testing.T) {
+	for s, want := range map[string]bool{"0123abcd": true, "0123ABCD": false, "0123abc": false, "0123abcde": false, "0123abcg": false, "": false} {
+		if got := WentKey(s); got != want {
+			t.Errorf("WentKey(%q) = %v, want %v", s, got, want)
+		}
 	}
 }

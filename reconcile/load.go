@@ -30,11 +30,13 @@ type PoolLoad struct {
 	At       time.Time
 	Bytes    map[string]uint64
 	Adapters map[string][]string
+	// Went are the keys last sent away from their slot's replica.
+	Went map[string]inflight.Went
 }
 
 // same reports whether l and o carry the same figures.
 func (l PoolLoad) same(o inflight.Load) bool {
-	return maps.Equal(l.Bytes, o.Bytes) && maps.EqualFunc(l.Adapters, o.Adapters, slices.Equal)
+	return maps.Equal(l.Bytes, o.Bytes) && maps.EqualFunc(l.Adapters, o.Adapters, slices.Equal) && maps.Equal(l.Went, o.Went)
 }
 
 // loadState counts the requests in flight that Envoys' load logs report
@@ -166,7 +168,7 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 			snap, ok = snap.Add(others), true
 		}
 		old, had := l.served[name]
-		refresh := had && (len(old.Bytes) > 0 || len(old.Adapters) > 0) && now.Sub(old.At) >= 5*iv
+		refresh := had && (len(old.Bytes) > 0 || len(old.Adapters) > 0 || len(old.Went) > 0) && now.Sub(old.At) >= 5*iv
 		switch {
 		case !ok && had:
 			delete(l.served, name)
@@ -174,7 +176,7 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 			if snap.Bytes == nil {
 				snap.Bytes = map[string]uint64{}
 			}
-			l.served[name] = PoolLoad{At: now, Bytes: snap.Bytes, Adapters: snap.Adapters}
+			l.served[name] = PoolLoad{At: now, Bytes: snap.Bytes, Adapters: snap.Adapters, Went: snap.Went}
 		default:
 			continue
 		}
@@ -232,9 +234,15 @@ func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		load, ok := loads[p.Name]
-		p.LoadAt = time.Time{}
+		p.LoadAt, p.Went = time.Time{}, nil
 		if ok && (translate.ObservesLoad(p, translate.Envoy) || prefills[p.Name] && p.Hash.LoadInterval > 0) {
 			p.LoadAt = load.At
+			for k, w := range load.Went {
+				if p.Went == nil {
+					p.Went = make(map[string]fleet.KeyWent, len(load.Went))
+				}
+				p.Went[k] = fleet.KeyWent{Host: w.Host, At: w.At}
+			}
 		}
 		for j := range p.Endpoints {
 			e := &p.Endpoints[j]

@@ -368,6 +368,13 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 				a.Adapter = v
 			}
 		}
+		if v, ok := header(logged, translate.LoadLogWent); ok {
+			// Where the key went; a malformed value is none.
+			k, away := strings.CutSuffix(v, "*")
+			if inflight.WentKey(k) {
+				a.Key, a.Away = k, away
+			}
+		}
 		s.load.Start(stream, ll.Pool, key, a)
 		result = ResultLoad
 	}

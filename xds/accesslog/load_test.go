@@ -41,7 +41,11 @@ func (f *fakeLoad) record(s string) {
 }
 
 func (f *fakeLoad) Start(stream uint64, pool, key string, a inflight.Attempt) {
-	f.record(fmt.Sprintf("start %d %s %q %s %d %q %s", stream, pool, key, a.Host, a.Bytes, a.Adapter, a.At.Format(time.TimeOnly)))
+	s := fmt.Sprintf("start %d %s %q %s %d %q %s", stream, pool, key, a.Host, a.Bytes, a.Adapter, a.At.Format(time.TimeOnly))
+	if a.Key != "" {
+		s += fmt.Sprintf(" went %s %v", a.Key, a.Away)
+	}
+	f.record(s)
 }
 
 func (f *fakeLoad) End(stream uint64, pool, key string) {
@@ -85,6 +89,10 @@ func TestLoadEntries(t *testing.T) {
 		// empty or longer than a request id may be.
 		loadEntry(ready, "10.0.2.1", 1, map[string]string{"x-request-id": "r6", "content-length": "3",
 			"x-kvxds-computed": "r1,," + strings.Repeat("x", 129) + ",r2,c3,c4,c5,c6,c7,c8,c9,c10,c11,c12,c13,c14,c15,c16,c17"}),
+		// Where keys went: home, away, and malformed (none).
+		loadEntry(ready, "10.0.2.1", 1, map[string]string{"x-request-id": "w1", "x-kvxds-went": "0123abcd"}),
+		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "w2", "x-kvxds-went": "0123abcd*"}),
+		loadEntry(ready, "10.0.2.2", 1, map[string]string{"x-request-id": "w3", "x-kvxds-went": "0123ABCD*"}),
 		// Malformed: no id, no upstream, a length that is no number.
 		loadEntry(ready, "10.0.2.1", 1, map[string]string{"content-length": "5"}),
 		loadEntry(ready, "", 1, map[string]string{"x-request-id": "r3"}),
@@ -109,6 +117,9 @@ func TestLoadEntries(t *testing.T) {
 		`start 1 docs "r5\x001\x0010.0.2.2:8000" 10.0.2.2:8000 9 "" 10:00:00`,
 		`start 1 docs "r6\x001\x0010.0.2.1:8000" 10.0.2.1:8000 3 "" 10:00:00`,
 		`computed 1 docs ["r1" "r2" "c3" "c4" "c5" "c6" "c7" "c8" "c9" "c10" "c11" "c12" "c13" "c14" "c15" "c16"]`,
+		`start 1 docs "w1\x001\x0010.0.2.1:8000" 10.0.2.1:8000 0 "" 10:00:00 went 0123abcd false`,
+		`start 1 docs "w2\x001\x0010.0.2.2:8000" 10.0.2.2:8000 0 "" 10:00:00 went 0123abcd true`,
+		`start 1 docs "w3\x001\x0010.0.2.2:8000" 10.0.2.2:8000 0 "" 10:00:00`,
 		`end 1 docs "r1\x002\x0010.0.2.2:8000"`,
 		`close 1`,
 		`close 2`,
@@ -119,7 +130,7 @@ func TestLoadEntries(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("load sink got\n%q\nwant\n%q", got, want)
 	}
-	for result, n := range map[string]float64{ResultLoad: 7, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
+	for result, n := range map[string]float64{ResultLoad: 10, ResultBadLoad: 3, ResultLoadOther: 1, ResultUnknownPool: 1, ResultObserved: 0} {
 		if v := testutil.ToFloat64(mustCounter(t, reg, result)); v != n {
 			t.Errorf("entries %s = %v, want %v", result, v, n)
 		}

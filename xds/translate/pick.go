@@ -87,6 +87,9 @@ const (
 	// requests from the same pick filter state whose response body
 	// started: their prompts are computed (bodykey.ComputedHeader).
 	LoadLogComputed = bodykey.ComputedHeader
+	// LoadLogWent is, on a request the pick filter placed by its key,
+	// the key's hash and whether it went away from its slot's replica.
+	LoadLogWent = bodykey.WentHeader
 	// LoadLogMaxComputed bounds the ids one entry names; the rest of a
 	// longer list are not read.
 	LoadLogMaxComputed = bodykey.MaxComputed
@@ -104,7 +107,7 @@ func loadAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 	if p.Hash.Hot != nil {
 		logCluster = p.Hash.Hot.LogCluster
 	}
-	headers := []string{LoadLogRequestID, LoadLogLength, LoadLogComputed}
+	headers := []string{LoadLogRequestID, LoadLogLength, LoadLogComputed, LoadLogWent}
 	if p.LoRA != nil {
 		// The adapter the request names, which the pick filter set.
 		headers = append(headers, p.LoRA.Header)

@@ -221,6 +221,15 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 		}
 		fields["adapter_slots"] = string(b)
 	}
+	if len(t.Went) > 0 {
+		// One string, parsed with the load: per key, its hash's eight
+		// hex digits and its host's index in three.
+		b := make([]byte, 0, 11*len(t.Went))
+		for _, w := range t.Went {
+			b = fmt.Appendf(b, "%s%03x", w.Key, w.Host)
+		}
+		fields["went"] = string(b)
+	}
 	if t.Running != nil {
 		// One string, parsed with the load: each host's adapters in
 		// flight, space-separated, hosts tab-separated in hosts order.

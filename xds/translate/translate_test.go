@@ -670,6 +670,8 @@ func TestRetranslateLoad(t *testing.T) {
 			p := &next.Pools[i]
 			if !p.LoadAt.IsZero() {
 				p.LoadAt = p.LoadAt.Add(time.Second)
+				// A key went away to its first replica.
+				p.Went = map[string]fleet.KeyWent{"0123abcd": {Host: p.Endpoints[0].Address(), At: p.LoadAt.UnixMilli()}}
 			}
 			p.Endpoints = slices.Clone(p.Endpoints)
 			for j := range p.Endpoints {

@@ -68,6 +68,15 @@ type Prefill struct {
 // token. The filter replaces any a client sent.
 const ComputedHeader = "x-kvxds-computed"
 
+// WentHeader is where a filter with NameComputed tells kvxds, through
+// the load log, where a request placed by its key (by slot, with a
+// bound) went: the first eight hex digits of the key's hash, followed by
+// "*" where the filter sent it away from its slot's replica. kvxds serves
+// back the keys last sent away, and where, in the table's "went", so
+// that every Envoy sends a key's next request where its prefix was last
+// computed. The filter replaces any a client sent.
+const WentHeader = "x-kvxds-went"
+
 // MaxComputed bounds the ids one request names in ComputedHeader; a
 // request computed past it is not named, and counts until its end.
 const MaxComputed = 16
@@ -115,9 +124,9 @@ func LuaPrefill(p Prefill) (string, error) {
 	fmt.Fprintf(&b, "local ADAPTER_HEADER = %s\n", luaStringOrNil(strings.ToLower(p.AdapterHeader)))
 	fmt.Fprintf(&b, "local UNTIL_END = %v\n", p.UntilEnd)
 	if p.NameComputed {
-		fmt.Fprintf(&b, "local COMPUTED_HEADER, MAX_COMPUTED = %s, %d\n", luaString(ComputedHeader), MaxComputed)
+		fmt.Fprintf(&b, "local COMPUTED_HEADER, MAX_COMPUTED, WENT_HEADER = %s, %d, %s\n", luaString(ComputedHeader), MaxComputed, luaString(WentHeader))
 	} else {
-		b.WriteString("local COMPUTED_HEADER, MAX_COMPUTED = nil, 0\n")
+		b.WriteString("local COMPUTED_HEADER, MAX_COMPUTED, WENT_HEADER = nil, 0, nil\n")
 	}
 	if p.SpreadHeader != "" {
 		fmt.Fprintf(&b, "local PREFILL_SPREAD, SPREAD_RAW = %s, %v\n", luaString(strings.ToLower(p.SpreadHeader)), p.SpreadRaw)

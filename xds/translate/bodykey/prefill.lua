@@ -249,10 +249,16 @@ end
 -- overflowed to another replica computed its last prompt there, and its
 -- next one hits there, not at its slot's replica (measured on Mooncake's
 -- trace, docs/benchmarks/traces.md).
+-- With the fleet's load, the table's "went" names where the keys that
+-- every Envoy last sent away from their slot's replica went (eight hex
+-- digits of the key's hash, then three of the host's index: gwent),
+-- counted at went_since (ms): this state's own memory wins where it is
+-- newer, and a key the table does not name went home since.
 local WENT_MAX, WENT_KEY = 4096, 256
 local went, went_old, went_n = {}, {}, 0
+local went_str, gwent, went_since = nil, nil, 0
 
-local function remember(v, host, j)
+local function remember(v, host, j, ms)
   if v == nil or #v > WENT_KEY then return end
   local e = went[v]
   if e == nil then
@@ -261,20 +267,43 @@ local function remember(v, host, j)
     e = {}
     went[v] = e
   end
-  e.host, e.j = host, j
+  e.host, e.j, e.ms = host, j, ms
+end
+
+-- A new table: s its "went" ("" for none), nil without a believed load.
+local function sync_went(s, since)
+  went_since = since
+  if s == went_str then return end
+  went_str, gwent = s, nil
+  if s == nil then return end
+  gwent = {}
+  for k = 1, #s - 10, 11 do
+    local j = tonumber(sub(s, k + 8, k + 10), 16)
+    if j ~= nil then gwent[sub(s, k, k + 7)] = j end
+  end
+end
+
+-- Where key v (its hash's first eight hex digits kh) went last: its
+-- host's index and address, or nil.
+local function went_to(hosts, v, kh)
+  local e = v ~= nil and (went[v] or went_old[v]) or nil
+  if e ~= nil and (gwent == nil or e.ms > went_since) then return e.j, e.host end
+  if gwent == nil or kh == nil then return nil end
+  local j = gwent[kh]
+  return j, j and hosts[j + 1]
 end
 
 -- The host of slot, or with a factor the host key v went to last if it
 -- is under the bound, else the first host of the slot and the next slots
 -- that is not overloaded (else the slot's own); and its index.
-local function bounded(hosts, slots, slot, factor, w, v)
+local function bounded(hosts, slots, slot, factor, w, v, kh)
   local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
   local host = i and hosts[i + 1]
   if type(host) ~= "string" or factor == nil then return host, i end
   local n = shares(slots)
-  local e = v ~= nil and (went[v] or went_old[v]) or nil
-  if e ~= nil and (n[e.j] or 0) > 0 and hosts[e.j + 1] == e.host and not overloaded(n, e.j, e.host, factor, w) then
-    return e.host, e.j
+  local j, h = went_to(hosts, v, kh)
+  if j ~= nil and type(h) == "string" and (n[j] or 0) > 0 and hosts[j + 1] == h and not overloaded(n, j, h, factor, w) then
+    return h, j
   end
   if not overloaded(n, i, host, factor, w) then return host, i end
   local seen = {[i] = true}
@@ -402,7 +431,7 @@ local function set_prefill(handle, headers)
     entry = name ~= nil and type(ads) == "table" and ads[name] or nil
     if type(entry) ~= "string" then entry = nil end
   end
-  local slot
+  local slot, kh
   if v ~= nil then
     -- A hot key's conversations spread over its spread's slots: the
     -- value and the first log2(spread) bits of the spread sub-key.
@@ -416,7 +445,8 @@ local function set_prefill(handle, headers)
         v = v .. "#" .. sub(bits, 1, level)
       end
     end
-    slot = tonumber(sub(keyhash(v), 1, 8), 16) % SLOTS
+    kh = sub(keyhash(v), 1, 8)
+    slot = tonumber(kh, 16) % SLOTS
   elseif PREFILL_HEADER == nil and entry == nil then
     return -- no key: the cluster spreads it (its keyless route)
   else
@@ -441,6 +471,10 @@ local function set_prefill(handle, headers)
       local run = md:get("running")
       if type(run) ~= "string" then run = nil end
       sync_load(ls, run, hosts, type(lag) == "number" and lag or 0, now)
+      local ws = md:get("went")
+      if type(ws) ~= "string" then ws = "" end
+      if ls == nil then ws = nil end
+      sync_went(ws, ls and at - (type(lag) == "number" and lag or 0) or 0)
       local cs = md:get("cached")
       if type(cs) ~= "string" or #cs ~= #hosts then cs = nil end
       miss = read_miss(cs, hosts)
@@ -461,8 +495,16 @@ local function set_prefill(handle, headers)
     host = bounded_list(hosts, slots, cands, nmem, factor and factor * ADAPTER_FACTOR, w, aslots, name)
   else
     local hj
-    host, hj = bounded(hosts, slots, slot, factor, w, v)
-    if factor ~= nil and type(host) == "string" then remember(v, host, hj) end
+    host, hj = bounded(hosts, slots, slot, factor, w, v, kh)
+    if factor ~= nil and type(host) == "string" then
+      remember(v, host, hj, now)
+      -- The load log tells kvxds where the key went: away from its
+      -- slot's replica ("*"), or home.
+      if WENT_HEADER ~= nil then
+        local home = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
+        headers:replace(WENT_HEADER, hj == home and kh or kh .. "*")
+      end
+    end
   end
   if type(host) ~= "string" then return end
   if PREFILL_HEADER == nil then
@@ -495,6 +537,7 @@ function envoy_on_request(handle)
   local headers = handle:headers()
   -- A client must not pick its own prefill replica.
   if PREFILL_HEADER ~= nil then headers:remove(PREFILL_HEADER) end
+  if WENT_HEADER ~= nil then headers:remove(WENT_HEADER) end
   if COMPUTED_HEADER ~= nil then
     headers:remove(COMPUTED_HEADER)
     if #pending > 0 then

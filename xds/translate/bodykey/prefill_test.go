@@ -209,6 +209,9 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	// since it: fresh, by host, of the requests of generation gen.
 	var gl []float64
 	fresh, gen := map[int]float64{}, 0
+	// When the table in use was counted, less its lag: the state's
+	// memories of where keys went older than that yield to the table.
+	wentSince := 0
 	// Each host's hit rate in sixteenths, and the share of its bytes it
 	// still computes: one host cold, one all but fully cached.
 	hits := []int{0, 15, 8, 12, 4}
@@ -292,7 +295,8 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	// Where this state sent each key last (every host holds slots here),
 	// and how many requests went back there rather than to their slot's
 	// host.
-	went, byWent := map[string]int{}, 0
+	type memory struct{ host, ms int }
+	went, byWent := map[string]memory{}, 0
 	score := func(key string, j int) uint64 {
 		x, _ := strconv.ParseUint(Hash([]byte(key + "\x00" + hosts[j]))[:8], 16, 32)
 		return x
@@ -333,7 +337,10 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 		}
 		s := PrefillSlot(key, slots)
 		i := table[s]
-		if j, ok := went[key]; ok && j != i && !over(j, w, factor) {
+		// A believed table (with no "went": every key went home) wins
+		// over memories older than it.
+		if e, ok := went[key]; ok && (gl == nil || e.ms > wentSince) && e.host != i && !over(e.host, w, factor) {
+			j := e.host
 			byWent++
 			return j
 		}
@@ -473,6 +480,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 			// The first request after a push reads it: this state's
 			// requests of the last lag ms count on top of it.
 			gl, gRun, inUse = served.load, served.run, served.id
+			wentSince = served.at - lag
 			gen++
 			fresh, freshAd = map[int]float64{}, map[int]map[string]int{}
 			for n, p := range open {
@@ -496,7 +504,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 		}
 		i := pick(key, name, w)
 		if _, placed := adapters[name]; !placed {
-			went[key] = i
+			went[key] = memory{i, ms}
 		}
 		if i != table[PrefillSlot(key, slots)] {
 			spilled++
@@ -801,5 +809,68 @@ func TestLuaPickNamesComputed(t *testing.T) {
 		if got := strings.Fields(string(out)); !slices.Equal(got, tc.want) {
 			t.Errorf("prefill filter, naming %v: %s per request %q, want %q", tc.name, ComputedHeader, got, tc.want)
 		}
+	}
+}
+
+// TestLuaPickWent: a keyed request goes where the table's "went" says
+// its key's last request went, away from its slot's replica, while that
+// replica is under the bound and the table is newer than the state's own
+// memory of the key; a key the table does not name goes to its slot's
+// replica. The filter tells kvxds where each key went (WentHeader: the
+// hash's first eight hex digits, "*" when away) and removes any a client
+// sent.
+func TestLuaPickWent(t *testing.T) {
+	bin := luajit(t)
+	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000"}
+	write := tempWriter(t)
+	var slots strings.Builder
+	for s := range 64 {
+		fmt.Fprintf(&slots, "%03x", s%len(hosts))
+	}
+	table := write("table", slots.String()+"\n"+strings.Join(hosts, "\n")+"\nbalance\t150\nbytes\n")
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, NameComputed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := PrefillSlot("a", 64) % len(hosts)
+	away := (home + 1) % len(hosts)
+	kh := Hash([]byte("a"))[:8]
+	load := func(at int, bytes string) string {
+		return fmt.Sprintf("ms\t%d\nload\t%s\t0\t%d\t100000", at, bytes, at)
+	}
+	var lines, want []string
+	add := func(line, host, went string) {
+		lines = append(lines, line)
+		if host != "" {
+			want = append(want, host+"|"+went)
+		}
+	}
+	add(load(0, "0,0,0,0"), "", "")
+	add("1000\tx-session-id=a", hosts[home], kh)
+	add("1000\tx-kvxds-went=forged", "-", "-")
+	// The fleet sent the key away since.
+	add(fmt.Sprintf("went\t%s%03x", kh, away), "", "")
+	add(load(10, "0,0,0,0"), "", "")
+	add("1000\tx-session-id=a", hosts[away], kh+"*")
+	// Home since: the table no longer names it.
+	add("went\t-", "", "")
+	add(load(20, "0,0,0,0"), "", "")
+	add("1000\tx-session-id=a", hosts[home], kh)
+	// Away again, but that replica is over the bound now.
+	add(fmt.Sprintf("went\t%s%03x", kh, away), "", "")
+	loads := []string{"0", "0", "0", "0"}
+	loads[away] = "900000"
+	add(load(30, strings.Join(loads, ",")), "", "")
+	add("1000\tx-session-id=a", hosts[home], kh)
+	// A host the table does not hold is none.
+	add(fmt.Sprintf("went\t%s%03x", kh, 9), "", "")
+	add(load(40, "0,0,0,0"), "", "")
+	add("1000\tx-session-id=a", hosts[home], kh)
+	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, write("cases", strings.Join(lines, "\n")+"\n"), ":override+"+WentHeader).CombinedOutput()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, out)
+	}
+	if got := strings.Fields(string(out)); !slices.Equal(got, want) {
+		t.Errorf("host|%s per request:\n%q\nwant\n%q", WentHeader, got, want)
 	}
 }

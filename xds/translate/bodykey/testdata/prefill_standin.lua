@@ -25,9 +25,10 @@
 -- set the table's "load" to L, "load_lag" to LAG, "load_at" to AT and
 -- "load_ttl" to TTL (the fleet's bytes in flight, as a table push brings
 -- them), or "running<TAB>R" to set the table's "running" to R with "/"
--- for tabs and "," for spaces. Prints per request the value of HEADER
--- after the run, or "-"; nothing for a response, a clock, a load or a
--- running.
+-- for tabs and "," for spaces, or "went<TAB>W" to set the table's
+-- "went" to W ("-": none). Prints per request the value of HEADER after
+-- the run, or "-" (of each of "A+B", joined by "|"); nothing for a
+-- response, a clock, a load, a running or a went.
 
 local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
 dofile(script)
@@ -77,7 +78,10 @@ for line in io.lines(casefile) do
   local msv = string.match(line, "^ms\t(%d+)$")
   local load, lag, at, ttl = string.match(line, "^load\t([%d,]+)\t(%d+)\t(%d+)\t(%d+)$")
   local running = string.match(line, "^running\t(.*)$")
-  if fn ~= nil then
+  local wentv = string.match(line, "^went\t(.*)$")
+  if wentv ~= nil then
+    md.went = wentv ~= "-" and wentv or nil
+  elseif fn ~= nil then
     -- The body's first chunk, then a wait for its end.
     local handle, chunks = handles[tonumber(fn)], 0
     function handle:bodyChunks()
@@ -141,6 +145,8 @@ for line in io.lines(casefile) do
     end
     handles[#handles + 1] = handle
     envoy_on_request(handle)
-    print(t[header] or "-")
+    local out = {}
+    for name in string.gmatch(header, "[^+]+") do out[#out + 1] = t[name] or "-" end
+    print(table.concat(out, "|"))
   end
 end
