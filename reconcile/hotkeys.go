@@ -122,7 +122,7 @@ func newHotState(reg prometheus.Registerer) *hotState {
 		tables: newDecided(hotKind), seen: map[string]*hotSeen{},
 		away: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_requests_away_total",
-			Help: "Logged requests of pools with hot keys that Envoy sent to another replica than their key's first (the one the key alone hashes to with every replica in the table), by pool and reason: spread (a hot key), escape (the first replica is out of the table), bound (otherwise: bounded load, or a table not yet applied).",
+			Help: "Logged requests of pools with hot keys that Envoy sent to another replica than their key's first (the one the key alone hashes to with every replica in the table), by pool and reason: spread (a hot key), escape (the first replica is out of the table), followed (the pick filter sent it where its key's last request went), bound (otherwise: bounded load, or a table not yet applied).",
 		}, []string{"pool", "reason"}),
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_keyed_requests_logged_total",
@@ -391,6 +391,8 @@ func (hp *hotPool) awayReason(req accesslog.Request) string {
 		return AwaySpread
 	case !t.serving[first]:
 		return AwayEscape
+	case req.Followed:
+		return status.AwayFollow
 	}
 	return AwayBound
 }

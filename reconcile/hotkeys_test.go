@@ -378,8 +378,10 @@ func TestAwayPick(t *testing.T) {
 	sink := r.AccessLogSink()
 	sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: 0, Value: key, Upstream: slot})
 	sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: 0, Value: key, Upstream: ring})
-	if got := r.Status().Pools[0].HotKeys.Away; got["bound"] != 1 || got["escape"] != 0 || got["spread"] != 0 {
-		t.Errorf("away = %v, want one bound", got)
+	// Where the filter followed the key's last request.
+	sink.Observe(accesslog.Request{Pool: "chat", Cluster: "chat", Key: 0, Value: key, Upstream: ring, Followed: true})
+	if got := r.Status().Pools[0].HotKeys.Away; got["bound"] != 1 || got["followed"] != 1 || got["escape"] != 0 || got["spread"] != 0 {
+		t.Errorf("away = %v, want one bound, one followed", got)
 	}
 	if got := r.Status().Pools[0].BalanceOn; got != fleet.BalanceOnPromptBytes {
 		t.Errorf("status balance_on %q, want %q", got, fleet.BalanceOnPromptBytes)

@@ -63,7 +63,7 @@ func newPrefillState(reg prometheus.Registerer) *prefillState {
 		}, []string{"pool", "result"}),
 		away: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 			Name: "kvxds_prefill_requests_away_total",
-			Help: "Logged requests of decode pools whose prefill replica was not their prefill key's slot's in the pushed table, by pool and reason: spread (a hot key's conversation), bound (the Envoy's bound on its requests in flight, or a table not yet applied).",
+			Help: "Logged requests of decode pools whose prefill replica was not their prefill key's slot's in the pushed table, by pool and reason: spread (a hot key's conversation), followed (the prefill filter sent it where its key's last request went), bound (the Envoy's bound on its requests in flight, or a table not yet applied).",
 		}, []string{"pool", "reason"}),
 	}
 }
@@ -174,7 +174,7 @@ func (s *prefillState) observe(req accesslog.Request) {
 		pp.pairs[[2]string{req.Upstream, req.Prefill}]++
 		if req.PrefillValue != "" {
 			pp.keyed++
-			if reason := pp.awayReason(req.PrefillKey, req.PrefillValue, req.Prefill); reason != "" {
+			if reason := pp.awayReason(req.PrefillKey, req.PrefillValue, req.Prefill, req.Followed); reason != "" {
 				pp.away[reason]++
 				s.away.WithLabelValues(req.Pool, reason).Inc()
 			}
@@ -184,18 +184,22 @@ func (s *prefillState) observe(req accesslog.Request) {
 }
 
 // Reasons a keyed request prefilled away from its key's slot's replica.
-var prefillAwayReasons = []string{status.AwaySpread, status.AwayBound}
+var prefillAwayReasons = []string{status.AwaySpread, status.AwayFollow, status.AwayBound}
 
 // awayReason says why the prefill replica named for a request of key
 // index key and value was not its slot's in the table, "" if it was: a
-// hot key spreads its conversations; otherwise the Envoy's bound passed
+// hot key spreads its conversations; the filter followed the key where
+// its last request went (followed); otherwise the Envoy's bound passed
 // it on (or it routed with a table not yet applied).
-func (pp *prefillPool) awayReason(key int, value, named string) string {
+func (pp *prefillPool) awayReason(key int, value, named string, followed bool) string {
 	if pp.table.Host(bodykey.PrefillSlot(value, fleet.PrefillSlots)) == named {
 		return ""
 	}
 	if pp.hot[strconv.Itoa(key)+":"+value] {
 		return status.AwaySpread
+	}
+	if followed {
+		return status.AwayFollow
 	}
 	return status.AwayBound
 }

@@ -553,7 +553,7 @@ func (f Format) PrefillLines(p *Prefill) []string {
 		}
 		var total uint64
 		var reasons []string
-		for _, r := range []string{AwaySpread, AwayBound} {
+		for _, r := range []string{AwaySpread, AwayFollow, AwayBound} {
 			total += p.Away[r]
 			reasons = append(reasons, r+" "+f.Percent(frac(p.Away[r])))
 		}

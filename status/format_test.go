@@ -271,9 +271,9 @@ func TestHotKeyLines(t *testing.T) {
 	}{
 		{"off", nil, nil},
 		{"nothing logged", &HotKeys{Keys: []HotKey{}, Away: map[string]uint64{}}, []string{"hot keys: none"}},
-		{"none hot", &HotKeys{Keys: []HotKey{}, Requests: 400, Away: map[string]uint64{AwayBound: 4}}, []string{
+		{"none hot", &HotKeys{Keys: []HotKey{}, Requests: 400, Away: map[string]uint64{AwayFollow: 2, AwayBound: 4}}, []string{
 			"hot keys of 400 keyed requests logged: none",
-			"away from their key's first replica: 1.0% (spread 0.0%, escape 0.0%, bound 1.0%)",
+			"away from their key's first replica: 1.5% (spread 0.0%, escape 0.0%, followed 0.5%, bound 1.0%)",
 		}},
 		{"two hot", &HotKeys{
 			Keys: []HotKey{
@@ -283,7 +283,7 @@ func TestHotKeyLines(t *testing.T) {
 			Requests: 1200, Away: map[string]uint64{AwaySpread: 48, AwayEscape: 12},
 		}, []string{
 			"hot keys of 1200 keyed requests logged: 3f2a9c1b (header x-tenant) 48.0% spread over 4; 0123456789abcdef (prompt_prefix) 12.5% spread over 2",
-			"away from their key's first replica: 5.0% (spread 4.0%, escape 1.0%, bound 0.0%)",
+			"away from their key's first replica: 5.0% (spread 4.0%, escape 1.0%, followed 0.0%, bound 0.0%)",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -350,7 +350,7 @@ func TestPrefillLines(t *testing.T) {
 		}, []string{
 			"prefill on pool chat-prefill (x-prefiller-host-port, bodies of 2048 bytes and more): 2 replicas in 1024 slots; 120 requests logged: 100 remote, 18 local, 2 unknown",
 			"prefill slots: 10.0.1.2:8000 520, 10.0.1.1:8000 504",
-			"prefilled away from their key's replica: 10.0% of 80 keyed (spread 2.5%, bound 7.5%)",
+			"prefilled away from their key's replica: 10.0% of 80 keyed (spread 2.5%, followed 0.0%, bound 7.5%)",
 			"decode 10.0.0.1:8000 prefilled on: 10.0.1.1:8000 40, 10.0.1.2:8000 10",
 			"decode 10.0.0.2:8000 prefilled on: 10.0.1.2:8000 50",
 		}},

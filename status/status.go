@@ -222,7 +222,8 @@ type Prefill struct {
 	Unknown  uint64 `json:"unknown"`
 	// Keyed counts the remote requests that carried a prefill key, Away
 	// those named another replica than their key's slot's, by reason
-	// (AwaySpread, AwayBound): what affinity gave up for balance.
+	// (AwaySpread, AwayFollow, AwayBound): what affinity gave up for
+	// balance.
 	Keyed uint64            `json:"keyed"`
 	Away  map[string]uint64 `json:"away,omitempty"`
 	// Pairs are the logged requests by decode replica and the prefill
@@ -253,7 +254,7 @@ type HotKeys struct {
 	// Requests counts the logged requests with a key; Away those of
 	// them sent to another replica than their key's first (the one the
 	// key alone hashes to with every replica in the table), by reason
-	// (AwaySpread, AwayEscape, AwayBound).
+	// (AwaySpread, AwayEscape, AwayFollow, AwayBound).
 	Requests uint64            `json:"requests"`
 	Away     map[string]uint64 `json:"away"`
 	// Tracked is the number of key values the pool's sketch tracks.
@@ -339,11 +340,12 @@ var MoveCauses = []string{MoveDemand, MoveMembership, MoveCapacity}
 const (
 	AwaySpread = "spread" // its key is hot, spread on purpose
 	AwayEscape = "escape" // its first replica is out of the table
-	AwayBound  = "bound"  // otherwise: Envoy's bounded load, or a table not yet applied
+	AwayFollow = "followed" // a filter sent it where its key's last request went
+	AwayBound  = "bound"    // otherwise: Envoy's bounded load, or a table not yet applied
 )
 
 // AwayReasons are the reasons, in the order they are shown.
-var AwayReasons = []string{AwaySpread, AwayEscape, AwayBound}
+var AwayReasons = []string{AwaySpread, AwayEscape, AwayFollow, AwayBound}
 
 // HotKey is one entry of a pool's hot-key table. Its value is never shown
 // as sent: a body key's value is a hash already, a header key's is shown

@@ -50,6 +50,7 @@ import (
 	"github.com/kvxds/kvxds/inflight"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
+	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
 // SpreadHeader is the request header of the spread sub-key.
@@ -81,6 +82,10 @@ type Request struct {
 	// (host:port), "" if none or the pool is no decode pool. A decode
 	// pool's request is handed to the sink with or without a key.
 	Prefill string
+	// Followed is whether the pick or prefill filter sent the request
+	// where its key's last request went rather than to its slot's
+	// replica (bodykey.WentHeader).
+	Followed bool
 	// PrefillValue is the value of the first of the prefill pool's keys
 	// the decode pool's request carried, PrefillKey its index in that
 	// chain; "" and 0 if none (or the pool is no decode pool).
@@ -370,7 +375,7 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 		}
 		if v, ok := header(logged, translate.LoadLogWent); ok {
 			// Where the key went; a malformed value is none.
-			k, away := strings.CutSuffix(v, "*")
+			k, away, _ := bodykey.WentAway(v)
 			if inflight.WentKey(k) {
 				a.Key, a.Away = k, away
 			}
@@ -472,6 +477,9 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 	r.Key, r.Value = key, value
 	s.fill(&r, pool, c)
 	r.Spread, _ = header(logged, SpreadHeader)
+	if v, ok := header(logged, translate.LoadLogWent); ok {
+		_, _, r.Followed = bodykey.WentAway(v)
+	}
 	s.sink.Observe(r)
 	return ResultObserved
 }

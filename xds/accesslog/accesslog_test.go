@@ -124,7 +124,7 @@ func TestEntries(t *testing.T) {
 			// The first key of the chain wins, in Envoy's lowercase.
 			entry("chat", "10.0.0.1", 8000, map[string]string{"x-session": "s1", "x-kvxds-key-2": "0123456789abcdef", "x-kvxds-spread": "01100101"}),
 			// The second when the first is absent.
-			entry("chat", "::1", 8001, map[string]string{"x-kvxds-key-2": "0123456789abcdef"}),
+			entry("chat", "::1", 8001, map[string]string{"x-kvxds-key-2": "0123456789abcdef", "x-kvxds-went": "01234567+"}),
 			// No key.
 			entry("chat", "10.0.0.1", 8000, map[string]string{"x-other": "x"}),
 			// A value that is no key.
@@ -153,7 +153,7 @@ func TestEntries(t *testing.T) {
 	}
 	want := []Request{
 		{Pool: "chat", Key: 0, Value: "s1", Spread: "01100101", Cluster: "chat", Upstream: "10.0.0.1:8000", Start: start, Duration: 250 * time.Millisecond},
-		{Pool: "chat", Key: 1, Value: "0123456789abcdef", Cluster: "chat", Upstream: "[::1]:8001", Start: start, Duration: 250 * time.Millisecond},
+		{Pool: "chat", Key: 1, Value: "0123456789abcdef", Cluster: "chat", Upstream: "[::1]:8001", Start: start, Duration: 250 * time.Millisecond, Followed: true},
 		{Pool: "chat", Key: 0, Value: "s2", Cluster: "chat-g0", Start: start, Duration: 250 * time.Millisecond},
 		{Pool: "chat", Key: 0, Value: "s3", Cluster: "chat-g0", Upstream: "10.0.0.2:8000", Start: start, Duration: 250 * time.Millisecond},
 	}

@@ -180,6 +180,11 @@ func hotKeyAccessLog(p *fleet.Pool) (*accesslogv3.AccessLog, error) {
 			}
 		}
 	}
+	// Where the pick or prefill filter sent a keyed request, which says
+	// whether it followed its key away from its slot's replica.
+	if Picks(p, Envoy) || p.Prefill != nil && p.PrefillTable != nil {
+		headers = append(headers, LoadLogWent)
+	}
 	return grpcAccessLog(HotKeyLogName(p.Name), logCluster, hotKeyLogFlush, headers)
 }
 

@@ -70,12 +70,27 @@ const ComputedHeader = "x-kvxds-computed"
 
 // WentHeader is where a filter with NameComputed tells kvxds, through
 // the load log, where a request placed by its key (by slot, with a
-// bound) went: the first eight hex digits of the key's hash, followed by
-// "*" where the filter sent it away from its slot's replica. kvxds serves
+// bound) went: the first eight hex digits of the key's hash, followed,
+// where the filter sent it away from its slot's replica, by "+" if to the
+// replica its key's last request went to and by "*" if past the bound
+// (WentAway). kvxds serves
 // back the keys last sent away, and where, in the table's "went", so
 // that every Envoy sends a key's next request where its prefix was last
 // computed. The filter replaces any a client sent.
 const WentHeader = "x-kvxds-went"
+
+// WentAway splits a WentHeader value into the key's hash, whether the
+// request went away from its slot's replica, and whether it followed its
+// key there.
+func WentAway(v string) (key string, away, followed bool) {
+	if k, ok := strings.CutSuffix(v, "+"); ok {
+		return k, true, true
+	}
+	if k, ok := strings.CutSuffix(v, "*"); ok {
+		return k, true, false
+	}
+	return v, false, false
+}
 
 // MaxComputed bounds the ids one request names in ComputedHeader; a
 // request computed past it is not named, and counts until its end.

@@ -295,7 +295,8 @@ end
 
 -- The host of slot, or with a factor the host key v went to last if it
 -- is under the bound, else the first host of the slot and the next slots
--- that is not overloaded (else the slot's own); and its index.
+-- that is not overloaded (else the slot's own); its index; and whether
+-- it is where the key went last.
 local function bounded(hosts, slots, slot, factor, w, v, kh)
   local i = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
   local host = i and hosts[i + 1]
@@ -303,7 +304,7 @@ local function bounded(hosts, slots, slot, factor, w, v, kh)
   local n = shares(slots)
   local j, h = went_to(hosts, v, kh)
   if j ~= nil and type(h) == "string" and (n[j] or 0) > 0 and hosts[j + 1] == h and not overloaded(n, j, h, factor, w) then
-    return h, j
+    return h, j, true
   end
   if not overloaded(n, i, host, factor, w) then return host, i end
   local seen = {[i] = true}
@@ -494,15 +495,19 @@ local function set_prefill(handle, headers)
     if type(aslots) ~= "string" or #aslots ~= 3 * #hosts then aslots = nil end
     host = bounded_list(hosts, slots, cands, nmem, factor and factor * ADAPTER_FACTOR, w, aslots, name)
   else
-    local hj
-    host, hj = bounded(hosts, slots, slot, factor, w, v, kh)
+    local hj, followed
+    host, hj, followed = bounded(hosts, slots, slot, factor, w, v, kh)
     if factor ~= nil and type(host) == "string" then
       remember(v, host, hj, now)
-      -- The load log tells kvxds where the key went: away from its
-      -- slot's replica ("*"), or home.
+      -- The logs tell kvxds where the key went: home, or away from its
+      -- slot's replica, following the key ("+") or past the bound ("*").
       if WENT_HEADER ~= nil then
         local home = tonumber(sub(slots, 3 * slot + 1, 3 * slot + 3), 16)
-        headers:replace(WENT_HEADER, hj == home and kh or kh .. "*")
+        if hj == home then
+          headers:replace(WENT_HEADER, kh)
+        else
+          headers:replace(WENT_HEADER, kh .. (followed and "+" or "*"))
+        end
       end
     end
   end

@@ -851,7 +851,7 @@ func TestLuaPickWent(t *testing.T) {
 	// The fleet sent the key away since.
 	add(fmt.Sprintf("went\t%s%03x", kh, away), "", "")
 	add(load(10, "0,0,0,0"), "", "")
-	add("1000\tx-session-id=a", hosts[away], kh+"*")
+	add("1000\tx-session-id=a", hosts[away], kh+"+")
 	// Home since: the table no longer names it.
 	add("went\t-", "", "")
 	add(load(20, "0,0,0,0"), "", "")
