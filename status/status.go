@@ -338,8 +338,8 @@ var MoveCauses = []string{MoveDemand, MoveMembership, MoveCapacity}
 
 // Reasons a request went to another replica than its key's first.
 const (
-	AwaySpread = "spread" // its key is hot, spread on purpose
-	AwayEscape = "escape" // its first replica is out of the table
+	AwaySpread = "spread"   // its key is hot, spread on purpose
+	AwayEscape = "escape"   // its first replica is out of the table
 	AwayFollow = "followed" // a filter sent it where its key's last request went
 	AwayBound  = "bound"    // otherwise: Envoy's bounded load, or a table not yet applied
 )
