@@ -50,7 +50,6 @@ import (
 	"github.com/kvxds/kvxds/inflight"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
-	"github.com/kvxds/kvxds/xds/translate/bodykey"
 )
 
 // SpreadHeader is the request header of the spread sub-key.
@@ -375,7 +374,7 @@ func (s *Service) loadEntry(stream uint64, pool string, e *datav3.HTTPAccessLogE
 		}
 		if v, ok := header(logged, translate.LoadLogWent); ok {
 			// Where the key went; a malformed value is none.
-			k, away, _ := bodykey.WentAway(v)
+			k, away, _ := translate.WentAway(v)
 			if inflight.WentKey(k) {
 				a.Key, a.Away = k, away
 			}
@@ -478,7 +477,7 @@ func (s *Service) entry(logName string, e *datav3.HTTPAccessLogEntry) string {
 	s.fill(&r, pool, c)
 	r.Spread, _ = header(logged, SpreadHeader)
 	if v, ok := header(logged, translate.LoadLogWent); ok {
-		_, _, r.Followed = bodykey.WentAway(v)
+		_, _, r.Followed = translate.WentAway(v)
 	}
 	s.sink.Observe(r)
 	return ResultObserved

@@ -95,6 +95,11 @@ const (
 	LoadLogMaxComputed = bodykey.MaxComputed
 )
 
+// WentAway splits a LoadLogWent value into the key's hash, whether the
+// request went away from its slot's replica, and whether it followed its
+// key there (bodykey.WentAway).
+func WentAway(v string) (key string, away, followed bool) { return bodykey.WentAway(v) }
+
 // loadAccessLog is the router's upstream log through which Envoy reports
 // each request of p when its upstream stream starts (UpstreamPoolReady,
 // with flush_upstream_log_on_upstream_stream) and ends (UpstreamEnd), so
