@@ -239,8 +239,6 @@ local function overloaded(n, i, h, factor, w)
   return load > math.max(cap * (n[i] or 0) / SLOTS, w)
 end
 
--- The host of slot, or with a factor the first host of the next slots
--- that is not overloaded (else the slot's own).
 -- Where this state sent each key last (went[v]: the host and its index
 -- in hosts, which a new membership may change), two generations of at
 -- most WENT_MAX keys each, so that its memory stays bounded; keys longer
