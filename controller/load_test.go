@@ -182,6 +182,43 @@ func TestFollowSharesLoad(t *testing.T) {
 	t.Logf("the follower's figures left the leader's tables %v after it stopped", time.Since(start).Round(time.Millisecond))
 }
 
+// Keys a pick filter sent away from their slot's replica, as each
+// instance's Envoys log them (x-kvxds-went), are served by every
+// instance, with the replica they went to; a key sent home again is
+// forgotten.
+func TestWentKeysShared(t *testing.T) {
+	leader := startController(t, "leader", loadPolicy(""), "")
+	follower := startController(t, "follower", loadPolicy(fmt.Sprintf("ha { follow = %q }\n", "http://"+leader.c.AdminAddr())), "")
+	went := func(c *Controller) string {
+		out := map[string]string{}
+		for k, w := range c.Fleet().Pools[0].Went {
+			out[k] = w.Host
+		}
+		return fmt.Sprint(out)
+	}
+	serves := func(want string) {
+		t.Helper()
+		for _, r := range []*Controller{leader.c, follower.c} {
+			waitUntil(t, "every instance to serve keys sent away "+want, func() bool { return went(r) == want })
+		}
+	}
+	a := openLogs(t, leader.c.XDSAddr(), "envoy-a", "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{
+		loadStart("r1", "10.0.0.1", 100, map[string]string{"x-kvxds-went": "fedcba98*"}),
+	})
+	t.Cleanup(func() { a() })
+	b := openLogs(t, follower.c.XDSAddr(), "envoy-b", "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{
+		loadStart("r2", "10.0.0.2", 100, map[string]string{"x-kvxds-went": "0123abcd+"}),
+		loadStart("r3", "10.0.0.2", 100, map[string]string{"x-kvxds-went": "not-a-key*"}),
+	})
+	t.Cleanup(func() { b() })
+	serves("map[0123abcd:10.0.0.2:8000 fedcba98:10.0.0.1:8000]")
+	c := openLogs(t, follower.c.XDSAddr(), "envoy-c", "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{
+		loadStart("r4", "10.0.0.1", 100, map[string]string{"x-kvxds-went": "0123abcd"}),
+	})
+	t.Cleanup(func() { c() })
+	serves("map[fedcba98:10.0.0.1:8000]")
+}
+
 // forwardPolicy has hot keys on a tenant header and places adapters,
 // deciding every 100 ms.
 func forwardPolicy(extra string) string {
