@@ -471,7 +471,7 @@ func movedPercent(v float64) string {
 // logged: 3f2a9c1b (header x-tenant) 48.0% spread over 4") and, once
 // requests were logged, one for those sent away from their key's first
 // replica ("away from their key's first replica: 5.0% (spread 4.0%,
-// escape 1.0%, bound 0%)"). Nil for h nil.
+// escape 1.0%, followed 0%, bound 0%)"). Nil for h nil.
 func (f Format) HotKeyLines(h *HotKeys) []string {
 	if h == nil {
 		return nil
@@ -517,7 +517,7 @@ func (f Format) HotKeyLines(h *HotKeys) []string {
 // remote, 100 local, 0 unknown"), one line for the table's replicas and
 // their slots, once keyed requests were logged one for those prefilled
 // away from their key's replica ("prefilled away from their key's
-// replica: 5.0% of 1000 keyed (spread 1.0%, bound 4.0%)"), and one per
+// replica: 5.0% of 1000 keyed (spread 1.0%, followed 0%, bound 4.0%)"), and one per
 // decode replica for the prefill replicas named for its requests. Nil
 // for a nil.
 func (f Format) PrefillLines(p *Prefill) []string {

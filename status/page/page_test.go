@@ -155,7 +155,7 @@ func TestRender(t *testing.T) {
 			}
 		},
 		wantText: []string{`<p class="moved hot-keys">hot keys of 1000 keyed requests logged: 3f2a9c1b (header x-tenant) 48.0% spread over 4</p>`,
-			`<p class="moved hot-keys">away from their key&#39;s first replica: 31.0% (spread 30.0%, escape 0.0%, bound 1.0%)</p>`},
+			`<p class="moved hot-keys">away from their key&#39;s first replica: 31.0% (spread 30.0%, escape 0.0%, followed 0.0%, bound 1.0%)</p>`},
 	}, {
 		name: "no hot keys on", replicas: 2, wantRows: 2,
 		notText: []string{"hot-keys"},

@@ -41,7 +41,7 @@ func TestStatusPageHotKeysInBrowser(t *testing.T) {
 	}
 	want := []string{
 		"hot keys of 1200 keyed requests logged: 7007a66b (header x-session-id) 42.0% spread over 4",
-		"away from their key's first replica: 34.2% (spread 31.7%, escape 2.0%, bound 0.5%)",
+		"away from their key's first replica: 34.2% (spread 31.7%, escape 2.0%, followed 0.0%, bound 0.5%)",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the page shows\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
