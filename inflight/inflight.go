@@ -165,16 +165,21 @@ func (l Load) Add(o Load) Load {
 		slices.Sort(names)
 		out.Adapters[h] = slices.Compact(names)
 	}
-	// The latest of a key's wins (the lower address at the same time),
-	// whichever instance saw it.
-	for _, m := range []map[string]Went{l.Went, o.Went} {
-		for k, w := range m {
-			if out.Went == nil {
-				out.Went = map[string]Went{}
-			}
-			if c, ok := out.Went[k]; !ok || w.At > c.At || w.At == c.At && w.Host < c.Host {
-				out.Went[k] = w
-			}
+	out.Went = latestWent(l.Went, o.Went)
+	return out
+}
+
+// latestWent is a and b together, each key's latest (the lower address
+// at the same time), whichever instance saw it; nil if both are empty.
+func latestWent(a, b map[string]Went) map[string]Went {
+	if len(a)+len(b) == 0 {
+		return nil
+	}
+	out := make(map[string]Went, len(a)+len(b))
+	maps.Copy(out, a)
+	for k, w := range b {
+		if c, ok := out[k]; !ok || w.At > c.At || w.At == c.At && w.Host < c.Host {
+			out[k] = w
 		}
 	}
 	return out
