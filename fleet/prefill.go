@@ -123,10 +123,10 @@ type SlotTable struct {
 	AdapterSlots []int    `json:"adapter_slots,omitempty"`
 	Running      []string `json:"running,omitempty"`
 	// Went are, with Load, the keys whose last request went away from
-	// their slot's replica and are still under way there (Pool.Went, the
-	// MaxWent latest whose replica is in Hosts), sorted by key: a
-	// filter sends a key's next request there while it is under the
-	// bound, where its prefix was last computed.
+	// their slot's replica (Pool.Went, the MaxWent latest whose replica
+	// is in Hosts), sorted by key: a filter sends a key's next request
+	// there while it is under the bound, where its prefix was last
+	// computed.
 	Went []WentKey `json:"went,omitempty"`
 }
 
