@@ -194,7 +194,15 @@ func TestWentKeysShared(t *testing.T) {
 		for k, w := range c.Fleet().Pools[0].Went {
 			out[k] = w.Host
 		}
-		return fmt.Sprint(out)
+		// And the bits of the keys placed, home or away.
+		var bits []int
+		seen := c.Fleet().Pools[0].Seen
+		for i := range len(seen) * 4 {
+			if v, err := strconv.ParseUint(seen[i/4:i/4+1], 16, 8); err == nil && v&(8>>(i%4)) != 0 {
+				bits = append(bits, i)
+			}
+		}
+		return fmt.Sprint(out, fmt.Sprintf(" %x", bits))
 	}
 	serves := func(want string) {
 		t.Helper()
@@ -211,12 +219,12 @@ func TestWentKeysShared(t *testing.T) {
 		loadStart("r3", "10.0.0.2", 100, map[string]string{"x-kvxds-went": "not-a-key*"}),
 	})
 	t.Cleanup(func() { b() })
-	serves("map[0123abcd:10.0.0.2:8000 fedcba98:10.0.0.1:8000]")
+	serves("map[0123abcd:10.0.0.2:8000 fedcba98:10.0.0.1:8000] [123 fedc]")
 	c := openLogs(t, follower.c.XDSAddr(), "envoy-c", "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{
 		loadStart("r4", "10.0.0.1", 100, map[string]string{"x-kvxds-went": "0123abcd"}),
 	})
 	t.Cleanup(func() { c() })
-	serves("map[fedcba98:10.0.0.1:8000]")
+	serves("map[fedcba98:10.0.0.1:8000] [123 fedc]")
 }
 
 // forwardPolicy has hot keys on a tenant header and places adapters,

@@ -137,6 +137,10 @@ type Pool struct {
 	// sent away from their slot's replica, by the first eight hex digits
 	// of their hash: where to, and when.
 	Went map[string]KeyWent
+	// Seen, with LoadAt, are the keys a pick filter placed within
+	// inflight.WentTTL, home or away, as a set of bits in hex
+	// (inflight.SeenSet); "" for none.
+	Seen string
 }
 
 // KeyWent is where a key's last request went away from its slot's

@@ -128,6 +128,11 @@ type SlotTable struct {
 	// there while it is under the bound, where its prefix was last
 	// computed.
 	Went []WentKey `json:"went,omitempty"`
+	// Seen are, with Load, the keys placed lately (Pool.Seen): a key not
+	// in it has no prefix cached anywhere, so that moving it costs no hit,
+	// and a filter bounds it at its slot's share of the mean, not at
+	// BalanceFactor.
+	Seen string `json:"seen,omitempty"`
 }
 
 // WentKey is a key (its hash's first eight hex digits) and the index in
@@ -250,7 +255,7 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 		}
 		t.LoadLag = 3 * LoadLogFlush(prefill.Hash)
 		t.LoadAt, t.LoadTTL = prefill.LoadAt, LoadTTL(prefill.Hash)
-		t.Went = wentKeys(prefill.Went, t.Hosts)
+		t.Went, t.Seen = wentKeys(prefill.Went, t.Hosts), prefill.Seen
 	}
 	// Each virtual identity's hash is the same for every slot but mixed
 	// with the slot's, so a table costs one hash per slot and identity.

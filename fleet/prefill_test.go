@@ -159,14 +159,18 @@ func TestSlotTableWent(t *testing.T) {
 		"0000000a": {Host: "10.0.1.2:8000", At: 9},
 		"0000000c": {Host: "10.0.9.9:8000", At: 9}, // not in the pool
 	}
-	if tab := NewSlotTable(&p, &Pool{}); tab.Went != nil {
-		t.Errorf("a table without load names keys: %v", tab.Went)
+	p.Seen = "8000"
+	if tab := NewSlotTable(&p, &Pool{}); tab.Went != nil || tab.Seen != "" {
+		t.Errorf("a table without load names keys: %v, %q", tab.Went, tab.Seen)
 	}
 	p.LoadAt = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	tab := NewSlotTable(&p, &Pool{})
 	want := []WentKey{{"0000000a", 1}, {"0000000b", 2}}
 	if !slices.Equal(tab.Went, want) {
 		t.Errorf("went %v, want %v", tab.Went, want)
+	}
+	if tab.Seen != p.Seen {
+		t.Errorf("seen %q, want the pool's %q", tab.Seen, p.Seen)
 	}
 	p.Went = map[string]KeyWent{}
 	for i := range MaxWent + 1 {

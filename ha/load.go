@@ -353,6 +353,9 @@ func checkReport(r LoadReport) error {
 		if len(l.Went) > inflight.MaxWent {
 			return fmt.Errorf("pool %q: more than %d keys sent away", p, inflight.MaxWent)
 		}
+		if !inflight.ValidSeen(l.Seen) {
+			return fmt.Errorf("pool %q: keys placed: want %d lowercase hex digits", p, inflight.SeenBits/4)
+		}
 		for k := range l.Went {
 			if !inflight.WentKey(k) {
 				return fmt.Errorf("pool %q: key %q sent away: want eight lowercase hex digits", p, k)

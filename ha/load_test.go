@@ -154,6 +154,7 @@ func TestLoadExchangeRefuses(t *testing.T) {
 		{"too many pools", manyPools, http.StatusBadRequest},
 		{"a key sent away that is no key hash", `{"instance":"b","interval_ms":1000,"pools":{"docs":{"went":{"<script>":{"host":"h","at":1}}}}}`, http.StatusBadRequest},
 		{"too many keys sent away", manyWent, http.StatusBadRequest},
+		{"keys placed of the wrong size", `{"instance":"b","interval_ms":1000,"pools":{"docs":{"seen":"8000"}}}`, http.StatusBadRequest},
 		{"too large", `{"instance":"` + strings.Repeat("b", MaxLoadReportBytes) + `"}`, http.StatusRequestEntityTooLarge},
 	} {
 		if got := post(tc.body); got != tc.want {

@@ -35,7 +35,10 @@
 // away from its slot's replica (over the bound there). A snapshot names
 // the keys whose last request went away, and where (at most MaxWent, for
 // WentTTL): every Envoy then sends such a key's next request where its
-// prefix was last computed, not back to its slot's replica.
+// prefix was last computed, not back to its slot's replica. It also names
+// every key placed within WentTTL, home or away, as bits of a set (Seen):
+// a key in none has no prefix cached anywhere, so moving it costs no hit,
+// and the pick filters bound it tighter.
 package inflight
 
 import (
@@ -130,6 +133,7 @@ type pool struct {
 	bytes    map[string]uint64         // by host, of requests not computed
 	adapters map[string]map[string]int // requests by host and adapter
 	went     map[string]Went           // by key hash
+	seen     map[uint16]int64          // ms a key of each bit was last placed
 }
 
 // Load is a pool's requests in flight, by replica address.
@@ -141,6 +145,9 @@ type Load struct {
 	// Went are, by key hash, the keys whose last request the pick
 	// filters sent away from their slot's replica, within WentTTL.
 	Went map[string]Went `json:"went,omitempty"`
+	// Seen are the keys placed within WentTTL, home or away, as a set of
+	// SeenBits bits in hex (SeenSet), "" for none.
+	Seen string `json:"seen,omitempty"`
 }
 
 // Add returns the figures of l and o together: their bytes summed, their
@@ -166,6 +173,7 @@ func (l Load) Add(o Load) Load {
 		out.Adapters[h] = slices.Compact(names)
 	}
 	out.Went = latestWent(l.Went, o.Went)
+	out.Seen = OrSeen(l.Seen, o.Seen)
 	return out
 }
 
@@ -183,6 +191,81 @@ func latestWent(a, b map[string]Went) map[string]Went {
 		}
 	}
 	return out
+}
+
+// SeenBits is the size of the set of keys placed (Load.Seen): a key is
+// bit SeenBit of it. 65,536 bits, sixteen KiB of hex in the table, name
+// 10,000 keys with one in seven false positives (a new key bounded as
+// one with a cache: as without the set).
+const SeenBits = 1 << 16
+
+// SeenBit is key hash k's bit in the set: its first four hex digits.
+func SeenBit(k string) (uint16, bool) {
+	if !WentKey(k) {
+		return 0, false
+	}
+	var b uint16
+	for _, c := range []byte(k[:4]) {
+		b = b<<4 | uint16(hexVal(c))
+	}
+	return b, true
+}
+
+func hexVal(c byte) byte {
+	if c >= 'a' {
+		return c - 'a' + 10
+	}
+	return c - '0'
+}
+
+// SeenSet is the set of bits as SeenBits/4 lowercase hex digits, bit i
+// in digit i/4 as 8>>(i%4); "" for none.
+func SeenSet(bits []uint16) string {
+	if len(bits) == 0 {
+		return ""
+	}
+	d := make([]byte, SeenBits/4)
+	for _, b := range bits {
+		d[b/4] |= 8 >> (b % 4)
+	}
+	for i, v := range d {
+		d[i] = "0123456789abcdef"[v]
+	}
+	return string(d)
+}
+
+// ValidSeen reports whether s is a set as SeenSet writes it.
+func ValidSeen(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) != SeenBits/4 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// OrSeen is the union of two sets; one that is not valid counts as none.
+func OrSeen(a, b string) string {
+	if !ValidSeen(a) || a == "" {
+		if ValidSeen(b) {
+			return b
+		}
+		return ""
+	}
+	if !ValidSeen(b) || b == "" {
+		return a
+	}
+	d := []byte(a)
+	for i := range d {
+		d[i] = "0123456789abcdef"[hexVal(a[i])|hexVal(b[i])]
+	}
+	return string(d)
 }
 
 // Tracker pairs the start and end entries of every pool's requests.
@@ -208,7 +291,7 @@ func New(count func(result string, n int)) *Tracker {
 func (t *Tracker) poolLocked(name string) *pool {
 	p := t.pools[name]
 	if p == nil {
-		p = &pool{open: map[string]open{}, byID: map[string][]string{}, bytes: map[string]uint64{}, adapters: map[string]map[string]int{}, went: map[string]Went{}}
+		p = &pool{open: map[string]open{}, byID: map[string][]string{}, bytes: map[string]uint64{}, adapters: map[string]map[string]int{}, went: map[string]Went{}, seen: map[uint16]int64{}}
 		t.pools[name] = p
 	}
 	return p
@@ -260,6 +343,9 @@ func (t *Tracker) Start(stream uint64, name, key string, a Attempt) {
 func (p *pool) sent(a Attempt) {
 	if a.Key == "" {
 		return
+	}
+	if b, ok := SeenBit(a.Key); ok {
+		p.seen[b] = max(p.seen[b], a.At.UnixMilli())
 	}
 	if !a.Away {
 		delete(p.went, a.Key)
@@ -419,6 +505,15 @@ func (t *Tracker) Snapshot(name string, now time.Time) (Load, bool) {
 		}
 		l.Went[k] = w
 	}
+	var bits []uint16
+	for b, at := range p.seen {
+		if now.UnixMilli()-at > WentTTL.Milliseconds() {
+			delete(p.seen, b)
+			continue
+		}
+		bits = append(bits, b)
+	}
+	l.Seen = SeenSet(bits)
 	return l, ok
 }
 

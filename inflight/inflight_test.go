@@ -271,3 +271,79 @@ func TestWentKey(t *testing.T) {
 		}
 	}
 }
+
+// seenBits lists the bits set in a SeenSet string.
+func seenBits(t *testing.T, s string) []uint16 {
+	t.Helper()
+	if !ValidSeen(s) {
+		t.Fatalf("set %.20q... is not valid", s)
+	}
+	var out []uint16
+	for i := range len(s) * 4 {
+		if hexVal(s[i/4])&(8>>(i%4)) != 0 {
+			out = append(out, uint16(i))
+		}
+	}
+	return out
+}
+
+func TestSeen(t *testing.T) {
+	start := func(tr *Tracker, id, key string, away bool, at time.Duration) {
+		tr.Start(1, "p", id, Attempt{Host: "h1", Bytes: 1, Key: key, Away: away, At: t0.Add(at)})
+	}
+	tests := []struct {
+		name string
+		run  func(tr *Tracker)
+		at   time.Duration
+		want []uint16
+	}{
+		{"none", func(tr *Tracker) { start(tr, "1", "", false, 0) }, 0, nil},
+		{"home and away alike, by the first four digits", func(tr *Tracker) {
+			start(tr, "1", "0001ffff", false, 0)
+			start(tr, "2", "ffff0000", true, 0)
+			start(tr, "3", "0001aaaa", true, 0)
+		}, 0, []uint16{1, 0xffff}},
+		{"forgotten after WentTTL since its key's last request", func(tr *Tracker) {
+			start(tr, "1", "00020000", false, 0)
+			start(tr, "2", "00030000", false, 0)
+			start(tr, "3", "00030000", false, time.Minute)
+		}, WentTTL + time.Second, []uint16{3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := New(nil)
+			tc.run(tr)
+			l, _ := tr.Snapshot("p", t0.Add(tc.at))
+			if got := seenBits(t, l.Seen); !slices.Equal(got, tc.want) {
+				t.Errorf("seen %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("add", func(t *testing.T) {
+		a, b := SeenSet([]uint16{0, 5, 700}), SeenSet([]uint16{5, 65535})
+		for _, got := range []Load{(Load{Seen: a}).Add(Load{Seen: b}), (Load{Seen: b}).Add(Load{Seen: a})} {
+			if bits := seenBits(t, got.Seen); !slices.Equal(bits, []uint16{0, 5, 700, 65535}) {
+				t.Errorf("added %v", bits)
+			}
+		}
+		for _, tc := range [][3]string{{a, "", a}, {"", a, a}, {"zz", a, a}, {a, "zz", a}, {"", "", ""}, {"zz", "", ""}} {
+			if got := OrSeen(tc[0], tc[1]); got != tc[2] {
+				t.Errorf("OrSeen(%.8q, %.8q) = %.8q, want %.8q", tc[0], tc[1], got, tc[2])
+			}
+		}
+	})
+}
+
+func TestSeenBit(t *testing.T) {
+	for k, want := range map[string]int{"0123abcd": 0x0123, "ffff0000": 0xffff, "0000ffff": 0, "FFFF0000": -1, "0123": -1} {
+		b, ok := SeenBit(k)
+		if got := int(b); !ok {
+			got = -1
+		} else if got != want {
+			t.Errorf("SeenBit(%q) = %d, want %d", k, got, want)
+		}
+		if ok != (want >= 0) {
+			t.Errorf("SeenBit(%q) ok = %v", k, ok)
+		}
+	}
+}

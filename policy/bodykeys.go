@@ -34,8 +34,12 @@ const (
 	// DefaultPromptPrefixBalanceFactor is the balance_factor of a hash
 	// block with a prompt_prefix key that does not set one: a popular
 	// prefix (a shared system prompt) would otherwise send every request
-	// to one replica.
-	DefaultPromptPrefixBalanceFactor = 150
+	// to one replica. It bounds the keys with a prefix cached somewhere;
+	// where Envoys log their load, a key none placed lately is bounded at
+	// its share of the mean (100), since moving it costs no hit. 250
+	// measured best on Mooncake's trace with that split
+	// (docs/benchmarks/traces.md).
+	DefaultPromptPrefixBalanceFactor = 250
 	// DefaultAdaptersBalanceFactor is the balance_factor of a pool
 	// serving LoRA adapters whose hash block sets none: with it, Envoy
 	// picks each adapter request's replica among the adapter's where its

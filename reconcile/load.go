@@ -32,11 +32,13 @@ type PoolLoad struct {
 	Adapters map[string][]string
 	// Went are the keys last sent away from their slot's replica.
 	Went map[string]inflight.Went
+	// Seen are the keys placed, home or away (inflight.Load.Seen).
+	Seen string
 }
 
 // same reports whether l and o carry the same figures.
 func (l PoolLoad) same(o inflight.Load) bool {
-	return maps.Equal(l.Bytes, o.Bytes) && maps.EqualFunc(l.Adapters, o.Adapters, slices.Equal) && maps.Equal(l.Went, o.Went)
+	return maps.Equal(l.Bytes, o.Bytes) && maps.EqualFunc(l.Adapters, o.Adapters, slices.Equal) && maps.Equal(l.Went, o.Went) && l.Seen == o.Seen
 }
 
 // loadState counts the requests in flight that Envoys' load logs report
@@ -168,7 +170,7 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 			snap, ok = snap.Add(others), true
 		}
 		old, had := l.served[name]
-		refresh := had && (len(old.Bytes) > 0 || len(old.Adapters) > 0 || len(old.Went) > 0) && now.Sub(old.At) >= 5*iv
+		refresh := had && (len(old.Bytes) > 0 || len(old.Adapters) > 0 || len(old.Went) > 0 || old.Seen != "") && now.Sub(old.At) >= 5*iv
 		switch {
 		case !ok && had:
 			delete(l.served, name)
@@ -176,7 +178,7 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 			if snap.Bytes == nil {
 				snap.Bytes = map[string]uint64{}
 			}
-			l.served[name] = PoolLoad{At: now, Bytes: snap.Bytes, Adapters: snap.Adapters, Went: snap.Went}
+			l.served[name] = PoolLoad{At: now, Bytes: snap.Bytes, Adapters: snap.Adapters, Went: snap.Went, Seen: snap.Seen}
 		default:
 			continue
 		}
@@ -234,9 +236,9 @@ func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		load, ok := loads[p.Name]
-		p.LoadAt, p.Went = time.Time{}, nil
+		p.LoadAt, p.Went, p.Seen = time.Time{}, nil, ""
 		if ok && (translate.ObservesLoad(p, translate.Envoy) || prefills[p.Name] && p.Hash.LoadInterval > 0) {
-			p.LoadAt = load.At
+			p.LoadAt, p.Seen = load.At, load.Seen
 			for k, w := range load.Went {
 				if p.Went == nil {
 					p.Went = make(map[string]fleet.KeyWent, len(load.Went))

@@ -93,9 +93,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		pdKey      = fs.String("pd-key", "", "with --pd: the prefill pool's key: session (x-session-id), conversation, prompt_prefix (--prompt-prefix bytes; of a trace, the first --prefix-blocks); default session where the requests carry one, prompt_prefix for a trace, else conversation")
 		loadIv     = fs.Duration("load-interval", 0, "with --balance-on prompt_bytes, the colocated hash modes' load_interval (simulated): how often Envoy's pick filters learn every replica's bytes in flight; 0 keeps the default (1s), a negative value turns it off")
 		balanceOn  = fs.String("balance-on", "", "the hash modes' balance_on (with --pd, the prefill pool's): what their bound counts, requests (Envoy's own bound) or prompt_bytes (Envoy's Lua filter picks from the pool's slot table, bounded on prompt bytes in flight); empty keeps the policy's default")
-		pdBalance  = fs.Int("pd-balance-factor", 0, "with --pd: the kvxds modes' prefill pool balance_factor, bounding each Envoy's requests in flight per prefill replica (0: the policy's default, 150 for prompt_prefix and conversation keys, none for a header)")
+		pdBalance  = fs.Int("pd-balance-factor", 0, "with --pd: the kvxds modes' prefill pool balance_factor, bounding each Envoy's requests in flight per prefill replica (0: the policy's default, 250 for prompt_prefix and conversation keys, none for a header)")
 		pdMinBody  = fs.Int("pd-min-body", 0, "with --pd: the kvxds modes' prefill { min_body_bytes }: shorter request bodies prefill on their decode replica (0: every request on a prefill replica)")
-		balance    = fs.Int("balance-factor", 150, "kvxds+bounded, and the body-keyed modes on Envoy (whose default is 150): the hash block's balance_factor (Envoy's hash_balance_factor, percent)")
+		balance    = fs.Int("balance-factor", 0, "the hash modes' balance_factor (Envoy's hash_balance_factor, percent): 0 leaves a body key the policy's default (250 for prompt_prefix and conversation keys) and gives kvxds+bounded 150")
 		workloads  []string
 		prefixes   []int
 	)

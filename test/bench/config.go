@@ -301,8 +301,9 @@ type Config struct {
 	// AdapterLoad is the engine time of one adapter swap-in. Zero keeps
 	// the simulator's (sim.DefaultConfig).
 	AdapterLoad time.Duration
-	// BalanceFactor is KVXDSBounded's balance_factor (percent). Default
-	// 150, the default kvxds gives a pool with a prompt_prefix key.
+	// BalanceFactor is the hash modes' balance_factor (percent). Zero
+	// leaves a body key the policy's default and gives KVXDSBounded and a
+	// header key with BalanceOn BoundedFactor.
 	BalanceFactor int
 	// BalanceOn, if set, is the colocated hash modes' balance_on: what
 	// their bound counts ("requests", "prompt_bytes").
@@ -387,9 +388,6 @@ func (c Config) Defaults() Config {
 	}
 	if c.PromptPrefix == 0 {
 		c.PromptPrefix = 512
-	}
-	if c.BalanceFactor == 0 {
-		c.BalanceFactor = 150
 	}
 	if c.MaxLoRA == 0 {
 		c.MaxLoRA = 4
@@ -503,7 +501,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max LoRA slots must be 1 to %d, not %d", fleet.MaxAdapterSlots, c.MaxLoRA)
 	case c.AdapterLoad < 0:
 		return fmt.Errorf("adapter load time must not be negative, not %v", c.AdapterLoad)
-	case c.BalanceFactor <= 100:
+	case c.BalanceFactor != 0 && c.BalanceFactor <= 100:
 		return fmt.Errorf("balance factor must be above 100 (percent of the mean load), not %d", c.BalanceFactor)
 	case c.GroupWeightLevels < 1:
 		return fmt.Errorf("group weight levels must be at least 1, not %d", c.GroupWeightLevels)

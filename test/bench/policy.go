@@ -120,6 +120,11 @@ func (e Escape) Resolve(ref float64) Escape {
 	return e
 }
 
+// BoundedFactor is the balance_factor of kvxds+bounded, and of a header
+// key asked to count something (BalanceOn), unless given: Envoy's own
+// default hash_balance_factor.
+const BoundedFactor = 150
+
 // PolicyOptions are the inputs of one generated policy.
 type PolicyOptions struct {
 	Mode      Mode
@@ -137,7 +142,7 @@ type PolicyOptions struct {
 	// GroupShared leaves the group's replicas in the pool's table too
 	// (exclusive = false).
 	GroupShared bool
-	// BalanceFactor is KVXDSBounded's balance_factor.
+	// BalanceFactor is the hash modes' balance_factor (Config.BalanceFactor).
 	BalanceFactor int
 	// BalanceOn, if set, is the hash modes' balance_on (Config.BalanceOn).
 	BalanceOn string
@@ -211,14 +216,14 @@ func Policy(o PolicyOptions) (string, error) {
 			RingSize, key)
 		switch {
 		case o.Mode == KVXDSBounded:
-			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+			fmt.Fprintf(&b, "    balance_factor = %d\n", cmp.Or(o.BalanceFactor, BoundedFactor))
 		case o.BodyKey != "" && o.BalanceFactor != 0 && o.BalanceFactor != policy.DefaultPromptPrefixBalanceFactor:
 			// A body key's bounded load away from the default it gets.
 			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
-		case o.BodyKey == "" && o.BalanceOn != "" && o.BalanceFactor != 0:
+		case o.BodyKey == "" && o.BalanceOn != "":
 			// A header key has no bound by default: naming what it
 			// counts asks for one.
-			fmt.Fprintf(&b, "    balance_factor = %d\n", o.BalanceFactor)
+			fmt.Fprintf(&b, "    balance_factor = %d\n", cmp.Or(o.BalanceFactor, BoundedFactor))
 		}
 		if o.BalanceOn != "" {
 			fmt.Fprintf(&b, "    balance_on = %q\n", o.BalanceOn)

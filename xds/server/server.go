@@ -238,7 +238,7 @@ func loadMoved(a, b fleet.Fleet) map[string]bool {
 
 // withoutLoad is p without its load figures (loadMoved).
 func withoutLoad(p fleet.Pool) fleet.Pool {
-	p.LoadAt, p.PrefillTable, p.Went = time.Time{}, nil, nil
+	p.LoadAt, p.PrefillTable, p.Went, p.Seen = time.Time{}, nil, nil, ""
 	p.Endpoints = slices.Clone(p.Endpoints)
 	for i := range p.Endpoints {
 		e := &p.Endpoints[i]

@@ -230,6 +230,9 @@ func tableMetadata(t *fleet.SlotTable, name string) (*corev3.Metadata, error) {
 		}
 		fields["went"] = string(b)
 	}
+	if t.Seen != "" {
+		fields["seen"] = t.Seen
+	}
 	if t.Running != nil {
 		// One string, parsed with the load: each host's adapters in
 		// flight, space-separated, hosts tab-separated in hosts order.

@@ -18,10 +18,12 @@ import (
 	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/inflight"
 	"github.com/kvxds/kvxds/xds/ringhash"
 )
 
@@ -672,6 +674,8 @@ func TestRetranslateLoad(t *testing.T) {
 				p.LoadAt = p.LoadAt.Add(time.Second)
 				// A key went away to its first replica.
 				p.Went = map[string]fleet.KeyWent{"0123abcd": {Host: p.Endpoints[0].Address(), At: p.LoadAt.UnixMilli()}}
+				// And the keys placed lately: key 0123abcd's bit.
+				p.Seen = inflight.SeenSet([]uint16{0x0123})
 			}
 			p.Endpoints = slices.Clone(p.Endpoints)
 			for j := range p.Endpoints {
@@ -713,6 +717,14 @@ func TestRetranslateLoad(t *testing.T) {
 				t.Errorf("%s/%v: not served its previous resources", name, kind)
 			}
 			if kind == Envoy {
+				// The keys placed lately ride in the routes' metadata.
+				seen := false
+				for _, rc := range full.Routes {
+					seen = seen || strings.Contains(prototext.Format(rc), inflight.SeenSet([]uint16{0x0123}))
+				}
+				if want := name != "chat" && name != "adapters"; seen != want {
+					t.Errorf("%s: routes carry the keys placed: %v, want %v", name, seen, want)
+				}
 				routesMoved = a[resource.RouteType] != versions(mustSnapshot(t, prev[kind]))[resource.RouteType]
 				if len(got[kind].Listeners) > 0 && &got[kind].Listeners[0] != &prev[kind].Listeners[0] {
 					t.Errorf("%s: Envoy's listeners not shared", name)

@@ -255,6 +255,16 @@ end
 local WENT_MAX, WENT_KEY = 4096, 256
 local went, went_old, went_n = {}, {}, 0
 local went_str, gwent, went_since = nil, nil, 0
+-- The table's "seen": the keys every Envoy placed lately (within ten
+-- minutes), home or away, as 65,536 bits in hex, a key's bit the first
+-- four hex digits of its hash (nil without a believed load).
+local seen_str = nil
+-- A key that no Envoy placed lately has no prefix cached anywhere, so
+-- moving it costs no hit: it is bounded at its slot's share of the mean
+-- (NEW_FACTOR), and the pool's factor, looser, is left to keys with a
+-- cache to keep (measured on Mooncake's trace, where most requests open
+-- a new conversation: docs/benchmarks/traces.md).
+local NEW_FACTOR = 100
 
 local function remember(v, host, j, ms)
   if v == nil or #v > WENT_KEY then return end
@@ -281,6 +291,17 @@ local function sync_went(s, since)
   end
 end
 
+-- Whether key v (kh) is new: in neither this state's memory nor the
+-- table's "seen". Without a believed table no key is.
+local function is_new(v, kh)
+  if seen_str == nil or kh == nil or went[v] ~= nil or went_old[v] ~= nil then return false end
+  local b = tonumber(sub(kh, 1, 4), 16)
+  if b == nil then return false end
+  local q = floor(b / 4) + 1
+  local c = tonumber(sub(seen_str, q, q), 16)
+  return c ~= nil and floor(c / 2 ^ (3 - b % 4)) % 2 == 0
+end
+
 -- Where key v (its hash's first eight hex digits kh) went last: its
 -- host's index and address, or nil.
 local function went_to(hosts, v, kh)
@@ -304,6 +325,7 @@ local function bounded(hosts, slots, slot, factor, w, v, kh)
   if j ~= nil and type(h) == "string" and (n[j] or 0) > 0 and hosts[j + 1] == h and not overloaded(n, j, h, factor, w) then
     return h, j, true
   end
+  if j == nil and is_new(v, kh) then factor = math.min(factor, NEW_FACTOR) end
   if not overloaded(n, i, host, factor, w) then return host, i end
   local seen = {[i] = true}
   for k = 1, SLOTS - 1 do
@@ -474,6 +496,8 @@ local function set_prefill(handle, headers)
       if type(ws) ~= "string" then ws = "" end
       if ls == nil then ws = nil end
       sync_went(ws, ls and at - (type(lag) == "number" and lag or 0) or 0)
+      seen_str = md:get("seen")
+      if ls == nil or type(seen_str) ~= "string" or #seen_str ~= 16384 then seen_str = nil end
       local cs = md:get("cached")
       if type(cs) ~= "string" or #cs ~= #hosts then cs = nil end
       miss = read_miss(cs, hosts)

@@ -874,3 +874,77 @@ func TestLuaPickWent(t *testing.T) {
 		t.Errorf("host|%s per request:\n%q\nwant\n%q", WentHeader, got, want)
 	}
 }
+
+// A key no Envoy placed lately (neither the Lua state's memory nor the
+// table's "seen" has it) is bounded at its slot's share of the mean; a
+// key in "seen", or any key without a "seen", at the table's factor.
+func TestLuaPickNewKey(t *testing.T) {
+	bin := luajit(t)
+	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000"}
+	write := tempWriter(t)
+	var slots strings.Builder
+	for s := range 64 {
+		fmt.Fprintf(&slots, "%03x", s%len(hosts))
+	}
+	table := write("table", slots.String()+"\n"+strings.Join(hosts, "\n")+"\nbalance\t250\nbytes\n")
+	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, NameComputed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The set of 65,536 bits in hex with the bits of keys set, a key's
+	// bit its hash's first four hex digits.
+	seen := func(keys ...string) string {
+		d := make([]byte, 1<<14)
+		for _, k := range keys {
+			var b int
+			fmt.Sscanf(Hash([]byte(k))[:4], "%x", &b)
+			d[b/4] |= 8 >> (b % 4)
+		}
+		for i, v := range d {
+			d[i] = "0123456789abcdef"[v]
+		}
+		return string(d)
+	}
+	// Each key's slot's replica carries twice the others' bytes: within
+	// 250% of its share of the mean, above 100%.
+	load := func(k string) string {
+		b := []string{"50000", "50000", "50000", "50000"}
+		b[PrefillSlot(k, 64)%len(hosts)] = "100000"
+		return fmt.Sprintf("load\t%s\t0\t0\t100000", strings.Join(b, ","))
+	}
+	home := func(k string) string { return hosts[PrefillSlot(k, 64)%len(hosts)] }
+	next := func(k string) string { return hosts[(PrefillSlot(k, 64)+1)%len(hosts)] }
+	kh := func(k string) string { return Hash([]byte(k))[:8] }
+	var lines, want []string
+	add := func(line, host, went string) {
+		lines = append(lines, line)
+		if host != "" {
+			want = append(want, host+"|"+went)
+		}
+	}
+	// No "seen": every key keeps the factor.
+	add(load("a"), "", "")
+	add("1000\tx-session-id=a", home("a"), kh("a"))
+	// "seen" without key c: c is new, and leaves its busy replica.
+	add("seen\t"+seen("a"), "", "")
+	add(load("c"), "", "")
+	add("1000\tx-session-id=c", next("c"), kh("c")+"*")
+	// Key d is in "seen": it has a cache to keep.
+	add("seen\t"+seen("d"), "", "")
+	add(load("d"), "", "")
+	add("1000\tx-session-id=d", home("d"), kh("d"))
+	// Key a is not, but this Lua state placed it.
+	add(load("a"), "", "")
+	add("1000\tx-session-id=a", home("a"), kh("a"))
+	// A "seen" of the wrong size is none.
+	add("seen\t"+seen("a")[1:], "", "")
+	add(load("e"), "", "")
+	add("1000\tx-session-id=e", home("e"), kh("e"))
+	out, err := exec.Command(bin, "testdata/prefill_standin.lua", write("prefill.lua", src), table, write("cases", strings.Join(lines, "\n")+"\n"), ":override+"+WentHeader).CombinedOutput()
+	if err != nil {
+		t.Fatalf("luajit: %v\n%s", err, out)
+	}
+	if got := strings.Fields(string(out)); !slices.Equal(got, want) {
+		t.Errorf("host|%s per request:\n%q\nwant\n%q", WentHeader, got, want)
+	}
+}

@@ -26,9 +26,10 @@
 -- "load_ttl" to TTL (the fleet's bytes in flight, as a table push brings
 -- them), or "running<TAB>R" to set the table's "running" to R with "/"
 -- for tabs and "," for spaces, or "went<TAB>W" to set the table's
--- "went" to W ("-": none). Prints per request the value of HEADER after
+-- "went" to W ("-": none), or "seen<TAB>S" to set its "seen" to S ("-":
+-- none). Prints per request the value of HEADER after
 -- the run, or "-" (of each of "A+B", joined by "|"); nothing for a
--- response, a clock, a load, a running or a went.
+-- response, a clock, a load, a running, a went or a seen.
 
 local script, tablefile, casefile, header = arg[1], arg[2], arg[3], arg[4]
 dofile(script)
@@ -79,7 +80,10 @@ for line in io.lines(casefile) do
   local load, lag, at, ttl = string.match(line, "^load\t([%d,]+)\t(%d+)\t(%d+)\t(%d+)$")
   local running = string.match(line, "^running\t(.*)$")
   local wentv = string.match(line, "^went\t(.*)$")
-  if wentv ~= nil then
+  local seenv = string.match(line, "^seen\t(.*)$")
+  if seenv ~= nil then
+    md.seen = seenv ~= "-" and seenv or nil
+  elseif wentv ~= nil then
     md.went = wentv ~= "-" and wentv or nil
   elseif fn ~= nil then
     -- The body's first chunk, then a wait for its end.
