@@ -61,7 +61,7 @@ func TestEnvoyDataPlane(t *testing.T) {
 	// Envoy's own bound, which a prompt_prefix key otherwise swaps for
 	// the pick filter's bound on prompt bytes.
 	pol, err := Policy(PolicyOptions{Mode: KVXDS, Endpoints: addrs, TimeScale: 10, Scrape: time.Second, BodyKey: PrefixKey(prefix).HCL,
-		BalanceOn: fleet.BalanceOnRequests})
+		BalanceOn: fleet.BalanceOnRequests, BalanceFactor: BoundedFactor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +96,9 @@ func TestEnvoyDataPlane(t *testing.T) {
 		}
 	}
 
-	// Bounded load (150, the default with prompt_prefix): with requests
-	// of one key held in flight, the key's replica takes its slots and
-	// the rest spill.
+	// Bounded load (150, Envoy's default factor): with requests of one
+	// key held in flight, the key's replica takes its slots and the rest
+	// spill.
 	used := map[string]int{}
 	var releases []func()
 	for range 12 {
