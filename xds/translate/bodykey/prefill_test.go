@@ -819,19 +819,27 @@ func TestLuaPickNamesComputed(t *testing.T) {
 // replica. The filter tells kvxds where each key went (WentHeader: the
 // hash's first eight hex digits, "*" when away) and removes any a client
 // sent.
-func TestLuaPickWent(t *testing.T) {
-	bin := luajit(t)
-	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000"}
-	write := tempWriter(t)
+// pickSessions is a pick filter on x-session-id over four hosts holding
+// 64 slots in turn, and its table file bounding prompt bytes at factor.
+func pickSessions(t *testing.T, write func(name, text string) string, factor int) (hosts []string, table, src string) {
+	t.Helper()
+	hosts = []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000"}
 	var slots strings.Builder
 	for s := range 64 {
 		fmt.Fprintf(&slots, "%03x", s%len(hosts))
 	}
-	table := write("table", slots.String()+"\n"+strings.Join(hosts, "\n")+"\nbalance\t150\nbytes\n")
+	table = write("table", slots.String()+"\n"+strings.Join(hosts, "\n")+fmt.Sprintf("\nbalance\t%d\nbytes\n", factor))
 	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, NameComputed: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return hosts, table, src
+}
+
+func TestLuaPickWent(t *testing.T) {
+	bin := luajit(t)
+	write := tempWriter(t)
+	hosts, table, src := pickSessions(t, write, 150)
 	home := PrefillSlot("a", 64) % len(hosts)
 	away := (home + 1) % len(hosts)
 	kh := Hash([]byte("a"))[:8]
@@ -880,17 +888,8 @@ func TestLuaPickWent(t *testing.T) {
 // key in "seen", or any key without a "seen", at the table's factor.
 func TestLuaPickNewKey(t *testing.T) {
 	bin := luajit(t)
-	hosts := []string{"10.0.1.1:8000", "10.0.1.2:8000", "10.0.1.3:8000", "10.0.1.4:8000"}
 	write := tempWriter(t)
-	var slots strings.Builder
-	for s := range 64 {
-		fmt.Fprintf(&slots, "%03x", s%len(hosts))
-	}
-	table := write("table", slots.String()+"\n"+strings.Join(hosts, "\n")+"\nbalance\t250\nbytes\n")
-	src, err := LuaPrefill(Prefill{Keys: []PrefillKey{{"x-session-id", 0}}, Override: true, Slots: 64, NameComputed: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hosts, table, src := pickSessions(t, write, 250)
 	// The set of 65,536 bits in hex with the bits of keys set, a key's
 	// bit its hash's first four hex digits.
 	seen := func(keys ...string) string {
