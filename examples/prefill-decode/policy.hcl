@@ -25,8 +25,8 @@ pool "llama-prefill" {
   hash {
     key { prompt_prefix = 512 }
     key { header = "x-session-id" }
-    balance_factor = 150
-    # With a prompt_prefix key the bound counts each prefill replica's
+    # With a prompt_prefix key balance_factor defaults to 250 (a prefix
+    # no Envoy sent lately: 100), and the bound counts each prefill replica's
     # prompt bytes in flight, weighed by what its prefix cache leaves to
     # compute, rather than its requests; balance_on = "requests" would
     # count requests.
