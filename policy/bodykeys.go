@@ -40,6 +40,11 @@ const (
 	// measured best on Mooncake's trace with that split
 	// (docs/benchmarks/traces.md).
 	DefaultPromptPrefixBalanceFactor = 250
+	// DefaultUntabledBalanceFactor is that default where the filters
+	// learn no fleet table (balance_on = "requests", or load_interval =
+	// "0s"): no key is then known to be new, one factor bounds them all,
+	// and 150 keeps the tail there (docs/benchmarks/hot-keys.md).
+	DefaultUntabledBalanceFactor = 150
 	// DefaultAdaptersBalanceFactor is the balance_factor of a pool
 	// serving LoRA adapters whose hash block sets none: with it, Envoy
 	// picks each adapter request's replica among the adapter's where its

@@ -404,3 +404,29 @@ func TestBoundedDefaultsFromPromptPrefix(t *testing.T) {
 			DefaultPromptPrefixBalanceFactor)
 	}
 }
+
+// A body key's default bound is looser where the filters learn the fleet
+// table that tells them which keys are new, and Envoy's 150 where not.
+func TestBodyKeyBalanceFactorDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name, hash string
+		want       uint32
+	}{
+		{"prompt bytes, a table", `key { prompt_prefix = 2048 }`, DefaultPromptPrefixBalanceFactor},
+		{"conversation, a table", `key { conversation = true }`, DefaultPromptPrefixBalanceFactor},
+		{"requests", "key { prompt_prefix = 2048 }\n    balance_on = \"requests\"", DefaultUntabledBalanceFactor},
+		{"no table", "key { prompt_prefix = 2048 }\n    load_interval = \"0s\"", DefaultUntabledBalanceFactor},
+		{"set", "key { prompt_prefix = 2048 }\n    balance_on = \"requests\"\n    balance_factor = 300", 300},
+		{"a header key", `key { header = "x-session-id" }`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, diags := Parse([]byte("pool \"p\" {\n  port = 10000\n  hash {\n    "+tc.hash+"\n  }\n}\n"), "p.hcl")
+			if diags.HasErrors() {
+				t.Fatalf("unexpected errors:\n%s", Format(diags))
+			}
+			if got := p.Pools[0].Hash.BalanceFactor; got != tc.want {
+				t.Errorf("balance_factor %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -167,6 +167,10 @@ func (d *decoder) hash(spec *hashSpec, lora bool) fleet.Hash {
 	}
 	d.balanceOn(spec, &h, lora)
 	d.loadInterval(spec, &h)
+	if spec.BalanceFactor == nil && !lora && h.BalanceFactor == DefaultPromptPrefixBalanceFactor &&
+		(h.BalanceOn != fleet.BalanceOnPromptBytes || h.LoadInterval == 0) {
+		h.BalanceFactor = DefaultUntabledBalanceFactor
+	}
 	return h
 }
 
