@@ -44,6 +44,7 @@ package inflight
 import (
 	"cmp"
 	"maps"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -248,6 +249,16 @@ func ValidSeen(s string) bool {
 		}
 	}
 	return true
+}
+
+// SeenCount is how many bits of set s are set: the keys placed, less
+// those whose bit another key had set.
+func SeenCount(s string) int {
+	n := 0
+	for _, c := range []byte(s) {
+		n += bits.OnesCount8(hexVal(c))
+	}
+	return n
 }
 
 // OrSeen is the union of two sets; one that is not valid counts as none.

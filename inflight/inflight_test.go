@@ -326,6 +326,9 @@ func TestSeen(t *testing.T) {
 				t.Errorf("added %v", bits)
 			}
 		}
+		if n := SeenCount(OrSeen(a, b)); n != 4 {
+			t.Errorf("SeenCount = %d, want 4", n)
+		}
 		for _, tc := range [][3]string{{a, "", a}, {"", a, a}, {"zz", a, a}, {a, "zz", a}, {"", "", ""}, {"zz", "", ""}} {
 			if got := OrSeen(tc[0], tc[1]); got != tc[2] {
 				t.Errorf("OrSeen(%.8q, %.8q) = %.8q, want %.8q", tc[0], tc[1], got, tc[2])

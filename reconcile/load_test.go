@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/inflight"
@@ -51,12 +52,19 @@ func TestLoadDecide(t *testing.T) {
 		}
 	}
 	step(0, false) // no stream yet: no view
-	sink.Start(1, "docs", "r1", inflight.Attempt{Host: "10.0.0.1:8000", Bytes: 5000, At: t0})
+	sink.Start(1, "docs", "r1", inflight.Attempt{Host: "10.0.0.1:8000", Bytes: 5000, Key: "0123abcd", At: t0})
 	step(500*time.Millisecond, false) // not due
 	step(time.Second, true)
 	got := WithLoad(loadFleet(), l.current()).Pools[0]
 	if !got.LoadAt.Equal(t0.Add(time.Second)) || got.Endpoints[0].InFlightBytes != 5000 || got.Endpoints[1].InFlightBytes != 0 {
 		t.Fatalf("WithLoad: load at %s, bytes %d and %d", got.LoadAt, got.Endpoints[0].InFlightBytes, got.Endpoints[1].InFlightBytes)
+	}
+	// The key placed rides in the table, and is counted.
+	if got.Seen != inflight.SeenSet([]uint16{0x0123}) {
+		t.Fatalf("WithLoad: keys placed %.12q..., want key 0123abcd's bit", got.Seen)
+	}
+	if n := testutil.ToFloat64(l.placed.WithLabelValues("docs")); n != 1 {
+		t.Fatalf("kvxds_load_keys_placed = %v, want 1", n)
 	}
 	step(2*time.Second, false) // unchanged
 	step(6*time.Second, true)  // refreshed: five intervals old
@@ -65,11 +73,15 @@ func TestLoadDecide(t *testing.T) {
 	if b := l.current()["docs"].Bytes; len(b) != 0 {
 		t.Fatalf("after the end: %v", b)
 	}
-	step(20*time.Second, false) // all zero: no refresh needed
+	step(20*time.Second, true) // no bytes, but the key placed keeps the table believed
+	step(21*time.Second, false)
 	sink.CloseStream(1)
-	step(21*time.Second, true) // no view: the table carries no load
+	step(22*time.Second, true) // no view: the table carries no load
 	if _, ok := l.current()["docs"]; ok {
 		t.Fatal("a pool without log streams kept its figures")
+	}
+	if n := testutil.CollectAndCount(l.placed); n != 0 {
+		t.Fatalf("a pool without log streams still counts keys placed (%d series)", n)
 	}
 	if got := WithLoad(loadFleet(), l.current()).Pools[0]; !got.LoadAt.IsZero() {
 		t.Fatal("WithLoad without figures set LoadAt")
