@@ -116,10 +116,10 @@ const (
 
 // WentKey reports whether s is a key hash as the pick filters log it:
 // eight lowercase hex digits.
-func WentKey(s string) bool {
-	if len(s) != 8 {
-		return false
-	}
+func WentKey(s string) bool { return len(s) == 8 && lowerHex(s) }
+
+// lowerHex reports whether s is lowercase hex digits only.
+func lowerHex(s string) bool {
 	for _, c := range []byte(s) {
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
@@ -236,20 +236,7 @@ func SeenSet(bits []uint16) string {
 }
 
 // ValidSeen reports whether s is a set as SeenSet writes it.
-func ValidSeen(s string) bool {
-	if s == "" {
-		return true
-	}
-	if len(s) != SeenBits/4 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+func ValidSeen(s string) bool { return s == "" || len(s) == SeenBits/4 && lowerHex(s) }
 
 // SeenCount is how many bits of set s are set: the keys placed, less
 // those whose bit another key had set.

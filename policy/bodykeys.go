@@ -196,8 +196,8 @@ func (d *decoder) bodyKeys(spec *hashSpec, h *fleet.Hash) {
 				why = "keys on the leading messages, which an app's fixed opening or a document many users send makes the same for many conversations"
 			}
 			d.errorf(a.Expr.Range(), "Bounded load required",
-				"%s (line %d) %s: all of them would go to one replica. Keep balance_factor at 100 or more (unset, it is %d) so that Envoy spills them to the next replicas.",
-				prefix.Name, prefix.Range.Start.Line, why, DefaultPromptPrefixBalanceFactor)
+				"%s (line %d) %s: all of them would go to one replica. Keep balance_factor at 100 or more (unset, it is %d, or %d where the pick filters get no load table) so that Envoy spills them to the next replicas.",
+				prefix.Name, prefix.Range.Start.Line, why, DefaultPromptPrefixBalanceFactor, DefaultUntabledBalanceFactor)
 		}
 	}
 
