@@ -39,6 +39,6 @@ func BenchmarkDecide(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.observed = 1
-		s.Decide(t0.Add(time.Second), 8, set, nil)
+		s.Decide(t0.Add(time.Second), 8, set, nil, nil)
 	}
 }

@@ -27,13 +27,21 @@ const MinRequests = 64
 //     most the next power of two of 4 × healthy (and fleet.MaxSpread);
 //     an entry whose spread level did not change is kept as it was, so
 //     the table changes only when a key enters, leaves or changes level;
+//   - a key whose home replica (home: where the key alone hashes, -1 if
+//     unknown or out of the table) carries more than Crowd × one
+//     replica's fair share of the requests also enters, the largest of
+//     that replica's keys first, if its share is at least a quarter of
+//     enter (MinCrowd), over CrowdSpread buckets: consistent hashing
+//     puts several large keys on one replica as balls in bins, which no
+//     key's share alone shows; one so entered stays while its share is
+//     at least half of that;
 //   - at most settings.Max keys, the highest shares first, ties by key
 //     and value.
 //
 // Without traffic since the last decision, or with less than MinRequests
 // observed, the previous table stays: a table decays out only through
 // traffic observed, never because logs stopped (fail static).
-func (s *Sketch) Decide(now time.Time, healthy int, settings *fleet.HotKeys, previous []fleet.HotKey) []fleet.HotKey {
+func (s *Sketch) Decide(now time.Time, healthy int, settings *fleet.HotKeys, previous []fleet.HotKey, home Home) []fleet.HotKey {
 	if settings == nil {
 		return nil
 	}
@@ -49,20 +57,29 @@ func (s *Sketch) Decide(now time.Time, healthy int, settings *fleet.HotKeys, pre
 	if enter <= 0 {
 		enter = 1 / float64(healthy)
 	}
-	est := s.sharesLocked(enter / 2)
+	floor := enter / 2
+	if home != nil {
+		floor = 0 // every key counts in its replica's load
+	}
+	est := s.sharesLocked(floor)
 	s.mu.Unlock()
+	slices.SortFunc(est, func(a, b Estimate) int { return compareID(a.ID, b.ID) })
 
 	prev := make(map[ID]fleet.HotKey, len(previous))
 	for _, hk := range previous {
 		prev[ID{hk.Key, hk.Value}] = hk
 	}
-	var cand []Estimate
+	var cand []choice
 	for _, e := range est {
-		if _, was := prev[e.ID]; e.Share >= enter || was {
-			cand = append(cand, e)
+		p, was := prev[e.ID]
+		if e.Share >= enter || was && p.Spread > MaxCrowdSpread && e.Share >= enter/2 {
+			cand = append(cand, choice{e, Spread(e.Share, healthy)})
 		}
 	}
-	slices.SortFunc(cand, func(a, b Estimate) int {
+	if home != nil {
+		cand = crowded(est, cand, prev, enter, healthy, home)
+	}
+	slices.SortFunc(cand, func(a, b choice) int {
 		if c := cmp.Compare(b.Share, a.Share); c != 0 {
 			return c
 		}
@@ -72,13 +89,12 @@ func (s *Sketch) Decide(now time.Time, healthy int, settings *fleet.HotKeys, pre
 		cand = cand[:settings.Max]
 	}
 	out := make([]fleet.HotKey, 0, len(cand))
-	for _, e := range cand {
-		spread := Spread(e.Share, healthy)
-		if p, ok := prev[e.ID]; ok && p.Spread == spread {
+	for _, c := range cand {
+		if p, ok := prev[c.ID]; ok && p.Spread == c.spread {
 			out = append(out, p)
 			continue
 		}
-		out = append(out, fleet.HotKey{Key: e.Key, Value: e.Value, Share: round(e.Share), Spread: spread})
+		out = append(out, fleet.HotKey{Key: c.Key, Value: c.Value, Share: round(c.Share), Spread: c.spread})
 	}
 	slices.SortFunc(out, func(a, b fleet.HotKey) int {
 		return compareID(ID{a.Key, a.Value}, ID{b.Key, b.Value})
@@ -87,6 +103,139 @@ func (s *Sketch) Decide(now time.Time, healthy int, settings *fleet.HotKeys, pre
 		return nil
 	}
 	return out
+}
+
+// Home says which replica a key's requests go to (an index of the
+// pool's replicas), -1 if that is not known or the replica is out of
+// the table: with spread below 2 while the key is not hot, else those of
+// its bucket (0 to spread-1) while it is hot with that spread.
+type Home func(id ID, spread, bucket int) int
+
+// Crowd is how far above one replica's fair share of the keyed requests
+// the keys that hash to a replica may carry before its largest ones are
+// spread (Decide).
+const Crowd = 1.2
+
+// MinCrowd is the smallest key Decide spreads for its replica's sake, as
+// a fraction of the share at which a key is hot by itself: smaller keys
+// move too little to be worth the prefix they warm elsewhere.
+const MinCrowd = 0.25
+
+// CrowdSpread is the least spread of a key spread for its replica's
+// sake: two buckets, so that the key's prefix is warm on one more
+// replica (every bucket is one more copy in the caches, which the
+// replicas' other keys pay for in evictions). Spreads for a share are at
+// least 16 (SpreadPerReplica), above MaxCrowdSpread, so an entry's spread
+// says why it is in the table.
+const CrowdSpread = 2
+
+// MaxCrowdSpread is the most buckets a key spread for its replica's sake
+// gets: where its two buckets land on busy replicas, more may land better
+// (bestSpread).
+const MaxCrowdSpread = 8
+
+// choice is a key Decide puts in the table, with its spread.
+type choice struct {
+	Estimate
+	spread int
+}
+
+// crowded adds to cand (the keys hot by their share, or kept) the keys
+// spread for their home replica's sake, from est (every key tracked,
+// sorted by ID): a key kept from the previous table for that reason
+// stays while its share is at least half of MinCrowd × enter; then,
+// while some replica carries more than Crowd / healthy of the requests,
+// that replica's largest key of at least MinCrowd × enter is spread over
+// CrowdSpread buckets. A replica's load is the share of the keys that
+// hash to it, and of the hot keys' buckets that do (each a 1/spread of
+// its key: buckets land unevenly, as balls in bins); the requests of
+// keys not tracked count as landing evenly.
+func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter float64, healthy int, home Home) []choice {
+	hot := make(map[ID]bool, len(cand))
+	for _, c := range cand {
+		hot[c.ID] = true
+	}
+	for _, e := range est {
+		if p, was := prev[e.ID]; was && p.Spread <= MaxCrowdSpread && !hot[e.ID] && e.Share >= enter*MinCrowd/2 {
+			hot[e.ID] = true
+			cand = append(cand, choice{e, p.Spread})
+		}
+	}
+	load := map[int]float64{}
+	spreadOver := func(c choice) {
+		for b := range c.spread {
+			if r := home(c.ID, c.spread, b); r >= 0 {
+				load[r] += c.Share / float64(c.spread)
+			}
+		}
+	}
+	for _, c := range cand {
+		spreadOver(c)
+	}
+	homeOf := make([]int, len(est))
+	for i, e := range est {
+		homeOf[i] = -1
+		if hot[e.ID] {
+			continue
+		}
+		if r := home(e.ID, 1, 0); r >= 0 {
+			homeOf[i] = r
+			load[r] += e.Share
+		}
+	}
+	limit := Crowd / float64(healthy)
+	full := map[int]bool{} // replicas with nothing left to spread
+	for {
+		// The busiest replica over the limit, lowest index on ties.
+		busiest, most := -1, 0.0
+		for r, l := range load {
+			if l > limit && !full[r] && (l > most || l == most && r < busiest) {
+				busiest, most = r, l
+			}
+		}
+		if busiest < 0 {
+			return cand
+		}
+		pick := -1
+		for i, e := range est {
+			if homeOf[i] == busiest && !hot[e.ID] && e.Share >= enter*MinCrowd && (pick < 0 || e.Share > est[pick].Share) {
+				pick = i
+			}
+		}
+		if pick < 0 {
+			full[busiest] = true
+			continue
+		}
+		load[busiest] -= est[pick].Share
+		c := choice{est[pick], bestSpread(est[pick], load, home)}
+		hot[c.ID] = true
+		cand = append(cand, c)
+		spreadOver(c)
+	}
+}
+
+// bestSpread is the spread, from CrowdSpread to MaxCrowdSpread, that
+// leaves the busiest replica its buckets land on least loaded, given
+// the load without the key; the smallest on ties (within 0.1% of the
+// requests): fewer buckets are fewer copies of its prefix.
+func bestSpread(e Estimate, load map[int]float64, home Home) int {
+	best, bestMax := 0, 0.0
+	for n := CrowdSpread; n <= MaxCrowdSpread; n *= 2 {
+		add := map[int]float64{}
+		for b := range n {
+			if r := home(e.ID, n, b); r >= 0 {
+				add[r] += e.Share / float64(n)
+			}
+		}
+		most := 0.0
+		for r, a := range add {
+			most = max(most, load[r]+a)
+		}
+		if best == 0 || most < bestMax-0.001 {
+			best, bestMax = n, most
+		}
+	}
+	return best
 }
 
 // Spread is the spread of a key with the given share of a pool with

@@ -185,7 +185,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSketch(time.Minute)
 			tc.traffic(s)
-			got := s.Decide(now, tc.healthy, tc.settings(), tc.previous)
+			got := s.Decide(now, tc.healthy, tc.settings(), tc.previous, nil)
 			if len(got) != len(tc.want) {
 				t.Fatalf("Decide = %+v, want %+v", got, tc.want)
 			}
@@ -199,13 +199,115 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+func TestDecideCrowded(t *testing.T) {
+	// Four replicas: a key is hot by itself from 25%, spread for its
+	// replica's sake from 6.25%, and a replica is crowded above 30%.
+	// "cold-N" keys (72% over 360 values) hash to replica N mod 4;
+	// "a", "b", "c" and "small-N" to replica 0.
+	traffic := func(shares map[string]float64) func(*Sketch) {
+		return func(s *Sketch) {
+			r := rand.New(rand.NewPCG(3, 4))
+			feed(s, t0, 10*time.Second, 40000, func(int) string {
+				x := r.Float64()
+				for _, v := range []string{"a", "b", "c", "hot"} {
+					if x < shares[v] {
+						return v
+					}
+					x -= shares[v]
+				}
+				if x < shares["small"] {
+					return fmt.Sprintf("small-%d", r.IntN(8))
+				}
+				return fmt.Sprintf("cold-%d", r.IntN(360))
+			})
+		}
+	}
+	// home's buckets land on replica bucketOn(bucket).
+	home := func(bucketOn func(int) int) Home {
+		return func(id ID, spread, bucket int) int {
+			if spread >= 2 {
+				return bucketOn(bucket)
+			}
+			var n int
+			if _, err := fmt.Sscanf(id.Value, "cold-%d", &n); err == nil {
+				return n % 4
+			}
+			return 0
+		}
+	}
+	even := func(b int) int { return b % 4 }
+	now := t0.Add(10 * time.Second)
+	for _, tc := range []struct {
+		name     string
+		shares   map[string]float64
+		home     Home
+		previous []fleet.HotKey
+		want     []string
+	}{{
+		name:   "a crowded replica spreads its largest keys until it is not",
+		shares: map[string]float64{"a": 0.10, "b": 0.09, "c": 0.08},
+		home:   home(even),
+		want:   []string{"a/4", "b/4", "c/4"},
+	}, {
+		name:   "without homes, shares alone",
+		shares: map[string]float64{"a": 0.10, "b": 0.09, "c": 0.08},
+	}, {
+		name:   "one key is enough",
+		shares: map[string]float64{"a": 0.20, "c": 0.04},
+		home:   home(even),
+		want:   []string{"a/4"},
+	}, {
+		name:   "the fewest buckets that land best",
+		shares: map[string]float64{"a": 0.20, "c": 0.04},
+		home:   home(func(b int) int { return 1 + b%2 }),
+		want:   []string{"a/2"},
+	}, {
+		name:   "keys below a quarter of the hot share stay home, however crowded",
+		shares: map[string]float64{"small": 0.40},
+		home:   home(even),
+	}, {
+		name:     "a key spread for its replica stays while above half of that",
+		shares:   map[string]float64{"a": 0.04},
+		home:     home(even),
+		previous: []fleet.HotKey{{Value: "a", Share: 0.1, Spread: CrowdSpread}},
+		want:     []string{"a/2"},
+	}, {
+		name:     "and leaves below",
+		shares:   map[string]float64{"a": 0.02},
+		home:     home(even),
+		previous: []fleet.HotKey{{Value: "a", Share: 0.1, Spread: CrowdSpread}},
+	}, {
+		name:   "a hot key's buckets count where they land",
+		shares: map[string]float64{"hot": 0.30, "a": 0.07},
+		home:   home(func(int) int { return 0 }),
+		want:   []string{"a/2", "hot/32"},
+	}, {
+		name:   "and elsewhere they leave room",
+		shares: map[string]float64{"hot": 0.30, "a": 0.07},
+		home:   home(func(b int) int { return 1 + b%3 }),
+		want:   []string{"hot/32"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSketch(time.Minute)
+			traffic(tc.shares)(s)
+			var got []string
+			for _, e := range s.Decide(now, 4, settings(), tc.previous, tc.home) {
+				got = append(got, fmt.Sprintf("%s/%d", e.Value, e.Spread))
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("hot keys %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestDecideKeyIndexes(t *testing.T) {
 	// The same value under two keys of the chain is two keys.
 	s := NewSketch(time.Minute)
 	for i := range 1000 {
 		s.Observe(i%2, "v", t0)
 	}
-	got := s.Decide(t0, 4, settings(), nil)
+	got := s.Decide(t0, 4, settings(), nil, nil)
 	want := []fleet.HotKey{{Key: 0, Value: "v", Share: 0.5, Spread: 32}, {Key: 1, Value: "v", Share: 0.5, Spread: 32}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Decide = %+v, want %+v", got, want)
@@ -226,7 +328,7 @@ func TestDecideDeterministic(t *testing.T) {
 				}
 				return fmt.Sprintf("k%d", r.IntN(3000))
 			})
-			table = s.Decide(start.Add(10*time.Second), 8, settings(), table)
+			table = s.Decide(start.Add(10*time.Second), 8, settings(), table, nil)
 			tables = append(tables, table)
 		}
 		return tables
@@ -262,7 +364,7 @@ func TestCooling(t *testing.T) {
 			return fmt.Sprintf("c%d", r.IntN(4000))
 		})
 		now = now.Add(10 * time.Second)
-		table = s.Decide(now, healthy, settings(), table)
+		table = s.Decide(now, healthy, settings(), table, nil)
 	}
 	share := func() float64 {
 		est, _ := s.Shares(now, 0)
@@ -332,7 +434,7 @@ func TestFloodStaysBounded(t *testing.T) {
 	if heapBytes > 1<<20 {
 		t.Errorf("sketch holds %d bytes after the flood, want under 1 MiB", heapBytes)
 	}
-	got := s.Decide(t0.Add(time.Second), 8, settings(), nil)
+	got := s.Decide(t0.Add(time.Second), 8, settings(), nil, nil)
 	if len(got) != 1 || got[0].Value != "hot" || math.Abs(got[0].Share-0.2) > 0.01 {
 		t.Errorf("Decide after the flood = %+v, want only hot at 0.2", got)
 	}

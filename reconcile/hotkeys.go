@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -103,6 +104,9 @@ type homeTable struct {
 	serving  []bool
 	// bal is shared by the push's tables over the same replicas.
 	bal *homeBalancer
+	// served is the balancer of the table as served (health as it
+	// is), built on first use: where a key goes now.
+	served *homeBalancer
 	// slots, in a pool whose Envoys pick replicas by its slot table
 	// (balance_on = "prompt_bytes"), is that table with every replica
 	// serving: a key's first replica is its slot's, not the ring's.
@@ -243,7 +247,7 @@ func homeTables(res *translate.Resources, names []string, old map[string]*homeTa
 			continue
 		}
 		ht := &homeTable{cluster: c, cla: cla, hosts: hosts, lweights: lweights,
-			addrs: make([]string, len(hosts)), serving: make([]bool, len(hosts)), bal: &homeBalancer{}}
+			addrs: make([]string, len(hosts)), serving: make([]bool, len(hosts)), bal: &homeBalancer{}, served: &homeBalancer{}}
 		for i := range hosts {
 			ht.addrs[i], ht.serving[i] = hosts[i].Address, hosts[i].Health == envoylb.Healthy
 			hosts[i].Health = envoylb.Healthy
@@ -411,8 +415,50 @@ func (h *hotState) decide(now time.Time, leading bool) (changed bool, next time.
 	}
 	return h.tables.run(slices.Collect(maps.Keys(h.pools)), interval, now, leading, func(name string) []fleet.HotKey {
 		hp := h.pools[name]
-		return hp.sketch.Decide(now, hp.healthy, &hp.settings, h.tables.own[name])
+		return hp.sketch.Decide(now, hp.healthy, &hp.settings, h.tables.own[name], hp.home(name))
 	})
+}
+
+// home is where a key of the pool goes while it is not hot, in the
+// pool's own cluster as served, or each bucket of a hot one, so that Decide spreads the keys of a
+// crowded replica; nil, which spreads keys by their share alone, in a
+// pool whose Envoys pick by its slot table: there each request is
+// bounded on the prompt bytes its replica has to compute, a better
+// measure of load than requests, and spreading a key that is cheap
+// where its prefix is cached costs prefills for nothing (retrieval's
+// 2 KiB key: engine TTFT p95 39 ms became 202 ms). The caller holds the
+// state's lock.
+func (hp *hotPool) home(pool string) hotkeys.Home {
+	t := hp.homes[pool]
+	if t == nil || t.slots != nil {
+		return nil
+	}
+	return func(id hotkeys.ID, spread, bucket int) int {
+		v := id.Value
+		if spread >= 2 {
+			// The rewritten spread header the bucket's requests hash on.
+			bits := fmt.Sprintf("%0*b", fleet.SpreadLevel(spread), bucket)
+			v = bits + translate.SpreadSubstitution(v)
+		}
+		return t.now(v)
+	}
+}
+
+// now is the index of the replica a key value hashes to in t as served,
+// -1 if t does not hash.
+func (t *homeTable) now(value string) int {
+	hb := t.served
+	if !hb.built {
+		hb.built = true
+		if b, err := envoylb.NewBalancer(t.cluster, t.cla); err == nil {
+			hb.b = b
+		}
+	}
+	if hb.b == nil {
+		return -1
+	}
+	hash, _ := envoylb.HeaderHash([]string{value})
+	return hb.b.Owner(hash)
 }
 
 // ownTables returns a copy of the tables this instance decided.
@@ -459,13 +505,26 @@ func (h *hotState) status(f fleet.Fleet) map[string]*status.HotKeys {
 		for _, k := range p.HotKeys {
 			st.Keys = append(st.Keys, status.HotKey{
 				Key: k.Key, KeyName: keyName(p.Hash.Keys, k.Key), Value: ShownValue(p.Hash.Keys, k.Key, k.Value),
-				Share: k.Share, Spread: k.Spread,
+				Share: k.Share, Spread: k.Spread, Why: hotWhy(k),
 			})
 		}
 		sort.SliceStable(st.Keys, func(i, j int) bool { return st.Keys[i].Share > st.Keys[j].Share })
 		out[p.Name] = st
 	}
 	return out
+}
+
+// hotWhy says why a key is in its pool's table: a spread of at most
+// hotkeys.MaxCrowdSpread is one Decide gives a key for its replica's
+// sake.
+func hotWhy(k fleet.HotKey) string {
+	switch {
+	case k.Declared:
+		return status.HotDeclared
+	case k.Spread <= hotkeys.MaxCrowdSpread:
+		return status.HotReplica
+	}
+	return status.HotShare
 }
 
 // ShownValue is how a hot key's value is shown (status, metrics): a body

@@ -17,6 +17,7 @@ import (
 	"github.com/kvxds/kvxds/hotkeys"
 	"github.com/kvxds/kvxds/policy"
 	"github.com/kvxds/kvxds/xds/accesslog"
+	"github.com/kvxds/kvxds/xds/envoylb"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
 	"github.com/kvxds/kvxds/xds/translate/bodykey"
@@ -388,5 +389,65 @@ func TestAwayPick(t *testing.T) {
 	}
 	if got := r.Status().Pools[1].BalanceOn; got != "" {
 		t.Errorf("a pool bounding requests: status balance_on %q", got)
+	}
+}
+
+// TestHotHomes checks where Decide's crowding believes a key and a hot
+// key's buckets land against Envoy's model routing the served routes,
+// with replicas of unequal weights and one out of the table (which moves
+// some keys whose first replica is another: the ring is built anew).
+func TestHotHomes(t *testing.T) {
+	hot := fleet.DefaultHotKeys()
+	p := fleet.Pool{Name: "chat", Settings: fleet.Settings{Port: 10000, Hash: fleet.Hash{
+		Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Header: "x-tenant"}}, Hot: &hot,
+	}}}
+	for i := range 8 {
+		p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: fmt.Sprintf("10.0.0.%d", i+1), Port: 8000, Weight: uint32(1 + i%3), Health: fleet.Healthy})
+	}
+	p.Endpoints[3].Health = fleet.Draining
+	p.HotKeys = []fleet.HotKey{{Key: 0, Value: "acme", Share: 0.5, Spread: 16}}
+	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := translate.Translate(m, translate.Envoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := envoylb.NewRouter(res.Routes, res.Clusters, res.Endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := &hotPool{homes: homeTables(res, []string{"chat"}, nil)}
+	home := hp.home("chat")
+	if home == nil {
+		t.Fatal("no homes for a pool Envoy hashes")
+	}
+	pick := func(headers ...[2]string) int {
+		t.Helper()
+		d, err := router.Pick("chat", &envoylb.Request{Path: "/", Headers: headers}, nil)
+		if err != nil || !d.Hashed {
+			t.Fatalf("pick %v: %+v, %v", headers, d, err)
+		}
+		return d.Host
+	}
+	for i := range 64 {
+		v := fmt.Sprintf("tenant-%d", i)
+		if got, want := pick([2]string{"x-tenant", v}), home(hotkeys.ID{Value: v}, 1, 0); got != want {
+			t.Errorf("%s on replica %d, home says %d", v, got, want)
+		}
+	}
+	replicas := map[int]bool{}
+	for b := range 16 {
+		want := home(hotkeys.ID{Value: "acme"}, 16, b)
+		// Only the first log2(16) bits of the spread header count.
+		got := pick([2]string{"x-tenant", "acme"}, [2]string{"x-kvxds-spread", fmt.Sprintf("%04b1010", b)})
+		replicas[got] = true
+		if got != want {
+			t.Errorf("bucket %d on replica %d, home says %d", b, got, want)
+		}
+	}
+	if len(replicas) < 3 {
+		t.Errorf("16 buckets on %d replicas", len(replicas))
 	}
 }

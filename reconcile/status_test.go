@@ -161,7 +161,7 @@ pool "batch" {
 		if hotFleet.Pools[i].Name == "chat" {
 			hp := &hotFleet.Pools[i]
 			hp.Hash.Hot = &fleet.HotKeys{Max: 8, Interval: 10 * time.Second, HalfLife: time.Minute}
-			hp.HotKeys = []fleet.HotKey{{Key: 0, Value: "tenant-acme", Share: 0.42, Spread: 4}}
+			hp.HotKeys = []fleet.HotKey{{Key: 0, Value: "tenant-acme", Share: 0.42, Spread: 64}, {Key: 0, Value: "tenant-globex", Share: 0.08, Spread: 2}}
 		}
 	}
 	hot.update(hotFleet, m.Plan, nil)

@@ -491,6 +491,12 @@ func (f Format) HotKeyLines(h *HotKeys) []string {
 				parts[i] += " (" + k.KeyName + ")"
 			}
 			parts[i] += " " + f.Percent(&share) + " spread over " + strconv.Itoa(k.Spread)
+			switch k.Why {
+			case HotReplica:
+				parts[i] += " for its replica"
+			case HotDeclared:
+				parts[i] += " (declared)"
+			}
 		}
 		head += ": " + strings.Join(parts, "; ")
 	}

@@ -277,12 +277,13 @@ func TestHotKeyLines(t *testing.T) {
 		}},
 		{"two hot", &HotKeys{
 			Keys: []HotKey{
-				{Key: 0, KeyName: "header x-tenant", Value: "3f2a9c1b", Share: 0.48, Spread: 4},
-				{Key: 1, KeyName: "prompt_prefix", Value: "0123456789abcdef", Share: 0.125, Spread: 2},
+				{Key: 0, KeyName: "header x-tenant", Value: "3f2a9c1b", Share: 0.48, Spread: 64, Why: HotShare},
+				{Key: 1, KeyName: "prompt_prefix", Value: "0123456789abcdef", Share: 0.125, Spread: 2, Why: HotReplica},
+				{Key: 0, KeyName: "header x-tenant", Value: "acme", Share: 1, Spread: 128, Why: HotDeclared},
 			},
 			Requests: 1200, Away: map[string]uint64{AwaySpread: 48, AwayEscape: 12},
 		}, []string{
-			"hot keys of 1200 keyed requests logged: 3f2a9c1b (header x-tenant) 48.0% spread over 4; 0123456789abcdef (prompt_prefix) 12.5% spread over 2",
+			"hot keys of 1200 keyed requests logged: 3f2a9c1b (header x-tenant) 48.0% spread over 64; 0123456789abcdef (prompt_prefix) 12.5% spread over 2 for its replica; acme (header x-tenant) 100.0% spread over 128 (declared)",
 			"away from their key's first replica: 5.0% (spread 4.0%, escape 1.0%, followed 0.0%, bound 0.0%)",
 		}},
 	} {

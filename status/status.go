@@ -356,7 +356,16 @@ type HotKey struct {
 	Value   string  `json:"value"`
 	Share   float64 `json:"share"`
 	Spread  int     `json:"spread"`
+	// Why the key is in the table: HotShare, HotReplica or HotDeclared.
+	Why string `json:"why,omitempty"`
 }
+
+// Why a key is in a pool's hot-key table.
+const (
+	HotShare    = "share"    // its share of the requests alone
+	HotReplica  = "replica"  // the keys that hash to its replica carry too much
+	HotDeclared = "declared" // the policy declares it
+)
 
 // Moved is what the pushes that changed a pool's hash tables cost: the
 // share of each table's hash space, so of its sessions, that changed
