@@ -169,9 +169,6 @@ func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter floa
 			}
 		}
 	}
-	for _, c := range cand {
-		spreadOver(c)
-	}
 	homeOf := make([]int, len(est))
 	for i, e := range est {
 		homeOf[i] = -1
@@ -182,6 +179,34 @@ func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter floa
 			homeOf[i] = r
 			load[r] += e.Share
 		}
+	}
+	// The keys hot by their share, largest first, each over its spread
+	// or twice it, whichever lands better (buckets fall unevenly, and a
+	// key over every replica loses nothing in more of them); a key keeps
+	// the one it had if it is either, so that its conversations stay.
+	order := make([]int, 0, len(cand))
+	for i, c := range cand {
+		if c.spread > MaxCrowdSpread {
+			order = append(order, i)
+		} else {
+			spreadOver(c)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(cand[b].Share, cand[a].Share), compareID(cand[a].ID, cand[b].ID))
+	})
+	for _, i := range order {
+		c := &cand[i]
+		options := []int{c.spread}
+		if c.spread*2 <= spreadLimit(healthy) {
+			options = append(options, c.spread*2)
+		}
+		if p, ok := prev[c.ID]; ok && slices.Contains(options, p.Spread) {
+			c.spread = p.Spread
+		} else {
+			c.spread = bestSpread(c.Estimate, load, home, options)
+		}
+		spreadOver(*c)
 	}
 	limit := Crowd / float64(healthy)
 	full := map[int]bool{} // replicas with nothing left to spread
@@ -207,20 +232,23 @@ func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter floa
 			continue
 		}
 		load[busiest] -= est[pick].Share
-		c := choice{est[pick], bestSpread(est[pick], load, home)}
+		c := choice{est[pick], bestSpread(est[pick], load, home, crowdSpreads)}
 		hot[c.ID] = true
 		cand = append(cand, c)
 		spreadOver(c)
 	}
 }
 
-// bestSpread is the spread, from CrowdSpread to MaxCrowdSpread, that
-// leaves the busiest replica its buckets land on least loaded, given
-// the load without the key; the smallest on ties (within 0.1% of the
-// requests): fewer buckets are fewer copies of its prefix.
-func bestSpread(e Estimate, load map[int]float64, home Home) int {
+// crowdSpreads are the spreads of a key spread for its replica's sake.
+var crowdSpreads = []int{CrowdSpread, 2 * CrowdSpread, MaxCrowdSpread}
+
+// bestSpread is the spread among options (ascending) that leaves the
+// busiest replica the key's buckets land on least loaded, given the load
+// without the key; the smallest on ties (within 0.1% of the requests):
+// fewer buckets are fewer copies of its prefix.
+func bestSpread(e Estimate, load map[int]float64, home Home, options []int) int {
 	best, bestMax := 0, 0.0
-	for n := CrowdSpread; n <= MaxCrowdSpread; n *= 2 {
+	for _, n := range options {
 		add := map[int]float64{}
 		for b := range n {
 			if r := home(e.ID, n, b); r >= 0 {
@@ -244,8 +272,13 @@ func bestSpread(e Estimate, load map[int]float64, home Home) int {
 // SpreadPerReplica × healthy and at most fleet.MaxSpread.
 func Spread(share float64, healthy int) int {
 	n := max(int(math.Ceil(share*float64(healthy))), 1)
-	limit := min(fleet.MaxSpread, nextPow2(SpreadPerReplica*max(healthy, 1)))
-	return max(min(nextPow2(SpreadPerReplica*n), limit), 2)
+	return max(min(nextPow2(SpreadPerReplica*n), spreadLimit(healthy)), 2)
+}
+
+// spreadLimit is the most buckets a key of a pool with healthy replicas
+// gets.
+func spreadLimit(healthy int) int {
+	return min(fleet.MaxSpread, nextPow2(SpreadPerReplica*max(healthy, 1)))
 }
 
 // SpreadPerReplica is how many buckets a hot key gets for each replica

@@ -222,11 +222,12 @@ func TestDecideCrowded(t *testing.T) {
 			})
 		}
 	}
-	// home's buckets land on replica bucketOn(bucket).
-	home := func(bucketOn func(int) int) Home {
+	// homeBy's buckets land on replica bucketOn(spread, bucket), home's
+	// on bucketOn(bucket).
+	homeBy := func(bucketOn func(int, int) int) Home {
 		return func(id ID, spread, bucket int) int {
 			if spread >= 2 {
-				return bucketOn(bucket)
+				return bucketOn(spread, bucket)
 			}
 			var n int
 			if _, err := fmt.Sscanf(id.Value, "cold-%d", &n); err == nil {
@@ -234,6 +235,9 @@ func TestDecideCrowded(t *testing.T) {
 			}
 			return 0
 		}
+	}
+	home := func(bucketOn func(int) int) Home {
+		return homeBy(func(_, b int) int { return bucketOn(b) })
 	}
 	even := func(b int) int { return b % 4 }
 	now := t0.Add(10 * time.Second)
@@ -286,6 +290,27 @@ func TestDecideCrowded(t *testing.T) {
 		shares: map[string]float64{"hot": 0.30, "a": 0.07},
 		home:   home(func(b int) int { return 1 + b%3 }),
 		want:   []string{"hot/32"},
+	}, {
+		name:   "a hot key takes twice its spread where that lands better",
+		shares: map[string]float64{"hot": 0.30},
+		home: homeBy(func(spread, b int) int {
+			if spread == 32 {
+				return 0
+			}
+			return b % 4
+		}),
+		want: []string{"hot/64"},
+	}, {
+		name:   "and keeps the spread it had if it is either",
+		shares: map[string]float64{"hot": 0.30},
+		home: homeBy(func(spread, b int) int {
+			if spread == 32 {
+				return 0
+			}
+			return b % 4
+		}),
+		previous: []fleet.HotKey{{Value: "hot", Share: 0.3, Spread: 32}},
+		want:     []string{"hot/32"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSketch(time.Minute)
