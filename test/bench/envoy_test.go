@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/hotkeys"
 	"github.com/kvxds/kvxds/test/sim"
 	"github.com/kvxds/kvxds/test/workload"
 	"github.com/kvxds/kvxds/xds/envoylb"
@@ -204,9 +205,16 @@ func TestEndToEndEnvoy(t *testing.T) {
 	// Hot keys are on: the Lua filter sets every request's spread
 	// sub-key from its conversation, so once kvxds has learned the hot
 	// tenant, its route spreads the tenant's conversations over a few
-	// replicas. That one tenant may move; no other.
-	if kv.SessionsMoved > 1 {
-		t.Errorf("pure affinity moved %d sessions; only the hot tenant may move", kv.SessionsMoved)
+	// replicas, and a tenant large enough to be spread for its replica's
+	// sake (a quarter of one replica's share) may move too; no other.
+	movable := 0
+	for _, s := range workload.ZipfTenants().Shares() {
+		if s >= hotkeys.MinCrowd/4 {
+			movable++
+		}
+	}
+	if kv.SessionsMoved > movable {
+		t.Errorf("pure affinity moved %d sessions; only the %d tenants hot keys may spread may move", kv.SessionsMoved, movable)
 	}
 	if kb.SessionsMoved == 0 {
 		t.Error("bounded load spilled no session under a hot tenant")

@@ -40,7 +40,7 @@ func TestStatusPageHotKeysInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"hot keys of 1200 keyed requests logged: 7007a66b (header x-session-id) 42.0% spread over 4",
+		"hot keys of 1200 keyed requests logged: 7007a66b (header x-session-id) 42.0% spread over 64; 5f3824a9 (header x-session-id) 8.0% spread over 2 for its replica",
 		"away from their key's first replica: 34.2% (spread 31.7%, escape 2.0%, followed 0.0%, bound 0.5%)",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
