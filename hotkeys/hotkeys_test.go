@@ -240,6 +240,14 @@ func TestDecideCrowded(t *testing.T) {
 		return homeBy(func(_, b int) int { return bucketOn(b) })
 	}
 	even := func(b int) int { return b % 4 }
+	// pileAt32's buckets all land on replica 0 at spread 32, evenly at
+	// other spreads.
+	pileAt32 := func(spread, b int) int {
+		if spread == 32 {
+			return 0
+		}
+		return b % 4
+	}
 	now := t0.Add(10 * time.Second)
 	for _, tc := range []struct {
 		name     string
@@ -293,22 +301,12 @@ func TestDecideCrowded(t *testing.T) {
 	}, {
 		name:   "a hot key takes twice its spread where that lands better",
 		shares: map[string]float64{"hot": 0.30},
-		home: homeBy(func(spread, b int) int {
-			if spread == 32 {
-				return 0
-			}
-			return b % 4
-		}),
-		want: []string{"hot/64"},
+		home:   homeBy(pileAt32),
+		want:   []string{"hot/64"},
 	}, {
-		name:   "and keeps the spread it had if it is either",
-		shares: map[string]float64{"hot": 0.30},
-		home: homeBy(func(spread, b int) int {
-			if spread == 32 {
-				return 0
-			}
-			return b % 4
-		}),
+		name:     "and keeps the spread it had if it is either",
+		shares:   map[string]float64{"hot": 0.30},
+		home:     homeBy(pileAt32),
 		previous: []fleet.HotKey{{Value: "hot", Share: 0.3, Spread: 32}},
 		want:     []string{"hot/32"},
 	}} {
