@@ -81,6 +81,10 @@ type hotPool struct {
 	healthy  int
 	sketch   *hotkeys.Sketch
 	served   map[hotkeys.ID]bool
+	// picked says Envoy's Lua filters pick the pool's replicas from a
+	// slot table (its own pick filter, or its decode pools' prefill
+	// filter), not its cluster's hash table.
+	picked bool
 	// homes are the Envoy tables of the pool's clusters with every
 	// replica in them, by cluster: a key's first replica.
 	homes map[string]*homeTable
@@ -157,12 +161,19 @@ func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *tran
 	defer h.mu.Unlock()
 	pools := map[string]*hotPool{}
 	clusters := map[string]string{}
+	prefills := map[string]bool{}
+	for _, p := range f.Pools {
+		if p.Prefill != nil {
+			prefills[p.Prefill.Pool] = true
+		}
+	}
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		if p.Balancer != fleet.ConsistentHash || p.Hash.Hot == nil {
 			continue
 		}
-		hp := &hotPool{settings: *p.Hash.Hot, keys: p.Hash.Keys, headers: keyHeaders(p.Hash.Keys), served: map[hotkeys.ID]bool{}}
+		hp := &hotPool{settings: *p.Hash.Hot, keys: p.Hash.Keys, headers: keyHeaders(p.Hash.Keys), served: map[hotkeys.ID]bool{},
+			picked: translate.Picks(p, translate.Envoy) || prefills[p.Name]}
 		// Keep what was observed unless how it decays changed.
 		if old := h.pools[p.Name]; old != nil && old.settings.HalfLife == hp.settings.HalfLife {
 			hp.sketch = old.sketch
@@ -422,14 +433,14 @@ func (h *hotState) decide(now time.Time, leading bool) (changed bool, next time.
 // home is where a key of the pool goes while it is not hot, in the
 // pool's own cluster as served, or each bucket of a hot one, so that
 // Decide spreads the keys of a crowded replica. It is nil, which spreads
-// keys by their share alone, in a pool whose Envoys pick by its slot
-// table: there each request is bounded already on the prompt bytes its
+// keys by their share alone, in a pool whose replicas Envoy's filters
+// pick from a slot table (hp.picked): there each request is bounded already on the prompt bytes its
 // replica has to compute, and each copy of a key's prefix is a prefill
 // that bound had made unnecessary (retrieval's 2 KiB key: engine TTFT
 // p99 159 ms became 419–462 ms). The caller holds the state's lock.
 func (hp *hotPool) home(pool string) hotkeys.Home {
 	t := hp.homes[pool]
-	if t == nil || t.slots != nil {
+	if t == nil || hp.picked {
 		return nil
 	}
 	return func(id hotkeys.ID, spread, bucket int) int {

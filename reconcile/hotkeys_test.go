@@ -451,3 +451,41 @@ func TestHotHomes(t *testing.T) {
 		t.Errorf("16 buckets on %d replicas", len(replicas))
 	}
 }
+
+// TestHotHomesPicked: a pool whose replicas a filter picks from a slot
+// table (here a decode pool's prefill pool) spreads keys by their share
+// alone; a pool Envoy hashes itself gets homes.
+func TestHotHomesPicked(t *testing.T) {
+	hot := fleet.DefaultHotKeys()
+	pool := func(name string, port uint32, net int) fleet.Pool {
+		p := fleet.Pool{Name: name, Settings: fleet.Settings{Port: port, Hash: fleet.Hash{
+			Algorithm: fleet.RingHash, Keys: []fleet.HashKey{{Header: "x-session-id"}}, Hot: &hot,
+		}}}
+		for i := range 4 {
+			p.Endpoints = append(p.Endpoints, fleet.Endpoint{Host: fmt.Sprintf("10.0.%d.%d", net, i+1), Port: 8000, Weight: 1, Health: fleet.Healthy})
+		}
+		return p
+	}
+	decode := pool("decode", 10002, 2)
+	decode.Balancer = fleet.LeastRequest
+	decode.Hash = fleet.Hash{}
+	decode.Prefill = &fleet.Prefill{Pool: "prefill", Header: "x-prefiller-host-port"}
+	m, err := fleet.Prepare(fleet.Fleet{Pools: []fleet.Pool{pool("chat", 10000, 0), pool("prefill", 10001, 1), decode}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := translate.Translate(m, translate.Envoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHotState(prometheus.NewRegistry())
+	h.update(m.Fleet(), func(string) fleet.Plan { return fleet.Plan{} }, res)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pools["chat"].home("chat") == nil {
+		t.Error("no homes for a pool Envoy hashes")
+	}
+	if hp := h.pools["prefill"]; hp == nil || hp.home("prefill") != nil {
+		t.Errorf("a prefill pool has homes (or no hot state: %v)", hp == nil)
+	}
+}
