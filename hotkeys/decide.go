@@ -76,17 +76,20 @@ func (s *Sketch) Decide(now time.Time, healthy int, settings *fleet.HotKeys, pre
 			cand = append(cand, choice{e, Spread(e.Share, healthy)})
 		}
 	}
-	if home != nil {
-		cand = crowded(est, cand, prev, enter, healthy, home)
-	}
-	slices.SortFunc(cand, func(a, b choice) int {
-		if c := cmp.Compare(b.Share, a.Share); c != 0 {
-			return c
+	// The highest shares first, at most settings.Max: the keys the table
+	// keeps, before and after the crowded replicas' keys join them.
+	keep := func() {
+		slices.SortFunc(cand, func(a, b choice) int {
+			return cmp.Or(cmp.Compare(b.Share, a.Share), compareID(a.ID, b.ID))
+		})
+		if settings.Max > 0 && len(cand) > settings.Max {
+			cand = cand[:settings.Max]
 		}
-		return compareID(a.ID, b.ID)
-	})
-	if settings.Max > 0 && len(cand) > settings.Max {
-		cand = cand[:settings.Max]
+	}
+	keep()
+	if home != nil {
+		cand = crowded(est, cand, prev, enter, healthy, settings.Max, home)
+		keep()
 	}
 	out := make([]fleet.HotKey, 0, len(cand))
 	for _, c := range cand {
@@ -146,11 +149,12 @@ type choice struct {
 // stays while its share is at least half of MinCrowd × enter; then,
 // while some replica carries more than Crowd / healthy of the requests,
 // that replica's largest key of at least MinCrowd × enter is spread over
-// CrowdSpread buckets. A replica's load is the share of the keys that
+// CrowdSpread to MaxCrowdSpread buckets (bestSpread), until cand holds
+// maxKeys keys (none: no limit), as many as the table keeps. A replica's load is the share of the keys that
 // hash to it, and of the hot keys' buckets that do (each a 1/spread of
 // its key: buckets land unevenly, as balls in bins); the requests of
 // keys not tracked count as landing evenly.
-func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter float64, healthy int, home Home) []choice {
+func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter float64, healthy, maxKeys int, home Home) []choice {
 	hot := make(map[ID]bool, len(cand))
 	for _, c := range cand {
 		hot[c.ID] = true
@@ -210,7 +214,7 @@ func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter floa
 	}
 	limit := Crowd / float64(healthy)
 	full := map[int]bool{} // replicas with nothing left to spread
-	for {
+	for maxKeys <= 0 || len(cand) < maxKeys {
 		// The busiest replica over the limit, lowest index on ties.
 		busiest, most := -1, 0.0
 		for r, l := range load {
@@ -237,6 +241,7 @@ func crowded(est []Estimate, cand []choice, prev map[ID]fleet.HotKey, enter floa
 		cand = append(cand, c)
 		spreadOver(c)
 	}
+	return cand
 }
 
 // crowdSpreads are the spreads of a key spread for its replica's sake.

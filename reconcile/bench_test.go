@@ -3,11 +3,13 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/kvxds/kvxds/discovery"
 	"github.com/kvxds/kvxds/fleet"
+	"github.com/kvxds/kvxds/hotkeys"
 	"github.com/kvxds/kvxds/weights"
 	"github.com/kvxds/kvxds/xds/server"
 	"github.com/kvxds/kvxds/xds/translate"
@@ -153,6 +155,18 @@ func BenchmarkHotKeyHomes(b *testing.B) {
 			b.Fatal(err)
 		}
 		names := []string{"chat"}
+		// 1,024 keys under Zipf, a fifth of the requests on one.
+		set := fleet.DefaultHotKeys()
+		now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		sk := hotkeys.NewSketch(time.Minute)
+		for i := range 20000 {
+			v := fmt.Sprintf("key-%d", int(1024*math.Pow(float64(i%997+1)/997, 3)))
+			if i%5 == 0 {
+				v = "acme"
+			}
+			sk.Observe(0, v, now)
+		}
+		built := (&hotPool{homes: homeTables(res, names, nil)}).home("chat")
 		kept := homeTables(res, names, nil)
 		kept["chat"].first("acme")
 		again, err := translate.Translate(m, translate.Envoy)
@@ -166,6 +180,18 @@ func BenchmarkHotKeyHomes(b *testing.B) {
 			{"push", func() bool { return homeTables(again, names, kept)["chat"].bal == kept["chat"].bal }},
 			{"changed", func() bool { return homeTables(res, names, nil)["chat"] != nil }},
 			{"first", func() bool { return homeTables(res, names, nil)["chat"].first("acme") >= 0 }},
+			// A decision with crowded replicas' keys spread, from a full
+			// sketch: the served table is built once per push, at the
+			// first decision after it.
+			{"decide", func() bool {
+				hp := &hotPool{homes: homeTables(res, names, nil)}
+				sk.Observe(0, "acme", now)
+				return len(sk.Decide(now, n, &set, nil, hp.home("chat"))) > 0
+			}},
+			{"decide, table built", func() bool {
+				sk.Observe(0, "acme", now)
+				return len(sk.Decide(now, n, &set, nil, built)) > 0
+			}},
 		} {
 			b.Run(fmt.Sprintf("%s/%d", bc.name, n), func(b *testing.B) {
 				b.ReportAllocs()

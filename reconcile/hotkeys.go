@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -443,14 +442,24 @@ func (hp *hotPool) home(pool string) hotkeys.Home {
 	if t == nil || hp.picked {
 		return nil
 	}
+	// The substitution of the last key asked for: a key's buckets are
+	// asked for one after another.
+	var last, sub string
+	var buf []byte
 	return func(id hotkeys.ID, spread, bucket int) int {
-		v := id.Value
-		if spread >= 2 {
-			// The rewritten spread header the bucket's requests hash on.
-			bits := fmt.Sprintf("%0*b", fleet.SpreadLevel(spread), bucket)
-			v = bits + translate.SpreadSubstitution(v)
+		if spread < 2 {
+			return t.now(id.Value)
 		}
-		return t.now(v)
+		if last != id.Value || sub == "" {
+			last, sub = id.Value, translate.SpreadSubstitution(id.Value)
+		}
+		// The rewritten spread header the bucket's requests hash on:
+		// the bucket's log2(spread) bits, most significant first.
+		buf = buf[:0]
+		for i := fleet.SpreadLevel(spread) - 1; i >= 0; i-- {
+			buf = append(buf, '0'+byte(bucket>>i&1))
+		}
+		return t.now(string(append(buf, sub...)))
 	}
 }
 
