@@ -378,6 +378,46 @@ type Target struct {
 	Met      bool
 }
 
+// deployedTargets checks each keyed kvxds mode that ran (kvxds,
+// kvxds+prefix, kvxds+conversation) against the routers users would
+// pick instead, where they ran: a hit rate at least 0.97× the better
+// index router's (index, index-llmd), an engine TTFT p95 no longer than
+// the better one's and at most 0.9× least_request's, and a balance of at
+// most 1.3. Engine TTFT: the client's adds the simulated data plane,
+// which costs the Envoy modes more than the index routers, dialled
+// directly.
+func deployedTargets(w *WorkloadReport, add func(goal, measured string, met bool)) {
+	var hit, ttft float64
+	ttft = math.Inf(1)
+	indexed := false
+	for _, m := range []Mode{Index, IndexLLMD} {
+		if r, ok := w.Mode(m); ok {
+			indexed = true
+			hit, ttft = max(hit, r.HitRate), min(ttft, r.EngineTTFT.P95)
+		}
+	}
+	lr, okLR := w.Mode(LeastRequest)
+	for _, m := range []Mode{KVXDS, KVXDSPrefix, KVXDSConversation} {
+		k, ok := w.Mode(m)
+		if !ok {
+			continue
+		}
+		if indexed {
+			r := k.HitRate / hit
+			add(string(m)+" hit rate ≥ 0.97 × the better index router's", fmt.Sprintf("%.3f / %.3f = %.2f×", k.HitRate, hit, r), r >= 0.97)
+			t := k.EngineTTFT.P95 / ttft
+			add(string(m)+" engine TTFT p95 ≤ the better index router's", fmt.Sprintf("%s / %s = %.2f×", secs(k.EngineTTFT.P95), secs(ttft), t), t <= 1)
+		}
+		if okLR {
+			t := k.EngineTTFT.P95 / lr.EngineTTFT.P95
+			add(string(m)+" engine TTFT p95 ≤ 0.9 × least_request's", fmt.Sprintf("%s / %s = %.2f×", secs(k.EngineTTFT.P95), secs(lr.EngineTTFT.P95), t), t <= 0.9)
+		}
+		if indexed || okLR {
+			add(string(m)+" max/mean queue depth ≤ 1.3", fmt.Sprintf("%.2f", k.Balance), k.Balance <= 1.3)
+		}
+	}
+}
+
 // Targets checks the goals that apply to a workload's results: chat
 // (hit rate near the upper bound and far above round robin, TTFT p95 far
 // below), unique-short (affinity costs nothing), zipf-tenants (the
@@ -422,6 +462,7 @@ func Targets(w *WorkloadReport) []Target {
 	if okKC && okIX && (w.Name == "chat-stateless" || w.Name == "branching") {
 		versus("index", ix)
 	}
+	deployedTargets(w, add)
 	switch w.Name {
 	case RollingName:
 		if w.Rolling != nil {
