@@ -185,7 +185,7 @@ func TestFollowSharesLoad(t *testing.T) {
 // Keys a pick filter sent away from their slot's replica, as each
 // instance's Envoys log them (x-kvxds-went), are served by every
 // instance, with the replica they went to; a key sent home again is
-// forgotten.
+// forgotten, whichever instance's Envoys sent it away and home.
 func TestWentKeysShared(t *testing.T) {
 	leader := startController(t, "leader", loadPolicy(""), "")
 	follower := startController(t, "follower", loadPolicy(fmt.Sprintf("ha { follow = %q }\n", "http://"+leader.c.AdminAddr())), "")
@@ -225,6 +225,14 @@ func TestWentKeysShared(t *testing.T) {
 	})
 	t.Cleanup(func() { c() })
 	serves("map[fedcba98:10.0.0.1:8000] [123 fedc]")
+	// A key the leader's Envoy sent away, sent home through the
+	// follower's: the follower's tombstone is newer than the leader's
+	// entry, and the key leaves both instances' tables.
+	d := openLogs(t, follower.c.XDSAddr(), "envoy-d", "kvxds-load/docs", []*datav3.HTTPAccessLogEntry{
+		loadStart("r5", "10.0.0.2", 100, map[string]string{"x-kvxds-went": "fedcba98"}),
+	})
+	t.Cleanup(func() { d() })
+	serves("map[] [123 fedc]")
 }
 
 // forwardPolicy has hot keys on a tenant header and places adapters,

@@ -101,7 +101,11 @@ type Attempt struct {
 }
 
 // Went is where a key's last request went away from its slot's replica:
-// the replica's address, and when (ms since the epoch).
+// the replica's address, and when (ms since the epoch). A Went without a
+// host says the key's last request went home: Load.Add keeps each key's
+// latest, so an instance that saw a key go home after another saw it go
+// away takes it out of their sum, and a table serves only those with a
+// host.
 type Went struct {
 	Host string `json:"host"`
 	At   int64  `json:"at"`
@@ -135,6 +139,9 @@ type pool struct {
 	adapters map[string]map[string]int // requests by host and adapter
 	went     map[string]Went           // by key hash
 	seen     map[uint16]int64          // ms a key of each bit was last placed
+	// served are the keys the table served names as sent away, from
+	// every instance's Envoys (SetServed).
+	served map[string]bool
 }
 
 // Load is a pool's requests in flight, by replica address.
@@ -304,6 +311,25 @@ func (t *Tracker) seenLocked(stream uint64, name string) {
 	s[name] = true
 }
 
+// SetServed tells the tracker the keys the table served for pool names
+// as sent away (Load.Went with a host, summed over every instance): one
+// this instance's Envoys then send home leaves a tombstone, which is
+// newer than the away another instance still holds.
+func (t *Tracker) SetServed(name string, went map[string]Went) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.poolLocked(name)
+	clear(p.served)
+	for k, w := range went {
+		if w.Host != "" {
+			if p.served == nil {
+				p.served = make(map[string]bool, len(went))
+			}
+			p.served[k] = true
+		}
+	}
+}
+
 // Start counts a request of pool, identified by key, whose upstream
 // attempt a started.
 func (t *Tracker) Start(stream uint64, name, key string, a Attempt) {
@@ -346,8 +372,14 @@ func (p *pool) sent(a Attempt) {
 		p.seen[b] = max(p.seen[b], a.At.UnixMilli())
 	}
 	if !a.Away {
-		delete(p.went, a.Key)
-		return
+		// Home: a key this instance or another sent away leaves a
+		// tombstone, so that the instances' sum forgets it. A tombstone
+		// already there stays as it is: it outlives the away entries it
+		// is newer than by WentTTL.
+		if w := p.went[a.Key]; w.Host == "" && !p.served[a.Key] {
+			return
+		}
+		a.Host = ""
 	}
 	if _, ok := p.went[a.Key]; !ok && len(p.went) >= MaxWent {
 		// Forget the oldest quarter (the lower key at the same time):

@@ -209,10 +209,20 @@ func TestWent(t *testing.T) {
 			start(tr, "2", "0000000a", "h2", true, time.Second)
 			start(tr, "3", "0000000b", "h1", true, time.Second)
 		}, time.Second, map[string]Went{"0000000a": {"h2", ms(time.Second)}, "0000000b": {"h1", ms(time.Second)}}},
-		{"home forgets", func(tr *Tracker) {
+		{"home leaves a tombstone", func(tr *Tracker) {
 			start(tr, "1", "0000000a", "h1", true, 0)
 			start(tr, "2", "0000000a", "h2", false, time.Second)
-		}, time.Second, nil},
+		}, time.Second, map[string]Went{"0000000a": {"", ms(time.Second)}}},
+		{"a tombstone stays as it was", func(tr *Tracker) {
+			start(tr, "1", "0000000a", "h1", true, 0)
+			start(tr, "2", "0000000a", "h2", false, time.Second)
+			start(tr, "3", "0000000a", "h2", false, 2*time.Second)
+		}, 2 * time.Second, map[string]Went{"0000000a": {"", ms(time.Second)}}},
+		{"home of a key another instance sent away", func(tr *Tracker) {
+			tr.SetServed("p", map[string]Went{"0000000c": {"h3", ms(0)}, "0000000d": {"", ms(0)}})
+			start(tr, "1", "0000000c", "h2", false, time.Second)
+			start(tr, "2", "0000000d", "h2", false, time.Second)
+		}, time.Second, map[string]Went{"0000000c": {"", ms(time.Second)}}},
 		{"keyless requests and other keys are kept apart", func(tr *Tracker) {
 			start(tr, "1", "0000000a", "h1", true, 0)
 			start(tr, "2", "", "h2", true, 0)
@@ -250,15 +260,17 @@ func TestWent(t *testing.T) {
 		}
 	})
 	t.Run("add", func(t *testing.T) {
-		a := Load{Went: map[string]Went{"0000000a": {"h1", 5}, "0000000b": {"h1", 9}, "0000000c": {"h2", 7}}}
-		b := Load{Went: map[string]Went{"0000000a": {"h2", 6}, "0000000b": {"h2", 8}, "0000000c": {"h1", 7}}}
-		want := map[string]Went{"0000000a": {"h2", 6}, "0000000b": {"h1", 9}, "0000000c": {"h1", 7}}
+		// "0000000d" went away through one instance's Envoys, then home
+		// through another's: its tombstone is the latest.
+		a := Load{Went: map[string]Went{"0000000a": {"h1", 5}, "0000000b": {"h1", 9}, "0000000c": {"h2", 7}, "0000000d": {"h1", 5}}}
+		b := Load{Went: map[string]Went{"0000000a": {"h2", 6}, "0000000b": {"h2", 8}, "0000000c": {"h1", 7}, "0000000d": {"", 6}}}
+		want := map[string]Went{"0000000a": {"h2", 6}, "0000000b": {"h1", 9}, "0000000c": {"h1", 7}, "0000000d": {"", 6}}
 		for _, got := range []Load{a.Add(b), b.Add(a)} {
 			if !maps.Equal(got.Went, want) {
 				t.Errorf("added %v, want %v", got.Went, want)
 			}
 		}
-		if len(a.Went) != 3 || a.Went["0000000a"].Host != "h1" {
+		if len(a.Went) != 4 || a.Went["0000000a"].Host != "h1" {
 			t.Errorf("Add changed its receiver: %v", a.Went)
 		}
 	})

@@ -175,6 +175,12 @@ func (l *loadState) decide(now time.Time) (changed bool, next time.Duration) {
 		if others, has := l.exchange.Peers(name); has {
 			snap, ok = snap.Add(others), true
 		}
+		// A key the sum names as sent away leaves a tombstone when this
+		// instance's Envoys send it home; tombstones are not served.
+		// (snap's maps are also the report to the other instances: not
+		// changed in place.)
+		l.tracker.SetServed(name, snap.Went)
+		snap.Went = awayOnly(snap.Went)
 		old, had := l.served[name]
 		refresh := had && (len(old.Bytes) > 0 || len(old.Adapters) > 0 || len(old.Went) > 0 || old.Seen != "") && now.Sub(old.At) >= 5*iv
 		switch {
@@ -350,3 +356,19 @@ func (r *Reconciler) loadTarget() string {
 // LoadExchange takes the load reports of the instances that follow this
 // one (ha.LoadPath).
 func (r *Reconciler) LoadExchange() http.Handler { return r.exchange }
+
+// awayOnly is went without its tombstones (inflight.Went without a host),
+// nil if nothing is left.
+func awayOnly(went map[string]inflight.Went) map[string]inflight.Went {
+	var out map[string]inflight.Went
+	for k, w := range went {
+		if w.Host == "" {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]inflight.Went, len(went))
+		}
+		out[k] = w
+	}
+	return out
+}
