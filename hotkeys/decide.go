@@ -22,19 +22,18 @@ const MinRequests = 64
 //   - a key enters at a share of at least the settings' Share (zero: one
 //     replica's fair share, 1 / healthy) and leaves only below half of
 //     it, so a key near the threshold does not flap;
-//   - its spread is the next power of two of at least twice the
-//     replicas its share fills, ceil(share × healthy), at least 2 and at
-//     most the next power of two of 4 × healthy (and fleet.MaxSpread);
-//     an entry whose spread level did not change is kept as it was, so
-//     the table changes only when a key enters, leaves or changes level;
-//   - a key whose home replica (home: where the key alone hashes, -1 if
-//     unknown or out of the table) carries more than Crowd × one
-//     replica's fair share of the requests also enters, the largest of
-//     that replica's keys first, if its share is at least a quarter of
-//     enter (MinCrowd), over CrowdSpread buckets: consistent hashing
-//     puts several large keys on one replica as balls in bins, which no
-//     key's share alone shows; one so entered stays while its share is
-//     at least half of that;
+//   - its spread is Spread(share, healthy), or with home twice that
+//     where its buckets land better (a key keeps the one it had while
+//     that is either); an entry whose spread did not change is kept as
+//     it was, so the table changes only when a key enters, leaves or
+//     changes level;
+//   - with home (nil: none of this), a key whose replica carries more
+//     than Crowd × one replica's fair share of the requests also enters,
+//     the largest of that replica's keys first, if its share is at least
+//     a quarter of enter (MinCrowd), over 2 to 8 buckets (crowded):
+//     consistent hashing puts several large keys on one replica as balls
+//     in bins, which no key's share alone shows; one so entered stays
+//     while its share is at least half of that;
 //   - at most settings.Max keys, the highest shares first, ties by key
 //     and value.
 //
