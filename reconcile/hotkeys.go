@@ -433,10 +433,11 @@ func (h *hotState) decide(now time.Time, leading bool) (changed bool, next time.
 // pool's own cluster as served, or each bucket of a hot one, so that
 // Decide spreads the keys of a crowded replica. It is nil, which spreads
 // keys by their share alone, in a pool whose replicas Envoy's filters
-// pick from a slot table (hp.picked): there each request is bounded already on the prompt bytes its
-// replica has to compute, and each copy of a key's prefix is a prefill
-// that bound had made unnecessary (retrieval's 2 KiB key: engine TTFT
-// p99 159 ms became 419–462 ms). The caller holds the state's lock.
+// pick from a slot table (hp.picked): there each request is bounded
+// already on the prompt bytes its replica has to compute, and each copy
+// of a key's prefix is a prefill that bound had made unnecessary
+// (retrieval's 2 KiB key: engine TTFT p99 159 ms became 419–462 ms).
+// The caller holds the state's lock.
 func (hp *hotPool) home(pool string) hotkeys.Home {
 	t := hp.homes[pool]
 	if t == nil || hp.picked {
