@@ -160,12 +160,7 @@ func (h *hotState) update(f fleet.Fleet, plan func(string) fleet.Plan, res *tran
 	defer h.mu.Unlock()
 	pools := map[string]*hotPool{}
 	clusters := map[string]string{}
-	prefills := map[string]bool{}
-	for _, p := range f.Pools {
-		if p.Prefill != nil {
-			prefills[p.Prefill.Pool] = true
-		}
-	}
+	prefills := prefillPools(f)
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		if p.Balancer != fleet.ConsistentHash || p.Hash.Hot == nil {

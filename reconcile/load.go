@@ -241,12 +241,7 @@ func (s loadSink) CloseStream(stream uint64) { s.l.tracker.CloseStream(stream) }
 func WithLoad(f fleet.Fleet, loads Loads) fleet.Fleet {
 	// Prefill pools, whose decode pools' logs may load them (f is not
 	// prepared: it has no prefill tables yet).
-	prefills := map[string]bool{}
-	for i := range f.Pools {
-		if p := &f.Pools[i]; p.Prefill != nil {
-			prefills[p.Prefill.Pool] = true
-		}
-	}
+	prefills := prefillPools(f)
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		load, ok := loads[p.Name]
@@ -369,6 +364,18 @@ func awayOnly(went map[string]inflight.Went) map[string]inflight.Went {
 			out = make(map[string]inflight.Went, len(went))
 		}
 		out[k] = w
+	}
+	return out
+}
+
+// prefillPools are the pools some decode pool of f names as its prefill
+// pool.
+func prefillPools(f fleet.Fleet) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range f.Pools {
+		if p.Prefill != nil {
+			out[p.Prefill.Pool] = true
+		}
 	}
 	return out
 }
