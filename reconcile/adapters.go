@@ -45,15 +45,20 @@ const (
 // Tuning of the placement decision.
 const (
 	// adapterHeadroom sizes an adapter's replicas from its share of the
-	// pool's requests: ceil(share × healthy × adapterHeadroom), so that
-	// no member takes more than twice its share of the pool. More members
-	// keep more of the fleet's slots busy with the same adapter, and the
-	// requests of adapters running nowhere wait longer for one. Measured
-	// on the multi-LoRA benchmark (docs/benchmarks/workloads.md), with
-	// the pick filter's looser bound on adapter requests, seeds 1–3:
-	// client TTFT p95 1.95–2.72 s against 2.56–3.34 s at 1.0, at the same
-	// hit rate; at 1.0 against 1.5 (the bound then), 4.6–4.7 s against
-	// 4.7–5.9 s.
+	// pool's requests: ceil(share × healthy × headroom), where headroom is
+	// adapterHeadroom for each of a replica's slots for placed adapters
+	// (a quarter of its max_lora, fleet.TailSlots), at most 1. With one
+	// such slot (max_lora 4 to 7) no member takes more than twice its
+	// share of the pool: more members keep more of the fleet's few slots
+	// busy with the same adapter, and the requests of adapters running
+	// nowhere wait longer for one. With two or more (max_lora 8 and up)
+	// slots are not what requests wait for, their queues are, and each
+	// member takes at most its share. Measured on the multi-LoRA
+	// benchmark (docs/benchmarks/workloads.md), with the pick filter's
+	// looser bound on adapter requests, seeds 1–3: at max_lora 4, client
+	// TTFT p95 1.95–2.72 s against 2.56–3.34 s at 1.0, at the same hit
+	// rate; at max_lora 8, 135–138 ms against 149–154 ms at 0.5, balance
+	// 1.37–1.71 against 1.70–2.41.
 	adapterHeadroom = 0.5
 	// minAdapterShare is the share of the pool's logged requests below
 	// which a learned adapter is not placed (it uses the pool's routes).
@@ -395,6 +400,7 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 		}
 	}
 	healthy := max(ap.healthy, 1)
+	headroom := placementHeadroom(ap.settings.MaxLoRA, eng.slots)
 	need := map[string]int{}
 	share := map[string]float64{}
 	// shrinkTo is the size a placed adapter of need k on r replicas
@@ -421,11 +427,11 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 				continue
 			}
 			share[e.ID.Value] = e.Share
-			need[e.ID.Value] = clampInt(int(math.Ceil(e.Share*float64(healthy)*adapterHeadroom)), 1, healthy)
+			need[e.ID.Value] = clampInt(int(math.Ceil(e.Share*float64(healthy)*headroom)), 1, healthy)
 		}
 		shrinkTo = func(n string, k, _ int) int {
 			if sh, ok := share[n]; ok {
-				return clampInt(int(math.Ceil(sh*float64(healthy)*adapterHeadroom*shrinkSlack)), k, healthy)
+				return clampInt(int(math.Ceil(sh*float64(healthy)*headroom*shrinkSlack)), k, healthy)
 			}
 			return k
 		}
@@ -533,6 +539,23 @@ func (s *adapterState) decidePool(name string, ap *adapterPool, eng engineDemand
 		slots = eng.slots
 	}
 	return fleet.AdapterPlacement{Adapters: out, Slots: slots}
+}
+
+// placementHeadroom is the headroom adapters are sized with
+// (adapterHeadroom): for the fewest slots for placed adapters of any
+// replica whose engine reports its max_lora (slots), else of the
+// policy's maxLoRA.
+func placementHeadroom(maxLoRA int, slots map[string]int) float64 {
+	n := maxLoRA
+	if len(slots) > 0 {
+		n = math.MaxInt
+		for _, v := range slots {
+			n = min(n, v)
+		}
+	}
+	n = max(n, 1)
+	placed := n - fleet.TailSlots(n)
+	return min(1, adapterHeadroom*float64(placed))
 }
 
 // engineNeed smooths the replicas each adapter is in flight on over the

@@ -157,6 +157,50 @@ func TestDecideAdapters(t *testing.T) {
 	}
 }
 
+// Adapters are sized with headroom 0.5 per slot for placed adapters (a
+// quarter of max_lora), at most 1: a replica's few slots go to as few
+// members as keep each under twice its share, its many to as many as
+// keep each under its share. The engines' reports win over the policy,
+// the fewest slots of any.
+func TestAdapterHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		maxLoRA int
+		slots   map[string]int
+		want    float64
+		sql     int // replicas of 80% of 8 replicas' requests
+	}{
+		{maxLoRA: 1, want: 0.5, sql: 4},
+		{maxLoRA: 4, want: 0.5, sql: 4},
+		{maxLoRA: 7, want: 0.5, sql: 4},
+		{maxLoRA: 8, want: 1, sql: 7},
+		{maxLoRA: 16, want: 1, sql: 7},
+		{maxLoRA: 4, slots: map[string]int{"r1": 8, "r2": 12}, want: 1, sql: 7},
+		{maxLoRA: 8, slots: map[string]int{"r1": 8, "r2": 4}, want: 0.5, sql: 4},
+	} {
+		if got := placementHeadroom(tc.maxLoRA, tc.slots); got != tc.want {
+			t.Errorf("placementHeadroom(%d, %v) = %v, want %v", tc.maxLoRA, tc.slots, got, tc.want)
+		}
+		set := fleet.DefaultAdapters()
+		set.MaxLoRA = tc.maxLoRA
+		s := newAdapterState(prometheus.NewRegistry())
+		ap := adapterTestPool(set, 8)
+		s.pools["chat"] = ap
+		now := time.Unix(1000, 0)
+		for i := range 1000 {
+			if i < 800 {
+				ap.sketch.Observe(adapterKey, "sql", now)
+			} else {
+				ap.sketch.Observe(baseKey, baseValue, now)
+			}
+			ap.observed++
+		}
+		pl := s.decidePool("chat", ap, engineDemand{slots: tc.slots}, now)
+		if len(pl.Adapters) != 1 || pl.Adapters[0].Replicas != tc.sql {
+			t.Errorf("max_lora %d, slots %v: placed %+v, want sql on %d", tc.maxLoRA, tc.slots, pl.Adapters, tc.sql)
+		}
+	}
+}
+
 // The engines' in-flight reports are smoothed over the half-life: a rare
 // adapter that comes and goes stays placed, a dip does not shrink a busy
 // one, and one no longer reported is forgotten after a few half-lives.
