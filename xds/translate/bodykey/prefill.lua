@@ -410,22 +410,45 @@ local BACKLOG_MOVE = 3
 -- running nowhere wait longer for one (measured on the multi-LoRA
 -- benchmark, docs/benchmarks/workloads.md).
 local ADAPTER_FACTOR = 5
-local function bounded_list(hosts, slots, cands, nm, factor, w, aslots, ad)
+local function bounded_list(hosts, slots, cands, nm, factor, w, aslots, ad, v)
   local first = hosts[cands[1] + 1]
-  if factor == nil then return first end
+  if factor == nil then return first, cands[1] end
   local n = shares(slots)
-  local under, uover, least, best = nil, nil, nil, nil
+  -- A conversation sent elsewhere last computed its prompt there, and
+  -- goes back while that candidate is under the bound and is one of the
+  -- adapter's replicas that can run it at once, or runs it with a slot
+  -- to spare. Kept on an overflow replica whose slots are all taken, a
+  -- conversation would keep its adapter there too, holding a slot other
+  -- adapters wait for (measured on the multi-LoRA benchmark,
+  -- docs/benchmarks/workloads.md).
+  local e = v ~= nil and (went[v] or went_old[v]) or nil
+  if e ~= nil and e.j ~= cands[1] and hosts[e.j + 1] == e.host then
+    for k, j in ipairs(cands) do
+      if j == e.j then
+        if not overloaded(n, j, e.host, factor, w) then
+          local ok, running = runs(aslots, j, e.host, ad)
+          if ok and k <= nm then return e.host, j end
+          -- No adapter has the name "\0": its third result is the
+          -- host's adapters in flight less its slots.
+          if running and select(3, runs(aslots, j, e.host, "\0")) < 0 then return e.host, j end
+        end
+        break
+      end
+    end
+  end
+  local under, uj, uover, least, lj, best = nil, nil, nil, nil, nil, nil
   for k, j in ipairs(cands) do
     local h = hosts[j + 1]
     if type(h) == "string" and not overloaded(n, j, h, factor, w) then
       local ok, running, over = runs(aslots, j, h, ad)
-      if ok and (k <= nm or running) then return h end
-      if under == nil then under, uover = h, over end
-      if least == nil or over < best then least, best = h, over end
+      if ok and (k <= nm or running) then return h, j end
+      if under == nil then under, uj, uover = h, j, over end
+      if least == nil or over < best then least, lj, best = h, j, over end
     end
   end
-  if under ~= nil and uover - best >= BACKLOG_MOVE then return least end
-  return under or first
+  if under ~= nil and uover - best >= BACKLOG_MOVE then return least, lj end
+  if under ~= nil then return under, uj end
+  return first, cands[1]
 end
 
 local function set_prefill(handle, headers)
@@ -515,7 +538,9 @@ local function set_prefill(handle, headers)
   if cands then
     local aslots = md:get("adapter_slots")
     if type(aslots) ~= "string" or #aslots ~= 3 * #hosts then aslots = nil end
-    host = bounded_list(hosts, slots, cands, nmem, factor and factor * ADAPTER_FACTOR, w, aslots, name)
+    local hj
+    host, hj = bounded_list(hosts, slots, cands, nmem, factor and factor * ADAPTER_FACTOR, w, aslots, name, v)
+    if factor ~= nil and type(host) == "string" then remember(v, host, hj, now) end
   else
     local hj, followed
     host, hj, followed = bounded(hosts, slots, slot, factor, w, v, kh)

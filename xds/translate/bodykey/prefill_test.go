@@ -171,8 +171,11 @@ func TestLuaPrefillBounded(t *testing.T) {
 // load_lag ms of the table's arrival included; a table older than its
 // load_ttl is not believed, and the state's own counts bound. With
 // adapter, requests name LoRA adapters, two of them in the table's
-// "adapters": such a request takes the first of its adapter's replicas,
-// in rendezvous order of its key and their addresses, then of the rest
+// "adapters": such a request takes the host this state sent its key to
+// last, if that is one of the candidates below, under the bound, and one
+// of the adapter's replicas that can run it at once or a host running it
+// with fewer adapters in flight than its slots; else the first of its
+// adapter's replicas, in rendezvous order of its key and their addresses, then of the rest
 // of its ranking, that is under the bound and can run the adapter at
 // once (it is in flight there, or fewer adapters are than the host's
 // "adapter_slots") and is one of its replicas or has it in flight, else
@@ -296,7 +299,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	// and how many requests went back there rather than to their slot's
 	// host.
 	type memory struct{ host, ms int }
-	went, byWent := map[string]memory{}, 0
+	went, byWent, byAdapterWent, byAdapterSpare := map[string]memory{}, 0, 0, 0
 	score := func(key string, j int) uint64 {
 		x, _ := strconv.ParseUint(Hash([]byte(key + "\x00" + hosts[j]))[:8], 16, 32)
 		return x
@@ -308,6 +311,23 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 				return cmp.Or(cmp.Compare(score(key, b), score(key, a)), cmp.Compare(a, b))
 			})
 			cands = append(cands, e.rank...)
+			// Back where the key went last: one of the adapter's
+			// replicas that runs it at once, or a host running it with
+			// a slot to spare.
+			if m, ok := went[key]; ok && m.host != cands[0] {
+				if k := slices.Index(cands, m.host); k >= 0 && !over(m.host, w, factor*adapterFactor) {
+					ok, running, _ := runs(m.host, name)
+					_, _, spare := runs(m.host, "\x00")
+					switch {
+					case ok && k < len(e.members):
+						byAdapterWent++
+						return m.host
+					case running && spare < 0:
+						byAdapterSpare++
+						return m.host
+					}
+				}
+			}
 			under, uBacklog, least, fewest := -1, 0, -1, 0
 			for k, j := range cands {
 				if !over(j, w, factor*adapterFactor) {
@@ -503,9 +523,7 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 			name = []string{"", "sql", "sql", "chat", "other", "law", "med", "tax"}[rng.IntN(8)]
 		}
 		i := pick(key, name, w)
-		if _, placed := adapters[name]; !placed {
-			went[key] = memory{i, ms}
-		}
+		went[key] = memory{i, ms}
 		if i != table[PrefillSlot(key, slots)] {
 			spilled++
 		}
@@ -548,6 +566,12 @@ func testLuaPrefillBounded(t *testing.T, bytes, fleet, adapter, cached bool) {
 	}
 	if adapter && byBacklog == 0 {
 		t.Fatal("no request left a replica where adapters wait for slots: the script does not test BACKLOG_MOVE")
+	}
+	// Without the fleet's table this state's own few adapters in flight
+	// seldom leave a slot to spare on a host they overflow to.
+	if adapter && (byAdapterWent == 0 || fleet && byAdapterSpare == 0) {
+		t.Fatalf("adapter requests went back to where their key went last %d times to one of its replicas, %d to a host with a slot to spare: the script does not test both",
+			byAdapterWent, byAdapterSpare)
 	}
 	if byWent == 0 {
 		t.Fatal("no request went back to where its key went last: the script does not test it")
