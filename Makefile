@@ -90,7 +90,8 @@ demo:
 # routing from what kvxds serves over ADS; needs luajit), with Envoy's
 # bounded load at 150 and 125 (bench-out/dataplanes/), and LoRA adapters
 # (multi-lora: kvxds placing adapters against llm-d's lora-affinity
-# scorer, on both data planes; bench-out/lora/). Then the clients
+# scorer, on both data planes; bench-out/lora/, and over five minutes
+# once placements settle, bench-out/lora/steady/). Then the clients
 # that send no session id: the body keys (prompt_prefix, conversation)
 # beside the session header and the approximate-index routers (after
 # SGLang's cache_aware and llm-d's default profile), on the
@@ -115,6 +116,7 @@ bench: microbench clusterbench adsbench
 	./bin/kvxds-bench --workload retrieval --modes kvxds+prefix --prompt-prefix 2048 --data-plane envoy --clients 8 --replicas 8 --load 0.7 --out bench-out/hotkeys/retrieval-prefix-2048
 	./bin/kvxds-bench --workload zipf-tenants --modes kvxds+bounded --balance-factor 125 --data-plane envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/bounded-125
 	./bin/kvxds-bench --workload multi-lora --modes round_robin,kvxds,kvxds+adapters,index-llmd+lora,upper-bound --data-plane grpc-go,envoy --replicas 8 --load 0.7 --clients 8 --out bench-out/lora
+	./bin/kvxds-bench --workload multi-lora --modes kvxds+adapters,index-llmd+lora,upper-bound --data-plane envoy --replicas 8 --load 0.7 --clients 8 --duration 5m --out bench-out/lora/steady
 	./bin/kvxds-bench --trace $(MOONCAKE) --modes round_robin,least_request,kvxds,upper-bound --prefix-blocks 1,4,8 --time-scale 5 --data-plane grpc-go,envoy --replicas 8 --load 0.7 --out bench-out/dataplanes/trace
 	./bin/kvxds-bench --workload chat,chat-stateless,branching,agent-stateless,retrieval,system-prompt --modes $(NOSESSION_MODES) --replicas 8 --load 0.7 --out bench-out/nosession
 	./bin/kvxds-bench --trace $(MOONCAKE_SAMPLE) --modes $(NOSESSION_MODES) --prefix-blocks 1,4 --replicas 8 --load 0.7 --out bench-out/nosession/trace-sample
