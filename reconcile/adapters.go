@@ -57,8 +57,8 @@ const (
 	// benchmark (docs/benchmarks/workloads.md), with the pick filter's
 	// looser bound on adapter requests, seeds 1–3: at max_lora 4, client
 	// TTFT p95 1.95–2.72 s against 2.56–3.34 s at 1.0, at the same hit
-	// rate; at max_lora 8, 135–138 ms against 149–154 ms at 0.5, balance
-	// 1.37–1.71 against 1.70–2.41.
+	// rate; at max_lora 8, 135–152 ms against 140–154 ms at 0.5, balance
+	// 1.37–1.83 against 1.70–2.41.
 	adapterHeadroom = 0.5
 	// minAdapterShare is the share of the pool's logged requests below
 	// which a learned adapter is not placed (it uses the pool's routes).
