@@ -85,10 +85,10 @@ func TestDecideAdapters(t *testing.T) {
 		}
 		return out
 	}
-	// 80% sql (ceil(0.8 × 8 × 0.5) = 4), 10% fr (ceil(0.4) = 1), 10% base.
+	// 80% sql (ceil(0.8 × 8 × 0.75) = 5), 10% fr (ceil(0.6) = 1), 10% base.
 	observe(t0, map[string]int{"sql": 800, "fr": 100, "": 100})
 	pl := s.decidePool("chat", ap, engineDemand{}, t0)
-	if got, want := replicas(pl), map[string]int{"sql": 4, "fr": 1}; !reflect.DeepEqual(got, want) {
+	if got, want := replicas(pl), map[string]int{"sql": 5, "fr": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("replicas %v, want %v", got, want)
 	}
 	// Placed: clusters first, routes with the next decision.
@@ -100,7 +100,7 @@ func TestDecideAdapters(t *testing.T) {
 	t1 := t0.Add(10 * time.Minute) // the old counts decayed away
 	observe(t1, map[string]int{"sql": 10, "fr": 100, "": 890})
 	pl = s.decidePool("chat", ap, engineDemand{}, t1)
-	if got := replicas(pl); got["sql"] != 4 || got["fr"] != 1 {
+	if got := replicas(pl); got["sql"] != 5 || got["fr"] != 1 {
 		t.Fatalf("shrank at once: %v", got)
 	}
 	if got, want := stages(pl), map[string]string{"sql": "", "fr": ""}; !reflect.DeepEqual(got, want) {
@@ -157,9 +157,9 @@ func TestDecideAdapters(t *testing.T) {
 	}
 }
 
-// Adapters are sized with headroom 0.5 per slot for placed adapters (a
+// Adapters are sized with headroom 0.75 per slot for placed adapters (a
 // quarter of max_lora), at most 1: a replica's few slots go to as few
-// members as keep each under twice its share, its many to as many as
+// members as keep each under 4/3 of its share, its many to as many as
 // keep each under its share. The engines' reports win over the policy,
 // the fewest slots of any.
 func TestAdapterHeadroom(t *testing.T) {
@@ -169,13 +169,13 @@ func TestAdapterHeadroom(t *testing.T) {
 		want    float64
 		sql     int // replicas of 80% of 8 replicas' requests
 	}{
-		{maxLoRA: 1, want: 0.5, sql: 4},
-		{maxLoRA: 4, want: 0.5, sql: 4},
-		{maxLoRA: 7, want: 0.5, sql: 4},
+		{maxLoRA: 1, want: 0.75, sql: 5},
+		{maxLoRA: 4, want: 0.75, sql: 5},
+		{maxLoRA: 7, want: 0.75, sql: 5},
 		{maxLoRA: 8, want: 1, sql: 7},
 		{maxLoRA: 16, want: 1, sql: 7},
 		{maxLoRA: 4, slots: map[string]int{"r1": 8, "r2": 12}, want: 1, sql: 7},
-		{maxLoRA: 8, slots: map[string]int{"r1": 8, "r2": 4}, want: 0.5, sql: 4},
+		{maxLoRA: 8, slots: map[string]int{"r1": 8, "r2": 4}, want: 0.75, sql: 5},
 	} {
 		if got := placementHeadroom(tc.maxLoRA, tc.slots); got != tc.want {
 			t.Errorf("placementHeadroom(%d, %v) = %v, want %v", tc.maxLoRA, tc.slots, got, tc.want)
@@ -258,12 +258,13 @@ func TestAdapterShrink(t *testing.T) {
 		from      int // replicas placed
 		held, now int // replicas at once, and an interval later
 	}{
-		{"the engines' spread, then the logs", 190, 4, 4, 1},
-		{"need 3 of 4 (not below half)", 600, 4, 4, 3},
-		{"need 2 just under 2.5: kept on 3", 490, 4, 4, 3},
-		{"need 2 well under", 300, 4, 4, 2},
-		{"need as placed", 600, 3, 3, 3},
-		{"growing is at once", 600, 2, 3, 3},
+		// need ceil(share × 8 × 0.75); it shrinks to ceil(share × 8 × 0.75 × 1.25)
+		{"the engines' spread, then the logs", 120, 4, 4, 1},
+		{"need 3 of 4 (not below half)", 380, 4, 4, 3},
+		{"need 2, 2.4 with slack: kept on 3", 320, 4, 4, 3},
+		{"need 2 well under", 200, 4, 4, 2},
+		{"need as placed", 380, 3, 3, 3},
+		{"growing is at once", 380, 2, 3, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newAdapterState(prometheus.NewRegistry())
@@ -340,6 +341,49 @@ func TestAdapterShareBand(t *testing.T) {
 	}
 }
 
+// A learned adapter is placed from a share of 0.1% and leaves below
+// 0.01%, after an interval below like any shrink: a rare adapter, whose
+// share rises with each request and decays between them, keeps its
+// replica between requests.
+func TestAdapterKeepShare(t *testing.T) {
+	set := fleet.DefaultAdapters()
+	set.BaseModels = []string{"llama"}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name   string
+		placed bool
+		rare   int // requests of rare in 100,000
+		want   bool
+	}{
+		{"new, at 0.1%", false, 100, true},
+		{"new, below 0.1%", false, 50, false},
+		{"placed, below 0.1%", true, 50, true},
+		{"placed, at 0.01%", true, 10, true},
+		{"placed, below 0.01%", true, 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newAdapterState(prometheus.NewRegistry())
+			ap := adapterTestPool(set, 8)
+			s.pools["chat"] = ap
+			if tc.placed {
+				s.placed.own["chat"] = fleet.AdapterPlacement{Adapters: []fleet.Adapter{{Name: "rare", Replicas: 1, Share: 0.001}}}
+			}
+			var pl fleet.AdapterPlacement
+			for _, now := range []time.Time{t0, t0.Add(set.Interval)} {
+				ap.sketch.ObserveN(adapterKey, "rare", uint32(tc.rare), now)
+				ap.sketch.ObserveN(baseKey, baseValue, uint32(100_000-tc.rare), now)
+				ap.observed = 100_000
+				pl = s.decidePool("chat", ap, engineDemand{}, now)
+				s.placed.own["chat"] = pl
+			}
+			got := slices.ContainsFunc(pl.Adapters, func(a fleet.Adapter) bool { return a.Name == "rare" && a.Stage != fleet.StageLeaving })
+			if got != tc.want {
+				t.Errorf("placed %v (%+v), want %v", got, pl.Adapters, tc.want)
+			}
+		})
+	}
+}
+
 // A standalone instance learns adapters from the logged requests, places
 // them in the model, the served resources and the status; an adapter's
 // appearing costs a cluster and a route change, and counts as a demand
@@ -391,9 +435,9 @@ func TestAdaptersStandalone(t *testing.T) {
 			sql = a
 		}
 	}
-	// Half the requests: ceil(0.5 × 8 × 0.5) = 2 replicas.
-	if sql.Replicas != 2 || sql.Share < 0.45 || sql.Share > 0.55 {
-		t.Errorf("sql-lora %+v, want 2 replicas at 0.5", sql)
+	// Half the requests: ceil(0.5 × 8 × 0.75) = 3 replicas.
+	if sql.Replicas != 3 || sql.Share < 0.45 || sql.Share > 0.55 {
+		t.Errorf("sql-lora %+v, want 3 replicas at 0.5", sql)
 	}
 	after := srv.Versions(translate.Envoy)
 	for typ, v := range before {
@@ -402,7 +446,7 @@ func TestAdaptersStandalone(t *testing.T) {
 		}
 	}
 	st := r.Status().Pools[0].Adapters
-	if st == nil || len(st.Adapters) != 2 || st.Adapters[0].Name != "sql-lora" || len(st.Adapters[0].Members) != 2 {
+	if st == nil || len(st.Adapters) != 2 || st.Adapters[0].Name != "sql-lora" || len(st.Adapters[0].Members) != 3 {
 		t.Fatalf("status adapters: %+v", st)
 	}
 	if st.Requests != 400 || st.AdapterRequests != 200 || st.Rejected["not_string"] != 1 {
