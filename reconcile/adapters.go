@@ -56,8 +56,8 @@ const (
 	// up) slots are not what requests wait for, their queues are, and
 	// each member takes at most its share. Measured on the multi-LoRA
 	// benchmark over five minutes (docs/benchmarks/workloads.md), seeds
-	// 1–4, at max_lora 4: balance 1.16–1.27 against 1.75–1.88 at 0.5, at
-	// 0.63–0.79× llm-d's client TTFT p95 against 0.52–0.64×; at max_lora
+	// 1–3, at max_lora 4: balance 1.16–1.27 against 1.75–1.88 at 0.5, at
+	// 0.67–0.79× llm-d's client TTFT p95 against 0.52–0.64×; at max_lora
 	// 8, client TTFT p95 135–152 ms against 140–154 ms at 0.5, balance
 	// 1.37–1.83 against 1.70–2.41.
 	adapterHeadroom = 0.75
