@@ -73,8 +73,8 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "sql-lora placed", func() bool { return len(c.Fleet().Pools[0].Adapters) == 1 })
-	if a := c.Fleet().Pools[0].Adapters[0]; a.Name != "sql-lora" || a.Replicas != 2 {
-		t.Errorf("placed %+v, want sql-lora on 2", a)
+	if a := c.Fleet().Pools[0].Adapters[0]; a.Name != "sql-lora" || a.Replicas != 3 {
+		t.Errorf("placed %+v, want sql-lora on 3 (ceil(0.75 × 4 × 0.75))", a)
 	}
 	// Make before break: the adapter's cluster is served first, its
 	// route from the next decision on.
@@ -94,12 +94,12 @@ func TestAdaptersFromAccessLogs(t *testing.T) {
 	}
 
 	as := statusOf(t, c.AdminAddr()).Pools[0].Adapters
-	if as == nil || len(as.Adapters) != 1 || len(as.Adapters[0].Members) != 2 || as.Requests != 400 || as.AdapterRequests != 300 || as.Rejected["not_string"] != 100 {
+	if as == nil || len(as.Adapters) != 1 || len(as.Adapters[0].Members) != 3 || as.Requests != 400 || as.AdapterRequests != 300 || as.Rejected["not_string"] != 100 {
 		t.Fatalf("status adapters: %+v", as)
 	}
 	wantMetrics(t, scrape(t, "http://"+c.AdminAddr()+"/metrics"), []metricWant{
-		{"kvxds_adapter_replicas", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 2},
-		{"kvxds_adapter_members", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 2},
+		{"kvxds_adapter_replicas", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 3},
+		{"kvxds_adapter_members", map[string]string{"pool": "chat", "adapter": "sql-lora"}, 3},
 		{"kvxds_adapter_moves_total", map[string]string{"pool": "chat", "cause": "demand"}, 1},
 		{"kvxds_adapter_rejected_total", map[string]string{"pool": "chat", "reason": "not_string"}, 100},
 		{"kvxds_adapter_requests_logged_total", map[string]string{"pool": "chat", "kind": "adapter"}, 300},
