@@ -15,6 +15,7 @@ import (
 
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/kvxds/kvxds/fleet"
 	"github.com/kvxds/kvxds/test/sim"
 )
 
@@ -162,6 +163,7 @@ type PDPolicyOptions struct {
 // (PoolName) and the prefill pool (PrefillPoolName).
 func PDPolicy(o PDPolicyOptions) (string, error) {
 	kvxds := o.Mode == KVXDS || o.Mode == KVXDSHashedDecode
+	bounded := strings.HasPrefix(o.Key, "prompt_prefix") || strings.HasPrefix(o.Key, "conversation")
 	var b strings.Builder
 	fmt.Fprintf(&b, "pool %q {\n  port = 10000\n", PoolName)
 	switch o.Mode {
@@ -185,7 +187,6 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		b.WriteString("  }\n")
 	}
 	pdEndpoints(&b, "decode", o.Decode)
-	bounded := strings.HasPrefix(o.Key, "prompt_prefix") || strings.HasPrefix(o.Key, "conversation")
 	pdBlocks(&b, o, kvxds, o.Mode == KVXDSHashedDecode && bounded)
 	b.WriteString("}\n\n")
 
@@ -199,6 +200,17 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		}
 		if o.BalanceOn != "" {
 			bf += fmt.Sprintf("    balance_on = %q\n", o.BalanceOn)
+		}
+		on := o.BalanceOn
+		if on == "" && bounded {
+			on = fleet.BalanceOnPromptBytes // the policy's default for these keys
+		}
+		if on == fleet.BalanceOnPromptBytes && o.TimeScale > 0 {
+			// The default interval in simulated time, as a colocated
+			// pool's: left to the policy, it would be wall time, and the
+			// filters would learn the prefill replicas' load TimeScale
+			// times less often than in a deployment.
+			bf += fmt.Sprintf("    load_interval = %q\n", wallDuration(fleet.DefaultLoadInterval, o.TimeScale))
 		}
 		fmt.Fprintf(&b, "  hash {\n    key { %s }\n%s  }\n", o.Key, bf)
 	} else {

@@ -57,6 +57,15 @@ func TestPDPolicies(t *testing.T) {
 					t.Errorf("%s: prefill block %+v", m, pf)
 				} else if kv && pol.Pools[1].Hash.BalanceFactor != 300 {
 					t.Errorf("%s, %s: prefill pool balance factor %d, want 300", m, key, pol.Pools[1].Hash.BalanceFactor)
+				} else if want := time.Duration(0); kv {
+					// A prefill pool bounding prompt bytes learns its
+					// load each simulated second, as deployed.
+					if !strings.HasPrefix(key, "header") {
+						want = time.Second / 5
+					}
+					if got := pol.Pools[1].Hash.LoadInterval; got != want {
+						t.Errorf("%s, %s: prefill pool load_interval %s, want %s", m, key, got, want)
+					}
 				}
 			}
 		}
