@@ -55,10 +55,10 @@ const (
 	// longer for one. With two or more (max_lora 8 and up) slots are not
 	// what requests wait for, their queues are, and each member takes at
 	// most its share. Measured on the multi-LoRA benchmark over five
-	// minutes (docs/benchmarks/workloads.md), seeds
-	// 1–3, at max_lora 4: balance 1.16–1.27 against 1.75–1.88 at 0.5, at
-	// 0.67–0.79× llm-d's client TTFT p95 against 0.52–0.66×; at max_lora
-	// 8, client TTFT p95 135–152 ms against 140–154 ms at 0.5, balance
+	// minutes (docs/benchmarks/workloads.md), seeds 1–3, at max_lora 4:
+	// balance 1.16–1.27 against 1.75–1.88 at 0.5, at 0.67–0.79× llm-d's
+	// client TTFT p95 against 0.52–0.66×; at max_lora 8 (headroom 1),
+	// client TTFT p95 135–152 ms against 140–154 ms at 0.5, balance
 	// 1.37–1.83 against 1.70–2.41.
 	adapterHeadroom = 0.75
 	// minAdapterShare is the share of the pool's logged requests below
