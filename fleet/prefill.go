@@ -191,11 +191,14 @@ func (t *SlotTable) EncodeSlots() string {
 func hexDigit(v uint16) byte { return "0123456789abcdef"[v&0xf] }
 
 // NewSlotTable builds the table of a pool (prefill, or a hash pool's
-// own, with an empty decode): every serving replica (healthy, with a weight) takes the slots it wins by weighted
-// rendezvous hashing of its identity, a replica of weight w competing
-// with w virtual identities. Integer hashes only, so every kvxds instance
-// builds the same table on any machine; a replica joining or leaving
-// moves only the slots it wins or held. Replicas sharing an address are
+// own, with an empty decode): every serving replica (healthy, with a
+// weight) takes its weighted share of the slots, exactly, each slot going
+// to the replica that wins it by weighted rendezvous hashing of its
+// identity while that replica has room (assignSlots), a replica of weight
+// w competing with w virtual identities. Integer hashes only, so every
+// kvxds instance builds the same table on any machine; a replica joining
+// or leaving moves the slots it wins or held and the few that full
+// replicas pass on. Replicas sharing an address are
 // served once, under the lowest identity; a replica that decode also
 // lists (a replica in both roles, which discovery may find) is left out:
 // it decodes.
@@ -257,35 +260,28 @@ func NewSlotTable(prefill, decode *Pool) *SlotTable {
 		t.LoadAt, t.LoadTTL = prefill.LoadAt, LoadTTL(prefill.Hash)
 		t.Went, t.Seen = wentKeys(prefill.Went, t.Hosts), prefill.Seen
 	}
-	// Each virtual identity's hash is the same for every slot but mixed
-	// with the slot's, so a table costs one hash per slot and identity.
-	type vnode struct {
-		seed uint64
-		host uint16
-	}
 	// Weights in lowest terms, so that equal replicas compete with one
-	// identity each whatever their scale.
+	// identity each whatever their scale. Each virtual identity's hash is
+	// the same for every slot but mixed with the slot's, so a table costs
+	// one hash per slot and identity (more for the slots a full replica
+	// passes on).
 	var g uint32
 	for _, m := range ms {
 		g = gcd(g, m.w)
 	}
-	var vs []vnode
+	seeds := make([][]uint64, len(ms))
 	for i, m := range ms {
 		for k := range min(m.w/g, maxPrefillVnodes) {
-			vs = append(vs, vnode{seed: xxhash.Sum64String("prefill\x00" + m.id + "\x00" + strconv.Itoa(int(k))), host: uint16(i)})
+			seeds[i] = append(seeds[i], prefillSeed(m.id, int(k)))
 		}
 	}
-	t.Slots = make([]uint16, PrefillSlots)
-	for s := range t.Slots {
-		best, bestScore := vs[0].host, uint64(0)
-		for j, v := range vs {
-			if score := mix64(v.seed ^ (uint64(s)+1)*0x9e3779b97f4a7c15); j == 0 || score > bestScore {
-				best, bestScore = v.host, score
-			}
-		}
-		t.Slots[s] = best
-	}
+	t.Slots = assignSlots(PrefillSlots, seeds)
 	return t
+}
+
+// prefillSeed is the hash of a replica's k-th virtual identity.
+func prefillSeed(id string, k int) uint64 {
+	return xxhash.Sum64String("prefill\x00" + id + "\x00" + strconv.Itoa(k))
 }
 
 // maxPrefillVnodes caps a replica's virtual identities: a weight beyond it
