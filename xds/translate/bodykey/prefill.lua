@@ -367,28 +367,36 @@ local function adapter_candidates(entry, hosts, v)
   return out, #ms
 end
 
--- Whether host i (named h) can run adapter ad at once, as vLLM's
--- scheduler admits a request: ad is in flight there (then the second
--- result is true too), or fewer adapters are than its slots (aslots,
--- three hex digits per host; nil: always). In flight are the table's
--- adapters and this state's fresh requests', or without a table this
--- state's own. The third result is how many more adapters are in flight
--- there than it has slots (negative: free slots; 0 where ad runs): the
--- adapters waiting there for a slot, at least.
-local function runs(aslots, i, h, ad)
-  if aslots == nil then return true, true, 0 end
+-- Of host i (named h): how many more adapters are in flight there than
+-- it has slots (aslots, three hex digits per host; negative: free
+-- slots), the adapters waiting there for a slot at least, and whether
+-- adapter ad is one of them. In flight are the table's adapters and this
+-- state's fresh requests', or without a table this state's own. Where
+-- its slots are not known (aslots nil), 0 and true: it runs anything.
+local function backlog(aslots, i, h, ad)
+  if aslots == nil then return 0, true end
   local cap = tonumber(sub(aslots, 3 * i + 1, 3 * i + 3), 16)
-  if cap == nil then return true, true, 0 end
+  if cap == nil then return 0, true end
   local g = grun and grun[h]
   local mine = (gload ~= nil and fresh_ad or own_ad)[h]
-  if (g ~= nil and g.set[ad]) or (mine ~= nil and mine[ad] ~= nil) then return true, true, 0 end
   local n = g and g.n or 0
   if mine ~= nil then
     for name in pairs(mine) do
       if g == nil or not g.set[name] then n = n + 1 end
     end
   end
-  return n < cap, false, n - cap
+  local running = (g ~= nil and g.set[ad]) or (mine ~= nil and mine[ad] ~= nil)
+  return n - cap, running and true or false
+end
+
+-- Whether host i (named h) can run adapter ad at once, as vLLM's
+-- scheduler admits a request: ad is in flight there (then the second
+-- result is true too), or fewer adapters are than its slots. The third
+-- result is backlog's count, 0 where ad runs.
+local function runs(aslots, i, h, ad)
+  local over, running = backlog(aslots, i, h, ad)
+  if running then return true, true, 0 end
+  return over < 0, false, over
 end
 
 -- Of the candidate hosts (the adapter's nm replicas first), the first
@@ -428,9 +436,7 @@ local function bounded_list(hosts, slots, cands, nm, factor, w, aslots, ad, v)
         if not overloaded(n, j, e.host, factor, w) then
           local ok, running = runs(aslots, j, e.host, ad)
           if ok and k <= nm then return e.host, j end
-          -- No adapter has the name "\0": its third result is the
-          -- host's adapters in flight less its slots.
-          if running and select(3, runs(aslots, j, e.host, "\0")) < 0 then return e.host, j end
+          if running and backlog(aslots, j, e.host) < 0 then return e.host, j end
         end
         break
       end
