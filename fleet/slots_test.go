@@ -136,3 +136,19 @@ func make40() []uint32 {
 	}
 	return w
 }
+
+// BenchmarkSlotTable times building a pool's table, once per push
+// (docs/benchmarks/hot-keys.md#slot-tables-with-exact-shares).
+func BenchmarkSlotTable(b *testing.B) {
+	for _, n := range []int{8, 100, 1000, 4096} {
+		p := prefillPool(n)
+		for i := range p.Endpoints {
+			p.Endpoints[i].Host = fmt.Sprintf("10.%d.%d.%d", i/65536, (i/256)%256, i%256)
+		}
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for range b.N {
+				NewSlotTable(&p, &Pool{})
+			}
+		})
+	}
+}
