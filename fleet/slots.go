@@ -150,12 +150,21 @@ func slotQuotas(n int, seeds [][]uint64) []int {
 		if c := cmp.Compare(rem[b], rem[a]); c != 0 {
 			return c
 		}
-		return cmp.Compare(mix64(seeds[b][0]), mix64(seeds[a][0]))
+		return cmp.Compare(firstSeed(seeds[b]), firstSeed(seeds[a]))
 	})
 	for _, i := range order[:left] {
 		quota[i]++
 	}
 	return quota
+}
+
+// firstSeed is the hash of a host's first identity (0 for a host with
+// none, whose quota is 0 anyway).
+func firstSeed(ids []uint64) uint64 {
+	if len(ids) == 0 {
+		return 0
+	}
+	return mix64(ids[0])
 }
 
 // heldSlot is a slot a host holds, by the host's score for it.

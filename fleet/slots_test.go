@@ -26,6 +26,7 @@ func TestSlotQuotas(t *testing.T) {
 		{"equal, a remainder", 1024, ids(1, 1, 1, 1, 1, 1), nil},
 		{"more hosts than slots", 4, ids(1, 1, 1, 1, 1, 1, 1, 1), nil},
 		{"no host", 16, nil, []int{}},
+		{"a host with no identity", 4, [][]uint64{{1}, nil, {2}}, []int{2, 0, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q := slotQuotas(tc.n, tc.seeds)
