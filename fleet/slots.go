@@ -19,23 +19,16 @@ import (
 // arithmetic only: every kvxds instance builds the same table.
 func assignSlots(n int, seeds [][]uint64) []uint16 {
 	quota := slotQuotas(n, seeds)
-	score := func(s, h int) uint64 {
-		x := (uint64(s) + 1) * 0x9e3779b97f4a7c15
-		var best uint64
-		for k, seed := range seeds[h] {
-			if v := mix64(seed ^ x); k == 0 || v > best {
-				best = v
-			}
-		}
-		return best
-	}
+	score := func(s, h int) uint64 { return slotScore(seeds[h], s) }
 	slots := make([]uint16, n)
 	// A slot's first proposal scans the hosts for its best; one passed on
 	// scans for its next slotCandidates at once, so a long chain costs few
 	// scans.
 	next := make([][]rank, n)
-	last := make([]rank, n) // the host a slot last proposed to
-	proposed := make([]bool, n)
+	last := make([]rank, n) // the host a slot last proposed to, host -1 for none
+	for s := range last {
+		last[s].host = -1
+	}
 	held := make([]slotHeap, len(seeds))
 	for h, q := range quota {
 		held[h] = make(slotHeap, 0, q)
@@ -47,7 +40,7 @@ func assignSlots(n int, seeds [][]uint64) []uint16 {
 			case len(next[cur]) > 0:
 				best = next[cur][len(next[cur])-1]
 				next[cur] = next[cur][:len(next[cur])-1]
-			case !proposed[cur]:
+			case last[cur].host < 0:
 				for h := range seeds {
 					if quota[h] == 0 {
 						continue
@@ -70,7 +63,7 @@ func assignSlots(n int, seeds [][]uint64) []uint16 {
 				// full for good: some host below always has room.
 				best, next[cur] = buf[len(buf)-1], buf[:len(buf)-1]
 			}
-			last[cur], proposed[cur] = best, true
+			last[cur] = best
 			hp := &held[best.host]
 			in := heldSlot{best.score, cur}
 			if len(*hp) < quota[best.host] {
@@ -87,6 +80,19 @@ func assignSlots(n int, seeds [][]uint64) []uint16 {
 		}
 	}
 	return slots
+}
+
+// slotScore is a host's rendezvous score for slot s: the best of its
+// virtual identities' hashes, each mixed with the slot's.
+func slotScore(ids []uint64, s int) uint64 {
+	x := (uint64(s) + 1) * 0x9e3779b97f4a7c15
+	var best uint64
+	for k, id := range ids {
+		if v := mix64(id ^ x); k == 0 || v > best {
+			best = v
+		}
+	}
+	return best
 }
 
 // rank is a host's place in a slot's ranking.

@@ -90,15 +90,7 @@ func TestAssignSlotsStable(t *testing.T) {
 				}
 			}
 			quota := slotQuotas(PrefillSlots, seeds)
-			score := func(s, h int) uint64 {
-				var best uint64
-				for k, seed := range seeds[h] {
-					if v := mix64(seed ^ (uint64(s)+1)*0x9e3779b97f4a7c15); k == 0 || v > best {
-						best = v
-					}
-				}
-				return best
-			}
+			score := func(s, h int) uint64 { return slotScore(seeds[h], s) }
 			// The lowest-ranked slot each host holds, and its count.
 			held := make([]int, len(seeds))
 			lowest := make([]heldSlot, len(seeds))
