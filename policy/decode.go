@@ -47,6 +47,10 @@ type decoder struct {
 	meshNames map[string]meshName  // mesh cluster name -> its pool (mesh.go)
 	listeners []listener           // pool.go
 	prefills  []prefillLink        // prefill.go
+	// prefillNames are the pools a prefill block names (prefill.go),
+	// known before any pool is decoded: a prefill pool's hash defaults
+	// differ.
+	prefillNames map[string]bool
 }
 
 func (d *decoder) add(diags hcl.Diagnostics) {

@@ -430,3 +430,71 @@ func TestBodyKeyBalanceFactorDefault(t *testing.T) {
 		})
 	}
 }
+
+// A prefill pool keyed on headers alone is bounded by default, loosely and
+// on prompt bytes with a load table, and with it the escape and weights
+// defaults of bounded load; a pool no prefill block names, one that sets
+// balance_factor or balance_on, or one whose filters get no table
+// (load_interval = "0s") keeps what it says or none.
+func TestPrefillBalanceFactorDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name, pool, hash string
+		factor           uint32
+		on               string
+		interval         time.Duration
+	}{
+		{"a prefill pool", "p-prefill", `key { header = "x-session-id" }`, DefaultPrefillBalanceFactor, fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval},
+		{"a pool no prefill block names", "other", `key { header = "x-session-id" }`, 0, "", 0},
+		{"off", "p-prefill", "key { header = \"x-session-id\" }\n    balance_factor = 0", 0, "", 0},
+		{"set", "p-prefill", "key { header = \"x-session-id\" }\n    balance_factor = 150", 150, "", 0},
+		{"on requests", "p-prefill", "key { header = \"x-session-id\" }\n    balance_on = \"requests\"", 0, fleet.BalanceOnRequests, 0},
+		{"no table", "p-prefill", "key { header = \"x-session-id\" }\n    load_interval = \"0s\"", 0, "", 0},
+		{"a prompt_prefix key", "p-prefill", `key { prompt_prefix = 2048 }`, DefaultPromptPrefixBalanceFactor, fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := fmt.Sprintf(`pool "p" {
+  port = 10000
+  load_balancing = "least_request"
+  prefill { pool = "p-prefill" }
+  static {
+    endpoint "10.0.0.1:8000" {}
+  }
+}
+
+pool %q {
+  port = 10001
+  hash {
+    %s
+  }
+  static {
+    endpoint "10.0.1.1:8000" {}
+  }
+}
+`, tc.pool, tc.hash)
+			p, diags := Parse([]byte(src), "p.hcl")
+			if tc.pool != "p-prefill" {
+				// The decode pool names a pool that does not exist.
+				if !diags.HasErrors() {
+					t.Fatal("a prefill block naming no pool was accepted")
+				}
+				p, diags = Parse([]byte(strings.Replace(src, `  prefill { pool = "p-prefill" }`+"\n", "", 1)), "p.hcl")
+			}
+			if diags.HasErrors() {
+				t.Fatalf("unexpected errors:\n%s", Format(diags))
+			}
+			var h fleet.Hash
+			var pool Pool
+			for _, q := range p.Pools {
+				if q.Name == tc.pool {
+					h, pool = q.Hash, q
+				}
+			}
+			if h.BalanceFactor != tc.factor || h.BalanceOn != tc.on || h.LoadInterval != tc.interval {
+				t.Errorf("balance_factor %d on %q every %v; want %d on %q every %v", h.BalanceFactor, h.BalanceOn, h.LoadInterval, tc.factor, tc.on, tc.interval)
+			}
+			if bounded := tc.factor > 0; bounded != (pool.Weights.MaxWeight == 1 && pool.Escape.Sustain == 30*time.Second) {
+				t.Errorf("bounded %v, but weights max %d and sustain %v", bounded, pool.Weights.MaxWeight, pool.Escape.Sustain)
+			}
+		})
+	}
+}

@@ -44,8 +44,12 @@ func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 // when it says enabled = false (hotkeys.go). lora says the pool serves
 // LoRA adapters (an adapters block): BalanceFactor is then
 // DefaultAdaptersBalanceFactor unless set, and the bound counts prompt
-// bytes unless balance_on says otherwise.
-func (d *decoder) hash(spec *hashSpec, lora bool) fleet.Hash {
+// bytes unless balance_on says otherwise. prefill says a decode pool
+// names it as its prefill pool: keyed on headers alone and setting
+// neither balance_factor nor balance_on, it is bounded at
+// DefaultPrefillBalanceFactor on prompt bytes, unless load_interval = "0s"
+// leaves its filters without a table.
+func (d *decoder) hash(spec *hashSpec, lora, prefill bool) fleet.Hash {
 	h := fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 
 	known := true // whether h.Algorithm is what the user asked for
@@ -165,8 +169,17 @@ func (d *decoder) hash(spec *hashSpec, lora bool) fleet.Hash {
 	if lora && spec.BalanceFactor == nil && h.BalanceFactor == 0 {
 		h.BalanceFactor = DefaultAdaptersBalanceFactor
 	}
-	d.balanceOn(spec, &h, lora)
+	prefillBound := prefill && !lora && spec.BalanceFactor == nil && spec.BalanceOn == nil && h.BalanceFactor == 0
+	if prefillBound {
+		h.BalanceFactor = DefaultPrefillBalanceFactor
+	}
+	d.balanceOn(spec, &h, lora || prefillBound)
 	d.loadInterval(spec, &h)
+	if prefillBound && h.LoadInterval == 0 {
+		// Without a table no key is known to be new, and the loose
+		// bound alone would move none.
+		h.BalanceFactor, h.BalanceOn = 0, ""
+	}
 	if spec.BalanceFactor == nil && !lora && h.BalanceFactor == DefaultPromptPrefixBalanceFactor &&
 		(h.BalanceOn != fleet.BalanceOnPromptBytes || h.LoadInterval == 0) {
 		h.BalanceFactor = DefaultUntabledBalanceFactor
@@ -181,12 +194,13 @@ func (d *decoder) hash(spec *hashSpec, lora bool) fleet.Hash {
 // prompt bytes: such keys are shared by requests whose prompts differ
 // in length and in how much of them the replica caches, which a count of
 // requests in flight (decoding ones among them) cannot weigh. So does a
-// bounded pool serving adapters (lora): its Envoys then pick each
-// adapter request's replica where its adapter runs.
-func (d *decoder) balanceOn(spec *hashSpec, h *fleet.Hash, lora bool) {
+// bounded pool serving adapters: its Envoys then pick each adapter
+// request's replica where its adapter runs; and a prefill pool bounded by
+// default. bytes says the pool is one of those two.
+func (d *decoder) balanceOn(spec *hashSpec, h *fleet.Hash, bytes bool) {
 	a := spec.BalanceOn
 	if a == nil {
-		if h.BalanceFactor > 0 && (lora || slices.ContainsFunc(h.Keys, func(k fleet.HashKey) bool { return k.PromptPrefix > 0 || k.Conversation })) {
+		if h.BalanceFactor > 0 && (bytes || slices.ContainsFunc(h.Keys, func(k fleet.HashKey) bool { return k.PromptPrefix > 0 || k.Conversation })) {
 			h.BalanceOn, h.LoadInterval = fleet.BalanceOnPromptBytes, fleet.DefaultLoadInterval
 		}
 		return

@@ -255,6 +255,7 @@ func (d *decoder) policy(body hcl.Body) *Policy {
 	atMostOne(d, spec.Admin, "an", "admin", "", keepOne)
 	p.XDS, p.Admin = d.xdsServer(spec.XDS), d.adminServer(spec.Admin)
 	p.HA = d.ha(spec.HA)
+	d.prefillNames = prefillNames(spec.Pools)
 	for i := range spec.Pools {
 		p.Pools = append(p.Pools, d.pool(&spec.Pools[i]))
 	}

@@ -128,7 +128,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	// too; the first one counts.
 	owner := fmt.Sprintf("Pool %q", name)
 	for i := range spec.Hash {
-		if h := d.hash(&spec.Hash[i], len(spec.Adapters) > 0); i == 0 {
+		if h := d.hash(&spec.Hash[i], len(spec.Adapters) > 0, d.prefillNames[name]); i == 0 {
 			pool.Hash = h
 		}
 	}

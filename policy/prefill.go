@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/kvxds/kvxds/fleet"
 )
@@ -46,6 +47,24 @@ func (d *decoder) poolPrefill(spec *poolSpec, pool *Pool) {
 		d.warnf(spec.Prefill[0].DefRange, "Prefill header not set in the mesh",
 			"Pool %q is served to a mesh's Envoys as endpoints only; they run the mesh's own listeners, not kvxds's Lua filters, so they name no prefill replica. Envoys that take the pool's listener from kvxds do.", pool.Name)
 	}
+}
+
+// prefillNames are the pools the prefill blocks of pools name, where a
+// name is a plain string; the blocks' own decoding reports the rest.
+func prefillNames(pools []poolSpec) map[string]bool {
+	names := map[string]bool{}
+	for _, ps := range pools {
+		for _, pf := range ps.Prefill {
+			if pf.Pool == nil {
+				continue
+			}
+			v, diags := pf.Pool.Expr.Value(nil)
+			if !diags.HasErrors() && v.IsKnown() && !v.IsNull() && v.Type() == cty.String {
+				names[v.AsString()] = true
+			}
+		}
+	}
+	return names
 }
 
 func (d *decoder) prefill(spec *prefillSpec, pool string) (*fleet.Prefill, hcl.Range, bool) {

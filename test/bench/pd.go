@@ -146,11 +146,12 @@ type PDPolicyOptions struct {
 	// its default).
 	MinBodyBytes int
 	// BalanceFactor is the prefill pool's hash balance_factor (0: left
-	// out, the policy's default: 150 for prompt_prefix and conversation
-	// keys, none for a header).
+	// out, the policy's default: 250 for prompt_prefix and conversation
+	// keys, policy.DefaultPrefillBalanceFactor for a header).
 	BalanceFactor int
-	// BalanceOn is the prefill pool's balance_on ("": left out, counting
-	// requests).
+	// BalanceOn is the prefill pool's balance_on ("": left out, prompt
+	// bytes where the factor is the policy's, else requests for a header
+	// key).
 	BalanceOn string
 	TimeScale float64
 	Scrape    time.Duration // wall
@@ -202,8 +203,8 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 			bf += fmt.Sprintf("    balance_on = %q\n", o.BalanceOn)
 		}
 		on := o.BalanceOn
-		if on == "" && bounded {
-			on = fleet.BalanceOnPromptBytes // the policy's default for these keys
+		if on == "" && (bounded || o.BalanceFactor == 0) {
+			on = fleet.BalanceOnPromptBytes // the policy's default for these keys, and a prefill pool's
 		}
 		if on == fleet.BalanceOnPromptBytes && o.TimeScale > 0 {
 			// The default interval in simulated time, as a colocated
@@ -217,7 +218,10 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	}
 	pdEndpoints(&b, "prefill", o.Prefill)
-	pdBlocks(&b, o, kvxds, kvxds && bounded)
+	// The prefill pool is bounded by default whatever its key (a header
+	// key loosely: policy.DefaultPrefillBalanceFactor), unless it is
+	// told to count requests without a factor.
+	pdBlocks(&b, o, kvxds, kvxds && (bounded || o.BalanceFactor > 0 || o.BalanceOn != fleet.BalanceOnRequests))
 	b.WriteString("}\n")
 	return b.String(), nil
 }

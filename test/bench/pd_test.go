@@ -38,33 +38,50 @@ func TestPDPolicies(t *testing.T) {
 	for _, m := range []Mode{RoundRobin, LeastRequest, KVXDS, KVXDSHashedDecode, Index} {
 		for _, key := range []string{`header = "x-session-id"`, "prompt_prefix = 2048", "conversation = true"} {
 			for _, bare := range []bool{false, true} {
-				src, err := PDPolicy(PDPolicyOptions{Mode: m, Prefill: []string{"127.0.0.1:1", "127.0.0.1:2"},
-					Decode: []string{"127.0.0.1:3"}, Key: key, MinBodyBytes: 100, BalanceFactor: 300, TimeScale: 5, Scrape: time.Second, Bare: bare})
-				if err != nil {
-					t.Fatal(err)
-				}
-				pol, diags := policy.Parse([]byte(src), "pd.hcl")
-				if diags.HasErrors() {
-					t.Fatalf("%s, %s: %s\n%s", m, key, policy.Format(diags), src)
-				}
-				if len(pol.Pools) != 2 {
-					t.Fatalf("%s: %d pools", m, len(pol.Pools))
-				}
-				pf := pol.Pools[0].Prefill
-				if kv := m == KVXDS || m == KVXDSHashedDecode; kv != (pf != nil) {
-					t.Errorf("%s: prefill block %+v", m, pf)
-				} else if kv && (pf.Pool != PrefillPoolName || pf.MinBodyBytes != 100) {
-					t.Errorf("%s: prefill block %+v", m, pf)
-				} else if kv && pol.Pools[1].Hash.BalanceFactor != 300 {
-					t.Errorf("%s, %s: prefill pool balance factor %d, want 300", m, key, pol.Pools[1].Hash.BalanceFactor)
-				} else if want := time.Duration(0); kv {
-					// A prefill pool bounding prompt bytes learns its
-					// load each simulated second, as deployed.
-					if !strings.HasPrefix(key, "header") {
-						want = time.Second / 5
+				for _, bf := range []int{0, 300} {
+					src, err := PDPolicy(PDPolicyOptions{Mode: m, Prefill: []string{"127.0.0.1:1", "127.0.0.1:2"},
+						Decode: []string{"127.0.0.1:3"}, Key: key, MinBodyBytes: 100, BalanceFactor: bf, TimeScale: 5, Scrape: time.Second, Bare: bare})
+					if err != nil {
+						t.Fatal(err)
 					}
-					if got := pol.Pools[1].Hash.LoadInterval; got != want {
-						t.Errorf("%s, %s: prefill pool load_interval %s, want %s", m, key, got, want)
+					pol, diags := policy.Parse([]byte(src), "pd.hcl")
+					if diags.HasErrors() {
+						t.Fatalf("%s, %s: %s\n%s", m, key, policy.Format(diags), src)
+					}
+					if len(pol.Pools) != 2 {
+						t.Fatalf("%s: %d pools", m, len(pol.Pools))
+					}
+					header := strings.HasPrefix(key, "header")
+					// The policy's default factor: a header key's
+					// prefill pool is bounded loosely on prompt bytes.
+					wantBF := uint32(bf)
+					switch {
+					case bf > 0:
+					case header:
+						wantBF = policy.DefaultPrefillBalanceFactor
+					default:
+						wantBF = policy.DefaultPromptPrefixBalanceFactor
+					}
+					pf, pp := pol.Pools[0].Prefill, pol.Pools[1]
+					if kv := m == KVXDS || m == KVXDSHashedDecode; kv != (pf != nil) {
+						t.Errorf("%s: prefill block %+v", m, pf)
+					} else if kv && (pf.Pool != PrefillPoolName || pf.MinBodyBytes != 100) {
+						t.Errorf("%s: prefill block %+v", m, pf)
+					} else if kv && pp.Hash.BalanceFactor != wantBF {
+						t.Errorf("%s, %s: prefill pool balance factor %d, want %d", m, key, pp.Hash.BalanceFactor, wantBF)
+					} else if want := time.Duration(0); kv {
+						// A prefill pool bounding prompt bytes learns its
+						// load each simulated second, as deployed, and
+						// holds its replicas' weights as a bounded pool.
+						if !header || bf == 0 {
+							want = time.Second / 5
+						}
+						if got := pp.Hash.LoadInterval; got != want {
+							t.Errorf("%s, %s, factor %d: prefill pool load_interval %s, want %s", m, key, bf, got, want)
+						}
+						if !bare && pp.Weights.MaxWeight != 1 {
+							t.Errorf("%s, %s, factor %d: prefill pool weights up to %d, want 1 (bounded)", m, key, bf, pp.Weights.MaxWeight)
+						}
 					}
 				}
 			}
