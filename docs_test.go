@@ -322,6 +322,19 @@ pool "d" {
   adapters {}
 }
 
+pool "e" {
+  port = 10004
+  hash {
+    key { header = "x-session-id" }
+  }
+}
+
+pool "f" {
+  port           = 10005
+  load_balancing = "least_request"
+  prefill { pool = "e" }
+}
+
 ha {
   kubernetes {
     namespace = "kvxds"
@@ -339,7 +352,7 @@ func TestPolicyDefaults(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatalf("the defaults policy does not load:\n%s", policy.Format(diags))
 	}
-	a, b, c, d := &p.Pools[0], &p.Pools[1], &p.Pools[2], &p.Pools[3]
+	a, b, c, d, e := &p.Pools[0], &p.Pools[1], &p.Pools[2], &p.Pools[3], &p.Pools[4]
 	read := map[string]func() any{
 		"xds.address":                     func() any { return p.XDSAddress },
 		"xds.max_streams_per_address":     func() any { return p.XDS.MaxStreamsPerAddress },
@@ -363,6 +376,7 @@ func TestPolicyDefaults(t *testing.T) {
 		"pool.hash.load_interval with balance_on = \"prompt_bytes\"":                         func() any { return b.Hash.LoadInterval },
 		"pool.hash.balance_factor with an adapters block":                                    func() any { return d.Hash.BalanceFactor },
 		"pool.hash.balance_on with an adapters block and a balance_factor":                   func() any { return d.Hash.BalanceOn },
+		"pool.hash.balance_factor of a prefill pool keyed on headers alone":                  func() any { return e.Hash.BalanceFactor },
 		"pool.hash.keyless": func() any { return a.Hash.Keyless },
 		// Zero: the clients' own cap.
 		"pool.hash.grpc_ring_cap":    func() any { return cmp.Or(a.Hash.GRPCRingCap, fleet.DefaultGRPCRingCap) },
