@@ -1,5 +1,11 @@
 package bench
 
+import (
+	"slices"
+
+	"github.com/kvxds/kvxds/test/sim"
+)
+
 // SwapInFloor is the fewest adapter swap-ins any router could have over
 // the measured requests reqs[warm:] of a fleet with slots adapter slots
 // in all: a lower bound, which routing constraints, queues and the
@@ -55,4 +61,63 @@ func SwapInFloor(reqs []Request, warm, slots int) int {
 		nextUse[a] = next[i]
 	}
 	return max(misses-min(slots, len(last)), 0)
+}
+
+// IdealPrefillTTFT is the prefill TTFT (simulated seconds) of the
+// measured requests reqs[warm:] under an ideal router on replicas prefill
+// replicas of blocks KV blocks each, as engines of cfg compute prompts: a
+// router that knows the whole fleet's cache and when each replica frees.
+// Each prompt computes only what one cache of all the replicas' blocks
+// misses (PrefillUpperBound's hits), alone on its replica, in
+// ceil(tokens / TokenBudget) steps of DecodeStepBase plus tokens at
+// PrefillTokensPerSec; prompts start in arrival order, each on the
+// replica that frees first, as from one queue the replicas pull from (a
+// router binding a request late, when a replica has room, waits no longer
+// than one that binds it at once). The KV transfer and the decode
+// replica's first step come on top, and are left out. It is what routing
+// alone can reach: no router of these replicas has a longer cache or a
+// shorter queue, though engines that batch several short prompts in one
+// step finish those a little sooner. Only an open-loop stream has one:
+// where a request waits for another's reply (a conversation's turns), its
+// arrival depends on the routing, and the quantiles are NaN.
+func IdealPrefillTTFT(reqs []Request, warm, replicas, blocks int, cfg sim.Config) Quantiles {
+	ttft := idealPrefillTimes(reqs, warm, replicas, blocks, cfg)
+	if len(ttft) == 0 {
+		return Quantiles{nan(), nan(), nan()}
+	}
+	return quantiles(ttft)
+}
+
+// idealPrefillTimes is each measured request's TTFT under
+// IdealPrefillTTFT's router, in order; nil where it has none.
+func idealPrefillTimes(reqs []Request, warm, replicas, blocks int, cfg sim.Config) []float64 {
+	if replicas < 1 || warm < 0 || warm >= len(reqs) || cfg.TokenBudget < 1 || !(cfg.PrefillTokensPerSec > 0) || cfg.BlockSize < 1 ||
+		slices.ContainsFunc(reqs, func(r Request) bool { return r.DependsOn >= 0 }) {
+		return nil
+	}
+	c := sim.NewCache(replicas*blocks, cfg.BlockSize)
+	free := make([]float64, replicas) // when each replica frees, simulated seconds
+	var ttft []float64
+	for i, r := range reqs {
+		t := sim.Tokenize(r.Prompt)
+		if len(t) == 0 {
+			continue
+		}
+		miss := max(len(t)-c.Lookup(t[:len(t)-1]), 1)
+		c.Insert(t)
+		steps := (miss + cfg.TokenBudget - 1) / cfg.TokenBudget
+		service := float64(steps)*cfg.DecodeStepBase.Seconds() + float64(miss)/cfg.PrefillTokensPerSec
+		k := 0
+		for j := range free {
+			if free[j] < free[k] {
+				k = j
+			}
+		}
+		at := r.At.Seconds()
+		free[k] = max(free[k], at) + service
+		if i >= warm {
+			ttft = append(ttft, free[k]-at)
+		}
+	}
+	return ttft
 }

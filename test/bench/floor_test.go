@@ -1,9 +1,16 @@
 package bench
 
 import (
+	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/kvxds/kvxds/test/sim"
+	"github.com/kvxds/kvxds/test/workload"
 )
 
 func adapterRequests(names ...string) []Request {
@@ -96,4 +103,52 @@ func exhaustiveFloor(reqs []Request, n, slots int) int {
 		best = min(best, c)
 	}
 	return best
+}
+
+// The ideal router's prefill TTFT: prompts in arrival order on the
+// replica that frees first, each computing what one cache of the whole
+// fleet misses (a prompt extending a cached one computes its new tokens
+// only), in ceil(tokens / budget) steps; none where a request waits for
+// another's reply.
+func TestIdealPrefillTimes(t *testing.T) {
+	words := func(prefix string, n int) string {
+		w := make([]string, n)
+		for i := range w {
+			w[i] = fmt.Sprintf("%s%d", prefix, i)
+		}
+		return strings.Join(w, " ")
+	}
+	req := func(at time.Duration, prompt string) Request {
+		return Request{Request: workload.Request{At: at, Prompt: prompt, DependsOn: -1}}
+	}
+	a := words("a", 10_000)
+	reqs := []Request{
+		req(0, words("w", 100)), // warm-up
+		req(time.Second, a),
+		req(time.Second, words("b", 10_000)),
+		req(time.Second, words("c", 5_000)),
+		req(5*time.Second, a+" "+words("d", 1_600)),
+	}
+	cfg := sim.Config{BlockSize: 16, TokenBudget: 8192, PrefillTokensPerSec: 10_000, DecodeStepBase: 10 * time.Millisecond}
+	got := idealPrefillTimes(reqs, 1, 2, 1000, cfg)
+	// a and b start at once on the two replicas, 1 s and two steps each;
+	// c waits for the first to free (at 2.02 s), then 0.5 s and a step;
+	// the last hits a's 10,000 tokens and computes 1,600 in one step.
+	want := []float64{1.02, 1.02, 1.02 + 0.51, 0.17}
+	if len(got) != len(want) {
+		t.Fatalf("%d times %v, want %v", len(got), got, want)
+	}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Errorf("request %d: %.4f s, want %.4f s", i+1, got[i], want[i])
+		}
+	}
+	// A cache of one replica's blocks on one replica: the last misses.
+	if got := idealPrefillTimes(reqs, 1, 1, 100, cfg); got[3] < 1 {
+		t.Errorf("with a cache of 100 blocks the last prompt took %.3f s, want its whole 11,600 tokens", got[3])
+	}
+	reqs[4].DependsOn = 1
+	if got := IdealPrefillTTFT(reqs, 1, 2, 1000, cfg); !math.IsNaN(got.P95) {
+		t.Errorf("a closed-loop stream has an ideal TTFT %v", got)
+	}
 }

@@ -35,7 +35,7 @@ func (wr *WorkloadReport) pdMarkdownTable(w io.Writer) {
 			vs = num(m.PD.PrefillHitRate/rr.PD.PrefillHitRate, 2) + "×"
 		}
 		if !m.Mode.Live() {
-			fmt.Fprintf(w, "| %s | %s | %s | – | – | – | – | – | – | – | – | – | – | – | – |\n", m.Mode, num(m.PD.PrefillHitRate, 3), vs)
+			fmt.Fprintf(w, "| %s | %s | %s | – | %s | – | – | – | – | – | – | – | – | – | – |\n", m.Mode, num(m.PD.PrefillHitRate, 3), vs, secs(m.PD.ReplicaTTFT.P95))
 			continue
 		}
 		p := m.PD
@@ -63,7 +63,9 @@ func (wr *WorkloadReport) pdMarkdownTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Prefill hit rate: Σ cached / Σ prompt tokens of each measured request's prefill, %s; "+
 		"upper-bound: the prompts through one cache of all %d prefill replicas' blocks, prompts only (a prefill replica never "+
-		"computes the reply). TTFT (replicas): %s. TPOT: (last − first token) / (tokens − 1) per request at the client. Balance: the busiest "+
+		"computes the reply), and its TTFT (replicas) an ideal router's prefill TTFT on an open-loop stream (IdealPrefillTTFT: each "+
+		"prompt computing only what that cache misses, on the replica that frees first; the transfer and the decode step left out). "+
+		"TTFT (replicas): %s. TPOT: (last − first token) / (tokens − 1) per request at the client. Balance: the busiest "+
 		"replica's mean queue depth over the role's mean. Prefills: the decode replicas' sim:pd_remote_prefills_total and "+
 		"sim:pd_local_prefills_total by reason. Prefill keys moved: keys (%s) whose remote prefills ran on more than one "+
 		"prefill replica, of those with at least two. Harness: the mean of client TTFT minus the replicas' TTFT: %s.\n\n",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -186,7 +187,7 @@ func TestPDEnvoy(t *testing.T) {
 		t.Errorf("kvxds %+v, round robin %+v", *kv.PD, *rr.PD)
 	}
 	wr := &WorkloadReport{Name: "chat", DataPlane: Envoy, Replicas: c.Replicas, PD: c.PD, PDKey: SessionHeader,
-		Modes: []ModeResult{rr, kv, PrefillUpperBound(q.Requests, q.Warmup, c.PD.Prefill*q.KVBlocks, 16)}}
+		Modes: []ModeResult{rr, kv, PrefillUpperBound(q.Requests, q.Warmup, c.PD.Prefill, q.KVBlocks, simConfig(q.KVBlocks, 1))}}
 	wr.Targets = Targets(wr)
 	var md bytes.Buffer
 	(&Report{Config: c, Workloads: []WorkloadReport{*wr}}).Markdown(&md)
@@ -336,5 +337,35 @@ func TestPDGRPC(t *testing.T) {
 			t.Logf("%d requests: prefill hit rate %.3f, %.0f tokens transferred per request, TTFT p95 %s (replicas %s), harness %s",
 				len(q.Requests), p.PrefillHitRate, p.TransferredPerRequest, secs(m.ClientTTFT.P95), secs(p.ReplicaTTFT.P95), secs(m.TTFTOverhead))
 		})
+	}
+}
+
+// The goal against round robin names what an ideal router's prefill
+// alone reaches, where the stream has one, and whether that is within
+// the goal.
+func TestPDTargetsIdeal(t *testing.T) {
+	mode := func(m Mode, client, replicas float64) ModeResult {
+		q := Quantiles{P50: client / 2, P95: client, P99: client}
+		r := Quantiles{P50: replicas / 2, P95: replicas, P99: replicas}
+		return ModeResult{Mode: m, ClientTTFT: q, PD: &PDResult{ReplicaTTFT: r, TPOT: Quantiles{0.01, 0.01, 0.01}}}
+	}
+	for _, tc := range []struct {
+		ideal float64
+		want  string
+	}{
+		{4, "an ideal router's prefill alone 4.00s = 0.40×: reachable"},
+		{6, "an ideal router's prefill alone 6.00s = 0.60×: no router reaches 0.5×"},
+		{math.NaN(), ""},
+	} {
+		wr := &WorkloadReport{Name: "trace", PD: PD{6, 2}, Modes: []ModeResult{mode(RoundRobin, 10, 10), mode(KVXDS, 7, 7), mode(UpperBound, math.NaN(), tc.ideal)}}
+		var got string
+		pdTargets(wr, func(goal, measured string, met bool) {
+			if strings.HasSuffix(goal, "≤ 0.5 × round_robin") {
+				got = measured
+			}
+		})
+		if tc.want == "" && strings.Contains(got, "ideal") || !strings.Contains(got, tc.want) {
+			t.Errorf("ideal %v: %q, want it to name %q", tc.ideal, got, tc.want)
+		}
 	}
 }
