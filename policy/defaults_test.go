@@ -432,8 +432,8 @@ func TestBodyKeyBalanceFactorDefault(t *testing.T) {
 }
 
 // A prefill pool keyed on headers alone is bounded by default, loosely and
-// on prompt bytes with a load table, and with it the escape and weights
-// defaults of bounded load; a pool no prefill block names, one that sets
+// on prompt bytes with a load table, keeping the escape and weights
+// defaults of an unbounded pool; a pool no prefill block names, one that sets
 // balance_factor or balance_on, or one whose filters get no table
 // (load_interval = "0s") keeps what it says or none.
 func TestPrefillBalanceFactorDefault(t *testing.T) {
@@ -492,7 +492,9 @@ pool %q {
 			if h.BalanceFactor != tc.factor || h.BalanceOn != tc.on || h.LoadInterval != tc.interval {
 				t.Errorf("balance_factor %d on %q every %v; want %d on %q every %v", h.BalanceFactor, h.BalanceOn, h.LoadInterval, tc.factor, tc.on, tc.interval)
 			}
-			if bounded := tc.factor > 0; bounded != (pool.Weights.MaxWeight == 1 && pool.Escape.Sustain == 30*time.Second) {
+			// The loose default keeps an unbounded pool's escape and
+			// weights: gRPC clients balance the pool's ring by weight.
+			if bounded := tc.factor > 0 && tc.factor != DefaultPrefillBalanceFactor; bounded != (pool.Weights.MaxWeight == 1 && pool.Escape.Sustain == 30*time.Second) {
 				t.Errorf("bounded %v, but weights max %d and sustain %v", bounded, pool.Weights.MaxWeight, pool.Escape.Sustain)
 			}
 		})

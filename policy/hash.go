@@ -48,9 +48,10 @@ func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 // names it as its prefill pool: keyed on headers alone and setting
 // neither balance_factor nor balance_on, it is bounded at
 // DefaultPrefillBalanceFactor on prompt bytes, unless load_interval = "0s"
-// leaves its filters without a table.
-func (d *decoder) hash(spec *hashSpec, lora, prefill bool) fleet.Hash {
-	h := fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
+// leaves its filters without a table; loose reports that bound, which
+// leaves the escape and weights defaults of an unbounded pool.
+func (d *decoder) hash(spec *hashSpec, lora, prefill bool) (h fleet.Hash, loose bool) {
+	h = fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 
 	known := true // whether h.Algorithm is what the user asked for
 	if a := spec.Algorithm; a != nil {
@@ -180,11 +181,12 @@ func (d *decoder) hash(spec *hashSpec, lora, prefill bool) fleet.Hash {
 		// bound alone would move none.
 		h.BalanceFactor, h.BalanceOn = 0, ""
 	}
+	loose = prefillBound && h.BalanceFactor > 0
 	if spec.BalanceFactor == nil && !lora && h.BalanceFactor == DefaultPromptPrefixBalanceFactor &&
 		(h.BalanceOn != fleet.BalanceOnPromptBytes || h.LoadInterval == 0) {
 		h.BalanceFactor = DefaultUntabledBalanceFactor
 	}
-	return h
+	return h, loose
 }
 
 // balanceOn decodes balance_on, once balance_factor has its default: what

@@ -127,9 +127,10 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	// Duplicate blocks are still decoded so that their own problems show
 	// too; the first one counts.
 	owner := fmt.Sprintf("Pool %q", name)
+	loose := false
 	for i := range spec.Hash {
-		if h := d.hash(&spec.Hash[i], len(spec.Adapters) > 0, d.prefillNames[name]); i == 0 {
-			pool.Hash = h
+		if h, l := d.hash(&spec.Hash[i], len(spec.Adapters) > 0, d.prefillNames[name]); i == 0 {
+			pool.Hash, loose = h, l
 		}
 	}
 	atMostOne(d, spec.Hash, "a", "hash", owner, keepOne)
@@ -170,7 +171,9 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	atMostOne(d, spec.Metrics, "a", "metrics", owner, keepOne)
 	// Where Envoy's bounded load acts per request, the escape hatch and
 	// the weights default to moving keys less (weights.DefaultEscapeFor).
-	bounded := pool.Balancer == fleet.ConsistentHash && pool.Hash.BalanceFactor != 0
+	// A prefill pool's loose default bound moves almost no key, and gRPC
+	// clients, which hash its ring without one, balance it by its weights.
+	bounded := pool.Balancer == fleet.ConsistentHash && pool.Hash.BalanceFactor != 0 && !loose
 	pool.Escape = weights.DefaultEscapeFor(bounded)
 	for i := range spec.Escape {
 		if e := d.escape(&spec.Escape[i], bounded); i == 0 {

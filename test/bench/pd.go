@@ -218,10 +218,9 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	}
 	pdEndpoints(&b, "prefill", o.Prefill)
-	// The prefill pool is bounded by default whatever its key (a header
-	// key loosely: policy.DefaultPrefillBalanceFactor), unless it is
-	// told to count requests without a factor.
-	pdBlocks(&b, o, kvxds, kvxds && (bounded || o.BalanceFactor > 0 || o.BalanceOn != fleet.BalanceOnRequests))
+	// A header key's loose default bound (policy.DefaultPrefillBalanceFactor)
+	// keeps an unbounded pool's escape and weights.
+	pdBlocks(&b, o, kvxds, kvxds && (bounded || o.BalanceFactor > 0))
 	b.WriteString("}\n")
 	return b.String(), nil
 }
