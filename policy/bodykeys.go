@@ -61,7 +61,9 @@ const (
 	// lately is bounded at its share of the mean (100), so that a new
 	// conversation opens on a prefill replica not already computing more
 	// than its share; unbounded, sessions hashed to one replica computed
-	// a fifth more than those of another. Measured on chat, P/D 4:4
+	// a fifth more than those of another. It takes a bounded pool's
+	// escape defaults and keeps an unbounded pool's weights, which gRPC
+	// clients balance the pool's ring by. Measured on chat, P/D 4:4
 	// behind 8 Envoys (docs/benchmarks/prefill-decode.md).
 	DefaultPrefillBalanceFactor = 1000
 )

@@ -432,8 +432,9 @@ func TestBodyKeyBalanceFactorDefault(t *testing.T) {
 }
 
 // A prefill pool keyed on headers alone is bounded by default, loosely and
-// on prompt bytes with a load table, keeping the escape and weights
-// defaults of an unbounded pool; a pool no prefill block names, one that sets
+// on prompt bytes with a load table, taking the escape defaults of
+// bounded load and keeping the weights defaults of an unbounded pool; a
+// pool no prefill block names, one that sets
 // balance_factor or balance_on, or one whose filters get no table
 // (load_interval = "0s") keeps what it says or none.
 func TestPrefillBalanceFactorDefault(t *testing.T) {
@@ -492,10 +493,14 @@ pool %q {
 			if h.BalanceFactor != tc.factor || h.BalanceOn != tc.on || h.LoadInterval != tc.interval {
 				t.Errorf("balance_factor %d on %q every %v; want %d on %q every %v", h.BalanceFactor, h.BalanceOn, h.LoadInterval, tc.factor, tc.on, tc.interval)
 			}
-			// The loose default keeps an unbounded pool's escape and
-			// weights: gRPC clients balance the pool's ring by weight.
-			if bounded := tc.factor > 0 && tc.factor != DefaultPrefillBalanceFactor; bounded != (pool.Weights.MaxWeight == 1 && pool.Escape.Sustain == 30*time.Second) {
-				t.Errorf("bounded %v, but weights max %d and sustain %v", bounded, pool.Weights.MaxWeight, pool.Escape.Sustain)
+			// The loose default takes a bounded pool's escape hatch and
+			// keeps an unbounded pool's weights: gRPC clients balance the
+			// pool's ring by weight.
+			if bounded := tc.factor > 0; bounded != (pool.Escape.Sustain == 30*time.Second) {
+				t.Errorf("bounded %v, but sustain %v", bounded, pool.Escape.Sustain)
+			}
+			if static := tc.factor > 0 && tc.factor != DefaultPrefillBalanceFactor; static != (pool.Weights.MaxWeight == 1) {
+				t.Errorf("static weights %v, but weights up to %d", static, pool.Weights.MaxWeight)
 			}
 		})
 	}

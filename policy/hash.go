@@ -49,7 +49,7 @@ func (s hashSpec) defRange() hcl.Range { return s.DefRange }
 // neither balance_factor nor balance_on, it is bounded at
 // DefaultPrefillBalanceFactor on prompt bytes, unless load_interval = "0s"
 // leaves its filters without a table; loose reports that bound, which
-// leaves the escape and weights defaults of an unbounded pool.
+// leaves the weights defaults of an unbounded pool.
 func (d *decoder) hash(spec *hashSpec, lora, prefill bool) (h fleet.Hash, loose bool) {
 	h = fleet.Hash{Algorithm: fleet.DefaultAlgorithm}
 

@@ -171,9 +171,10 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	atMostOne(d, spec.Metrics, "a", "metrics", owner, keepOne)
 	// Where Envoy's bounded load acts per request, the escape hatch and
 	// the weights default to moving keys less (weights.DefaultEscapeFor).
-	// A prefill pool's loose default bound moves almost no key, and gRPC
-	// clients, which hash its ring without one, balance it by its weights.
-	bounded := pool.Balancer == fleet.ConsistentHash && pool.Hash.BalanceFactor != 0 && !loose
+	// A prefill pool's loose default bound takes the escape hatch's, but
+	// keeps moving weights: gRPC clients, which hash its ring without a
+	// bound, balance it by them.
+	bounded := pool.Balancer == fleet.ConsistentHash && pool.Hash.BalanceFactor != 0
 	pool.Escape = weights.DefaultEscapeFor(bounded)
 	for i := range spec.Escape {
 		if e := d.escape(&spec.Escape[i], bounded); i == 0 {
@@ -181,6 +182,7 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 		}
 	}
 	atMostOne(d, spec.Escape, "an", "escape", owner, keepOne)
+	bounded = bounded && !loose
 	pool.Weights = weights.DefaultWeightingFor(bounded)
 	for i := range spec.Weights {
 		if w := d.weights(&spec.Weights[i], bounded); i == 0 {

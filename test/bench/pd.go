@@ -218,9 +218,11 @@ func PDPolicy(o PDPolicyOptions) (string, error) {
 		b.WriteString("  load_balancing = \"round_robin\"\n")
 	}
 	pdEndpoints(&b, "prefill", o.Prefill)
-	// A header key's loose default bound (policy.DefaultPrefillBalanceFactor)
-	// keeps an unbounded pool's escape and weights.
-	pdBlocks(&b, o, kvxds, kvxds && (bounded || o.BalanceFactor > 0))
+	// The prefill pool is bounded by default whatever its key (a header
+	// key loosely: policy.DefaultPrefillBalanceFactor, which keeps an
+	// unbounded pool's weights), unless it is told to count requests
+	// without a factor.
+	pdBlocks(&b, o, kvxds, kvxds && (bounded || o.BalanceFactor > 0 || o.BalanceOn != fleet.BalanceOnRequests))
 	b.WriteString("}\n")
 	return b.String(), nil
 }
