@@ -171,9 +171,9 @@ func (d *decoder) pool(spec *poolSpec) Pool {
 	atMostOne(d, spec.Metrics, "a", "metrics", owner, keepOne)
 	// Where Envoy's bounded load acts per request, the escape hatch and
 	// the weights default to moving keys less (weights.DefaultEscapeFor).
-	// A prefill pool's loose default bound takes the escape hatch's, but
-	// keeps moving weights: gRPC clients, which hash its ring without a
-	// bound, balance it by them.
+	// A prefill pool's loose default bound takes the bounded escape
+	// defaults but keeps moving weights: gRPC clients, which hash its
+	// ring without a bound, balance it by them.
 	bounded := pool.Balancer == fleet.ConsistentHash && pool.Hash.BalanceFactor != 0
 	pool.Escape = weights.DefaultEscapeFor(bounded)
 	for i := range spec.Escape {
