@@ -75,9 +75,9 @@ func SwapInFloor(reqs []Request, warm, slots int) int {
 // router binding a request late, when a replica has room, waits no longer
 // than one that binds it at once). The KV transfer and the decode
 // replica's first step come on top, and are left out. It is what routing
-// alone can reach: no router of these replicas has a longer cache or a
+// alone can reach: no router of these replicas has a larger cache or a
 // shorter queue, though engines that batch several short prompts in one
-// step finish those a little sooner. Only an open-loop stream has one:
+// step finish those a little sooner, so it is a reference, not a proof. Only an open-loop stream has one:
 // where a request waits for another's reply (a conversation's turns), its
 // arrival depends on the routing, and the quantiles are NaN.
 func IdealPrefillTTFT(reqs []Request, warm, replicas, blocks int, cfg sim.Config) Quantiles {
