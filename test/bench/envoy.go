@@ -816,6 +816,10 @@ func streamCompletion(ctx context.Context, hc *http.Client, addr string, hdrs []
 		pd.Prompt, _ = strconv.Atoi(v)
 		pd.Cached, _ = strconv.Atoi(resp.Header.Get(sim.HeaderPrefillCached))
 		pd.Transferred, _ = strconv.Atoi(resp.Header.Get(sim.HeaderTransferred))
+		pd.TTFT = nan()
+		if f, err := strconv.ParseFloat(resp.Header.Get(sim.HeaderPrefillTTFT), 64); err == nil {
+			pd.TTFT = f
+		}
 		res.PD = pd
 	}
 	// Server-sent events, one chunk per token: count them without

@@ -187,13 +187,20 @@ func TestPDEnvoy(t *testing.T) {
 	if !(kv.PD.PrefillHitRate > rr.PD.PrefillHitRate) || kv.PD.LocalNoHeader == 0 || rr.PD.LocalNoHeader != 0 {
 		t.Errorf("kvxds %+v, round robin %+v", *kv.PD, *rr.PD)
 	}
+	// The prefill replicas' own TTFT, from the decode replicas' headers:
+	// some of the replicas' whole.
+	for _, m := range []ModeResult{kv, rr} {
+		if p := m.PD; !(p.PrefillTTFT.P50 > 0) || !(p.PrefillTTFT.P95 < p.ReplicaTTFT.P95) {
+			t.Errorf("%s TTFT: prefill %v, replicas %v", m.Mode, p.PrefillTTFT, p.ReplicaTTFT)
+		}
+	}
 	wr := &WorkloadReport{Name: "chat", DataPlane: Envoy, Replicas: c.Replicas, PD: c.PD, PDKey: SessionHeader,
 		Modes: []ModeResult{rr, kv, PrefillUpperBound(q.Requests, q.Warmup, c.PD.Prefill, q.KVBlocks, simConfig(q.KVBlocks, 1))}}
 	wr.Targets = Targets(wr)
 	var md bytes.Buffer
 	(&Report{Config: c, Workloads: []WorkloadReport{*wr}}).Markdown(&md)
 	for _, want := range []string{"## chat, envoy data plane, prefill/decode 2:2", "| mode | prefill hit rate | × RR |",
-		"TTFT p95 (replicas)", "TPOT p50 / p95", "balance: prefill / decode", "prefills: remote / local (no header, failed)",
+		"TTFT p95 (replicas: all / prefill)", "TPOT p50 / p95", "balance: prefill / decode", "prefills: remote / local (no header, failed)",
 		"KV transferred per request", "| upper-bound |", "chat-envoy-pd2x2 | kvxds client TTFT p95 ≤ 0.5 × round_robin",
 		"kvxds TPOT p95 ≤ round_robin's"} {
 		if !strings.Contains(md.String(), want) {
@@ -209,7 +216,8 @@ func TestPDEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	col := slices.Index(rows[0], "prefill_hit_rate")
-	if len(rows) != 4 || col < 0 || rows[2][col] == "" || !slices.Contains(rows[0], "tpot_p95_s") || !slices.Contains(rows[0], "replica_ttft_p95_s") {
+	if len(rows) != 4 || col < 0 || rows[2][col] == "" || !slices.Contains(rows[0], "tpot_p95_s") || !slices.Contains(rows[0], "replica_ttft_p95_s") ||
+		!slices.Contains(rows[0], "prefill_ttft_p95_s") {
 		t.Errorf("results.csv: %v", rows)
 	}
 	t.Logf("prefill hit rate %.3f (round robin %.3f), TTFT p95 %s (%s), TPOT p95 %s (%s), %d local of %d",
@@ -332,6 +340,10 @@ func TestPDGRPC(t *testing.T) {
 			if !(p.ReplicaTTFT.P50 > 0) || !(m.TTFTOverhead > 0) || !(m.ClientTTFT.P50 > p.ReplicaTTFT.P50) {
 				t.Errorf("TTFT p50: client %v, replicas %v; harness %v", m.ClientTTFT.P50, p.ReplicaTTFT.P50, m.TTFTOverhead)
 			}
+			// The prefill replicas' own part: some of the replicas' whole.
+			if !(p.PrefillTTFT.P50 > 0) || !(p.PrefillTTFT.P50 < p.ReplicaTTFT.P50) {
+				t.Errorf("TTFT p50: prefill %v, replicas %v", p.PrefillTTFT.P50, p.ReplicaTTFT.P50)
+			}
 			if mode == KVXDS && (p.PrefillSessionsMoved != 0 || p.PrefillSessions == 0) {
 				t.Errorf("prefill keys moved: %d of %d", p.PrefillSessionsMoved, p.PrefillSessions)
 			}
@@ -348,7 +360,7 @@ func TestPDTargetsIdeal(t *testing.T) {
 	mode := func(m Mode, client, replicas float64) ModeResult {
 		q := Quantiles{P50: client / 2, P95: client, P99: client}
 		r := Quantiles{P50: replicas / 2, P95: replicas, P99: replicas}
-		return ModeResult{Mode: m, ClientTTFT: q, PD: &PDResult{ReplicaTTFT: r, TPOT: Quantiles{0.01, 0.01, 0.01}}}
+		return ModeResult{Mode: m, ClientTTFT: q, PD: &PDResult{ReplicaTTFT: r, PrefillTTFT: r, TPOT: Quantiles{0.01, 0.01, 0.01}}}
 	}
 	for _, tc := range []struct {
 		ideal float64

@@ -47,6 +47,9 @@ type reqResult struct {
 type pdAccount struct {
 	Replica                     string
 	Prompt, Cached, Transferred int
+	// TTFT is the prefill replica's own TTFT (simulated seconds: its
+	// queue and prefill), NaN where not reported.
+	TTFT float64
 }
 
 // Sample is one reading of every replica's state.

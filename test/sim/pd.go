@@ -84,6 +84,7 @@ const (
 	MDPrefillCached  = "x-prefill-cached-tokens"
 	MDPrefillPrompt  = "x-prefill-prompt-tokens"
 	MDTransferred    = "x-transferred-tokens"
+	MDPrefillTTFT    = "x-prefill-ttft-seconds"
 )
 
 // The same as HTTP response headers of a decode replica.
@@ -92,6 +93,7 @@ const (
 	HeaderPrefillCached  = "X-Prefill-Cached-Tokens"
 	HeaderPrefillPrompt  = "X-Prefill-Prompt-Tokens"
 	HeaderTransferred    = "X-Transferred-Tokens"
+	HeaderPrefillTTFT    = "X-Prefill-Ttft-Seconds" // simulated seconds
 )
 
 // pdResult is a decode replica's account of a request's prefill.
@@ -100,6 +102,9 @@ type pdResult struct {
 	Cached      int    // its cached tokens for the request
 	Prompt      int    // its prompt tokens for the request
 	Transferred int    // prompt tokens whose KV came from it
+	// TTFT is the prefill replica's own TTFT for the request (simulated
+	// seconds: its queue and prefill), 0 when prefilled locally.
+	TTFT float64
 }
 
 func (p pdResult) md() []string {
@@ -108,6 +113,7 @@ func (p pdResult) md() []string {
 		MDPrefillCached, strconv.Itoa(p.Cached),
 		MDPrefillPrompt, strconv.Itoa(p.Prompt),
 		MDTransferred, strconv.Itoa(p.Transferred),
+		MDPrefillTTFT, strconv.FormatFloat(p.TTFT, 'f', 6, 64),
 	}
 }
 
@@ -116,6 +122,7 @@ func (p pdResult) setHeaders(h http.Header) {
 	h.Set(HeaderPrefillCached, strconv.Itoa(p.Cached))
 	h.Set(HeaderPrefillPrompt, strconv.Itoa(p.Prompt))
 	h.Set(HeaderTransferred, strconv.Itoa(p.Transferred))
+	h.Set(HeaderPrefillTTFT, strconv.FormatFloat(p.TTFT, 'f', 6, 64))
 }
 
 // remotePrefill is what a prefill replica reported for its max_tokens = 1
@@ -208,7 +215,7 @@ func (r *Replica) receiveKV(ctx context.Context, q *request, rp remotePrefill) e
 	q.readyAt = q.arrival + float64(q.transferred)*r.cfg.TransferPerToken.Seconds()
 	q.remoteKV = true
 	q.out.mu.Lock()
-	q.out.pd = pdResult{Replica: rp.replica, Cached: rp.cached, Prompt: rp.prompt, Transferred: q.transferred}
+	q.out.pd = pdResult{Replica: rp.replica, Cached: rp.cached, Prompt: rp.prompt, Transferred: q.transferred, TTFT: rp.ttft}
 	q.out.mu.Unlock()
 
 	timer := time.NewTimer(time.Until(r.wallAt(q.readyAt)))

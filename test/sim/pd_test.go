@@ -26,8 +26,10 @@ import (
 type pdReply struct {
 	text           string
 	prompt, cached int
-	ttft           float64
-	pd             pdResult
+	// ttft is the decode replica's; prefillTTFT the prefill replica's
+	// own, as the decode replica reports it.
+	ttft, prefillTTFT float64
+	pd                pdResult
 }
 
 // pdCall sends prompt to the replica at addr, naming prefiller in
@@ -77,8 +79,12 @@ func grpcPDCall(t *testing.T, ctx context.Context, addr, prompt string, maxToken
 	if err != nil {
 		t.Fatal(err)
 	}
+	pttft, err := strconv.ParseFloat(one(MDPrefillTTFT), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return pdReply{
-		text: text.String(), prompt: atoi(t, one(MDPromptTokens)), cached: atoi(t, one(MDCachedTokens)), ttft: ttft,
+		text: text.String(), prompt: atoi(t, one(MDPromptTokens)), cached: atoi(t, one(MDCachedTokens)), ttft: ttft, prefillTTFT: pttft,
 		pd: pdResult{Replica: one(MDPrefillReplica), Cached: atoi(t, one(MDPrefillCached)),
 			Prompt: atoi(t, one(MDPrefillPrompt)), Transferred: atoi(t, one(MDTransferred))},
 	}
@@ -130,6 +136,9 @@ func httpPDCall(stream bool) pdCall {
 			t.Errorf("usage %+v, headers %v", u, h)
 		}
 		if rep.ttft, err = strconv.ParseFloat(h.Get(HeaderTTFT), 64); err != nil {
+			t.Fatal(err)
+		}
+		if rep.prefillTTFT, err = strconv.ParseFloat(h.Get(HeaderPrefillTTFT), 64); err != nil {
 			t.Fatal(err)
 		}
 		rep.pd = pdResult{Replica: h.Get(HeaderPrefillReplica), Cached: atoi(t, h.Get(HeaderPrefillCached)),
@@ -213,6 +222,10 @@ func TestPDRemotePrefill(t *testing.T) {
 			want := cfg.stepSeconds(400, 0) + 400*perToken + cfg.stepSeconds(1, 0)
 			if math.Abs(rep.ttft-want) > 2e-6 {
 				t.Errorf("TTFT %.6f, want %.6f", rep.ttft, want)
+			}
+			// Of which the prefill replica's own, reported apart.
+			if want := cfg.stepSeconds(400, 0); math.Abs(rep.prefillTTFT-want) > 2e-6 {
+				t.Errorf("prefill TTFT %.6f, want %.6f", rep.prefillTTFT, want)
 			}
 
 			ps, ds := p.Stats(), d.Stats()
