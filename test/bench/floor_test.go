@@ -105,19 +105,23 @@ func exhaustiveFloor(reqs []Request, n, slots int) int {
 	return best
 }
 
+// distinctWords is a prompt of n words, each a token of its own:
+// prefix0 prefix1 ...
+func distinctWords(prefix string, n int) string {
+	w := make([]string, n)
+	for i := range w {
+		w[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return strings.Join(w, " ")
+}
+
 // The ideal router's prefill TTFT: prompts in arrival order on the
 // replica that frees first, each computing what one cache of the whole
 // fleet misses (a prompt extending a cached one computes its new tokens
 // only), in ceil(tokens / budget) steps; none where a request waits for
 // another's reply.
 func TestIdealPrefillTimes(t *testing.T) {
-	words := func(prefix string, n int) string {
-		w := make([]string, n)
-		for i := range w {
-			w[i] = fmt.Sprintf("%s%d", prefix, i)
-		}
-		return strings.Join(w, " ")
-	}
+	words := distinctWords
 	req := func(at time.Duration, prompt string) Request {
 		return Request{Request: workload.Request{At: at, Prompt: prompt, DependsOn: -1}}
 	}

@@ -1,11 +1,9 @@
 package bench
 
 import (
-	"fmt"
 	"math"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,13 +15,7 @@ import (
 // sees the prompt it placed a moment before; routers that each place one
 // of a batch do not see each other's, and pile onto the same replica.
 func TestReplayPrefill(t *testing.T) {
-	words := func(prefix string, n int) string {
-		w := make([]string, n)
-		for i := range w {
-			w[i] = fmt.Sprintf("%s%d", prefix, i)
-		}
-		return strings.Join(w, " ")
-	}
+	words := distinctWords
 	req := func(at time.Duration, key, prompt string) Request {
 		return Request{Request: workload.Request{At: at, Prompt: prompt, Session: key, DependsOn: -1}}
 	}
