@@ -91,8 +91,7 @@ func IdealPrefillTTFT(reqs []Request, warm, replicas, blocks int, cfg sim.Config
 // idealPrefillTimes is each measured request's TTFT under
 // IdealPrefillTTFT's router, in order; nil where it has none.
 func idealPrefillTimes(reqs []Request, warm, replicas, blocks int, cfg sim.Config) []float64 {
-	if replicas < 1 || warm < 0 || warm >= len(reqs) || cfg.TokenBudget < 1 || !(cfg.PrefillTokensPerSec > 0) || cfg.BlockSize < 1 ||
-		slices.ContainsFunc(reqs, func(r Request) bool { return r.DependsOn >= 0 }) {
+	if !queueModel(reqs, warm, replicas, cfg) {
 		return nil
 	}
 	c := sim.NewCache(replicas*blocks, cfg.BlockSize)
@@ -105,8 +104,7 @@ func idealPrefillTimes(reqs []Request, warm, replicas, blocks int, cfg sim.Confi
 		}
 		miss := max(len(t)-c.Lookup(t[:len(t)-1]), 1)
 		c.Insert(t)
-		steps := (miss + cfg.TokenBudget - 1) / cfg.TokenBudget
-		service := float64(steps)*cfg.DecodeStepBase.Seconds() + float64(miss)/cfg.PrefillTokensPerSec
+		service := prefillSeconds(miss, cfg)
 		k := 0
 		for j := range free {
 			if free[j] < free[k] {
@@ -120,4 +118,21 @@ func idealPrefillTimes(reqs []Request, warm, replicas, blocks int, cfg sim.Confi
 		}
 	}
 	return ttft
+}
+
+// queueModel reports whether the queue model of IdealPrefillTTFT and
+// ReplayPrefill applies: replicas to place on, a measured part, an engine
+// that computes prompts, and an open-loop stream (no request waits for
+// another's reply, whose arrival would depend on the routing).
+func queueModel(reqs []Request, warm, replicas int, cfg sim.Config) bool {
+	return replicas >= 1 && warm >= 0 && warm < len(reqs) && cfg.TokenBudget >= 1 && cfg.PrefillTokensPerSec > 0 && cfg.BlockSize >= 1 &&
+		!slices.ContainsFunc(reqs, func(r Request) bool { return r.DependsOn >= 0 })
+}
+
+// prefillSeconds is how long an engine of cfg computes miss prompt
+// tokens alone: ceil(miss / TokenBudget) steps of DecodeStepBase, plus
+// the tokens at PrefillTokensPerSec.
+func prefillSeconds(miss int, cfg sim.Config) float64 {
+	steps := (miss + cfg.TokenBudget - 1) / cfg.TokenBudget
+	return float64(steps)*cfg.DecodeStepBase.Seconds() + float64(miss)/cfg.PrefillTokensPerSec
 }

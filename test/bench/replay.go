@@ -66,8 +66,7 @@ type ReplayRule struct {
 // a guide to what a rule costs, not a bound. Nil where a request waits
 // for another's reply.
 func ReplayPrefill(reqs []Request, warm, replicas, blocks int, cfg sim.Config, rule ReplayRule) []float64 {
-	if replicas < 1 || warm < 0 || warm >= len(reqs) || cfg.TokenBudget < 1 || !(cfg.PrefillTokensPerSec > 0) || cfg.BlockSize < 1 ||
-		slices.ContainsFunc(reqs, func(r Request) bool { return r.DependsOn >= 0 }) {
+	if !queueModel(reqs, warm, replicas, cfg) {
 		return nil
 	}
 	routers := max(rule.Routers, 1)
@@ -114,10 +113,7 @@ func ReplayPrefill(reqs []Request, warm, replicas, blocks int, cfg sim.Config, r
 		for k := range miss {
 			miss[k] = float64(max(len(toks)-caches[k].Lookup(toks[:len(toks)-1]), 1))
 		}
-		service := func(k int) float64 {
-			steps := (int(miss[k]) + cfg.TokenBudget - 1) / cfg.TokenBudget
-			return float64(steps)*cfg.DecodeStepBase.Seconds() + miss[k]/rate
-		}
+		service := func(k int) float64 { return prefillSeconds(int(miss[k]), cfg) }
 		router := i % routers
 		var pick int
 		switch rule.Place {
