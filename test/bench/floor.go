@@ -91,7 +91,7 @@ func IdealPrefillTTFT(reqs []Request, warm, replicas, blocks int, cfg sim.Config
 // idealPrefillTimes is each measured request's TTFT under
 // IdealPrefillTTFT's router, in order; nil where it has none.
 func idealPrefillTimes(reqs []Request, warm, replicas, blocks int, cfg sim.Config) []float64 {
-	if !queueModel(reqs, warm, replicas, cfg) {
+	if !queueModel(reqs, warm, replicas, cfg) || !openLoop(reqs) {
 		return nil
 	}
 	c := sim.NewCache(replicas*blocks, cfg.BlockSize)
@@ -121,12 +121,16 @@ func idealPrefillTimes(reqs []Request, warm, replicas, blocks int, cfg sim.Confi
 }
 
 // queueModel reports whether the queue model of IdealPrefillTTFT and
-// ReplayPrefill applies: replicas to place on, a measured part, an engine
-// that computes prompts, and an open-loop stream (no request waits for
-// another's reply, whose arrival would depend on the routing).
+// ReplayPrefill applies: replicas to place on, a measured part, and an
+// engine that computes prompts.
 func queueModel(reqs []Request, warm, replicas int, cfg sim.Config) bool {
-	return replicas >= 1 && warm >= 0 && warm < len(reqs) && cfg.TokenBudget >= 1 && cfg.PrefillTokensPerSec > 0 && cfg.BlockSize >= 1 &&
-		!slices.ContainsFunc(reqs, func(r Request) bool { return r.DependsOn >= 0 })
+	return replicas >= 1 && warm >= 0 && warm < len(reqs) && cfg.TokenBudget >= 1 && cfg.PrefillTokensPerSec > 0 && cfg.BlockSize >= 1
+}
+
+// openLoop reports whether no request of reqs waits for another's reply,
+// whose arrival would depend on the routing.
+func openLoop(reqs []Request) bool {
+	return !slices.ContainsFunc(reqs, func(r Request) bool { return r.DependsOn >= 0 })
 }
 
 // prefillSeconds is how long an engine of cfg computes miss prompt

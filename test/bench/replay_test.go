@@ -54,11 +54,27 @@ func TestReplayPrefill(t *testing.T) {
 	if got, want := ReplayPrefill(reqs, 1, 2, 1000, cfg, ReplayRule{Place: PlaceEarliest}), idealPrefillTimes(reqs, 1, 2, 1000, cfg); !slices.Equal(got, want) {
 		t.Errorf("earliest %v, ideal %v", got, want)
 	}
-	// A conversation's turns wait for each other's replies: no replay.
+	// A turn waits for its dependency's reply (10 tokens, a step each):
+	// b arrives at 1.61 s, once a is computed, and the two routers no
+	// longer pile up.
 	dep := slices.Clone(reqs)
-	dep[2].DependsOn = 1
-	if got := ReplayPrefill(dep, 1, 2, 1000, cfg, ReplayRule{}); got != nil {
-		t.Errorf("closed loop: %v, want none", got)
+	dep[1].MaxTokens, dep[2].DependsOn = 10, 1
+	if got := ReplayPrefill(dep, 1, 2, 1000, cfg, ReplayRule{Place: PlaceLeast, Routers: 2}); !slices.Equal(got, []float64{one, one}) {
+		t.Errorf("closed loop: %v, want [%v %v]", got, one, one)
+	}
+	// Routers that learn of each other's prompts from a table every 10 s
+	// do not see a (placed at 1 s) when b comes at 1.2 s: b waits behind
+	// it, until 1.51 s. Without a table the router sees it.
+	late := slices.Clone(reqs)
+	late[2].At = 1200 * time.Millisecond
+	for _, tc := range []struct {
+		table float64
+		want  float64
+	}{{10, 0.31 + one}, {0, one}} {
+		got := ReplayPrefill(late, 1, 2, 1000, cfg, ReplayRule{Place: PlaceLeast, Routers: 2, Table: tc.table})
+		if len(got) != 2 || math.Abs(got[1]-tc.want) > 1e-9 {
+			t.Errorf("table every %v s: %v, want b %.2f s", tc.table, got, tc.want)
+		}
 	}
 }
 
@@ -91,13 +107,17 @@ func TestReplaySlot(t *testing.T) {
 		{"new, its replica over the mean", PlaceSlot, at(map[int]float64{o[0]: 10000}), nil, o[1]},
 		{"new, sampled where there is room", PlaceSampled, at(map[int]float64{o[0]: 9000, o[1]: 9000, o[2]: 9000}), nil, o[3]},
 		{"new, the least of three", PlaceLeastOfThree, at(map[int]float64{o[0]: 3000, o[1]: 2000, o[2]: 2500}), nil, o[1]},
+		{"new, where the fewest tokens were sent", PlaceFewestSent, at(map[int]float64{o[2]: 5000}), nil, o[2]},
+		{"placed, where the fewest tokens were sent", PlaceFewestSent, at(nil), map[string]int{key: o[1]}, o[1]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			went := tc.went
 			if went == nil {
 				went = map[string]int{}
 			}
-			if got := replaySlot(tc.place, key, 1000, tc.load, went); got != tc.want {
+			// Sent: the most to o[0], the fewest to o[2].
+			sent := at(map[int]float64{o[0]: 9000, o[1]: 8000, o[3]: 7000})
+			if got := replaySlot(tc.place, key, 1000, tc.load, went, ReplayFactor, sent); got != tc.want {
 				t.Errorf("replica %d, want %d (order %v, load %v)", got, tc.want, o, tc.load)
 			}
 		})
@@ -150,5 +170,72 @@ func TestReplayMooncake(t *testing.T) {
 	}
 	if i := results["the ideal router"]; !(i[0] < 0.5*rr) {
 		t.Errorf("the ideal router %.2f s, round robin %.2f s: want under half", i[0], rr)
+	}
+}
+
+// TestReplayChat replays the chat workload at P/D 4:4 and load 0.7 (five
+// seeds; KVXDS_REPLAY=1, about a minute) under the index router's rule
+// and under table rules of 8 routers, each session's turns through one,
+// as the bench's Envoys send them: the table of
+// docs/benchmarks/prefill-decode.md. In it the index router's tail is
+// shorter than kvxds's rule's; placing new sessions, and turns that
+// find little of their prompt cached, where the fewest tokens were sent
+// is shorter still when one router counts every prompt, and longer than
+// the index router's when 8 learn the count from a table every second.
+func TestReplayChat(t *testing.T) {
+	if os.Getenv("KVXDS_REPLAY") == "" {
+		t.Skip("KVXDS_REPLAY=1 replays the chat workload")
+	}
+	kvxds := ReplayRule{Place: PlaceSlot, Routers: 8, Sticky: true, Table: 1, Factor: 1000}
+	fewest := func(routers int, table float64) ReplayRule {
+		return ReplayRule{Place: PlaceFewestSent, Routers: routers, Sticky: true, Table: table, Factor: 1000, Replace: 0.3}
+	}
+	rules := []struct {
+		name string
+		rule ReplayRule
+	}{
+		{"in turn", ReplayRule{Place: PlaceTurn}},
+		{"the index router", ReplayRule{Place: PlaceIndex}},
+		{"kvxds's rule, 8 routers, a table every second", kvxds},
+		{"kvxds's rule, 8 routers, a table every 0.25 s", ReplayRule{Place: PlaceSlot, Routers: 8, Sticky: true, Table: 0.25, Factor: 1000}},
+		{"kvxds's rule, 8 routers, a table every 0.1 s", ReplayRule{Place: PlaceSlot, Routers: 8, Sticky: true, Table: 0.1, Factor: 1000}},
+		{"kvxds's rule, one router", ReplayRule{Place: PlaceSlot, Factor: 1000}},
+		{"fewest sent, one router", ReplayRule{Place: PlaceFewestSent, Factor: 1000}},
+		{"fewest sent or little cached, one router", fewest(1, 0)},
+		{"the same, 8 routers each counting its own", fewest(8, 1e9)},
+		{"the same, 8 routers, a table every second", fewest(8, 1)},
+		{"the same, 8 routers, a table every 0.25 s", fewest(8, 0.25)},
+		{"the same, 8 routers, a table every 0.1 s", fewest(8, 0.1)},
+		{"the same, 8 routers, a table every 0.03 s", fewest(8, 0.03)},
+	}
+	means := map[string]float64{}
+	const seeds = 5
+	for seed := uint64(1); seed <= seeds; seed++ {
+		c := Config{Workloads: []string{"chat"}, PD: PD{Prefill: 4, Decode: 4}, Load: 0.7, Seed: seed}.Defaults()
+		p, err := planWorkload(c, "chat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _, _, err := pdKey(c, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := simConfig(p.KVBlocks, 1)
+		for _, r := range rules {
+			p95 := quantiles(ReplayPrefill(q.Requests, q.Warmup, c.PD.Prefill, p.KVBlocks, cfg, r.rule)).P95
+			means[r.name] += p95 / seeds
+			t.Logf("seed %d, %-50s %.0f ms", seed, r.name, 1000*p95)
+		}
+	}
+	for _, r := range rules {
+		t.Logf("%-50s %.0f ms (%.2f× the index router's)", r.name, 1000*means[r.name], means[r.name]/means["the index router"])
+	}
+	index, deployed := means["the index router"], means["kvxds's rule, 8 routers, a table every second"]
+	if !(index < deployed) {
+		t.Errorf("the index router %.0f ms, kvxds's rule %.0f ms: want the router shorter", 1000*index, 1000*deployed)
+	}
+	if one, table := means["fewest sent or little cached, one router"], means["the same, 8 routers, a table every second"]; !(one < index && table > index) {
+		t.Errorf("fewest sent: one router %.0f ms, 8 with a table every second %.0f ms, the index router %.0f ms: want the router between them",
+			1000*one, 1000*table, 1000*index)
 	}
 }
