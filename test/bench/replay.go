@@ -138,19 +138,15 @@ func ReplayPrefill(reqs []Request, warm, replicas, blocks int, cfg sim.Config, r
 	}
 	next := 0
 	var ttft []float64
-	// seenAt is when router k's view of the others' prompts was taken.
-	seenAt := func(t float64) float64 {
-		if rule.Table > 0 {
-			return table
-		}
-		return t
-	}
 	// load is each replica's load at t as router k sees it: its own
 	// prompts, and the others' placed before its view (before t, or at
 	// the last table) and not computed by then.
 	load := func(k int, t float64) []float64 {
 		l := make([]float64, replicas)
-		at := seenAt(t)
+		at := t
+		if rule.Table > 0 {
+			at = table
+		}
 		for _, o := range open {
 			if o.end <= t {
 				continue
@@ -195,9 +191,9 @@ func ReplayPrefill(reqs []Request, warm, replicas, blocks int, cfg sim.Config, r
 		if len(toks) == 0 {
 			continue
 		}
-		if rule.Table > 0 && math.Floor(t/rule.Table)*rule.Table > table {
+		if at := math.Floor(t/rule.Table) * rule.Table; rule.Table > 0 && at > table {
 			// A new table: every prompt placed so far, as of now.
-			table = math.Floor(t/rule.Table) * rule.Table
+			table = at
 			copy(tableSent, sent)
 			for k := range own {
 				copy(ownAt[k], own[k])
